@@ -1,0 +1,66 @@
+"""The abstract class every state backend implements."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Any
+
+from .scopes import StateScope
+
+
+class BaseStateBackend(ABC):
+    """
+    Storage for task and asset state.
+
+    A backend routes on the scope's type (:class:`TaskScope` or :class:`AssetScope`) inside each
+    method. Implement the four sync methods; the async ``a*`` variants run them in a worker
+    thread (with the caller's context variables) so a sync-only backend never blocks an event
+    loop. Backends with a native async client override the ``a*`` methods.
+
+    Every method takes a keyword-only ``session``: backends built on SQLAlchemy join the caller's
+    session (and leave committing to it); others ignore it.
+
+    Implementations validate their input before any I/O with the helpers in
+    :mod:`airflow_shared.state.validation`, and :mod:`airflow_shared.state.testing` is a pytest
+    suite that checks a backend against this contract.
+    """
+
+    @abstractmethod
+    def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
+        """Return the value stored under *key* in *scope*, or ``None`` when there is none."""
+
+    @abstractmethod
+    def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
+        """Store *value* under *key* in *scope*, replacing any earlier value atomically."""
+
+    @abstractmethod
+    def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
+        """Remove *key* from *scope*; removing a key that does not exist is not an error."""
+
+    @abstractmethod
+    def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
+        """
+        Remove every key of *scope*.
+
+        For a task scope only its own map index is cleared unless *all_map_indices* is true, in
+        which case every map index of that task in that run is cleared. Asset scopes ignore it.
+        """
+
+    async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
+        """Async :meth:`get`."""
+        return await asyncio.to_thread(self.get, scope, key, session=session)
+
+    async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
+        """Async :meth:`set`."""
+        await asyncio.to_thread(self.set, scope, key, value, session=session)
+
+    async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
+        """Async :meth:`delete`."""
+        await asyncio.to_thread(self.delete, scope, key, session=session)
+
+    async def aclear(
+        self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None
+    ) -> None:
+        """Async :meth:`clear`."""
+        await asyncio.to_thread(self.clear, scope, all_map_indices=all_map_indices, session=session)

@@ -1,0 +1,58 @@
+"""The two namespaces state lives in: one task instance, or one asset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+def _require_text(owner: str, field: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{owner}.{field} must be a non-empty string, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TaskScope:
+    """
+    The state of one task instance: shared by all its tries, separate per map index.
+
+    :param dag_id: the DAG of the run.
+    :param run_id: the run the state belongs to; deleting the run deletes its state.
+    :param task_id: the task within the run.
+    :param map_index: the mapped instance, ``-1`` for a task that is not mapped.
+    """
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+
+    def __post_init__(self) -> None:
+        for field in ("dag_id", "run_id", "task_id"):
+            _require_text("TaskScope", field, getattr(self, field))
+        # bool is an int subclass; True as a map index is always a mistake.
+        if not isinstance(self.map_index, int) or isinstance(self.map_index, bool):
+            raise TypeError(f"TaskScope.map_index must be an int, got {self.map_index!r}")
+        if self.map_index < -1:
+            raise ValueError(
+                f"TaskScope.map_index must be -1 (not mapped) or a mapped index >= 0, got {self.map_index}"
+            )
+
+
+@dataclass(frozen=True)
+class AssetScope:
+    """
+    The state of one asset, independent of any run: a watermark written by run 1 is read by run 2.
+
+    :param asset_id: the asset's id in the metadata database.
+    """
+
+    asset_id: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.asset_id, int) or isinstance(self.asset_id, bool):
+            raise TypeError(f"AssetScope.asset_id must be an int, got {self.asset_id!r}")
+
+
+# Union[] rather than `|` so the alias also evaluates at runtime on Python 3.10 for isinstance().
+StateScope = Union[TaskScope, AssetScope]

@@ -1,0 +1,289 @@
+"""
+A conformance kit: the pytest suite every :class:`BaseStateBackend` must pass.
+
+Subclass :class:`StateBackendConformance` in a test module and provide the ``backend`` fixture.
+Backends whose storage needs the scope to exist first (the metastore needs a real dag run and
+asset row) also override ``make_task_scope`` and ``make_asset_scope``::
+
+    from airflow_shared.state.testing import StateBackendConformance
+
+    class TestMyBackend(StateBackendConformance):
+        @pytest.fixture
+        def backend(self):
+            return MyBackend(url=...)
+
+Requires pytest (``apache-airflow-shared-state[testing]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from .backend import BaseStateBackend
+from .scopes import AssetScope, TaskScope
+from .validation import MAX_KEY_LENGTH
+
+MakeTaskScope = Callable[..., TaskScope]
+MakeAssetScope = Callable[[int], AssetScope]
+
+
+class StateBackendConformance:
+    """The behaviour a DAG author relies on, whichever backend stores the state."""
+
+    @pytest.fixture
+    def backend(self) -> BaseStateBackend:
+        raise NotImplementedError("provide a `backend` fixture returning the backend under test")
+
+    @pytest.fixture
+    def make_task_scope(self) -> MakeTaskScope:
+        """Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``."""
+
+        def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
+            return TaskScope("conformance_dag", run_id, task_id, map_index)
+
+        return make
+
+    @pytest.fixture
+    def make_asset_scope(self) -> MakeAssetScope:
+        """Return ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset."""
+        return AssetScope
+
+    # --- round trips ---------------------------------------------------------------------
+
+    def test_missing_key_reads_as_none(self, backend, make_task_scope, make_asset_scope):
+        assert backend.get(make_task_scope(), "never_set") is None
+        assert backend.get(make_asset_scope(1), "never_set") is None
+
+    def test_set_then_get_returns_the_value(self, backend, make_task_scope, make_asset_scope):
+        backend.set(make_task_scope(), "remote_job_id", "app_001")
+        backend.set(make_asset_scope(1), "watermark", "2026-11-30T00:00:00+00:00")
+        assert backend.get(make_task_scope(), "remote_job_id") == "app_001"
+        assert backend.get(make_asset_scope(1), "watermark") == "2026-11-30T00:00:00+00:00"
+
+    def test_set_overwrites(self, backend, make_task_scope, make_asset_scope):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "k", "first")
+            backend.set(scope, "k", "second")
+            assert backend.get(scope, "k") == "second"
+
+    def test_values_round_trip_exactly(self, backend, make_task_scope):
+        scope = make_task_scope()
+        samples = {
+            "empty": "",
+            "unicode": "naïve ☃ 東京 \U0001f680",
+            "whitespace": "  leading and trailing\n\ttabs  ",
+            "json": '{"a": [1, 2.5, null, true], "b": "x"}',
+            "large": "x" * 300_000,
+        }
+        for key, value in samples.items():
+            backend.set(scope, key, value)
+        for key, value in samples.items():
+            assert backend.get(scope, key) == value, key
+
+    def test_longest_key_is_accepted(self, backend, make_task_scope):
+        key = "k" * MAX_KEY_LENGTH
+        backend.set(make_task_scope(), key, "v")
+        assert backend.get(make_task_scope(), key) == "v"
+
+    def test_keys_are_case_sensitive(self, backend, make_task_scope):
+        scope = make_task_scope()
+        backend.set(scope, "Key", "upper")
+        backend.set(scope, "key", "lower")
+        assert backend.get(scope, "Key") == "upper"
+        assert backend.get(scope, "key") == "lower"
+
+    # --- isolation -----------------------------------------------------------------------
+
+    def test_runs_are_isolated(self, backend, make_task_scope):
+        backend.set(make_task_scope(run_id="run_1"), "k", "from run 1")
+        assert backend.get(make_task_scope(run_id="run_2"), "k") is None
+        backend.set(make_task_scope(run_id="run_2"), "k", "from run 2")
+        assert backend.get(make_task_scope(run_id="run_1"), "k") == "from run 1"
+
+    def test_tasks_are_isolated(self, backend, make_task_scope):
+        backend.set(make_task_scope(task_id="task_1"), "k", "one")
+        assert backend.get(make_task_scope(task_id="task_2"), "k") is None
+
+    def test_map_indices_are_isolated(self, backend, make_task_scope):
+        backend.set(make_task_scope(map_index=0), "remote_job_id", "app_000")
+        backend.set(make_task_scope(map_index=1), "remote_job_id", "app_001")
+        assert backend.get(make_task_scope(map_index=0), "remote_job_id") == "app_000"
+        assert backend.get(make_task_scope(map_index=1), "remote_job_id") == "app_001"
+        assert backend.get(make_task_scope(map_index=-1), "remote_job_id") is None
+
+    def test_assets_are_isolated(self, backend, make_asset_scope):
+        backend.set(make_asset_scope(1), "watermark", "1")
+        assert backend.get(make_asset_scope(2), "watermark") is None
+
+    def test_task_and_asset_namespaces_are_separate(self, backend, make_task_scope, make_asset_scope):
+        backend.set(make_task_scope(), "shared_name", "task")
+        backend.set(make_asset_scope(1), "shared_name", "asset")
+        assert backend.get(make_task_scope(), "shared_name") == "task"
+        assert backend.get(make_asset_scope(1), "shared_name") == "asset"
+
+    # --- delete and clear ----------------------------------------------------------------
+
+    def test_delete_removes_only_that_key(self, backend, make_task_scope, make_asset_scope):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "gone", "1")
+            backend.set(scope, "kept", "2")
+            backend.delete(scope, "gone")
+            assert backend.get(scope, "gone") is None
+            assert backend.get(scope, "kept") == "2"
+
+    def test_delete_of_missing_key_is_not_an_error(self, backend, make_task_scope, make_asset_scope):
+        backend.delete(make_task_scope(), "never_set")
+        backend.delete(make_asset_scope(1), "never_set")
+
+    def test_clear_task_scope_clears_only_its_map_index(self, backend, make_task_scope):
+        for map_index in (0, 1):
+            backend.set(make_task_scope(map_index=map_index), "a", "x")
+            backend.set(make_task_scope(map_index=map_index), "b", "y")
+        backend.set(make_task_scope(task_id="other_task", map_index=0), "a", "other")
+
+        backend.clear(make_task_scope(map_index=0))
+
+        assert backend.get(make_task_scope(map_index=0), "a") is None
+        assert backend.get(make_task_scope(map_index=0), "b") is None
+        assert backend.get(make_task_scope(map_index=1), "a") == "x"
+        assert backend.get(make_task_scope(task_id="other_task", map_index=0), "a") == "other"
+
+    def test_clear_all_map_indices_clears_the_task_in_that_run_only(self, backend, make_task_scope):
+        for map_index in (-1, 0, 1, 2):
+            backend.set(make_task_scope(map_index=map_index), "k", str(map_index))
+        backend.set(make_task_scope(task_id="other_task", map_index=0), "k", "other task")
+        backend.set(make_task_scope(run_id="run_2", map_index=0), "k", "other run")
+
+        backend.clear(make_task_scope(map_index=1), all_map_indices=True)
+
+        for map_index in (-1, 0, 1, 2):
+            assert backend.get(make_task_scope(map_index=map_index), "k") is None
+        assert backend.get(make_task_scope(task_id="other_task", map_index=0), "k") == "other task"
+        assert backend.get(make_task_scope(run_id="run_2", map_index=0), "k") == "other run"
+
+    def test_clear_asset_scope_clears_only_that_asset(self, backend, make_task_scope, make_asset_scope):
+        backend.set(make_asset_scope(1), "a", "1")
+        backend.set(make_asset_scope(1), "b", "2")
+        backend.set(make_asset_scope(2), "a", "kept")
+        backend.set(make_task_scope(), "a", "task kept")
+
+        backend.clear(make_asset_scope(1))
+
+        assert backend.get(make_asset_scope(1), "a") is None
+        assert backend.get(make_asset_scope(1), "b") is None
+        assert backend.get(make_asset_scope(2), "a") == "kept"
+        assert backend.get(make_task_scope(), "a") == "task kept"
+
+    def test_clear_of_empty_scope_is_not_an_error(self, backend, make_task_scope, make_asset_scope):
+        backend.clear(make_task_scope())
+        backend.clear(make_task_scope(), all_map_indices=True)
+        backend.clear(make_asset_scope(1))
+
+    # --- async parity --------------------------------------------------------------------
+
+    def test_async_methods_match_sync(self, backend, make_task_scope, make_asset_scope):
+        task, asset = make_task_scope(map_index=3), make_asset_scope(1)
+
+        async def scenario() -> None:
+            await backend.aset(task, "k", "async value")
+            assert await backend.aget(task, "k") == "async value"
+            await backend.aset(asset, "k", "async asset value")
+            assert await backend.aget(asset, "k") == "async asset value"
+            assert await backend.aget(task, "missing") is None
+            await backend.adelete(task, "k")
+            assert await backend.aget(task, "k") is None
+            await backend.adelete(task, "missing")
+            await backend.aset(task, "a", "1")
+            await backend.aclear(task)
+            assert await backend.aget(task, "a") is None
+            await backend.aset(task, "a", "1")
+            await backend.aclear(make_task_scope(map_index=0), all_map_indices=True)
+            assert await backend.aget(task, "a") is None
+            await backend.aclear(asset)
+            assert await backend.aget(asset, "k") is None
+
+        asyncio.run(scenario())
+        # What async wrote, sync reads, and the other way round.
+        backend.set(task, "from_sync", "s")
+        assert asyncio.run(backend.aget(task, "from_sync")) == "s"
+        asyncio.run(backend.aset(task, "from_async", "a"))
+        assert backend.get(task, "from_async") == "a"
+
+    def test_async_calls_can_run_concurrently(self, backend, make_task_scope):
+        scopes = [make_task_scope(map_index=i) for i in range(5)]
+
+        async def scenario() -> list[str | None]:
+            await asyncio.gather(*(backend.aset(s, "k", f"v{s.map_index}") for s in scopes))
+            return await asyncio.gather(*(backend.aget(s, "k") for s in scopes))
+
+        assert asyncio.run(scenario()) == [f"v{i}" for i in range(5)]
+
+    # --- concurrency ---------------------------------------------------------------------
+
+    def test_concurrent_writes_to_one_key_never_fail_and_one_wins(self, backend, make_task_scope):
+        scope = make_task_scope()
+        errors: list[BaseException] = []
+        written = [f"writer-{n}" for n in range(8)]
+
+        def write(value: str) -> None:
+            try:
+                for _ in range(5):
+                    backend.set(scope, "contended", value)
+            except BaseException as exc:  # collected and re-raised in the test thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(v,)) for v in written]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert backend.get(scope, "contended") in written
+
+    # --- bad input -----------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("key", "error"),
+        [
+            ("", ValueError),
+            ("k" * (MAX_KEY_LENGTH + 1), ValueError),
+            (None, TypeError),
+            (42, TypeError),
+        ],
+        ids=["empty", "too-long", "none", "int"],
+    )
+    def test_bad_keys_are_refused_everywhere(self, backend, make_task_scope, make_asset_scope, key, error):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            with pytest.raises(error, match="key"):
+                backend.set(scope, key, "v")
+            with pytest.raises(error, match="key"):
+                backend.get(scope, key)
+            with pytest.raises(error, match="key"):
+                backend.delete(scope, key)
+            with pytest.raises(error, match="key"):
+                asyncio.run(backend.aset(scope, key, "v"))
+
+    @pytest.mark.parametrize("value", [None, 42, b"bytes", {"a": 1}], ids=["none", "int", "bytes", "dict"])
+    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value):
+        scope = make_task_scope()
+        backend.set(scope, "k", "kept")
+        with pytest.raises(TypeError, match="value"):
+            backend.set(scope, "k", value)
+        with pytest.raises(TypeError, match="value"):
+            asyncio.run(backend.aset(scope, "k", value))
+        assert backend.get(scope, "k") == "kept"
+
+    @pytest.mark.parametrize("scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
+    def test_wrong_scope_types_are_refused(self, backend, scope):
+        with pytest.raises(TypeError, match="scope"):
+            backend.set(scope, "k", "v")
+        with pytest.raises(TypeError, match="scope"):
+            backend.get(scope, "k")
+        with pytest.raises(TypeError, match="scope"):
+            backend.delete(scope, "k")
+        with pytest.raises(TypeError, match="scope"):
+            backend.clear(scope)

@@ -1,0 +1,44 @@
+"""Checks every backend runs before touching storage, so bad input never reaches it."""
+
+from __future__ import annotations
+
+from .scopes import AssetScope, TaskScope
+
+#: Longest key accepted; the metastore's key column is this wide.
+MAX_KEY_LENGTH = 512
+
+
+def validate_scope(scope: object) -> None:
+    """Raise ``TypeError`` unless *scope* is a :class:`TaskScope` or :class:`AssetScope`."""
+    if not isinstance(scope, (TaskScope, AssetScope)):
+        raise TypeError(
+            f"scope must be a TaskScope or an AssetScope, got {type(scope).__name__}: {scope!r}"
+        )
+
+
+def validate_key(key: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless *key* is a string of 1 to 512 characters."""
+    if not isinstance(key, str):
+        raise TypeError(f"state key must be a str, got {type(key).__name__}: {key!r}")
+    if not key:
+        raise ValueError("state key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"state key is {len(key)} characters long; the limit is {MAX_KEY_LENGTH}: {key[:40]!r}..."
+        )
+
+
+def validate_value(value: object) -> None:
+    """
+    Raise ``TypeError`` unless *value* is a string.
+
+    Backends store text; absence of a key is how "no value" is expressed, so ``None`` is refused
+    rather than stored. Callers that hold other types serialise them first (the task accessors
+    store JSON).
+    """
+    if value is None:
+        raise TypeError("state value must be a str, got None; to remove a key call delete()")
+    if not isinstance(value, str):
+        raise TypeError(
+            f"state value must be a str, got {type(value).__name__}; serialise it first (e.g. json.dumps)"
+        )

@@ -1,0 +1,78 @@
+"""The kit run against a correct backend passes, and against broken ones fails."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+
+import pytest
+from memory_backend import MemoryStateBackend
+
+from airflow_shared.state import BaseStateBackend, TaskScope
+from airflow_shared.state.testing import StateBackendConformance
+
+
+class TestMemoryBackendConforms(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return MemoryStateBackend()
+
+
+def test_async_defaults_run_in_a_worker_thread():
+    import asyncio
+
+    seen: list[str] = []
+
+    class Recording(MemoryStateBackend):
+        def get(self, scope, key, *, session=None):
+            seen.append(threading.current_thread().name)
+            return super().get(scope, key, session=session)
+
+    backend = Recording()
+    asyncio.run(backend.aget(TaskScope("d", "r", "t"), "k"))
+    assert seen and seen[0] != threading.main_thread().name
+
+
+def test_abstract_methods_are_exactly_the_four_sync_operations():
+    assert BaseStateBackend.__abstractmethods__ == {"get", "set", "delete", "clear"}
+
+
+BROKEN_BACKENDS = {
+    # Ignores the map index: the bug AIP-103's schema exists to prevent.
+    "ignores_map_index": "return (scope.dag_id, scope.run_id, scope.task_id) if isinstance(scope, TaskScope) else scope",
+    # Ignores the run: state leaks from one dag run into the next.
+    "ignores_run": "return (scope.dag_id, scope.task_id, scope.map_index) if isinstance(scope, TaskScope) else scope",
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BROKEN_BACKENDS))
+def test_kit_catches_isolation_bugs(pytester, bug):
+    pytester.makepyfile(
+        textwrap.dedent(
+            f"""
+            import pytest
+            from memory_backend import MemoryStateBackend
+            from airflow_shared.state import TaskScope
+            from airflow_shared.state.testing import StateBackendConformance
+
+            class Broken(MemoryStateBackend):
+                def _key(self, scope):
+                    {BROKEN_BACKENDS[bug]}
+                def get(self, scope, key, *, session=None):
+                    super().get(scope, key)
+                    return self._data.get((self._key(scope), key))
+                def set(self, scope, key, value, *, session=None):
+                    super().set(scope, key, value)
+                    self._data[(self._key(scope), key)] = value
+
+            class TestBroken(StateBackendConformance):
+                @pytest.fixture
+                def backend(self):
+                    return Broken()
+            """
+        )
+    )
+    pytester.syspathinsert(str(__import__("pathlib").Path(__file__).parent))
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1, result.stdout.str()
