@@ -1,0 +1,23 @@
+"""
+Durable task and asset state for Apache Airflow (AIP-103).
+
+Heavy imports happen on first use: Airflow imports this package while it is still starting up
+(provider discovery), and task processes should not pay for the ORM they do not use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.state.backend import get_state_backend, resolve_state_backend
+
+__all__ = ["get_state_backend", "resolve_state_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("get_state_backend", "resolve_state_backend"):
+        from airflow.state import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

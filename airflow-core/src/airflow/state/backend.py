@@ -1,0 +1,55 @@
+"""Choosing the state backend from ``[state] backend``, the way ``[core] xcom_backend`` chooses XCom's."""
+
+from __future__ import annotations
+
+import threading
+
+from airflow._shared.module_loading import import_string
+from airflow.configuration import conf
+from airflow_shared.state import BaseStateBackend
+
+_lock = threading.Lock()
+_instance: BaseStateBackend | None = None
+
+
+def resolve_state_backend() -> type[BaseStateBackend]:
+    """
+    Return the class named by ``[state] backend``.
+
+    :raises ValueError: when the option is empty.
+    :raises ImportError: when the class cannot be imported.
+    :raises TypeError: when it is not a subclass of ``BaseStateBackend``.
+    """
+    path = conf.get("state", "backend", fallback="").strip()
+    if not path:
+        raise ValueError(
+            "[state] backend is empty; set it to the import path of a BaseStateBackend subclass, "
+            "for example airflow.state.metastore.MetastoreStateBackend (the default)"
+        )
+    try:
+        backend_class = import_string(path)
+    except ImportError as error:
+        raise ImportError(f"[state] backend {path!r} cannot be imported: {error}") from error
+    if not isinstance(backend_class, type) or not issubclass(backend_class, BaseStateBackend):
+        raise TypeError(
+            f"[state] backend {path!r} is not a subclass of `BaseStateBackend` "
+            f"(airflow_shared.state.BaseStateBackend)"
+        )
+    return backend_class
+
+
+def get_state_backend() -> BaseStateBackend:
+    """Return the process-wide instance of the configured backend, created on first use."""
+    global _instance
+    if _instance is None:
+        with _lock:
+            if _instance is None:
+                _instance = resolve_state_backend()()
+    return _instance
+
+
+def reset_state_backend() -> None:
+    """Forget the cached instance, so the next call re-reads ``[state] backend`` (tests, reconfiguration)."""
+    global _instance
+    with _lock:
+        _instance = None

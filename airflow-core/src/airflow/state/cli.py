@@ -1,0 +1,35 @@
+"""`airflow state-db ...`: the downgrade path `airflow db downgrade` does not offer external managers."""
+
+from __future__ import annotations
+
+from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand, lazy_load_command
+
+ARG_TO_REVISION = Arg(
+    ("-r", "--to-revision"),
+    help="The revision to downgrade to; 'base' drops the task_state and asset_state tables",
+    required=True,
+)
+ARG_FROM_REVISION = Arg(("--from-revision",), help="With --show-sql-only: the revision to start from")
+ARG_SHOW_SQL_ONLY = Arg(("-s", "--show-sql-only"), help="Print the SQL instead of running it", action="store_true")
+ARG_YES = Arg(("-y", "--yes"), help="Do not ask for confirmation", action="store_true")
+
+
+def get_state_cli_commands() -> list[GroupCommand]:
+    return [
+        GroupCommand(
+            name="state-db",
+            help="Manage the task and asset state tables",
+            subcommands=(
+                ActionCommand(
+                    name="downgrade",
+                    help="Downgrade the task and asset state tables",
+                    description=(
+                        "Downgrade the schema of the task_state and asset_state tables. "
+                        "`--to-revision base` drops both tables and every stored value."
+                    ),
+                    func=lazy_load_command("airflow.state.cli_commands.downgrade"),
+                    args=(ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
+                ),
+            ),
+        )
+    ]

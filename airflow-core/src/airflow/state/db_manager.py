@@ -1,0 +1,35 @@
+"""Runs our own Alembic chain from `airflow db migrate`, `db reset` and `db check-migrations`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+
+from airflow.state.models import metadata
+from airflow.utils.db_manager import BaseDBManager
+
+_HERE = Path(__file__).parent
+
+
+class StateDBManager(BaseDBManager):
+    """The task_state and asset_state tables, versioned in their own ``alembic_version_state`` table."""
+
+    metadata = metadata
+    migration_dir = str(_HERE / "migrations")
+    alembic_file = str(_HERE / "migrations" / "alembic.ini")
+    version_table_name = "alembic_version_state"
+    supports_table_dropping = True
+    revision_heads_map = {"0.1.0": "b7d3e1a90112"}
+
+    def downgrade(self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False) -> None:
+        """
+        Downgrade our tables; ``to_revision="base"`` drops them.
+
+        `airflow db downgrade` does not call external managers, so this is reached through
+        `airflow state-db downgrade`.
+        """
+        self._release_metadata_locks_if_needed()
+        config = self.get_alembic_config()
+        revision = f"{from_revision}:{to_revision}" if show_sql_only and from_revision else to_revision
+        command.downgrade(config, revision=revision, sql=show_sql_only)

@@ -1,0 +1,154 @@
+"""The default backend: state in the Airflow metadata database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow import settings
+from airflow.state import _statements as sql
+from airflow.utils import timezone
+from airflow.utils.session import create_session_async
+from airflow_shared.state import (
+    AssetScope,
+    BaseStateBackend,
+    StateScope,
+    TaskScope,
+    validate_key,
+    validate_scope,
+    validate_value,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, CursorResult, Executable
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
+
+def _checked(scope: StateScope, key: str, value: Any = None, *, is_write: bool = False) -> None:
+    validate_scope(scope)
+    validate_key(key)
+    if is_write:
+        validate_value(value)
+
+
+T = TypeVar("T")
+_Reader = Callable[["CursorResult[Any]"], T]
+
+
+def _scalar(result: CursorResult[Any]) -> Any:
+    return result.scalar()
+
+
+def _ignore(result: CursorResult[Any]) -> None:
+    return None
+
+
+def _written_reader(dialect: str) -> _Reader[bool]:
+    """How to tell that an upsert wrote a row (its SELECT found the dag run or asset)."""
+    if dialect in sql.RETURNING_DIALECTS:
+        return lambda result: result.first() is not None
+    return lambda result: result.rowcount > 0
+
+
+def _no_target_error(scope: StateScope) -> ValueError:
+    if isinstance(scope, TaskScope):
+        return ValueError(
+            f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
+            "only be written for an existing dag run"
+        )
+    return ValueError(f"No asset found with id {scope.asset_id}: asset state can only be written for an existing asset")
+
+
+class MetastoreStateBackend(BaseStateBackend):
+    """
+    Keeps task state in ``task_state`` and asset state in ``asset_state``.
+
+    Sync methods join a caller's ``session`` (and leave committing to the caller); without one each
+    call is a single statement committed on its own. Async methods run on Airflow's async engine.
+    Deleting a dag run or an asset deletes its state by foreign-key cascade.
+    """
+
+    # --- sync --------------------------------------------------------------------------
+
+    def get(self, scope: StateScope, key: str, *, session: Session | None = None) -> str | None:
+        _checked(scope, key)
+        return self._execute(sql.select_value(scope, key), session, _scalar)
+
+    def set(self, scope: StateScope, key: str, value: str, *, session: Session | None = None) -> None:
+        self.set_by_try(scope, key, value, try_number=None, session=session)
+
+    def set_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Session | None = None
+    ) -> None:
+        """:meth:`set`, recording which try of the task instance wrote the value."""
+        _checked(scope, key, value, is_write=True)
+        dialect = self._dialect(session)
+        statement = sql.upsert(dialect, scope, key, value, timezone.utcnow(), try_number)
+        if not self._execute(statement, session, _written_reader(dialect)):
+            raise _no_target_error(scope)
+
+    def delete(self, scope: StateScope, key: str, *, session: Session | None = None) -> None:
+        _checked(scope, key)
+        self._execute(sql.delete_rows(scope, key), session, _ignore)
+
+    def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Session | None = None) -> None:
+        validate_scope(scope)
+        self._execute(sql.delete_rows(scope, all_map_indices=all_map_indices), session, _ignore)
+
+    # --- async -------------------------------------------------------------------------
+
+    async def aget(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> str | None:
+        _checked(scope, key)
+        return await self._aexecute(sql.select_value(scope, key), session, _scalar)
+
+    async def aset(self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None) -> None:
+        _checked(scope, key, value, is_write=True)
+        # The async engine is built from the same database URL, so it speaks the same dialect.
+        dialect = settings.async_engine.dialect.name if session is None else session.bind.dialect.name
+        statement = sql.upsert(dialect, scope, key, value, timezone.utcnow())
+        if not await self._aexecute(statement, session, _written_reader(dialect)):
+            raise _no_target_error(scope)
+
+    async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
+        _checked(scope, key)
+        await self._aexecute(sql.delete_rows(scope, key), session, _ignore)
+
+    async def aclear(
+        self, scope: StateScope, *, all_map_indices: bool = False, session: AsyncSession | None = None
+    ) -> None:
+        validate_scope(scope)
+        await self._aexecute(sql.delete_rows(scope, all_map_indices=all_map_indices), session, _ignore)
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    @staticmethod
+    def _dialect(session: Session | None) -> str:
+        bind = settings.engine if session is None else session.get_bind()
+        return bind.dialect.name
+
+    def _execute(self, statement: Executable, session: Session | None, read: _Reader[T]) -> T:
+        if session is not None:
+            return read(session.execute(statement))
+        with self._autocommit_connection() as connection:
+            # Read inside the block: the cursor is gone once the connection returns to the pool.
+            return read(connection.execute(statement))
+
+    @staticmethod
+    @contextmanager
+    def _autocommit_connection() -> Iterator[Connection]:
+        # A lone statement is atomic by itself: running it in autocommit spares the BEGIN and
+        # COMMIT round trips a Session would add to every call.
+        with settings.engine.connect() as connection:
+            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
+    @staticmethod
+    async def _aexecute(statement: Executable, session: AsyncSession | None, read: _Reader[T]) -> T:
+        if session is not None:
+            return read(await session.execute(statement))
+        async with create_session_async() as own_session:
+            return read(await own_session.execute(statement))
+
+
+__all__ = ["AssetScope", "MetastoreStateBackend", "TaskScope"]

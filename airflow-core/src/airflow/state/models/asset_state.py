@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ForeignKey, Integer
+from sqlalchemy.orm import Mapped, mapped_column
+
+from airflow.models.asset import AssetModel
+from airflow.state.models.base import Base
+from airflow.state.models.types import StateKey, StateValue
+from airflow.utils.sqlalchemy import UtcDateTime
+
+
+class AssetStateModel(Base):
+    """One key of an asset's state: independent of runs, deleted with the asset (ON DELETE CASCADE)."""
+
+    __tablename__ = "asset_state"
+
+    asset_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey(AssetModel.__table__.c.id, ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(StateKey(), primary_key=True)
+    value: Mapped[str] = mapped_column(StateValue, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)

@@ -1,0 +1,31 @@
+"""Drop the state tables before core drops the tables they reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import MetaData, event
+
+# The tables our foreign keys point at.
+_REFERENCED_TABLES = frozenset({"dag_run", "asset"})
+
+
+def _drop_state_tables_first(target: MetaData, connection: Any, **kw: Any) -> None:
+    dropping = {table.name for table in kw.get("tables") or target.tables.values()}
+    if not dropping & _REFERENCED_TABLES:
+        return
+    from airflow.state.models import metadata
+
+    if target is not metadata:
+        metadata.drop_all(connection, checkfirst=True)
+
+
+def install() -> None:
+    """
+    Listen on every MetaData's ``before_drop``, idempotently.
+
+    A class-level listener needs no Airflow import, so installing it is safe at any point of
+    Airflow's start-up; it acts only when a drop includes ``dag_run`` or ``asset``.
+    """
+    if not event.contains(MetaData, "before_drop", _drop_state_tables_first):
+        event.listen(MetaData, "before_drop", _drop_state_tables_first)
