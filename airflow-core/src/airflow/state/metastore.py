@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from datetime import datetime, timezone
+
 from airflow import settings
 from airflow.state import _statements as sql
-from airflow.utils import timezone
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
@@ -85,7 +86,7 @@ class MetastoreStateBackend(BaseStateBackend):
         """:meth:`set`, recording which try of the task instance wrote the value."""
         _checked(scope, key, value, is_write=True)
         dialect = self._dialect(session)
-        statement = sql.upsert(dialect, scope, key, value, timezone.utcnow(), try_number)
+        statement = sql.upsert(dialect, scope, key, value, datetime.now(timezone.utc), try_number)
         if not self._execute(statement, session, _written_reader(dialect)):
             raise _no_target_error(scope)
 
@@ -107,7 +108,7 @@ class MetastoreStateBackend(BaseStateBackend):
         _checked(scope, key, value, is_write=True)
         # The async engine is built from the same database URL, so it speaks the same dialect.
         dialect = settings.async_engine.dialect.name if session is None else session.bind.dialect.name
-        statement = sql.upsert(dialect, scope, key, value, timezone.utcnow())
+        statement = sql.upsert(dialect, scope, key, value, datetime.now(timezone.utc))
         if not await self._aexecute(statement, session, _written_reader(dialect)):
             raise _no_target_error(scope)
 

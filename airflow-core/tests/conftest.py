@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _migrated(airflow_db) -> None:
+    """Every test here runs on a migrated metadata database."""
+
+
+@pytest.fixture
+def unique() -> str:
+    """A suffix that keeps one test's rows apart from every other test's."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def make_dag_run() -> Iterator[Callable[[str, str], int]]:
+    """Create real dag_run rows; return ``make(dag_id, run_id) -> dag_run.id``. Removed afterwards."""
+    from sqlalchemy import delete, select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    created: dict[tuple[str, str], int] = {}
+
+    def make(dag_id: str, run_id: str) -> int:
+        if (dag_id, run_id) not in created:
+            with create_session() as session:
+                session.add(
+                    DagRun(dag_id=dag_id, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING)
+                )
+            with create_session() as session:
+                created[(dag_id, run_id)] = session.scalar(
+                    select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+                )
+        return created[(dag_id, run_id)]
+
+    yield make
+    with create_session() as session:
+        for dag_run_id in created.values():
+            session.execute(delete(DagRun).where(DagRun.id == dag_run_id))
+
+
+@pytest.fixture
+def make_asset(unique) -> Iterator[Callable[[int], int]]:
+    """Create real asset rows; return ``make(n) -> asset.id`` for the n-th asset of the test."""
+    from sqlalchemy import delete
+
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+
+    created: dict[int, int] = {}
+
+    def make(n: int) -> int:
+        if n not in created:
+            with create_session() as session:
+                asset = AssetModel(name=f"state_{unique}_{n}", uri=f"s3://state-tests/{unique}/{n}", group="asset")
+                session.add(asset)
+                session.flush()
+                created[n] = asset.id
+        return created[n]
+
+    yield make
+    with create_session() as session:
+        session.execute(delete(AssetModel).where(AssetModel.id.in_(created.values())))
+
+
+@pytest.fixture
+def backend():
+    from airflow.state.metastore import MetastoreStateBackend
+
+    return MetastoreStateBackend()

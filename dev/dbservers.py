@@ -1,0 +1,139 @@
+"""
+Throw-away PostgreSQL and MariaDB servers on loopback, for the tests and the benchmarks.
+
+Each server lives in a temporary directory, listens on a free port of 127.0.0.1 and is gone when
+stopped. PostgreSQL refuses to run as root, so as root its binaries run as the ``postgres`` user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+DATABASE = "airflow_state_test"
+USER = "airflow"
+PASSWORD = "airflow"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if not found:
+        raise RuntimeError(f"PostgreSQL's {name} is not installed (Debian: apt-get install postgresql)")
+    return found
+
+
+@contextlib.contextmanager
+def postgres_server(extra_settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Run a PostgreSQL server; yield a psycopg2 SQLAlchemy URL for an empty database."""
+    from pytest_postgresql.janitor import DatabaseJanitor
+
+    as_root = os.geteuid() == 0
+    run_as = ["runuser", "-u", "postgres", "--"] if as_root else []
+    base = Path(tempfile.mkdtemp(prefix="state-pg-"))
+    if as_root:
+        pw = pwd.getpwnam("postgres")
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+    data, port = base / "data", free_port()
+    settings = {"listen_addresses": "127.0.0.1", "port": str(port), "unix_socket_directories": str(base)}
+    settings.update(extra_settings or {})
+    options = " ".join(f"-c {k}={v}" for k, v in settings.items())
+    try:
+        subprocess.run(
+            [*run_as, _pg_bin("initdb"), "-D", str(data), "-U", USER, "-A", "trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [*run_as, _pg_bin("pg_ctl"), "start", "-w", "-D", str(data), "-l", str(base / "log"), "-o", options],
+            check=True,
+            capture_output=True,
+        )
+        _wait_for_port(port)
+        janitor = DatabaseJanitor(user=USER, host="127.0.0.1", port=port, dbname=DATABASE, version=15)
+        janitor.init()
+        yield f"postgresql+psycopg2://{USER}@127.0.0.1:{port}/{DATABASE}"
+    finally:
+        subprocess.run(
+            [*run_as, _pg_bin("pg_ctl"), "stop", "-m", "immediate", "-D", str(data)], capture_output=True
+        )
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mariadb_server() -> Iterator[str]:
+    """Run a MariaDB server (the MySQL dialect); yield a mysqlclient SQLAlchemy URL for an empty database."""
+    from pytest_mysql.executor import MySQLExecutor
+
+    for tool in ("mysqld_safe", "mariadbd", "mariadb-admin", "mariadb-install-db", "mariadb"):
+        if not shutil.which(tool):
+            raise RuntimeError(f"MariaDB's {tool} is not installed (Debian: apt-get install mariadb-server)")
+    base = Path(tempfile.mkdtemp(prefix="state-mariadb-"))
+    port = free_port()
+    executor = MySQLExecutor(
+        mysqld_safe=Path(shutil.which("mysqld_safe")),
+        mysqld=Path(shutil.which("mariadbd")),
+        admin_exec=shutil.which("mariadb-admin"),
+        logfile_path=str(base / "log"),
+        params="--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci --skip-name-resolve",
+        base_directory=base,
+        user="root",
+        host="127.0.0.1",
+        port=port,
+        install_db=shutil.which("mariadb-install-db"),
+    )
+    try:
+        executor.start()
+        subprocess.run(
+            [
+                "mariadb", f"--socket={executor.unixsocket}", "-uroot", "-e",
+                f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;"
+                f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}';"
+                f"GRANT ALL ON *.* TO '{USER}'@'%';",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        yield f"mysql+mysqldb://{USER}:{PASSWORD}@127.0.0.1:{port}/{DATABASE}"
+    finally:
+        with contextlib.suppress(Exception):
+            executor.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def database(kind: str, tmp_dir: Path) -> Iterator[str]:
+    """Yield the SQLAlchemy URL of a fresh database of *kind*: sqlite, postgres or mysql."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_dir / 'airflow.db'}"
+    elif kind == "postgres":
+        with postgres_server(extra_settings={"fsync": "off"}) as url:
+            yield url
+    elif kind == "mysql":
+        with mariadb_server() as url:
+            yield url
+    else:
+        raise ValueError(f"unknown database {kind!r}: choose sqlite, postgres or mysql")
