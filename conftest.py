@@ -9,7 +9,6 @@ any test module imports Airflow, because Airflow reads its configuration at impo
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -19,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dev"))
 import dbservers  # noqa: E402
+from conftest_helpers import run_airflow  # noqa: E402
 
 _servers = ExitStack()
 
@@ -61,17 +61,6 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def db_kind(pytestconfig: pytest.Config) -> str:
     return pytestconfig.getoption("--db")
-
-
-def run_airflow(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a real `airflow` command against the test database."""
-    airflow = Path(sys.executable).with_name("airflow")
-    result = subprocess.run([str(airflow), *args], capture_output=True, text=True, timeout=timeout, env=os.environ)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"`airflow {' '.join(args)}` exited {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        )
-    return result
 
 
 @pytest.fixture(scope="session")

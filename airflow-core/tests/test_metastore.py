@@ -1,0 +1,215 @@
+"""What the metastore backend promises beyond the shared contract."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import delete, event, select
+
+from airflow_shared.state import AssetScope, TaskScope
+
+
+@contextmanager
+def statements_on(engine):
+    """Collect the SQL statements *engine* sends while the block runs."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.fixture
+def scope(make_dag_run, unique):
+    make_dag_run(f"dag_{unique}", "run_1")
+    return TaskScope(f"dag_{unique}", "run_1", "task")
+
+
+def stored_rows(table):
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.execute(select(table.__table__)).all()
+
+
+def test_set_without_a_dag_run_fails_and_writes_nothing(backend, unique):
+    from airflow.state.models import TaskStateModel
+
+    orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
+    with pytest.raises(ValueError, match="No DagRun found"):
+        backend.set(orphan, "k", "v")
+    with pytest.raises(ValueError, match="No DagRun found"):
+        asyncio.run(backend.aset(orphan, "k", "v"))
+    assert not [r for r in stored_rows(TaskStateModel) if r.dag_id == orphan.dag_id]
+
+
+def test_set_without_an_asset_fails(backend):
+    with pytest.raises(ValueError, match="No asset found with id 987654"):
+        backend.set(AssetScope(987654), "k", "v")
+    with pytest.raises(ValueError, match="No asset found with id 987654"):
+        asyncio.run(backend.aset(AssetScope(987654), "k", "v"))
+
+
+def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
+    from airflow import settings
+
+    with statements_on(settings.engine) as seen:
+        backend.set(scope, "remote_job_id", "app_001")
+    assert len(seen) == 1, seen
+    assert seen[0].lstrip().upper().startswith("INSERT INTO TASK_STATE")
+    assert "dag_run" in seen[0]
+
+
+def test_reads_and_deletes_are_one_statement(backend, scope):
+    from airflow import settings
+
+    backend.set(scope, "k", "v")
+    with statements_on(settings.engine) as seen:
+        backend.get(scope, "k")
+        backend.delete(scope, "k")
+        backend.clear(scope)
+    assert len(seen) == 3, seen
+
+
+def test_bad_input_never_reaches_the_database(backend, scope):
+    from airflow import settings
+
+    with statements_on(settings.engine) as seen:
+        for call in (
+            lambda: backend.set(scope, "", "v"),
+            lambda: backend.set(scope, "k", None),
+            lambda: backend.set("not a scope", "k", "v"),
+            lambda: backend.get(scope, "k" * 513),
+        ):
+            with pytest.raises((TypeError, ValueError)):
+                call()
+    assert seen == []
+
+
+def test_updated_by_try_and_updated_at_are_recorded(backend, scope):
+    from airflow.state.models import TaskStateModel
+
+    backend.set_by_try(scope, "k", "from try 2", try_number=2)
+    (row,) = [r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id]
+    assert (row.value, row.updated_by_try) == ("from try 2", 2)
+    assert row.updated_at is not None and row.updated_at.tzinfo is not None
+    first_write = row.updated_at
+
+    backend.set(scope, "k", "from outside a task")
+    (row,) = [r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id]
+    assert (row.value, row.updated_by_try) == ("from outside a task", None)
+    assert row.updated_at >= first_write
+
+
+def test_a_callers_session_is_joined_and_not_committed(backend, scope):
+    from airflow import settings
+
+    backend.set(scope, "k", "committed")
+    session = settings.NonScopedSession()
+    try:
+        backend.set(scope, "k", "rolled back", session=session)
+        backend.set(scope, "other", "rolled back", session=session)
+        assert backend.get(scope, "k", session=session) == "rolled back"
+        session.rollback()
+    finally:
+        session.close()
+    assert backend.get(scope, "k") == "committed"
+    assert backend.get(scope, "other") is None
+
+    session = settings.NonScopedSession()
+    try:
+        backend.set(scope, "k", "now committed", session=session)
+        session.commit()
+    finally:
+        session.close()
+    assert backend.get(scope, "k") == "now committed"
+
+
+def test_deleting_the_dag_run_deletes_its_task_state(backend, make_dag_run, unique):
+    from airflow.models.dagrun import DagRun
+    from airflow.state.models import TaskStateModel
+    from airflow.utils.session import create_session
+
+    gone_id = make_dag_run(f"dag_{unique}", "gone")
+    make_dag_run(f"dag_{unique}", "kept")
+    for run_id in ("gone", "kept"):
+        for map_index in (-1, 0, 1):
+            backend.set(TaskScope(f"dag_{unique}", run_id, "task", map_index), "k", run_id)
+
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.id == gone_id))
+
+    rows = [r for r in stored_rows(TaskStateModel) if r.dag_id == f"dag_{unique}"]
+    assert sorted({r.run_id for r in rows}) == ["kept"]
+    assert len(rows) == 3
+
+
+def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
+    from airflow.models.asset import AssetModel
+    from airflow.state.models import AssetStateModel
+    from airflow.utils.session import create_session
+
+    gone, kept = make_asset(1), make_asset(2)
+    for asset_id in (gone, kept):
+        backend.set(AssetScope(asset_id), "watermark", str(asset_id))
+
+    with create_session() as session:
+        session.execute(delete(AssetModel).where(AssetModel.id == gone))
+
+    remaining = {r.asset_id for r in stored_rows(AssetStateModel)}
+    assert gone not in remaining and kept in remaining
+
+
+def test_async_methods_run_on_airflows_async_engine(backend, scope):
+    from airflow import settings
+
+    with statements_on(settings.async_engine.sync_engine) as async_seen, statements_on(settings.engine) as sync_seen:
+        asyncio.run(backend.aset(scope, "k", "v"))
+        assert asyncio.run(backend.aget(scope, "k")) == "v"
+    assert len(async_seen) == 2 and sync_seen == []
+
+
+def test_many_threads_writing_one_key_never_fail(backend, scope):
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(12)
+
+    def write(n: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(10):
+                backend.set(scope, "contended", f"{n}-{i}")
+                backend.set(scope, f"own-{n}", str(i))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert backend.get(scope, "contended") in {f"{n}-9" for n in range(12)}
+    assert all(backend.get(scope, f"own-{n}") == "9" for n in range(12))
+
+
+def test_large_values_fit_on_every_database(backend, scope):
+    # 4 MiB: past MySQL's TEXT (64 KiB), within MEDIUMTEXT (16 MiB).
+    value = "€" * (4 * 1024 * 1024 // 3)
+    backend.set(scope, "big", value)
+    assert backend.get(scope, "big") == value
+
+
+def test_keys_differing_only_by_trailing_space_stay_apart(backend, scope):
+    # MySQL's _bin collations ignore trailing spaces; keys are stored as bytes there.
+    backend.set(scope, "k", "no space")
+    backend.set(scope, "k ", "one space")
+    assert backend.get(scope, "k") == "no space"
+    assert backend.get(scope, "k ") == "one space"

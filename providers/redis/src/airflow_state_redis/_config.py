@@ -1,0 +1,210 @@
+"""
+Where the backend finds its settings when it is built with no arguments.
+
+Airflow creates the backend as ``backend_class()``, so the constructor looks up what it was not
+given, in this order: the Airflow option ``[state_redis] <name>`` (only when Airflow is importable:
+it is not a dependency), then, for the URL only, the Airflow connection named by
+``[state_redis] redis_conn_id``, then the environment variable ``AIRFLOW__STATE_REDIS__<NAME>``
+(the spelling Airflow itself uses for that option, so the same variable works with or without
+Airflow installed), then the default.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from ._errors import mask_url
+from ._keys import validate_prefix
+
+SECTION = "state_redis"
+DEFAULT_KEY_PREFIX = "airflow:state"
+#: Task state outlives any sensible retry window, then goes with no cascade needed.
+DEFAULT_TASK_TTL_SECONDS = 30 * 24 * 60 * 60
+#: Asset state is run-independent, like the metastore's, which keeps it until the asset is deleted.
+DEFAULT_ASSET_TTL_SECONDS: int | None = None
+
+_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class Unset(enum.Enum):
+    """Marks a constructor argument that was not given (``None`` means "no expiry" for TTLs)."""
+
+    UNSET = "UNSET"
+
+
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    """The resolved settings; ``url_source`` says where the URL came from, for error messages."""
+
+    url: str = field(repr=False)
+    url_source: str
+    key_prefix: str
+    task_ttl_seconds: int | None
+    asset_ttl_seconds: int | None
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisSettings(url={mask_url(self.url)!r}, url_source={self.url_source!r}, "
+            f"key_prefix={self.key_prefix!r}, task_ttl_seconds={self.task_ttl_seconds!r}, "
+            f"asset_ttl_seconds={self.asset_ttl_seconds!r})"
+        )
+
+
+def env_name(option: str) -> str:
+    return f"AIRFLOW__{SECTION.upper()}__{option.upper()}"
+
+
+def _airflow_option(option: str) -> str | None:
+    """``[state_redis] <option>`` from Airflow's configuration, or None without Airflow."""
+    try:
+        # Imported here, not at module level: Airflow is optional and heavy to import.
+        from airflow.configuration import conf
+    except ImportError:
+        return None
+    value = conf.get(SECTION, option, fallback=None)
+    return _clean(value)
+
+
+def _env_option(option: str) -> str | None:
+    return _clean(os.environ.get(env_name(option)))
+
+
+def _clean(value: object) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _lookup(option: str) -> tuple[str, str] | None:
+    """Return ``(value, where it came from)`` for an option, or None when nothing sets it."""
+    value = _airflow_option(option)
+    if value is not None:
+        return value, f"[{SECTION}] {option}"
+    value = _env_option(option)
+    if value is not None:
+        return value, env_name(option)
+    return None
+
+
+def _fetch_connection(conn_id: str) -> Any:
+    """The Airflow connection *conn_id*, through whichever ``BaseHook`` this Airflow provides."""
+    try:
+        # The Task SDK's hook works in task processes (through the supervisor) and elsewhere.
+        from airflow.sdk import BaseHook
+    except ImportError:
+        try:
+            from airflow.hooks.base import BaseHook  # type: ignore[attr-defined,no-redef]
+        except ImportError as error:
+            raise ValueError(
+                f"[{SECTION}] redis_conn_id is {conn_id!r} but Airflow's BaseHook cannot be imported "
+                f"to read it; set [{SECTION}] url instead"
+            ) from error
+    return BaseHook.get_connection(conn_id)
+
+
+def url_from_connection(conn: Any) -> str:
+    """
+    Build a redis URL from an Airflow connection.
+
+    Follows the Redis provider's conventions: ``db`` and ``ssl`` in the extras; a numeric schema
+    (what a ``redis://host/2`` connection URI leaves) is taken as the database when ``db`` is absent.
+    """
+    extra = conn.extra_dejson or {}
+    scheme = "rediss" if str(extra.get("ssl", "")).lower() in ("1", "true", "yes", "on") else "redis"
+    host = conn.host or "localhost"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6 literal
+    port = conn.port or 6379
+    db = extra.get("db")
+    if db is None:
+        db = conn.schema if conn.schema and str(conn.schema).isdigit() else 0
+    userinfo = ""
+    if conn.login or conn.password:
+        userinfo = quote(conn.login or "", safe="")
+        if conn.password:
+            userinfo += ":" + quote(conn.password, safe="")
+        userinfo += "@"
+    return f"{scheme}://{userinfo}{host}:{port}/{db}"
+
+
+def _resolve_url(url: str | None) -> tuple[str, str]:
+    if url is not None:
+        return url, "the url argument"
+    value = _airflow_option("url")
+    if value is not None:
+        return value, f"[{SECTION}] url"
+    conn_id = _airflow_option("redis_conn_id")
+    if conn_id is not None:
+        return url_from_connection(_fetch_connection(conn_id)), f"Airflow connection {conn_id!r}"
+    value = _env_option("url")
+    if value is not None:
+        return value, env_name("url")
+    raise ValueError(
+        "RedisStateBackend has no Redis URL. Set [state_redis] url in airflow.cfg "
+        f"(or the environment variable {env_name('url')}), e.g. redis://localhost:6379/0, "
+        "or name an Airflow connection with [state_redis] redis_conn_id."
+    )
+
+
+def _check_url(url: str, source: str) -> None:
+    if not url.startswith(_URL_SCHEMES):
+        raise ValueError(
+            f"Redis URL from {source} must start with redis://, rediss:// or unix://, got {mask_url(url)!r}"
+        )
+
+
+def _parse_ttl(value: int | str | None, source: str) -> int | None:
+    """Seconds as a positive int; 0 and None mean "never expires"."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{source} must be a number of seconds, got {value!r}")
+    try:
+        seconds = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{source} must be a whole number of seconds (0 = no expiry), got {value!r}"
+        ) from None
+    if seconds < 0:
+        raise ValueError(f"{source} must not be negative (0 = no expiry), got {seconds}")
+    return seconds or None
+
+
+def _resolve_ttl(given: int | Unset | None, option: str, default: int | None) -> int | None:
+    if given is not UNSET:
+        return _parse_ttl(given, f"{option} argument")
+    found = _lookup(option)
+    if found is None:
+        return default
+    value, source = found
+    return _parse_ttl(value, source)
+
+
+def resolve_settings(
+    url: str | None,
+    key_prefix: str | None,
+    task_ttl_seconds: int | Unset | None,
+    asset_ttl_seconds: int | Unset | None,
+) -> RedisSettings:
+    """Fill in every setting not given explicitly; Airflow is consulted only for those."""
+    resolved_url, url_source = _resolve_url(url)
+    _check_url(resolved_url, url_source)
+    if key_prefix is None:
+        found = _lookup("key_prefix")
+        key_prefix = found[0] if found else DEFAULT_KEY_PREFIX
+    validate_prefix(key_prefix)
+    return RedisSettings(
+        url=resolved_url,
+        url_source=url_source,
+        key_prefix=key_prefix,
+        task_ttl_seconds=_resolve_ttl(task_ttl_seconds, "task_ttl_seconds", DEFAULT_TASK_TTL_SECONDS),
+        asset_ttl_seconds=_resolve_ttl(asset_ttl_seconds, "asset_ttl_seconds", DEFAULT_ASSET_TTL_SECONDS),
+    )

@@ -1,0 +1,58 @@
+"""
+Where each scope's state lives in Redis.
+
+* task state: one HASH per task instance, ``<prefix>:task:{<dag>:<run>:<task>}:<map_index>``, whose
+  fields are the state keys; plus one SET per task of a run,
+  ``<prefix>:task:{<dag>:<run>:<task>}:map-indexes``, listing the map indexes that have a hash, so
+  clearing every map index deletes exactly those hashes instead of scanning the keyspace.
+* asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
+
+The ids are percent-encoded with no safe characters, so ``:``, ``{``, ``}`` and ``%`` inside an id
+are escaped and two different scopes can never produce the same key. The braces are a Redis Cluster
+hash tag: every key of one task in one run maps to the same slot, which multi-key transactions and
+scripts on a cluster require.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from airflow_shared.state import AssetScope, TaskScope
+
+#: Suffix of the per-task SET of map indexes; a map index is an integer, so it cannot clash.
+MAP_INDEXES_SUFFIX = "map-indexes"
+
+
+def _encode(part: str) -> str:
+    return quote(part, safe="")
+
+
+def validate_prefix(prefix: str) -> None:
+    """Refuse prefixes that would break the layout (empty, or carrying a stray hash tag)."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"[state_redis] key_prefix must be a non-empty string, got {prefix!r}")
+    # Redis Cluster hashes the first {...} of a key; a brace in the prefix would move it.
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"[state_redis] key_prefix must not contain '{{' or '}}', got {prefix!r}")
+
+
+class KeyLayout:
+    """Builds the Redis key names for one key prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        validate_prefix(prefix)
+        self.prefix = prefix
+
+    def task_base(self, scope: TaskScope) -> str:
+        """The part shared by every key of a task in a run (its map-index hashes and index set)."""
+        tag = f"{_encode(scope.dag_id)}:{_encode(scope.run_id)}:{_encode(scope.task_id)}"
+        return f"{self.prefix}:task:{{{tag}}}"
+
+    def task_hash(self, scope: TaskScope) -> str:
+        return f"{self.task_base(scope)}:{scope.map_index}"
+
+    def task_index(self, scope: TaskScope) -> str:
+        return f"{self.task_base(scope)}:{MAP_INDEXES_SUFFIX}"
+
+    def asset_hash(self, scope: AssetScope) -> str:
+        return f"{self.prefix}:asset:{scope.asset_id}"

@@ -1,0 +1,393 @@
+"""What the Redis backend does beyond the shared contract: layout, expiry, clearing, async, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
+from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
+from state_redis_helpers import free_port
+
+TASK = TaskScope("dag", "run_1", "task", -1)
+
+
+def task_hash(prefix: str, dag: str, run: str, task: str, map_index: int) -> str:
+    return f"{prefix}:task:{{{dag}:{run}:{task}}}:{map_index}"
+
+
+def task_index(prefix: str, dag: str, run: str, task: str) -> str:
+    return f"{prefix}:task:{{{dag}:{run}:{task}}}:map-indexes"
+
+
+def keys_under(client, prefix: str) -> set[str]:
+    # KEYS is fine in a test on a private server; the backend itself never scans.
+    return {key.decode() for key in client.keys(f"{prefix}:*")}
+
+
+# --- layout --------------------------------------------------------------------------------
+
+
+def test_key_layout_is_one_hash_per_task_instance_plus_an_index(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    backend.set(TaskScope("dag", "manual__2026-01-01T00:00:00+00:00", "task", 2), "k", "v")
+    backend.set(AssetScope(7), "watermark", "w")
+
+    run = "manual__2026-01-01T00%3A00%3A00%2B00%3A00"
+    assert keys_under(redis_client, key_prefix) == {
+        task_hash(key_prefix, "dag", run, "task", 2),
+        task_index(key_prefix, "dag", run, "task"),
+        f"{key_prefix}:asset:7",
+    }
+    assert redis_client.type(task_hash(key_prefix, "dag", run, "task", 2)) == b"hash"
+    assert redis_client.smembers(task_index(key_prefix, "dag", run, "task")) == {b"2"}
+
+
+def test_values_are_stored_as_utf8(make_backend, redis_client, key_prefix):
+    make_backend().set(TASK, "clé", "naïve ☃ \U0001f680")
+    stored = redis_client.hget(task_hash(key_prefix, "dag", "run_1", "task", -1), "clé".encode())
+    assert stored == "naïve ☃ \U0001f680".encode()
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (TaskScope("a:b", "c", "t"), TaskScope("a", "b:c", "t")),
+        (TaskScope("d", "r:x", "t"), TaskScope("d", "r", "x:t")),
+        (TaskScope("d", "r", "t:1", -1), TaskScope("d", "r", "t", 1)),
+        (TaskScope("a%3Ab", "c", "t"), TaskScope("a:b", "c", "t")),
+        (TaskScope("d", "r}", "{t"), TaskScope("d", "r", "t")),
+    ],
+    ids=["dag-run", "run-task", "task-map-index", "percent", "braces"],
+)
+def test_ids_containing_separators_do_not_collide(make_backend, first, second):
+    backend = make_backend()
+    backend.set(first, "k", "first")
+    backend.set(second, "k", "second")
+    assert backend.get(first, "k") == "first"
+    assert backend.get(second, "k") == "second"
+
+    backend.clear(first, all_map_indices=True)
+    assert backend.get(first, "k") is None
+    assert backend.get(second, "k") == "second"
+
+
+def test_prefixes_keep_deployments_apart(make_backend):
+    one, two = make_backend(key_prefix="tenant-one"), make_backend(key_prefix="tenant-two")
+    one.set(TASK, "k", "one")
+    assert two.get(TASK, "k") is None
+    two.clear(TASK, all_map_indices=True)
+    assert one.get(TASK, "k") == "one"
+    one.clear(TASK, all_map_indices=True)
+
+
+# --- expiry --------------------------------------------------------------------------------
+
+
+def test_task_state_gets_the_ttl_and_every_write_refreshes_it(make_backend, redis_client, key_prefix):
+    backend = make_backend(task_ttl_seconds=1000)
+    scope = TaskScope("dag", "run_1", "task", 0)
+    names = (task_hash(key_prefix, "dag", "run_1", "task", 0), task_index(key_prefix, "dag", "run_1", "task"))
+
+    backend.set(scope, "a", "1")
+    for name in names:
+        assert 990_000 < redis_client.pttl(name) <= 1_000_000
+
+    for name in names:
+        redis_client.expire(name, 5)
+    backend.set(scope, "b", "2")
+    for name in names:
+        assert redis_client.ttl(name) > 990
+
+
+def test_writing_one_map_index_keeps_the_index_set_alive_for_all(make_backend, redis_client, key_prefix):
+    backend = make_backend(task_ttl_seconds=1000)
+    backend.set(TaskScope("dag", "run_1", "task", 0), "k", "v")
+    index = task_index(key_prefix, "dag", "run_1", "task")
+    redis_client.expire(index, 5)
+    backend.set(TaskScope("dag", "run_1", "task", 1), "k", "v")
+    assert redis_client.ttl(index) > 990
+
+
+def test_task_state_really_expires(make_backend):
+    backend = make_backend(task_ttl_seconds=1)
+    backend.set(TASK, "k", "v")
+    time.sleep(1.3)
+    assert backend.get(TASK, "k") is None
+
+
+def test_asset_state_does_not_expire_by_default(make_backend, redis_client, key_prefix):
+    make_backend(asset_ttl_seconds=None).set(AssetScope(1), "k", "v")
+    assert redis_client.ttl(f"{key_prefix}:asset:1") == -1
+
+
+def test_asset_ttl_applies_when_configured(make_backend, redis_client, key_prefix):
+    make_backend(asset_ttl_seconds=600).set(AssetScope(1), "k", "v")
+    assert 590 < redis_client.ttl(f"{key_prefix}:asset:1") <= 600
+
+
+def test_switching_expiry_off_makes_rewritten_keys_permanent(make_backend, redis_client, key_prefix):
+    make_backend(task_ttl_seconds=600).set(TASK, "k", "v")
+    make_backend(task_ttl_seconds=0).set(TASK, "k", "v2")
+    assert redis_client.ttl(task_hash(key_prefix, "dag", "run_1", "task", -1)) == -1
+    assert redis_client.ttl(task_index(key_prefix, "dag", "run_1", "task")) == -1
+
+
+# --- delete and clear ----------------------------------------------------------------------
+
+
+def test_deleting_the_last_key_forgets_the_map_index(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    backend.set(TaskScope("dag", "run_1", "task", 0), "a", "1")
+    backend.set(TaskScope("dag", "run_1", "task", 1), "a", "1")
+    backend.set(TaskScope("dag", "run_1", "task", 1), "b", "2")
+    index = task_index(key_prefix, "dag", "run_1", "task")
+
+    backend.delete(TaskScope("dag", "run_1", "task", 1), "a")
+    assert redis_client.smembers(index) == {b"0", b"1"}  # map index 1 still has "b"
+    backend.delete(TaskScope("dag", "run_1", "task", 1), "b")
+    assert redis_client.smembers(index) == {b"0"}
+    assert not redis_client.exists(task_hash(key_prefix, "dag", "run_1", "task", 1))
+
+
+def test_clearing_one_map_index_leaves_the_rest(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    for map_index in (0, 1):
+        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
+    backend.clear(TaskScope("dag", "run_1", "task", 0))
+    assert redis_client.smembers(task_index(key_prefix, "dag", "run_1", "task")) == {b"1"}
+    assert redis_client.exists(task_hash(key_prefix, "dag", "run_1", "task", 1))
+
+
+def test_clearing_all_map_indexes_removes_exactly_that_task_of_that_run(
+    make_backend, redis_client, key_prefix
+):
+    backend = make_backend()
+    for map_index in (-1, 0, 5):
+        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
+    backend.set(TaskScope("dag", "run_2", "task", 0), "k", "other run")
+    backend.set(TaskScope("dag", "run_1", "task_b", 0), "k", "other task")
+    backend.set(TaskScope("dag_b", "run_1", "task", 0), "k", "other dag")
+
+    backend.clear(TaskScope("dag", "run_1", "task", 0), all_map_indices=True)
+
+    assert keys_under(redis_client, key_prefix) == {
+        task_hash(key_prefix, "dag", "run_2", "task", 0),
+        task_index(key_prefix, "dag", "run_2", "task"),
+        task_hash(key_prefix, "dag", "run_1", "task_b", 0),
+        task_index(key_prefix, "dag", "run_1", "task_b"),
+        task_hash(key_prefix, "dag_b", "run_1", "task", 0),
+        task_index(key_prefix, "dag_b", "run_1", "task"),
+    }
+
+
+def test_clearing_all_copes_with_an_already_expired_hash(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    backend.set(TaskScope("dag", "run_1", "task", 0), "k", "v")
+    backend.set(TaskScope("dag", "run_1", "task", 1), "k", "v")
+    redis_client.delete(task_hash(key_prefix, "dag", "run_1", "task", 0))  # as if it had expired
+    backend.clear(TASK, all_map_indices=True)
+    assert keys_under(redis_client, key_prefix) == set()
+
+
+def test_clearing_never_scans_the_keyspace(make_backend, redis_client):
+    backend = make_backend()
+    for map_index in range(3):
+        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
+    backend.set(AssetScope(1), "k", "v")
+    redis_client.config_resetstat()
+
+    backend.clear(TaskScope("dag", "run_1", "task", 0))
+    backend.clear(TaskScope("dag", "run_1", "task", 1), all_map_indices=True)
+    asyncio.run(backend.aclear(TaskScope("dag", "run_1", "task", 1), all_map_indices=True))
+    backend.clear(AssetScope(1))
+
+    # Commands run inside Lua scripts are counted too, so this also covers the scripts.
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_del" in stats and "cmdstat_smembers" in stats  # the stats do see the clears
+    assert not {"cmdstat_scan", "cmdstat_keys", "cmdstat_sscan", "cmdstat_hscan"} & set(stats)
+
+
+# --- input is checked before any I/O -------------------------------------------------------
+
+
+@pytest.fixture
+def unreachable_url() -> str:
+    # A port nothing listens on: any I/O would fail with a connection error, not a validation one.
+    return f"redis://:s3cr3t-pass@127.0.0.1:{free_port()}/0"
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda b: b.set(TASK, "k", None), TypeError),
+        (lambda b: b.set(TASK, "", "v"), ValueError),
+        (lambda b: b.get("not a scope", "k"), TypeError),
+        (lambda b: b.clear(None), TypeError),
+        (lambda b: b.set(TASK, "k", "lone \ud800 surrogate"), ValueError),
+        (lambda b: b.get(TASK, "bad \udfff key"), ValueError),
+        (lambda b: asyncio.run(b.aset(TASK, "k", 42)), TypeError),
+        (lambda b: asyncio.run(b.adelete(AssetScope(1), "k" * 513)), ValueError),
+    ],
+    ids=[
+        "none-value",
+        "empty-key",
+        "scope",
+        "clear-scope",
+        "surrogate-value",
+        "surrogate-key",
+        "async",
+        "long",
+    ],
+)
+def test_bad_input_fails_before_touching_redis(unreachable_url, call, error):
+    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    with pytest.raises(error):
+        call(backend)
+
+
+def test_session_is_accepted_and_ignored(make_backend):
+    backend = make_backend()
+    backend.set(TASK, "k", "v", session=object())
+    assert backend.get(TASK, "k", session=object()) == "v"
+    backend.delete(TASK, "k", session=object())
+    backend.clear(TASK, all_map_indices=True, session=object())
+    assert asyncio.run(backend.aget(TASK, "k", session=object())) is None
+
+
+# --- unreachable server --------------------------------------------------------------------
+
+
+def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
+    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    with pytest.raises(RedisStateConnectionError) as caught:
+        backend.get(TASK, "k")
+    message = str(caught.value)
+    assert "s3cr3t-pass" not in message
+    assert unreachable_url.replace("s3cr3t-pass", "***") in message
+    assert "[state_redis] url" in message
+    assert "AIRFLOW__STATE_REDIS__URL" in message
+
+    for call in (lambda: backend.set(TASK, "k", "v"), lambda: backend.clear(TASK, all_map_indices=True)):
+        with pytest.raises(RedisStateConnectionError):
+            call()
+
+
+def test_unreachable_server_raises_the_same_error_from_async(unreachable_url):
+    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    with pytest.raises(RedisStateConnectionError, match=r"\[state_redis\] url") as caught:
+        asyncio.run(backend.aset(TASK, "k", "v"))
+    assert "s3cr3t-pass" not in str(caught.value)
+
+
+def test_a_malformed_url_is_refused_at_construction_with_the_password_masked():
+    with pytest.raises(ValueError, match="url argument") as caught:
+        RedisStateBackend("redis://:hunter2@host:notaport/0", key_prefix="p", task_ttl_seconds=1)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_building_the_backend_does_no_io(unreachable_url):
+    # Airflow may resolve the backend where Redis is not needed; construction must not fail there.
+    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    assert "s3cr3t-pass" not in repr(backend)
+    backend.close()
+
+
+# --- async ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["aget", "aset", "adelete", "aclear"])
+def test_async_methods_are_native(name):
+    assert getattr(RedisStateBackend, name) is not getattr(BaseStateBackend, name)
+
+
+def test_async_methods_use_neither_threads_nor_the_sync_methods(make_backend, monkeypatch):
+    backend = make_backend()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an async method fell back to a thread or to a sync method")
+
+    monkeypatch.setattr(asyncio, "to_thread", forbidden)
+    for name in ("get", "set", "delete", "clear"):
+        monkeypatch.setattr(backend, name, forbidden)
+    threads_before = threading.active_count()
+
+    async def scenario() -> None:
+        await backend.aset(TASK, "k", "v")
+        assert await backend.aget(TASK, "k") == "v"
+        await backend.adelete(TASK, "k")
+        await backend.aclear(TASK, all_map_indices=True)
+        await backend.aset(AssetScope(3), "k", "v")
+        await backend.aclear(AssetScope(3))
+
+    asyncio.run(scenario())
+    assert threading.active_count() == threads_before
+
+
+def test_many_concurrent_async_calls_in_one_loop(make_backend):
+    backend = make_backend()
+    scopes = [TaskScope("dag", "run_1", "task", i) for i in range(100)]
+
+    async def scenario() -> list[str | None]:
+        await asyncio.gather(*(backend.aset(s, "k", f"v{s.map_index}") for s in scopes))
+        values = await asyncio.gather(*(backend.aget(s, "k") for s in scopes))
+        await backend.aclear(scopes[0], all_map_indices=True)
+        return values
+
+    assert asyncio.run(scenario()) == [f"v{i}" for i in range(100)]
+    assert backend.get(scopes[42], "k") is None
+
+
+def test_each_event_loop_gets_a_client_that_closes_with_it(make_backend, redis_client):
+    backend = make_backend()
+    backend.set(TASK, "k", "v")
+
+    def connected() -> int:
+        return len(redis_client.client_list())
+
+    before = connected()
+    for _ in range(20):
+        assert asyncio.run(backend.aget(TASK, "k")) == "v"
+    # asyncio.run closes each loop's client on shutdown: no connection is left behind per loop.
+    assert connected() == before
+    assert backend._async._items == {}
+
+
+def test_async_clients_work_from_several_threads_at_once(make_backend):
+    backend = make_backend()
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def scenario() -> None:
+            scope = TaskScope("dag", "run_1", "task", n)
+            for i in range(20):
+                await backend.aset(scope, "k", str(i))
+            assert await backend.aget(scope, "k") == "19"
+
+        try:
+            asyncio.run(scenario())
+        except BaseException as error:  # re-raised in the test thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_aclose_closes_the_loops_client(make_backend, redis_client):
+    backend = make_backend()
+
+    async def scenario() -> None:
+        await backend.aset(TASK, "k", "v")
+        assert backend._async._items
+        await backend.aclose()
+        assert backend._async._items == {}
+        # Still usable afterwards: a new client is opened on demand.
+        assert await backend.aget(TASK, "k") == "v"
+
+    asyncio.run(scenario())

@@ -1,0 +1,20 @@
+"""The shared conformance kit, unchanged, against a real redis-server."""
+
+from __future__ import annotations
+
+import pytest
+from airflow_shared.state.testing import StateBackendConformance
+
+
+class TestRedisConformance(StateBackendConformance):
+    @pytest.fixture
+    def backend(self, make_backend):
+        return make_backend()
+
+
+class TestRedisConformanceWithoutExpiry(StateBackendConformance):
+    """The same contract holds with every TTL switched off (a different write path: PERSIST)."""
+
+    @pytest.fixture
+    def backend(self, make_backend):
+        return make_backend(task_ttl_seconds=None, asset_ttl_seconds=0)
