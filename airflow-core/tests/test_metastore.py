@@ -59,9 +59,9 @@ def test_set_without_an_asset_fails(backend):
 
 
 def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
-    from airflow import settings
+    from airflow.state._engine import autocommit_engine
 
-    with statements_on(settings.engine) as seen:
+    with statements_on(autocommit_engine()) as seen:
         backend.set(scope, "remote_job_id", "app_001")
     assert len(seen) == 1, seen
     assert seen[0].lstrip().upper().startswith("INSERT INTO TASK_STATE")
@@ -69,10 +69,10 @@ def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
 
 
 def test_reads_and_deletes_are_one_statement(backend, scope):
-    from airflow import settings
+    from airflow.state._engine import autocommit_engine
 
     backend.set(scope, "k", "v")
-    with statements_on(settings.engine) as seen:
+    with statements_on(autocommit_engine()) as seen:
         backend.get(scope, "k")
         backend.delete(scope, "k")
         backend.clear(scope)
@@ -80,9 +80,9 @@ def test_reads_and_deletes_are_one_statement(backend, scope):
 
 
 def test_bad_input_never_reaches_the_database(backend, scope):
-    from airflow import settings
+    from airflow.state._engine import autocommit_engine
 
-    with statements_on(settings.engine) as seen:
+    with statements_on(autocommit_engine()) as seen:
         for call in (
             lambda: backend.set(scope, "", "v"),
             lambda: backend.set(scope, "k", None),
@@ -171,10 +171,16 @@ def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
 def test_async_methods_run_on_airflows_async_engine(backend, scope):
     from airflow import settings
 
-    with statements_on(settings.async_engine.sync_engine) as async_seen, statements_on(settings.engine) as sync_seen:
+    from airflow.state._engine import autocommit_engine
+
+    with (
+        statements_on(settings.async_engine.sync_engine) as async_seen,
+        statements_on(settings.engine) as airflow_seen,
+        statements_on(autocommit_engine()) as sync_seen,
+    ):
         asyncio.run(backend.aset(scope, "k", "v"))
         assert asyncio.run(backend.aget(scope, "k")) == "v"
-    assert len(async_seen) == 2 and sync_seen == []
+    assert len(async_seen) == 2 and sync_seen == [] and airflow_seen == []
 
 
 def test_many_threads_writing_one_key_never_fail(backend, scope):
@@ -213,3 +219,45 @@ def test_keys_differing_only_by_trailing_space_stay_apart(backend, scope):
     backend.set(scope, "k ", "one space")
     assert backend.get(scope, "k") == "no space"
     assert backend.get(scope, "k ") == "one space"
+
+
+@pytest.fixture
+def pooled_engine(monkeypatch):
+    """The tests run without pooling; this test needs the pool a deployment has."""
+    from airflow.state import _engine
+
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
+    monkeypatch.setattr(_engine, "_cached", None)
+    yield _engine.autocommit_engine()
+    _engine.autocommit_engine().dispose()
+    monkeypatch.setattr(_engine, "_cached", None)
+
+
+def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, pooled_engine):
+    """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no server to drop connections")
+    from sqlalchemy import create_engine, text
+
+    from airflow import settings
+
+    backend.set(scope, "k", "before")
+    assert pooled_engine.pool.checkedin() == 1
+    kill = {
+        "postgres": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+        "AND datname = current_database()",
+        "mysql": None,
+    }[db_kind]
+    killer = create_engine(settings.SQL_ALCHEMY_CONN, isolation_level="AUTOCOMMIT")
+    with killer.connect() as conn:
+        if kill:
+            conn.execute(text(kill))
+        else:
+            me = conn.execute(text("SELECT CONNECTION_ID()")).scalar()
+            for (pid,) in conn.execute(text("SELECT id FROM information_schema.processlist WHERE db = DATABASE()")):
+                if pid != me:
+                    conn.execute(text(f"KILL {pid}"))
+    killer.dispose()
+    assert backend.get(scope, "k") == "before"
+    backend.set(scope, "k", "after")
+    assert backend.get(scope, "k") == "after"

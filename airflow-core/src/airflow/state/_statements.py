@@ -1,5 +1,6 @@
 """
-The SQL behind MetastoreStateBackend, built once per call and run by the sync or async path alike.
+The SQL behind MetastoreStateBackend: each statement is built once, with bound parameters, and
+reused by the sync and async paths alike (SQLAlchemy then compiles it once per dialect).
 
 Every write is one statement: the upsert finds the dag run (or asset) in a SELECT inside the
 INSERT, so there is no extra round trip, no window between lookup and write, and a missing dag
@@ -8,11 +9,14 @@ run shows up as "no row written".
 
 from __future__ import annotations
 
-from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Delete, Executable, Integer, Select, delete, literal, select
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, literal_column, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
@@ -26,77 +30,132 @@ _asset = AssetStateModel.__table__
 _dag_run = DagRun.__table__
 _asset_row = AssetModel.__table__
 
-_INSERT_BY_DIALECT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert, "mysql": mysql.insert}
-# Dialects whose INSERT ... ON CONFLICT can RETURNING the written row. psycopg 3 reports a
-# rowcount of -1 for INSERT ... SELECT ... ON CONFLICT, so rowcount cannot be trusted there.
 RETURNING_DIALECTS = frozenset({"postgresql", "sqlite"})
 
 
-def _task_filter(scope: TaskScope, *, all_map_indices: bool = False) -> list[Any]:
-    conditions = [_task.c.dag_id == scope.dag_id, _task.c.run_id == scope.run_id, _task.c.task_id == scope.task_id]
+def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
+    """The bound parameters that identify *scope* (and *key*) in every statement below."""
+    values: dict[str, Any] = (
+        {"dag_id": scope.dag_id, "run_id": scope.run_id, "task_id": scope.task_id, "map_index": scope.map_index}
+        if isinstance(scope, TaskScope)
+        else {"asset_id": scope.asset_id}
+    )
+    if key is not None:
+        values["key"] = key
+    return values
+
+
+def _task_instance(*, all_map_indices: bool = False) -> list[Any]:
+    conditions = [
+        _task.c.dag_id == bindparam("dag_id"),
+        _task.c.run_id == bindparam("run_id"),
+        _task.c.task_id == bindparam("task_id"),
+    ]
     if not all_map_indices:
-        conditions.append(_task.c.map_index == scope.map_index)
+        conditions.append(_task.c.map_index == bindparam("map_index"))
     return conditions
 
 
-def select_value(scope: StateScope, key: str) -> Select[Any]:
-    if isinstance(scope, TaskScope):
-        return select(_task.c.value).where(*_task_filter(scope), _task.c.key == key)
-    return select(_asset.c.value).where(_asset.c.asset_id == scope.asset_id, _asset.c.key == key)
+@cache
+def select_value(scope_type: type[StateScope]) -> Select[Any]:
+    if scope_type is TaskScope:
+        return select(_task.c.value).where(*_task_instance(), _task.c.key == bindparam("key"))
+    return select(_asset.c.value).where(_asset.c.asset_id == bindparam("asset_id"), _asset.c.key == bindparam("key"))
 
 
-def delete_rows(scope: StateScope, key: str | None = None, *, all_map_indices: bool = False) -> Delete:
-    if isinstance(scope, TaskScope):
-        stmt = delete(_task).where(*_task_filter(scope, all_map_indices=all_map_indices))
-        return stmt.where(_task.c.key == key) if key is not None else stmt
-    stmt = delete(_asset).where(_asset.c.asset_id == scope.asset_id)
-    return stmt.where(_asset.c.key == key) if key is not None else stmt
+@cache
+def delete_rows(scope_type: type[StateScope], *, one_key: bool, all_map_indices: bool = False) -> Delete:
+    if scope_type is TaskScope:
+        stmt = delete(_task).where(*_task_instance(all_map_indices=all_map_indices))
+        return stmt.where(_task.c.key == bindparam("key")) if one_key else stmt
+    stmt = delete(_asset).where(_asset.c.asset_id == bindparam("asset_id"))
+    return stmt.where(_asset.c.key == bindparam("key")) if one_key else stmt
 
 
-def upsert(
-    dialect: str, scope: StateScope, key: str, value: str, now: datetime, try_number: int | None = None
-) -> Executable:
-    """One INSERT ... SELECT ... ON CONFLICT/ON DUPLICATE KEY UPDATE for *scope* and *key*."""
-    try:
-        insert = _INSERT_BY_DIALECT[dialect]
-    except KeyError:
+class _OnConflictUpdate(ClauseElement):
+    """
+    ``ON CONFLICT (...) DO UPDATE`` / ``ON DUPLICATE KEY UPDATE``, as a construct SQLAlchemy can cache.
+
+    SQLAlchemy 2.0's dialect-specific ``insert()`` constructs opt out of the compiled cache, so a
+    statement built with them is compiled again on every execution: about a millisecond per
+    ``set``, more than the round trip itself. This clause renders the same SQL on a plain,
+    cacheable INSERT.
+    """
+
+    __visit_name__ = "state_on_conflict_update"
+    _traverse_internals = [
+        ("conflict_columns", InternalTraversal.dp_string_list),
+        ("update_columns", InternalTraversal.dp_string_list),
+    ]
+
+    def __init__(self, conflict_columns: list[str], update_columns: list[str]) -> None:
+        self.conflict_columns = conflict_columns
+        self.update_columns = update_columns
+
+
+class _Upsert(Insert):
+    inherit_cache = True
+
+    def on_conflict_update(self, conflict_columns: list[str], update_columns: list[str]) -> _Upsert:
+        upsert = self._generate()
+        upsert._post_values_clause = _OnConflictUpdate(conflict_columns, update_columns)
+        return upsert
+
+
+@compiles(_OnConflictUpdate, "postgresql")
+@compiles(_OnConflictUpdate, "sqlite")
+def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+    quote = compiler.preparer.quote
+    conflict = ", ".join(quote(c) for c in clause.conflict_columns)
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in clause.update_columns)
+    return f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+
+
+@compiles(_OnConflictUpdate, "mysql")
+def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+    # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no
+    # alias on INSERT ... SELECT.
+    quote = compiler.preparer.quote
+    return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{quote(c)} = VALUES({quote(c)})" for c in clause.update_columns)
+
+
+@cache
+def upsert(dialect: str, scope_type: type[StateScope]) -> Executable:
+    """
+    INSERT ... SELECT ... ON CONFLICT (ON DUPLICATE KEY on MySQL) for one key.
+
+    Parameters: those of :func:`params` plus ``value``, ``updated_at`` and, for task scopes,
+    ``updated_by_try``.
+    """
+    if dialect not in ("postgresql", "sqlite", "mysql"):
         raise NotImplementedError(
             f"MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, not {dialect!r}"
-        ) from None
-
-    if isinstance(scope, AssetScope):
-        table, conflict_on = _asset, [_asset.c.asset_id, _asset.c.key]
-        source = select(
-            _asset_row.c.id,
-            literal(key, StateKey()),
-            literal(value, StateValue),
-            literal(now, UtcDateTime()),
-        ).where(_asset_row.c.id == scope.asset_id)
+        )
+    key = bindparam("key", type_=StateKey())
+    value = bindparam("value", type_=StateValue)
+    updated_at = bindparam("updated_at", type_=UtcDateTime())
+    if scope_type is AssetScope:
+        table, conflict_on = _asset, ["asset_id", "key"]
+        source = select(_asset_row.c.id, key, value, updated_at).where(_asset_row.c.id == bindparam("asset_id"))
         columns = ["asset_id", "key", "value", "updated_at"]
         updated = ["value", "updated_at"]
     else:
-        table, conflict_on = _task, [_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key]
+        table, conflict_on = _task, ["dag_run_id", "task_id", "map_index", "key"]
         source = select(
             _dag_run.c.id,
             _dag_run.c.dag_id,
             _dag_run.c.run_id,
-            literal(scope.task_id, _task.c.task_id.type),
-            literal(scope.map_index, Integer()),
-            literal(key, StateKey()),
-            literal(value, StateValue),
-            literal(now, UtcDateTime()),
-            literal(try_number, Integer()),
-        ).where(_dag_run.c.dag_id == scope.dag_id, _dag_run.c.run_id == scope.run_id)
+            bindparam("task_id", type_=_task.c.task_id.type),
+            bindparam("map_index", type_=Integer()),
+            key,
+            value,
+            updated_at,
+            bindparam("updated_by_try", type_=Integer()),
+        ).where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
         columns = [
             "dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value", "updated_at", "updated_by_try"
         ]
         updated = ["value", "updated_at", "updated_by_try"]
 
-    stmt = insert(table).from_select(columns, source)
-    if dialect == "mysql":
-        # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows
-        # neither form's alias on INSERT ... SELECT.
-        return stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in updated})
-    return stmt.on_conflict_do_update(
-        index_elements=conflict_on, set_={c: stmt.excluded[c] for c in updated}
-    ).returning(literal(1))
+    stmt = _Upsert(table).from_select(columns, source).on_conflict_update(conflict_on, updated)
+    return stmt if dialect == "mysql" else stmt.returning(literal_column("1"))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from datetime import datetime, timezone
 
 from airflow import settings
 from airflow.state import _statements as sql
+from airflow.state._engine import autocommit_engine, run_once_more_if_disconnected
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
@@ -22,7 +22,7 @@ from airflow_shared.state import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, CursorResult, Executable
+    from sqlalchemy import CursorResult, Executable
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
@@ -53,6 +53,17 @@ def _written_reader(dialect: str) -> _Reader[bool]:
     return lambda result: result.rowcount > 0
 
 
+def _upsert(
+    dialect: str, scope: StateScope, key: str, value: str, try_number: int | None
+) -> tuple[Executable, dict[str, Any]]:
+    values = sql.params(scope, key)
+    values["value"] = value
+    values["updated_at"] = datetime.now(timezone.utc)
+    if isinstance(scope, TaskScope):
+        values["updated_by_try"] = try_number
+    return sql.upsert(dialect, type(scope)), values
+
+
 def _no_target_error(scope: StateScope) -> ValueError:
     if isinstance(scope, TaskScope):
         return ValueError(
@@ -75,7 +86,7 @@ class MetastoreStateBackend(BaseStateBackend):
 
     def get(self, scope: StateScope, key: str, *, session: Session | None = None) -> str | None:
         _checked(scope, key)
-        return self._execute(sql.select_value(scope, key), session, _scalar)
+        return self._execute(sql.select_value(type(scope)), sql.params(scope, key), session, _scalar)
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Session | None = None) -> None:
         self.set_by_try(scope, key, value, try_number=None, session=session)
@@ -86,70 +97,66 @@ class MetastoreStateBackend(BaseStateBackend):
         """:meth:`set`, recording which try of the task instance wrote the value."""
         _checked(scope, key, value, is_write=True)
         dialect = self._dialect(session)
-        statement = sql.upsert(dialect, scope, key, value, datetime.now(timezone.utc), try_number)
-        if not self._execute(statement, session, _written_reader(dialect)):
+        statement, values = _upsert(dialect, scope, key, value, try_number)
+        if not self._execute(statement, values, session, _written_reader(dialect)):
             raise _no_target_error(scope)
 
     def delete(self, scope: StateScope, key: str, *, session: Session | None = None) -> None:
         _checked(scope, key)
-        self._execute(sql.delete_rows(scope, key), session, _ignore)
+        self._execute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore)
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Session | None = None) -> None:
         validate_scope(scope)
-        self._execute(sql.delete_rows(scope, all_map_indices=all_map_indices), session, _ignore)
+        statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
+        self._execute(statement, sql.params(scope), session, _ignore)
 
     # --- async -------------------------------------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> str | None:
         _checked(scope, key)
-        return await self._aexecute(sql.select_value(scope, key), session, _scalar)
+        return await self._aexecute(sql.select_value(type(scope)), sql.params(scope, key), session, _scalar)
 
     async def aset(self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None) -> None:
         _checked(scope, key, value, is_write=True)
         # The async engine is built from the same database URL, so it speaks the same dialect.
         dialect = settings.async_engine.dialect.name if session is None else session.bind.dialect.name
-        statement = sql.upsert(dialect, scope, key, value, datetime.now(timezone.utc))
-        if not await self._aexecute(statement, session, _written_reader(dialect)):
+        statement, values = _upsert(dialect, scope, key, value, try_number=None)
+        if not await self._aexecute(statement, values, session, _written_reader(dialect)):
             raise _no_target_error(scope)
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
         _checked(scope, key)
-        await self._aexecute(sql.delete_rows(scope, key), session, _ignore)
+        await self._aexecute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore)
 
     async def aclear(
         self, scope: StateScope, *, all_map_indices: bool = False, session: AsyncSession | None = None
     ) -> None:
         validate_scope(scope)
-        await self._aexecute(sql.delete_rows(scope, all_map_indices=all_map_indices), session, _ignore)
+        statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
+        await self._aexecute(statement, sql.params(scope), session, _ignore)
 
     # --- plumbing ----------------------------------------------------------------------
 
     @staticmethod
     def _dialect(session: Session | None) -> str:
-        bind = settings.engine if session is None else session.get_bind()
+        bind = autocommit_engine() if session is None else session.get_bind()
         return bind.dialect.name
 
-    def _execute(self, statement: Executable, session: Session | None, read: _Reader[T]) -> T:
+    @staticmethod
+    def _execute(statement: Executable, values: dict[str, Any], session: Session | None, read: _Reader[T]) -> T:
         if session is not None:
-            return read(session.execute(statement))
-        with self._autocommit_connection() as connection:
-            # Read inside the block: the cursor is gone once the connection returns to the pool.
-            return read(connection.execute(statement))
+            return read(session.execute(statement, values))
+        # Read inside: the cursor is gone once the connection returns to the pool.
+        return run_once_more_if_disconnected(lambda connection: read(connection.execute(statement, values)))
 
     @staticmethod
-    @contextmanager
-    def _autocommit_connection() -> Iterator[Connection]:
-        # A lone statement is atomic by itself: running it in autocommit spares the BEGIN and
-        # COMMIT round trips a Session would add to every call.
-        with settings.engine.connect() as connection:
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
-
-    @staticmethod
-    async def _aexecute(statement: Executable, session: AsyncSession | None, read: _Reader[T]) -> T:
+    async def _aexecute(
+        statement: Executable, values: dict[str, Any], session: AsyncSession | None, read: _Reader[T]
+    ) -> T:
         if session is not None:
-            return read(await session.execute(statement))
+            return read(await session.execute(statement, values))
         async with create_session_async() as own_session:
-            return read(await own_session.execute(statement))
+            return read(await own_session.execute(statement, values))
 
 
 __all__ = ["AssetScope", "MetastoreStateBackend", "TaskScope"]
