@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dev"))
-import dbservers  # noqa: E402
-from conftest_helpers import run_airflow  # noqa: E402
+import dbservers
+from conftest_helpers import run_airflow
 
 _servers = ExitStack()
 

@@ -34,7 +34,9 @@ def ops_per_second(operation: Callable[[int], object], ops: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--db", choices=("postgres", "mysql", "sqlite"), default="postgres")
     parser.add_argument("--ops", type=int, default=2000, help="operations per round and side")
     parser.add_argument("--rounds", type=int, default=5)
@@ -73,7 +75,9 @@ def run(args: argparse.Namespace) -> None:
     from airflow_shared.state import TaskScope
 
     with create_session() as session:
-        session.add(DagRun(dag_id="bench", run_id="run", run_type=DagRunType.MANUAL, state=DagRunState.RUNNING))
+        session.add(
+            DagRun(dag_id="bench", run_id="run", run_type=DagRunType.MANUAL, state=DagRunState.RUNNING)
+        )
     scope = TaskScope("bench", "run", "task")
     backend = MetastoreStateBackend()
     dialect = settings.engine.dialect
@@ -101,7 +105,9 @@ def run(args: argparse.Namespace) -> None:
 
     now = datetime.now(timezone.utc)
     upsert_params = [
-        driver_params(upsert, {**sql.params(scope, k), "value": f"value-{i}", "updated_at": now, "updated_by_try": None})
+        driver_params(
+            upsert, {**sql.params(scope, k), "value": f"value-{i}", "updated_at": now, "updated_by_try": None}
+        )
         for i, k in enumerate(keys)
     ]
     select_params = [driver_params(select, sql.params(scope, k)) for k in keys]
@@ -132,13 +138,17 @@ def run(args: argparse.Namespace) -> None:
             results[op]["backend"].append(ops_per_second(ours, args.ops))
     raw.close()
 
-    print(f"\nMetastoreStateBackend vs floor on {args.db} ({dialect.driver}), "
-          f"{args.rounds} rounds x {args.ops} ops, medians")
+    print(
+        f"\nMetastoreStateBackend vs floor on {args.db} ({dialect.driver}), "
+        f"{args.rounds} rounds x {args.ops} ops, medians"
+    )
     print(f"{'op':<5}{'floor ops/s':>14}{'backend ops/s':>16}{'ratio':>8}{'target':>8}")
     for op, sides in results.items():
         floor, ours = statistics.median(sides["floor"]), statistics.median(sides["backend"])
         target = TARGETS[op] if args.db == "postgres" else None
-        print(f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{'' if target is None else f'>= {target}':>8}")
+        print(
+            f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{'' if target is None else f'>= {target}':>8}"
+        )
 
 
 if __name__ == "__main__":

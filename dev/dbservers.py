@@ -1,5 +1,5 @@
 """
-Throw-away PostgreSQL and MariaDB servers on loopback, for the tests and the benchmarks.
+Throw-away PostgreSQL, MariaDB and Redis servers on loopback, for the tests and the benchmarks.
 
 Each server lives in a temporary directory, listens on a free port of 127.0.0.1 and is gone when
 stopped. PostgreSQL refuses to run as root, so as root its binaries run as the ``postgres`` user.
@@ -40,7 +40,9 @@ def _wait_for_port(port: int, timeout: float = 60) -> None:
 
 
 def _pg_bin(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
     if not found:
         raise RuntimeError(f"PostgreSQL's {name} is not installed (Debian: apt-get install postgresql)")
     return found
@@ -68,7 +70,18 @@ def postgres_server(extra_settings: dict[str, str] | None = None) -> Iterator[st
             capture_output=True,
         )
         subprocess.run(
-            [*run_as, _pg_bin("pg_ctl"), "start", "-w", "-D", str(data), "-l", str(base / "log"), "-o", options],
+            [
+                *run_as,
+                _pg_bin("pg_ctl"),
+                "start",
+                "-w",
+                "-D",
+                str(data),
+                "-l",
+                str(base / "log"),
+                "-o",
+                options,
+            ],
             check=True,
             capture_output=True,
         )
@@ -109,7 +122,10 @@ def mariadb_server() -> Iterator[str]:
         executor.start()
         subprocess.run(
             [
-                "mariadb", f"--socket={executor.unixsocket}", "-uroot", "-e",
+                "mariadb",
+                f"--socket={executor.unixsocket}",
+                "-uroot",
+                "-e",
                 f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;"
                 f"CREATE USER '{USER}'@'%' IDENTIFIED BY '{PASSWORD}';"
                 f"GRANT ALL ON *.* TO '{USER}'@'%';",
@@ -122,6 +138,61 @@ def mariadb_server() -> Iterator[str]:
         with contextlib.suppress(Exception):
             executor.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """Run redis-server on a free port of 127.0.0.1 in a temporary directory; yield its URL."""
+    workdir = tempfile.mkdtemp(prefix="state-redis-")
+    port = free_port()
+    # --save '' and --appendonly no: nothing is persisted; the data dies with the process.
+    command = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    command += ["--dir", workdir, "--daemonize", "no", "--loglevel", "warning"]
+    log_path = os.path.join(workdir, "redis.log")
+    # Output goes to a file, not a pipe nobody drains, which could fill up and stall the server.
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _wait_until_up(url, server, log_path)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_until_up(url: str, server: subprocess.Popen[bytes], log_path: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 15
+    try:
+        while True:
+            if server.poll() is not None:
+                with open(log_path, errors="replace") as log:
+                    output = log.read()
+                raise RuntimeError(f"redis-server exited with {server.returncode}: {output}")
+            try:
+                client.ping()
+                return
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def have_redis_server() -> bool:
+    return os.path.exists(REDIS_SERVER)
 
 
 @contextlib.contextmanager

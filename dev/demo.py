@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.state import get_state_backend
@@ -11,13 +9,16 @@ from airflow.utils.session import create_session
 from airflow.utils.state import DagRunState
 from airflow.utils.types import DagRunType
 from airflow_shared.state import AssetScope, TaskScope
+from sqlalchemy import select
 
 DAG_ID = "spark_pipeline"
 
 
 def create_dag_run(run_id: str) -> None:
     with create_session() as session:
-        session.add(DagRun(dag_id=DAG_ID, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING))
+        session.add(
+            DagRun(dag_id=DAG_ID, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING)
+        )
 
 
 def create_asset(uri: str) -> int:
@@ -36,7 +37,9 @@ def submit_or_reconnect(scope: TaskScope, try_number: int, job_name: str) -> str
         backend.set(scope, "remote_job_id", job_id)
         print(f"   try {try_number}: no job in task state -> submitted {job_id}, stored remote_job_id")
     else:
-        print(f"   try {try_number}: found remote_job_id={job_id} in task state -> reconnected, nothing resubmitted")
+        print(
+            f"   try {try_number}: found remote_job_id={job_id} in task state -> reconnected, nothing resubmitted"
+        )
     return job_id
 
 
@@ -60,7 +63,9 @@ def main() -> None:
 
     print("\n3. Mapped task instances keep separate state")
     for map_index in (0, 1, 2):
-        backend.set(TaskScope(DAG_ID, "run_1", "process_partition", map_index), "offset", str(map_index * 1000))
+        backend.set(
+            TaskScope(DAG_ID, "run_1", "process_partition", map_index), "offset", str(map_index * 1000)
+        )
     for map_index in (0, 1, 2):
         value = backend.get(TaskScope(DAG_ID, "run_1", "process_partition", map_index), "offset")
         print(f"   process_partition[{map_index}] offset = {value}")

@@ -20,12 +20,11 @@ def unique() -> str:
 @pytest.fixture
 def make_dag_run() -> Iterator[Callable[[str, str], int]]:
     """Create real dag_run rows; return ``make(dag_id, run_id) -> dag_run.id``. Removed afterwards."""
-    from sqlalchemy import delete, select
-
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunType
+    from sqlalchemy import delete, select
 
     created: dict[tuple[str, str], int] = {}
 
@@ -33,7 +32,9 @@ def make_dag_run() -> Iterator[Callable[[str, str], int]]:
         if (dag_id, run_id) not in created:
             with create_session() as session:
                 session.add(
-                    DagRun(dag_id=dag_id, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING)
+                    DagRun(
+                        dag_id=dag_id, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING
+                    )
                 )
             with create_session() as session:
                 created[(dag_id, run_id)] = session.scalar(
@@ -50,17 +51,18 @@ def make_dag_run() -> Iterator[Callable[[str, str], int]]:
 @pytest.fixture
 def make_asset(unique) -> Iterator[Callable[[int], int]]:
     """Create real asset rows; return ``make(n) -> asset.id`` for the n-th asset of the test."""
-    from sqlalchemy import delete
-
     from airflow.models.asset import AssetModel
     from airflow.utils.session import create_session
+    from sqlalchemy import delete
 
     created: dict[int, int] = {}
 
     def make(n: int) -> int:
         if n not in created:
             with create_session() as session:
-                asset = AssetModel(name=f"state_{unique}_{n}", uri=f"s3://state-tests/{unique}/{n}", group="asset")
+                asset = AssetModel(
+                    name=f"state_{unique}_{n}", uri=f"s3://state-tests/{unique}/{n}", group="asset"
+                )
                 session.add(asset)
                 session.flush()
                 created[n] = asset.id

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from airflow.state import get_state_backend, resolve_state_backend
 from airflow.state.backend import reset_state_backend
 from airflow.state.metastore import MetastoreStateBackend

@@ -7,9 +7,8 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import delete, event, select
-
 from airflow_shared.state import AssetScope, TaskScope
+from sqlalchemy import delete, event, select
 
 
 @contextmanager
@@ -170,7 +169,6 @@ def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
 
 def test_async_methods_run_on_airflows_async_engine(backend, scope):
     from airflow import settings
-
     from airflow.state._engine import autocommit_engine
 
     with (
@@ -237,9 +235,8 @@ def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, 
     """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
     if db_kind == "sqlite":
         pytest.skip("SQLite has no server to drop connections")
-    from sqlalchemy import create_engine, text
-
     from airflow import settings
+    from sqlalchemy import create_engine, text
 
     backend.set(scope, "k", "before")
     assert pooled_engine.pool.checkedin() == 1
@@ -254,7 +251,9 @@ def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, 
             conn.execute(text(kill))
         else:
             me = conn.execute(text("SELECT CONNECTION_ID()")).scalar()
-            for (pid,) in conn.execute(text("SELECT id FROM information_schema.processlist WHERE db = DATABASE()")):
+            for (pid,) in conn.execute(
+                text("SELECT id FROM information_schema.processlist WHERE db = DATABASE()")
+            ):
                 if pid != me:
                     conn.execute(text(f"KILL {pid}"))
     killer.dispose()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from airflow_shared.state import AssetScope, TaskScope
 from airflow_shared.state.testing import StateBackendConformance
 

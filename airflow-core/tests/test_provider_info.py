@@ -7,9 +7,8 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 import jsonschema
-from conftest_helpers import run_airflow
-
 from airflow.state.provider_info import get_provider_info
+from conftest_helpers import run_airflow
 
 
 def test_provider_info_is_valid_against_airflows_schema():

@@ -9,7 +9,7 @@ import time
 import pytest
 from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
-from state_redis_helpers import free_port
+from dbservers import free_port
 
 TASK = TaskScope("dag", "run_1", "task", -1)
 

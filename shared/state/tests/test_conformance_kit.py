@@ -6,10 +6,9 @@ import textwrap
 import threading
 
 import pytest
-from memory_backend import MemoryStateBackend
-
 from airflow_shared.state import BaseStateBackend, TaskScope
 from airflow_shared.state.testing import StateBackendConformance
+from memory_backend import MemoryStateBackend
 
 
 class TestMemoryBackendConforms(StateBackendConformance):

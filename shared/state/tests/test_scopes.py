@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from airflow_shared.state import AssetScope, StateScope, TaskScope
 
 

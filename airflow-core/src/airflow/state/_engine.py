@@ -16,10 +16,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy.exc import DBAPIError
-
 from airflow import settings
 from airflow.configuration import conf
+from sqlalchemy.exc import DBAPIError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine

@@ -12,18 +12,17 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, literal_column, select
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import ClauseElement
-from sqlalchemy.sql.dml import Insert
-from sqlalchemy.sql.visitors import InternalTraversal
-
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.state.models import AssetStateModel, TaskStateModel
 from airflow.state.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from airflow_shared.state import AssetScope, StateScope, TaskScope
+from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, literal_column, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.visitors import InternalTraversal
 
 _task = TaskStateModel.__table__
 _asset = AssetStateModel.__table__
@@ -36,7 +35,12 @@ RETURNING_DIALECTS = frozenset({"postgresql", "sqlite"})
 def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
     """The bound parameters that identify *scope* (and *key*) in every statement below."""
     values: dict[str, Any] = (
-        {"dag_id": scope.dag_id, "run_id": scope.run_id, "task_id": scope.task_id, "map_index": scope.map_index}
+        {
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "task_id": scope.task_id,
+            "map_index": scope.map_index,
+        }
         if isinstance(scope, TaskScope)
         else {"asset_id": scope.asset_id}
     )
@@ -60,7 +64,9 @@ def _task_instance(*, all_map_indices: bool = False) -> list[Any]:
 def select_value(scope_type: type[StateScope]) -> Select[Any]:
     if scope_type is TaskScope:
         return select(_task.c.value).where(*_task_instance(), _task.c.key == bindparam("key"))
-    return select(_asset.c.value).where(_asset.c.asset_id == bindparam("asset_id"), _asset.c.key == bindparam("key"))
+    return select(_asset.c.value).where(
+        _asset.c.asset_id == bindparam("asset_id"), _asset.c.key == bindparam("key")
+    )
 
 
 @cache
@@ -116,7 +122,9 @@ def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any
     # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no
     # alias on INSERT ... SELECT.
     quote = compiler.preparer.quote
-    return "ON DUPLICATE KEY UPDATE " + ", ".join(f"{quote(c)} = VALUES({quote(c)})" for c in clause.update_columns)
+    return "ON DUPLICATE KEY UPDATE " + ", ".join(
+        f"{quote(c)} = VALUES({quote(c)})" for c in clause.update_columns
+    )
 
 
 @cache
@@ -136,7 +144,9 @@ def upsert(dialect: str, scope_type: type[StateScope]) -> Executable:
     updated_at = bindparam("updated_at", type_=UtcDateTime())
     if scope_type is AssetScope:
         table, conflict_on = _asset, ["asset_id", "key"]
-        source = select(_asset_row.c.id, key, value, updated_at).where(_asset_row.c.id == bindparam("asset_id"))
+        source = select(_asset_row.c.id, key, value, updated_at).where(
+            _asset_row.c.id == bindparam("asset_id")
+        )
         columns = ["asset_id", "key", "value", "updated_at"]
         updated = ["value", "updated_at"]
     else:
@@ -153,7 +163,15 @@ def upsert(dialect: str, scope_type: type[StateScope]) -> Executable:
             bindparam("updated_by_try", type_=Integer()),
         ).where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
         columns = [
-            "dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value", "updated_at", "updated_by_try"
+            "dag_run_id",
+            "dag_id",
+            "run_id",
+            "task_id",
+            "map_index",
+            "key",
+            "value",
+            "updated_at",
+            "updated_by_try",
         ]
         updated = ["value", "updated_at", "updated_by_try"]
 

@@ -10,7 +10,9 @@ ARG_TO_REVISION = Arg(
     required=True,
 )
 ARG_FROM_REVISION = Arg(("--from-revision",), help="With --show-sql-only: the revision to start from")
-ARG_SHOW_SQL_ONLY = Arg(("-s", "--show-sql-only"), help="Print the SQL instead of running it", action="store_true")
+ARG_SHOW_SQL_ONLY = Arg(
+    ("-s", "--show-sql-only"), help="Print the SQL instead of running it", action="store_true"
+)
 ARG_YES = Arg(("-y", "--yes"), help="Do not ask for confirmation", action="store_true")
 
 

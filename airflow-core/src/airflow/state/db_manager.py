@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
-
 from airflow.state.models import metadata
 from airflow.utils.db_manager import BaseDBManager
+from alembic import command
 
 _HERE = Path(__file__).parent
 
@@ -22,7 +21,9 @@ class StateDBManager(BaseDBManager):
     supports_table_dropping = True
     revision_heads_map = {"0.1.0": "b7d3e1a90112"}
 
-    def downgrade(self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False) -> None:
+    def downgrade(
+        self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False
+    ) -> None:
         """
         Downgrade our tables; ``to_revision="base"`` drops them.
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
-
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow import settings
 from airflow.state import _statements as sql
@@ -70,7 +69,9 @@ def _no_target_error(scope: StateScope) -> ValueError:
             f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
             "only be written for an existing dag run"
         )
-    return ValueError(f"No asset found with id {scope.asset_id}: asset state can only be written for an existing asset")
+    return ValueError(
+        f"No asset found with id {scope.asset_id}: asset state can only be written for an existing asset"
+    )
 
 
 class MetastoreStateBackend(BaseStateBackend):
@@ -92,7 +93,13 @@ class MetastoreStateBackend(BaseStateBackend):
         self.set_by_try(scope, key, value, try_number=None, session=session)
 
     def set_by_try(
-        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Session | None = None
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        try_number: int | None,
+        session: Session | None = None,
     ) -> None:
         """:meth:`set`, recording which try of the task instance wrote the value."""
         _checked(scope, key, value, is_write=True)
@@ -105,7 +112,9 @@ class MetastoreStateBackend(BaseStateBackend):
         _checked(scope, key)
         self._execute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore)
 
-    def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Session | None = None) -> None:
+    def clear(
+        self, scope: StateScope, *, all_map_indices: bool = False, session: Session | None = None
+    ) -> None:
         validate_scope(scope)
         statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
         self._execute(statement, sql.params(scope), session, _ignore)
@@ -116,7 +125,9 @@ class MetastoreStateBackend(BaseStateBackend):
         _checked(scope, key)
         return await self._aexecute(sql.select_value(type(scope)), sql.params(scope, key), session, _scalar)
 
-    async def aset(self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None) -> None:
+    async def aset(
+        self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None
+    ) -> None:
         _checked(scope, key, value, is_write=True)
         # The async engine is built from the same database URL, so it speaks the same dialect.
         dialect = settings.async_engine.dialect.name if session is None else session.bind.dialect.name
@@ -126,7 +137,9 @@ class MetastoreStateBackend(BaseStateBackend):
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
         _checked(scope, key)
-        await self._aexecute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore)
+        await self._aexecute(
+            sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore
+        )
 
     async def aclear(
         self, scope: StateScope, *, all_map_indices: bool = False, session: AsyncSession | None = None
@@ -143,7 +156,9 @@ class MetastoreStateBackend(BaseStateBackend):
         return bind.dialect.name
 
     @staticmethod
-    def _execute(statement: Executable, values: dict[str, Any], session: Session | None, read: _Reader[T]) -> T:
+    def _execute(
+        statement: Executable, values: dict[str, Any], session: Session | None, read: _Reader[T]
+    ) -> T:
         if session is not None:
             return read(session.execute(statement, values))
         # Read inside: the cursor is gone once the connection returns to the pool.

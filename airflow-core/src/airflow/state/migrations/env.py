@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from alembic import context
-
 from airflow import settings
 from airflow.state.db_manager import StateDBManager
 from airflow.state.models import metadata
+from alembic import context
 
 VERSION_TABLE = StateDBManager.version_table_name
 

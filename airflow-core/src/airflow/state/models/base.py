@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import MetaData
-from sqlalchemy.orm import registry
-
 from airflow.models.base import metadata as airflow_metadata
 from airflow.models.base import naming_convention
+from sqlalchemy import MetaData
+from sqlalchemy.orm import registry
 
 # Same schema and constraint names as Airflow's own tables, separate MetaData object.
 metadata = MetaData(schema=airflow_metadata.schema, naming_convention=naming_convention)

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, Integer, text
-from sqlalchemy.orm import Mapped, mapped_column
-
 from airflow.models.base import StringID
 from airflow.models.dagrun import DagRun
 from airflow.state.models.base import Base
 from airflow.state.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
+from sqlalchemy import ForeignKey, Index, Integer, text
+from sqlalchemy.orm import Mapped, mapped_column
 
 
 class TaskStateModel(Base):

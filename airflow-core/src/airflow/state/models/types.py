@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_shared.state import MAX_KEY_LENGTH
 from sqlalchemy import String, Text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator, TypeEngine
-
-from airflow_shared.state import MAX_KEY_LENGTH
 
 
 class StateKey(TypeDecorator[str]):

@@ -59,8 +59,6 @@ class BaseStateBackend(ABC):
         """Async :meth:`delete`."""
         await asyncio.to_thread(self.delete, scope, key, session=session)
 
-    async def aclear(
-        self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None
-    ) -> None:
+    async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         """Async :meth:`clear`."""
         await asyncio.to_thread(self.clear, scope, all_map_indices=all_map_indices, session=session)

@@ -55,4 +55,4 @@ class AssetScope:
 
 
 # Union[] rather than `|` so the alias also evaluates at runtime on Python 3.10 for isinstance().
-StateScope = Union[TaskScope, AssetScope]
+StateScope = Union[TaskScope, AssetScope]  # noqa: UP007

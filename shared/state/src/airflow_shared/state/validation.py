@@ -11,9 +11,7 @@ MAX_KEY_LENGTH = 512
 def validate_scope(scope: object) -> None:
     """Raise ``TypeError`` unless *scope* is a :class:`TaskScope` or :class:`AssetScope`."""
     if not isinstance(scope, (TaskScope, AssetScope)):
-        raise TypeError(
-            f"scope must be a TaskScope or an AssetScope, got {type(scope).__name__}: {scope!r}"
-        )
+        raise TypeError(f"scope must be a TaskScope or an AssetScope, got {type(scope).__name__}: {scope!r}")
 
 
 def validate_key(key: object) -> None:

@@ -9,11 +9,10 @@ Create Date: 2026-11-30
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
-
 from airflow.models.base import StringID
 from airflow.state.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
+from alembic import op
 
 revision = "b7d3e1a90112"
 down_revision = None
@@ -47,7 +46,9 @@ def upgrade() -> None:
         sa.Column("key", StateKey(), nullable=False),
         sa.Column("value", StateValue, nullable=False),
         sa.Column("updated_at", UtcDateTime(), nullable=False),
-        sa.ForeignKeyConstraint(["asset_id"], ["asset.id"], name="asset_state_asset_id_fkey", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["asset_id"], ["asset.id"], name="asset_state_asset_id_fkey", ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("asset_id", "key", name="asset_state_pkey"),
     )
 
