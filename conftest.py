@@ -55,7 +55,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"metadata database: {config.getoption('--db')} ({os.environ.get('AIRFLOW__DATABASE__SQL_ALCHEMY_CONN')})"
+    url = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    return f"metadata database: {config.getoption('--db')} ({url})"
 
 
 @pytest.fixture(scope="session")

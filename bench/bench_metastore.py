@@ -146,9 +146,8 @@ def run(args: argparse.Namespace) -> None:
     for op, sides in results.items():
         floor, ours = statistics.median(sides["floor"]), statistics.median(sides["backend"])
         target = TARGETS[op] if args.db == "postgres" else None
-        print(
-            f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{'' if target is None else f'>= {target}':>8}"
-        )
+        goal = "" if target is None else f">= {target}"
+        print(f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{goal:>8}")
 
 
 if __name__ == "__main__":

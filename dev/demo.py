@@ -38,7 +38,8 @@ def submit_or_reconnect(scope: TaskScope, try_number: int, job_name: str) -> str
         print(f"   try {try_number}: no job in task state -> submitted {job_id}, stored remote_job_id")
     else:
         print(
-            f"   try {try_number}: found remote_job_id={job_id} in task state -> reconnected, nothing resubmitted"
+            f"   try {try_number}: found remote_job_id={job_id} in task state"
+            " -> reconnected, nothing resubmitted"
         )
     return job_id
 
