@@ -116,7 +116,7 @@ def test_db_reset_drops_and_rebuilds_the_state_tables(backend, make_dag_run, uni
     if extra and db_kind == "mysql":
         pytest.skip(
             "Airflow 3.2's own migration files cannot build a database from scratch on MariaDB "
-            "(REGEXP_REPLACE with MySQL 8 arguments); test_upgrade_downgrade_upgrade runs our chain from files"
+            "(REGEXP_REPLACE with MySQL 8 arguments); test_upgrade_downgrade_upgrade runs ours from files"
         )
     # PostgreSQL and MySQL refuse to drop dag_run while task_state references it: the reset
     # hook drops our tables first.
