@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent / "dev"))
 import dbservers
 from conftest_helpers import run_airflow
 
+# pytester runs the conformance kit against deliberately broken backends.
+pytest_plugins = ["pytester"]
+
 _servers = ExitStack()
 
 
