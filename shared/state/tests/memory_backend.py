@@ -39,6 +39,10 @@ class MemoryStateBackend(BaseStateBackend):
         with self._lock:
             self._data.pop((scope, key), None)
 
+    def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
+        validate_scope(scope)
+        return sorted(key for stored_scope, key in self._data if stored_scope == scope)
+
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         validate_scope(scope)
         with self._lock:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow.state.accessors import asset_state, task_state
     from airflow.state.backend import get_state_backend, resolve_state_backend
 
-__all__ = ["get_state_backend", "resolve_state_backend"]
+__all__ = ["asset_state", "get_state_backend", "resolve_state_backend", "task_state"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from airflow.state import backend
 
         return getattr(backend, name)
+    if name in ("task_state", "asset_state"):
+        from airflow.state import accessors
+
+        return getattr(accessors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

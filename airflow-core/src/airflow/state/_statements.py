@@ -70,6 +70,13 @@ def select_value(scope_type: type[StateScope]) -> Select[Any]:
 
 
 @cache
+def select_keys(scope_type: type[StateScope]) -> Select[Any]:
+    if scope_type is TaskScope:
+        return select(_task.c.key).where(*_task_instance())
+    return select(_asset.c.key).where(_asset.c.asset_id == bindparam("asset_id"))
+
+
+@cache
 def delete_rows(scope_type: type[StateScope], *, one_key: bool, all_map_indices: bool = False) -> Delete:
     if scope_type is TaskScope:
         stmt = delete(_task).where(*_task_instance(all_map_indices=all_map_indices))

@@ -41,6 +41,11 @@ def _scalar(result: CursorResult[Any]) -> Any:
     return result.scalar()
 
 
+def _sorted_keys(result: CursorResult[Any]) -> list[str]:
+    # Sorted here, not in SQL: database collations order text differently from each other.
+    return sorted(result.scalars())
+
+
 def _ignore(result: CursorResult[Any]) -> None:
     return None
 
@@ -119,6 +124,10 @@ class MetastoreStateBackend(BaseStateBackend):
         statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
         self._execute(statement, sql.params(scope), session, _ignore)
 
+    def keys(self, scope: StateScope, *, session: Session | None = None) -> list[str]:
+        validate_scope(scope)
+        return self._execute(sql.select_keys(type(scope)), sql.params(scope), session, _sorted_keys)
+
     # --- async -------------------------------------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> str | None:
@@ -147,6 +156,10 @@ class MetastoreStateBackend(BaseStateBackend):
         validate_scope(scope)
         statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
         await self._aexecute(statement, sql.params(scope), session, _ignore)
+
+    async def akeys(self, scope: StateScope, *, session: AsyncSession | None = None) -> list[str]:
+        validate_scope(scope)
+        return await self._aexecute(sql.select_keys(type(scope)), sql.params(scope), session, _sorted_keys)
 
     # --- plumbing ----------------------------------------------------------------------
 

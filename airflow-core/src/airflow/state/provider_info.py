@@ -31,6 +31,39 @@ _STATE_CONFIG: dict[str, Any] = {
             "example": "my_company.state.RedisStateBackend",
             "default": "airflow.state.metastore.MetastoreStateBackend",
         },
+        "api_secret": {
+            "description": (
+                "Secret that signs the short-lived tokens task processes send to the state API on the "
+                "API server. Set the same long random value on every worker and API server. It is "
+                "separate from ``[api_auth] jwt_secret``, which must stay on the scheduler and API server. "
+                "Not needed under ``airflow dags test``."
+            ),
+            "version_added": "0.1.0",
+            "type": "string",
+            "sensitive": True,
+            "example": None,
+            "default": None,
+        },
+        "api_url": {
+            "description": (
+                "Base URL of the state API as workers reach it. Empty: the API server of "
+                "``[core] execution_api_server_url`` with ``/state`` in place of ``/execution``."
+            ),
+            "version_added": "0.1.0",
+            "type": "string",
+            "example": "http://airflow-api-server:8080/state",
+            "default": "",
+        },
+        "max_value_bytes": {
+            "description": (
+                "Largest value, as JSON text in UTF-8, that task code may store; checked in the task "
+                "and again on the API server."
+            ),
+            "version_added": "0.1.0",
+            "type": "integer",
+            "example": None,
+            "default": "65536",
+        },
     },
 }
 

@@ -141,6 +141,12 @@ class RedisStateBackend(BaseStateBackend):
                 self._queue_clear(pipe, scope)
                 pipe.execute()
 
+    def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
+        validate_scope(scope)
+        with self._reachable():
+            fields = self._client.hkeys(self._hash(scope))
+        return sorted(field.decode("utf-8") for field in fields)
+
     # --- async (redis.asyncio, no threads) -----------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
@@ -181,6 +187,13 @@ class RedisStateBackend(BaseStateBackend):
             async with connection.client.pipeline(transaction=True) as pipe:
                 self._queue_clear(pipe, scope)
                 await pipe.execute()
+
+    async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
+        validate_scope(scope)
+        with self._reachable():
+            connection = await self._async.get()
+            fields = await connection.client.hkeys(self._hash(scope))
+        return sorted(field.decode("utf-8") for field in fields)
 
     # --- lifecycle -----------------------------------------------------------------------
 

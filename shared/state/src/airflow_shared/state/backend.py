@@ -47,6 +47,15 @@ class BaseStateBackend(ABC):
         which case every map index of that task in that run is cleared. Asset scopes ignore it.
         """
 
+    def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
+        """
+        Return the keys stored in *scope*, sorted.
+
+        Optional: backends that cannot list keys leave this default, which raises
+        ``NotImplementedError``; the conformance kit then skips its listing tests.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support listing state keys")
+
     async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
         """Async :meth:`get`."""
         return await asyncio.to_thread(self.get, scope, key, session=session)
@@ -62,3 +71,7 @@ class BaseStateBackend(ABC):
     async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         """Async :meth:`clear`."""
         await asyncio.to_thread(self.clear, scope, all_map_indices=all_map_indices, session=session)
+
+    async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
+        """Async :meth:`keys`."""
+        return await asyncio.to_thread(self.keys, scope, session=session)

@@ -183,6 +183,26 @@ class StateBackendConformance:
         backend.clear(make_task_scope(), all_map_indices=True)
         backend.clear(make_asset_scope(1))
 
+    # --- listing (optional) ---------------------------------------------------------------
+
+    def test_keys_lists_exactly_this_scope_sorted(self, backend, make_task_scope, make_asset_scope):
+        scope = make_task_scope(map_index=0)
+        try:
+            assert backend.keys(scope) == []
+        except NotImplementedError:
+            pytest.skip(f"{type(backend).__name__} does not list keys")
+        for key in ("b", "a", "Z", "ü"):
+            backend.set(scope, key, "v")
+        backend.set(make_task_scope(map_index=1), "other_map_index", "v")
+        backend.set(make_task_scope(run_id="run_2", map_index=0), "other_run", "v")
+        backend.set(make_asset_scope(1), "asset_key", "v")
+        backend.delete(scope, "b")
+        assert backend.keys(scope) == ["Z", "a", "ü"]
+        assert backend.keys(make_asset_scope(1)) == ["asset_key"]
+        assert asyncio.run(backend.akeys(scope)) == ["Z", "a", "ü"]
+        backend.clear(scope)
+        assert backend.keys(scope) == []
+
     # --- async parity --------------------------------------------------------------------
 
     def test_async_methods_match_sync(self, backend, make_task_scope, make_asset_scope):

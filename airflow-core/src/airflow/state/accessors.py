@@ -1,0 +1,170 @@
+"""
+``task_state`` and ``asset_state``: state as task code sees it.
+
+Both are bound to the running task instance through ``get_current_context()``, so the same
+objects work in classic operators, ``@task`` functions and async tasks. Values are any JSON
+document except ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.state import values
+from airflow.state.client import StateClient
+from airflow.state.tokens import TaskInstanceClaims
+
+_OUTSIDE_TASK = (
+    "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
+    "function, or code they call (including under `airflow dags test` / dag.test())."
+)
+
+
+def _running_task_instance(what: str) -> Any:
+    from airflow.sdk import get_current_context
+
+    try:
+        return get_current_context()["ti"]
+    except (RuntimeError, KeyError):
+        raise RuntimeError(_OUTSIDE_TASK.format(what=what)) from None
+
+
+def _client(what: str) -> tuple[StateClient, Any]:
+    ti = _running_task_instance(what)
+    claims = TaskInstanceClaims(
+        ti_id=str(ti.id),
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=ti.map_index if ti.map_index is not None else -1,
+        try_number=ti.try_number,
+    )
+    return StateClient(claims), ti
+
+
+class _StateNamespace:
+    """The methods shared by task state and one asset's state; subclasses say where the keys live."""
+
+    _what = "state"
+
+    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
+        """Return the client, request params, and a function from key (or None) to path."""
+        raise NotImplementedError
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under *key*, or *default*."""
+        client, params, path = self._target()
+        response = client.request("GET", path(key), params=params)
+        return default if response.status_code == 404 else response.json()["value"]
+
+    def set(self, key: str, value: Any) -> None:
+        """Store *value* (any JSON document except None) under *key*."""
+        client, params, path = self._target()
+        client.request("PUT", path(key), params=params, content=_body(value))
+
+    def delete(self, key: str) -> None:
+        """Remove *key*; removing a key that is not there is not an error."""
+        client, params, path = self._target()
+        client.request("DELETE", path(key), params=params)
+
+    def clear(self) -> None:
+        """Remove every key of this namespace."""
+        client, params, path = self._target()
+        client.request("DELETE", path(None), params=params)
+
+    def keys(self) -> list[str]:
+        """The keys stored in this namespace, sorted."""
+        client, params, path = self._target()
+        return client.request("GET", path(None), params=params).json()["keys"]
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        client, params, path = self._target()
+        response = await client.arequest("GET", path(key), params=params)
+        return default if response.status_code == 404 else response.json()["value"]
+
+    async def aset(self, key: str, value: Any) -> None:
+        client, params, path = self._target()
+        await client.arequest("PUT", path(key), params=params, content=_body(value))
+
+    async def adelete(self, key: str) -> None:
+        client, params, path = self._target()
+        await client.arequest("DELETE", path(key), params=params)
+
+    async def aclear(self) -> None:
+        client, params, path = self._target()
+        await client.arequest("DELETE", path(None), params=params)
+
+    async def akeys(self) -> list[str]:
+        client, params, path = self._target()
+        return (await client.arequest("GET", path(None), params=params)).json()["keys"]
+
+
+def _body(value: Any) -> str:
+    # Checked here too, so a bad value fails in the task with the full message and no round trip.
+    return '{"value":' + values.encode(value) + "}"
+
+
+class TaskState(_StateNamespace):
+    """The running task instance's state: shared by its tries, separate per map index."""
+
+    _what = "task_state"
+
+    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
+        client, _ = _client(self._what)
+        return client, {}, client.task_path
+
+    def __repr__(self) -> str:
+        return "<task_state: the running task instance's state>"
+
+
+class AssetState(_StateNamespace):
+    """One asset's state, for an asset the running task declares as an inlet or outlet."""
+
+    _what = "asset_state"
+
+    def __init__(self, asset: Any) -> None:
+        self._asset = asset
+
+    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
+        client, ti = _client(self._what)
+        name, uri = _declared_asset(ti, self._asset)
+        return client, {"name": name, "uri": uri}, client.asset_path
+
+    def __repr__(self) -> str:
+        return f"<asset_state[{self._asset!r}]>"
+
+
+def _declared_asset(ti: Any, wanted: Any) -> tuple[str, str]:
+    """Match *wanted* (an Asset, or a name or URI) against the task's inlets and outlets."""
+    from airflow.sdk import Asset
+
+    declared = [a for a in [*ti.task.inlets, *ti.task.outlets] if isinstance(a, Asset)]
+    for asset in declared:
+        if isinstance(wanted, Asset):
+            if (asset.name, asset.uri) == (wanted.name, wanted.uri):
+                return asset.name, asset.uri
+        elif wanted in (asset.name, asset.uri):
+            return asset.name, asset.uri
+    names = ", ".join(repr(a.name) for a in declared) or "none"
+    raise PermissionError(
+        f"asset_state[{wanted!r}]: task {ti.task_id!r} does not declare this asset as an inlet or outlet "
+        f"(declared: {names}); add it to the task's inlets= or outlets="
+    )
+
+
+class AssetStates:
+    """``asset_state[asset]``: by ``Asset`` object, name or URI."""
+
+    def __getitem__(self, asset: Any) -> AssetState:
+        from airflow.sdk import Asset
+
+        if not isinstance(asset, (Asset, str)) or (isinstance(asset, str) and not asset):
+            raise TypeError(f"asset_state[...] takes an Asset, or an asset's name or URI; got {asset!r}")
+        return AssetState(asset)
+
+    def __repr__(self) -> str:
+        return "<asset_state: state of the assets the running task declares>"
+
+
+task_state = TaskState()
+asset_state = AssetStates()

@@ -1,0 +1,1 @@
+"""The task-facing state API, served by the Airflow API server under ``/state``."""

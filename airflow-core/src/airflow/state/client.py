@@ -1,0 +1,184 @@
+"""
+How task code reaches the state API: an HTTP client that speaks for one task instance.
+
+Every call is idempotent (PUT of a value, DELETE, GET), so connection errors and 5xx answers are
+retried with backoff; anything else fails at once with a message that says what to check.
+Under ``dag.test()`` / ``airflow dags test`` tasks run inside the test process, and the client
+serves the same app in-process instead (no API server needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from functools import cache
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from airflow.configuration import conf
+from airflow.state.api.app import URL_PREFIX
+from airflow.state.tokens import TaskInstanceClaims, api_secret, mint
+
+RETRIES = 3
+BACKOFF_SECONDS = 0.5
+TIMEOUT_SECONDS = 30.0
+
+
+# How the API says "this key has no value"; any other 404 is an error (e.g. a wrong api_url).
+MISSING_KEY_DETAIL = "no state under key"
+
+
+class TaskStateError(RuntimeError):
+    """The state API could not be reached, or refused the call."""
+
+
+def api_url() -> str:
+    """``[state] api_url``, or the API server of ``[core] execution_api_server_url`` plus ``/state``."""
+    configured = conf.get("state", "api_url", fallback="") or ""
+    if configured:
+        return configured.rstrip("/")
+    execution = conf.get("core", "execution_api_server_url", fallback="") or ""
+    if not execution:
+        raise TaskStateError(
+            "Cannot find the state API: set [state] api_url (e.g. http://api-server:8080/state) "
+            "or [core] execution_api_server_url"
+        )
+    base = execution.rstrip("/")
+    base = base[: -len("/execution")] if base.endswith("/execution") else base
+    return base + URL_PREFIX
+
+
+def _in_process() -> bool:
+    """True inside `dag.test()`, where the task runs in this very process with database access."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+    except ImportError:
+        return False
+    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
+
+
+@cache
+def _in_process_secret() -> str:
+    return secrets.token_urlsafe(48)
+
+
+class _InProcess:
+    """The state app served in this process: a WSGI bridge for sync calls, ASGI for async ones."""
+
+    @staticmethod
+    @cache
+    def app() -> Any:
+        from airflow.state.api.app import create_app
+
+        return create_app()
+
+    @classmethod
+    @cache
+    def transport(cls) -> httpx.BaseTransport:
+        from a2wsgi import ASGIMiddleware
+
+        return httpx.WSGITransport(app=ASGIMiddleware(cls.app()))
+
+    @classmethod
+    def atransport(cls) -> httpx.AsyncBaseTransport:
+        return httpx.ASGITransport(app=cls.app())
+
+
+class StateClient:
+    """The state API, as seen by one task instance."""
+
+    def __init__(self, claims: TaskInstanceClaims) -> None:
+        self.claims = claims
+        self.in_process = _in_process()
+        if self.in_process:
+            # Client and server are this process: a per-process secret they share is enough.
+            from airflow.configuration import conf as airflow_conf
+
+            if not airflow_conf.get("state", "api_secret", fallback=""):
+                airflow_conf.set("state", "api_secret", _in_process_secret())
+            self.base_url = "http://in-process"
+        else:
+            self.base_url = api_url()
+
+    # --- paths -----------------------------------------------------------------------------
+
+    def task_path(self, key: str | None = None) -> str:
+        path = f"/task-instances/{self.claims.ti_id}/keys"
+        return path if key is None else f"{path}/{quote(key, safe='')}"
+
+    @staticmethod
+    def asset_path(key: str | None = None) -> str:
+        return "/assets/keys" if key is None else f"/assets/keys/{quote(key, safe='')}"
+
+    # --- transport -------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {mint(self.claims, api_secret())}",
+            "Content-Type": "application/json",
+        }
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        transport = _InProcess.transport() if self.in_process else None
+        with httpx.Client(base_url=self.base_url, transport=transport, timeout=TIMEOUT_SECONDS) as http:
+            for attempt in range(RETRIES + 1):
+                try:
+                    response = http.request(method, path, headers=self._headers(), **kwargs)
+                except httpx.TransportError as error:
+                    if attempt == RETRIES:
+                        raise self._unreachable(error) from error
+                else:
+                    if response.status_code < 500 or attempt == RETRIES:
+                        return self._checked(response)
+                time.sleep(BACKOFF_SECONDS * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        transport = _InProcess.atransport() if self.in_process else None
+        async with httpx.AsyncClient(
+            base_url=self.base_url, transport=transport, timeout=TIMEOUT_SECONDS
+        ) as http:
+            for attempt in range(RETRIES + 1):
+                try:
+                    response = await http.request(method, path, headers=self._headers(), **kwargs)
+                except httpx.TransportError as error:
+                    if attempt == RETRIES:
+                        raise self._unreachable(error) from error
+                else:
+                    if response.status_code < 500 or attempt == RETRIES:
+                        return self._checked(response)
+                await asyncio.sleep(BACKOFF_SECONDS * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _unreachable(self, error: Exception) -> TaskStateError:
+        return TaskStateError(
+            f"Cannot reach the task state API at {self.base_url} ({error}); check [state] api_url "
+            "(default: the API server of [core] execution_api_server_url) and that the API server runs"
+        )
+
+    @staticmethod
+    def _checked(response: httpx.Response) -> httpx.Response:
+        if response.status_code < 400:
+            return response
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        if response.status_code == 404:
+            if str(detail).startswith(MISSING_KEY_DETAIL):
+                return response
+            raise TaskStateError(
+                f"task state API answered 404: {detail} (is [state] api_url {response.url} the state API?)"
+            )
+        if response.status_code == 422:
+            raise ValueError(f"task state refused the request: {detail}")
+        hint = (
+            " (check that [state] api_secret is the same on this worker and the API server)"
+            if response.status_code == 401
+            else ""
+        )
+        raise TaskStateError(f"task state API answered {response.status_code}: {detail}{hint}")

@@ -1,0 +1,44 @@
+"""Task-facing values: any JSON document except null, stored as compact JSON text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.configuration import conf
+
+DEFAULT_MAX_VALUE_BYTES = 64 * 1024
+
+
+def max_value_bytes() -> int:
+    return conf.getint("state", "max_value_bytes", fallback=DEFAULT_MAX_VALUE_BYTES)
+
+
+def encode(value: Any, limit: int | None = None) -> str:
+    """
+    Return *value* as JSON text, or raise ``ValueError``/``TypeError`` saying what is wrong.
+
+    ``None`` is refused (absence of a key is how "no value" is said; call delete()), and so are
+    NaN and Infinity, which are not JSON and would not survive the round trip.
+    """
+    if value is None:
+        raise ValueError("state values cannot be None; to remove a key call delete()")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError as error:
+        raise ValueError(f"state values must be JSON; NaN and Infinity are not: {error}") from None
+    except TypeError as error:
+        raise TypeError(
+            f"state values must be JSON-serialisable (dict, list, str, number, bool): {error}"
+        ) from None
+    limit = max_value_bytes() if limit is None else limit
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise ValueError(
+            f"state value is {size} bytes as JSON; the limit is {limit} ([state] max_value_bytes)"
+        )
+    return text
+
+
+def decode(text: str) -> Any:
+    return json.loads(text)

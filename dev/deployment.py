@@ -1,0 +1,332 @@
+"""
+A real Airflow deployment on this machine, for end-to-end tests.
+
+``airflow_deployment(dags_folder)`` starts a PostgreSQL server of its own, runs the real
+``airflow db migrate`` against it, then starts ``airflow api-server``, ``airflow scheduler`` (with the
+LocalExecutor) and ``airflow dag-processor`` as separate processes, the way a deployer would. Tasks
+therefore run in real task processes that talk to the real Execution API.
+
+The pytest process may have imported Airflow configured for another database, so nothing here reads
+Airflow's configuration or uses its engine: the components get a complete environment of their own,
+and the harness queries its database with its own SQLAlchemy engine and plain SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import dbservers
+import psutil
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+
+AIRFLOW = Path(sys.executable).with_name("airflow")
+# Every process the harness starts carries this variable: one of the marks that find a process
+# that left its component's process group or outlived its parent (see _processes_of).
+MARKER_VARIABLE = "E2E_AIRFLOW_DEPLOYMENT_ID"
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+STOP_TIMEOUT = 10.0
+LOG_TAIL = 4000
+
+# Intervals that make a deployment react in about a second rather than in tens of seconds.
+# Option names are those of Airflow 3.2 (several moved from [scheduler] to [dag_processor] in 3.0).
+FAST_SETTINGS = {
+    # How often the dag processor lists the bundle's files, and how soon it re-parses a file.
+    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+    "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "2",
+    # Two cores: one parsing process leaves room for the scheduler and the tasks.
+    "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+    # The LocalExecutor may fork up to this many workers, each a full copy of the scheduler.
+    "AIRFLOW__CORE__PARALLELISM": "4",
+    "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "1",
+    # The scheduler sleeps this long only after a loop that found nothing to do.
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+}
+
+
+class DeploymentError(RuntimeError):
+    """A deployment did not start, or a command or a wait against it failed; carries the logs."""
+
+
+class Deployment:
+    """A running deployment: its environment, its database and its logs."""
+
+    def __init__(self, home: Path, env: dict[str, str], api_url: str, sql_alchemy_conn: str) -> None:
+        self.home = home
+        self.env = env
+        self.api_url = api_url
+        self.sql_alchemy_conn = sql_alchemy_conn
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        # NullPool: the harness polls rarely, and nothing must hold connections when the server stops.
+        self.engine = sa.create_engine(sql_alchemy_conn, poolclass=sa.pool.NullPool)
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def airflow(self, *args: str, timeout: float = 300) -> str:
+        """Run an ``airflow`` CLI command in the deployment's environment; return its output."""
+        result = subprocess.run(
+            [str(AIRFLOW), *args],
+            env=self.env,
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if result.returncode != 0:
+            raise DeploymentError(
+                f"`airflow {' '.join(args)}` exited {result.returncode}\n"
+                f"--- stdout ---\n{result.stdout[-LOG_TAIL:]}\n--- stderr ---\n{result.stderr[-LOG_TAIL:]}"
+            )
+        return result.stdout
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
+        args = ["dags", "trigger", dag_id, "--run-id", run_id]
+        if conf is not None:
+            args += ["--conf", json.dumps(conf)]
+        self.airflow(*args)
+
+    # -- database ---------------------------------------------------------------------------------
+
+    def query(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        with self.engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(sa.text(sql), params)]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return self.query(
+            "SELECT task_id, map_index, state, try_number FROM task_instance"
+            " WHERE dag_id = :dag_id AND run_id = :run_id ORDER BY task_id, map_index",
+            dag_id=dag_id,
+            run_id=run_id,
+        )
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        rows = self.query(
+            "SELECT state FROM dag_run WHERE dag_id = :dag_id AND run_id = :run_id",
+            dag_id=dag_id,
+            run_id=run_id,
+        )
+        return rows[0]["state"] if rows else None
+
+    # -- waits ------------------------------------------------------------------------------------
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 60) -> None:
+        """Wait until the dag processor has parsed and serialized *dag_id*, so it can be triggered."""
+
+        def parsed() -> bool:
+            rows = self.query(
+                "SELECT 1 FROM dag JOIN serialized_dag ON serialized_dag.dag_id = dag.dag_id"
+                " WHERE dag.dag_id = :dag_id AND NOT dag.is_stale",
+                dag_id=dag_id,
+            )
+            return bool(rows)
+
+        self._wait(parsed, timeout, f"dag {dag_id!r} to be parsed")
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 120) -> str:
+        """Wait until the dag run has finished; return its state (``success`` or ``failed``)."""
+        state: str | None = None
+
+        def finished() -> bool:
+            nonlocal state
+            state = self.run_state(dag_id, run_id)
+            return state in ("success", "failed")
+
+        self._wait(finished, timeout, f"run {dag_id}/{run_id} to finish")
+        assert state is not None
+        return state
+
+    def _wait(self, done: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
+            time.sleep(interval)
+
+    def check_alive(self) -> None:
+        """Fail at once, with the logs, when a component has died instead of waiting for a timeout."""
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise DeploymentError(f"airflow {name} exited with {process.returncode}\n{self.logs()}")
+
+    # -- logs -------------------------------------------------------------------------------------
+
+    def logs(self) -> str:
+        """The tails of every component's log, the task logs and the dag processor's file logs."""
+        files = [self.home / f"{name}.log" for name in COMPONENTS]
+        logs_dir = self.home / "logs"
+        if logs_dir.is_dir():
+            files += sorted(path for path in logs_dir.rglob("*") if path.is_file())
+        parts = []
+        for path in files:
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace")
+                parts.append(f"===== {path.relative_to(self.home)} (tail) =====\n{text[-LOG_TAIL:]}")
+        return "\n".join(parts)
+
+
+# -- set-up and tear-down -------------------------------------------------------------------------
+
+
+def _base_environment() -> dict[str, str]:
+    """The machine's environment without any Airflow setting the calling process may carry."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AIRFLOW", "_AIRFLOW")) and key != "STATE_TEST_HOME"
+    }
+    env["PATH"] = f"{AIRFLOW.parent}{os.pathsep}{env.get('PATH', '')}"
+    # The dags folder may be inside the repository: leave no __pycache__ behind in it.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _deployment_environment(
+    home: Path, dags_folder: Path, url: str, port: int, extra_env: dict[str, str] | None
+) -> dict[str, str]:
+    env = _base_environment()
+    env.update(
+        {
+            MARKER_VARIABLE: secrets.token_hex(8),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # Every component signs or checks the Execution API's tokens with this secret.
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            # One key for all components, rather than whatever the first of them writes to airflow.cfg.
+            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            # Read by our own task-side client; an unknown setting is harmless to Airflow itself.
+            "AIRFLOW__STATE__API_SECRET": secrets.token_urlsafe(32),
+            **FAST_SETTINGS,
+        }
+    )
+    env.update(extra_env or {})
+    return env
+
+
+def _start(deployment: Deployment, name: str, *args: str) -> None:
+    """Start one component in a process group of its own, its output going to <home>/<name>.log."""
+    with open(deployment.home / f"{name}.log", "wb") as log:
+        deployment.processes[name] = subprocess.Popen(
+            [str(AIRFLOW), name, *args],
+            env=deployment.env,
+            cwd=deployment.home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _api_answers(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+        return response.status == 200
+    return False
+
+
+def _wait_until_running(deployment: Deployment, timeout: float) -> None:
+    """Wait for the Execution API to answer and for the scheduler and dag processor to heartbeat."""
+
+    def running() -> bool:
+        if not _api_answers(f"{deployment.api_url}/execution/health"):
+            return False
+        jobs = deployment.query("SELECT DISTINCT job_type FROM job WHERE state = 'running'")
+        return {"SchedulerJob", "DagProcessorJob"} <= {row["job_type"] for row in jobs}
+
+    deployment._wait(running, timeout, "the api-server, scheduler and dag-processor to run")
+
+
+def _processes_of(deployment: Deployment) -> set[psutil.Process]:
+    """Every live process of the deployment, including those that left their component's group.
+
+    A process can leave its group (a task's subprocess started with ``start_new_session``, as
+    Airflow's subprocess hook does), and orphans are adopted by init, so the groups alone may miss
+    some. Three marks find them: descent from a component; the working
+    directory, which is the home unless a process changed it; and the marker variable, which
+    survives in the environment a task passes to its own subprocesses (setproctitle overwrites what
+    /proc shows of a retitled Airflow process's environment, so that one mark alone is not enough).
+    """
+    found: set[psutil.Process] = set()
+    for popen in deployment.processes.values():
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(popen.pid)
+            found.update([root, *root.children(recursive=True)])
+    marker, home = deployment.env[MARKER_VARIABLE], str(deployment.home)
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if (
+                process.cwd() == home
+                or process.cwd().startswith(home + os.sep)
+                or process.environ().get(MARKER_VARIABLE) == marker
+            ):
+                found.add(process)
+    found.discard(psutil.Process())
+    return found
+
+
+def _stop(deployment: Deployment) -> None:
+    """Stop every process of the deployment: SIGTERM to each component's group, then SIGKILL to all."""
+    members = _processes_of(deployment)
+    for popen in deployment.processes.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for popen in deployment.processes.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for popen in deployment.processes.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+    # Whatever a component started during its shutdown is found by a second look.
+    leftovers = [process for process in members | _processes_of(deployment) if process.is_running()]
+    for process in leftovers:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(leftovers, timeout=5)
+
+
+@contextlib.contextmanager
+def airflow_deployment(
+    dags_folder: Path, extra_env: dict[str, str] | None = None, start_timeout: float = 120
+) -> Iterator[Deployment]:
+    """Run PostgreSQL, ``airflow db migrate``, the API server, the scheduler and the dag processor."""
+    home = Path(tempfile.mkdtemp(prefix="airflow-e2e-home-"))
+    try:
+        with dbservers.postgres_server(extra_settings={"fsync": "off"}) as url:
+            port = dbservers.free_port()
+            env = _deployment_environment(home, Path(dags_folder).resolve(), url, port, extra_env)
+            deployment = Deployment(home, env, f"http://127.0.0.1:{port}", url)
+            try:
+                deployment.airflow("db", "migrate", timeout=600)
+                _start(deployment, "api-server", "--host", "127.0.0.1", "--port", str(port))
+                _start(deployment, "scheduler")
+                _start(deployment, "dag-processor")
+                _wait_until_running(deployment, start_timeout)
+                yield deployment
+            finally:
+                _stop(deployment)
+                deployment.engine.dispose()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
