@@ -194,6 +194,9 @@ def _base_environment() -> dict[str, str]:
     env["PATH"] = f"{AIRFLOW.parent}{os.pathsep}{env.get('PATH', '')}"
     # The dags folder may be inside the repository: leave no __pycache__ behind in it.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Task processes reach the Execution API on loopback; a proxy set for the machine must not apply.
+    for name in ("NO_PROXY", "no_proxy"):
+        env[name] = ",".join(filter(None, [env.get(name), "127.0.0.1", "localhost"]))
     return env
 
 
@@ -211,13 +214,18 @@ def _deployment_environment(
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             # Every component signs or checks the Execution API's tokens with this secret.
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            # 64 bytes or more: the default HS512 warns about shorter keys.
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
             # One key for all components, rather than whatever the first of them writes to airflow.cfg.
             "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             # Read by our own task-side client; an unknown setting is harmless to Airflow itself.
-            "AIRFLOW__STATE__API_SECRET": secrets.token_urlsafe(32),
+            "AIRFLOW__STATE__API_SECRET": secrets.token_urlsafe(64),
+            # The scheduler serves task logs on a fixed port (8793) of every interface by default,
+            # which a second deployment on the machine would fail to bind.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(dbservers.free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(dbservers.free_port()),
             **FAST_SETTINGS,
         }
     )
@@ -239,8 +247,12 @@ def _start(deployment: Deployment, name: str, *args: str) -> None:
         )
 
 
+# No proxy: the API server is on loopback.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _api_answers(url: str) -> bool:
-    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+    with contextlib.suppress(OSError), _DIRECT.open(url, timeout=2) as response:
         return response.status == 200
     return False
 

@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
 from airflow.configuration import conf
 from airflow.state.api.app import URL_PREFIX
 from airflow.state.tokens import TaskInstanceClaims, api_secret, mint

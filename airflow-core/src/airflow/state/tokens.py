@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass
 
 import jwt
-
 from airflow.configuration import conf
 
 AUDIENCE = "airflow-task-state"
@@ -43,7 +42,8 @@ def api_secret() -> str:
     if not secret:
         raise MissingSecretError(
             "[state] api_secret is not set. Set it (or AIRFLOW__STATE__API_SECRET) to the same long random "
-            "value on every worker and API server, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
+            "value on every worker and API server, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
         )
     return secret
 

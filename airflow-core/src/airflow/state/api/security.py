@@ -6,11 +6,10 @@ from typing import Annotated
 from uuid import UUID
 
 import jwt
+from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
-
-from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 
 _bearer = HTTPBearer(auto_error=False, description="A task-state token signed with [state] api_secret")
 

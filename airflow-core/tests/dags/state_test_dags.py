@@ -1,0 +1,71 @@
+"""DAGs the task-state tests run with `airflow dags test`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import Asset, dag, task
+
+DECLARED = Asset(name="state_tests_declared", uri="file:///tmp/state-tests/declared")
+UNDECLARED = Asset(name="state_tests_undeclared", uri="file:///tmp/state-tests/undeclared")
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def state_shared_across_tries():
+    @task(retries=1, retry_delay=timedelta(seconds=0))
+    def remember() -> dict:
+        from airflow.sdk import get_current_context
+        from airflow.state import task_state
+
+        try_number = get_current_context()["ti"].try_number
+        stored = task_state.get("job")
+        if stored is None:
+            task_state.set("job", {"id": "app_001", "submitted_by_try": try_number})
+            raise RuntimeError("fail try 1 after storing the job")
+        return {"try": try_number, "stored": stored}
+
+    remember()
+
+
+state_shared_across_tries()
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def state_api_surface():
+    @task(inlets=[DECLARED])
+    def exercise() -> dict:
+        from airflow.state import asset_state, task_state
+
+        out: dict = {}
+        task_state.set("dict", {"nested": [1, 2.5, "ü", True]})
+        task_state.set("zero", 0)
+        task_state.set("empty", "")
+        task_state.set("a/b c%d", "odd key")
+        out["round_trip"] = [task_state.get(k) for k in ("dict", "zero", "empty", "a/b c%d")]
+        out["default"] = task_state.get("missing", default="fallback")
+        out["keys"] = task_state.keys()
+        task_state.delete("zero")
+        task_state.delete("never-set")
+        out["after_delete"] = task_state.keys()
+        for bad in (None, float("nan"), float("inf"), {"x": object()}, "x" * 70_000):
+            try:
+                task_state.set("bad", bad)
+                out.setdefault("accepted", []).append(repr(bad)[:20])
+            except (ValueError, TypeError) as error:
+                out.setdefault("refused", []).append(type(error).__name__)
+        asset_state[DECLARED].set("watermark", 7)
+        out["by_name"] = asset_state["state_tests_declared"].get("watermark")
+        out["by_uri"] = asset_state["file:///tmp/state-tests/declared"].get("watermark")
+        try:
+            asset_state[UNDECLARED].get("watermark")
+        except PermissionError as error:
+            out["undeclared"] = str(error)
+        task_state.clear()
+        out["after_clear"] = task_state.keys()
+        task_state.set("kept", "for the test to read")
+        return out
+
+    exercise()
+
+
+state_api_surface()

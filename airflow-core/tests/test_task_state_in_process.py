@@ -1,0 +1,122 @@
+"""
+Task code using task_state/asset_state, run by the real `airflow dags test` (tasks in-process,
+no API server) on the database of the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import airflow.state.example_dags as example_dags
+import pytest
+from airflow_shared.state import AssetScope, TaskScope
+from conftest_helpers import run_airflow
+from sqlalchemy import select
+
+TEST_DAGS = Path(__file__).parent / "dags"
+EXAMPLE_DAGS = Path(example_dags.__file__).parent
+
+
+@pytest.fixture(scope="module")
+def dags_test(tmp_path_factory):
+    """Run `airflow dags test DAG_ID` on a DAG folder; return its output and the new run's id."""
+    jobs = tmp_path_factory.mktemp("jobs")
+
+    def run(folder: Path, dag_id: str, *extra: str) -> tuple[str, str]:
+        # INFO: the tests read what tasks returned from the "Done. Returned value was" log line.
+        env = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "STATE_EXAMPLE_JOBS_DIR": str(jobs)}
+        saved = {name: os.environ.get(name) for name in [*env, "AIRFLOW__LOGGING__LOGGING_LEVEL"]}
+        os.environ.update(env, AIRFLOW__LOGGING__LOGGING_LEVEL="INFO")
+        try:
+            run_airflow("dags", "reserialize")
+            result = run_airflow("dags", "test", dag_id, *extra)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        return result.stdout + result.stderr, latest_run_id(dag_id)
+
+    run.jobs = jobs
+    yield run
+
+
+def latest_run_id(dag_id: str) -> str:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.scalar(
+            select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(1)
+        )
+
+
+def returned(output: str, task_id: str = "") -> dict:
+    """The dict a task returned, from its 'Done. Returned value was: ...' log line."""
+    marker = "Done. Returned value was: "
+    lines = [line for line in output.splitlines() if marker in line]
+    assert lines, output[-3000:]
+    return ast.literal_eval(lines[-1].split(marker, 1)[1].rsplit(" [airflow", 1)[0])
+
+
+def test_state_written_by_try_1_is_read_by_try_2(dags_test, backend):
+    output, run_id = dags_test(TEST_DAGS, "state_shared_across_tries")
+    assert "fail try 1 after storing the job" in output
+    assert returned(output) == {"try": 2, "stored": {"id": "app_001", "submitted_by_try": 1}}
+    scope = TaskScope("state_shared_across_tries", run_id, "remember")
+    assert backend.get(scope, "job") == '{"id":"app_001","submitted_by_try":1}'
+
+
+def test_the_task_facing_api(dags_test, backend):
+    output, run_id = dags_test(TEST_DAGS, "state_api_surface")
+    out = returned(output)
+    assert out["round_trip"] == [{"nested": [1, 2.5, "ü", True]}, 0, "", "odd key"]
+    assert out["default"] == "fallback"
+    assert out["keys"] == ["a/b c%d", "dict", "empty", "zero"]
+    assert out["after_delete"] == ["a/b c%d", "dict", "empty"]
+    assert "accepted" not in out
+    assert out["refused"] == ["ValueError", "ValueError", "ValueError", "TypeError", "ValueError"]
+    assert out["by_name"] == out["by_uri"] == 7
+    assert "does not declare this asset" in out["undeclared"]
+    assert out["after_clear"] == []
+    assert backend.keys(TaskScope("state_api_surface", run_id, "exercise")) == ["kept"]
+
+
+def test_resumable_job_without_crash_submits_once(dags_test, backend):
+    output, run_id = dags_test(EXAMPLE_DAGS, "example_resumable_job", "-c", '{"crash_first_try": false}')
+    assert "Submitted job" in output
+    submitted = sorted(p.stem for p in dags_test.jobs.glob("*.submitted"))
+    assert len(submitted) == 1
+    stored = backend.get(TaskScope("example_resumable_job", run_id, "run_job"), "remote_job_id")
+    assert stored == f'"{submitted[0]}"'
+
+
+def test_mapped_instances_keep_separate_state(dags_test, backend):
+    _, run_id = dags_test(EXAMPLE_DAGS, "example_mapped_state")
+    for index in (0, 1, 2):
+        scope = TaskScope("example_mapped_state", run_id, "process", index)
+        assert backend.get(scope, "partition") == str(index)
+        assert backend.get(scope, "offset") == str(index * 1000)
+        assert backend.keys(scope) == ["offset", "partition"]
+
+
+def test_async_task_uses_aget_and_aset(dags_test, backend):
+    output, run_id = dags_test(EXAMPLE_DAGS, "example_async_state")
+    assert returned(output) == {"resumed_from": 0, "keys": ["checkpoint"]}
+    assert backend.get(TaskScope("example_async_state", run_id, "crawl"), "checkpoint") == '{"page":3}'
+
+
+def test_asset_watermark_is_read_by_the_next_run(dags_test, backend):
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+
+    first, _ = dags_test(EXAMPLE_DAGS, "example_asset_watermark")
+    second, _ = dags_test(EXAMPLE_DAGS, "example_asset_watermark")
+    assert returned(first)["watermark"] + 100 == returned(second)["watermark"]
+    assert returned(second)["previous"] == returned(first)["watermark"]
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == "orders"))
+    assert backend.get(AssetScope(asset_id), "watermark") == str(returned(second)["watermark"])
