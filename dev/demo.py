@@ -1,87 +1,113 @@
-"""The story AIP-103 exists for, told against the configured backend and a real metadata database."""
+"""The story AIP-103 exists for, on a real Airflow deployment with the metadata database on SQLite."""
 
 from __future__ import annotations
 
-from airflow.models.asset import AssetModel
-from airflow.models.dagrun import DagRun
-from airflow.state import get_state_backend
-from airflow.utils.session import create_session
-from airflow.utils.state import DagRunState
-from airflow.utils.types import DagRunType
-from airflow_shared.state import AssetScope, TaskScope
-from sqlalchemy import select
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-DAG_ID = "spark_pipeline"
+sys.path.insert(0, str(Path(__file__).parent))
 
+import airflow.state.example_dags as example_dags
+from deployment import Deployment, airflow_deployment
 
-def create_dag_run(run_id: str) -> None:
-    with create_session() as session:
-        session.add(
-            DagRun(dag_id=DAG_ID, run_id=run_id, run_type=DagRunType.MANUAL, state=DagRunState.RUNNING)
-        )
+EXAMPLE_DAGS = Path(example_dags.__file__).parent
 
 
-def create_asset(uri: str) -> int:
-    with create_session() as session:
-        session.add(AssetModel(name=uri, uri=uri, group="asset"))
-    with create_session() as session:
-        return session.scalar(select(AssetModel.id).where(AssetModel.uri == uri))
+def say(text: str = "") -> None:
+    print(text, flush=True)
 
 
-def submit_or_reconnect(scope: TaskScope, try_number: int, job_name: str) -> str:
-    """What a resumable operator does on each try."""
-    backend = get_state_backend()
-    job_id = backend.get(scope, "remote_job_id")
-    if job_id is None:
-        job_id = job_name
-        backend.set(scope, "remote_job_id", job_id)
-        print(f"   try {try_number}: no job in task state -> submitted {job_id}, stored remote_job_id")
-    else:
-        print(
-            f"   try {try_number}: found remote_job_id={job_id} in task state"
-            " -> reconnected, nothing resubmitted"
-        )
-    return job_id
+def run(deployment: Deployment, dag_id: str, run_id: str, conf: dict | None = None) -> None:
+    deployment.wait_for_dag(dag_id, timeout=120)
+    started = time.monotonic()
+    deployment.trigger(dag_id, run_id, conf=conf)
+    state = deployment.wait_for_run(dag_id, run_id, timeout=180)
+    say(f"   run {run_id}: {state} in {time.monotonic() - started:.0f}s")
+    if state != "success":
+        say(deployment.logs())
+        raise SystemExit(f"{dag_id} {run_id} ended {state}")
+
+
+def state_of(deployment: Deployment, dag_id: str, run_id: str) -> list[dict]:
+    return deployment.query(
+        "SELECT task_id, map_index, key, value, updated_by_try FROM task_state "
+        "WHERE dag_id = :d AND run_id = :r ORDER BY task_id, map_index, key",
+        d=dag_id,
+        r=run_id,
+    )
+
+
+def task_log_lines(deployment: Deployment, dag_id: str, run_id: str, pattern: str) -> list[str]:
+    folder = deployment.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    lines = []
+    for log in sorted(folder.rglob("attempt=*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line).get("event", "")
+            except ValueError:
+                event = line
+            if re.search(pattern, event):
+                lines.append(f"      {log.stem}: {event}")
+    return lines
 
 
 def main() -> None:
-    backend = get_state_backend()
-    print(f"== backend: {type(backend).__module__}.{type(backend).__name__}\n")
-
-    create_dag_run("run_1")
-    create_dag_run("run_2")
-    scope = TaskScope(DAG_ID, "run_1", "submit_spark_job")
-
-    print("1. Task state is shared by every try of a task instance")
-    submit_or_reconnect(scope, 1, "app_001")
-    print("   try 1: worker killed before the job finished; the scheduler retries the task")
-    assert submit_or_reconnect(scope, 2, "app_002") == "app_001"
-
-    print("\n2. Each dag run starts with a clean namespace")
-    fresh = TaskScope(DAG_ID, "run_2", "submit_spark_job")
-    print(f"   run_2 reads remote_job_id -> {backend.get(fresh, 'remote_job_id')!r}")
-    submit_or_reconnect(fresh, 1, "app_003")
-
-    print("\n3. Mapped task instances keep separate state")
-    for map_index in (0, 1, 2):
-        backend.set(
-            TaskScope(DAG_ID, "run_1", "process_partition", map_index), "offset", str(map_index * 1000)
+    jobs = Path(tempfile.mkdtemp(prefix="state-demo-jobs-"))
+    say("== Starting Airflow: db migrate, api-server, scheduler, dag-processor (LocalExecutor, SQLite)")
+    started = time.monotonic()
+    with airflow_deployment(
+        EXAMPLE_DAGS, extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)}, database="sqlite"
+    ) as deployment:
+        say(
+            f"   up in {time.monotonic() - started:.0f}s; [state] backend = "
+            f"{deployment.airflow('config', 'get-value', 'state', 'backend').strip()}"
         )
-    for map_index in (0, 1, 2):
-        value = backend.get(TaskScope(DAG_ID, "run_1", "process_partition", map_index), "offset")
-        print(f"   process_partition[{map_index}] offset = {value}")
 
-    print("\n4. Asset state outlives runs: a watermark written by run_1 is read by run_2")
-    asset = AssetScope(create_asset("s3://warehouse/orders"))
-    backend.set(asset, "watermark", "2026-11-29T00:00:00+00:00")
-    print("   run_1 wrote watermark = 2026-11-29T00:00:00+00:00")
-    print(f"   run_2 reads watermark = {backend.get(asset, 'watermark')}")
+        say("\n1. A worker dies after submitting a remote job; the retry reconnects (example_resumable_job)")
+        run(deployment, "example_resumable_job", "run_1")
+        for line in task_log_lines(
+            deployment, "example_resumable_job", "run_1", r"Submitted|SIGKILL|Reconnect"
+        ):
+            say(line)
+        [ti] = deployment.task_instances("example_resumable_job", "run_1")
+        submitted = sorted(p.stem for p in jobs.glob("*.submitted"))
+        say(
+            f"   task finished on try {ti['try_number']}; remote jobs ever submitted: {len(submitted)} {submitted}"
+        )
+        for row in state_of(deployment, "example_resumable_job", "run_1"):
+            say(f"   task_state: {row['key']} = {row['value']} (written by try {row['updated_by_try']})")
 
-    print("\n5. Deleting a dag run deletes its task state (foreign-key cascade)")
-    with create_session() as session:
-        session.delete(session.scalar(select(DagRun).where(DagRun.run_id == "run_1")))
-    print(f"   after deleting run_1: remote_job_id -> {backend.get(scope, 'remote_job_id')!r}")
-    print(f"   run_2 still has remote_job_id -> {backend.get(fresh, 'remote_job_id')!r}")
+        say("\n2. A new dag run starts with empty task state: it submits its own job")
+        run(deployment, "example_resumable_job", "run_2", conf={"crash_first_try": False})
+        say(f"   remote jobs ever submitted: {len(list(jobs.glob('*.submitted')))}")
+        for run_id in ("run_1", "run_2"):
+            for row in state_of(deployment, "example_resumable_job", run_id):
+                say(f"   {run_id}: {row['key']} = {row['value']}")
+
+        say("\n3. Mapped task instances keep separate state (example_mapped_state)")
+        run(deployment, "example_mapped_state", "mapped_1")
+        for row in state_of(deployment, "example_mapped_state", "mapped_1"):
+            say(f"   process[{row['map_index']}]: {row['key']} = {row['value']}")
+
+        say("\n4. An async task checkpoints with aget/aset (example_async_state)")
+        run(deployment, "example_async_state", "async_1")
+        for row in state_of(deployment, "example_async_state", "async_1"):
+            say(f"   crawl: {row['key']} = {row['value']}")
+
+        say(
+            "\n5. Asset state outlives runs: each run reads the last run's watermark (example_asset_watermark)"
+        )
+        for run_id in ("watermark_1", "watermark_2"):
+            run(deployment, "example_asset_watermark", run_id)
+            [row] = deployment.query(
+                "SELECT s.value FROM asset_state s JOIN asset a ON a.id = s.asset_id WHERE a.name = 'orders'"
+            )
+            say(f"   after {run_id}: asset 'orders' watermark = {row['value']}")
+    say("\n== Done; the deployment is stopped and its files removed.")
 
 
 if __name__ == "__main__":

@@ -321,12 +321,18 @@ def _stop(deployment: Deployment) -> None:
 
 @contextlib.contextmanager
 def airflow_deployment(
-    dags_folder: Path, extra_env: dict[str, str] | None = None, start_timeout: float = 120
+    dags_folder: Path,
+    extra_env: dict[str, str] | None = None,
+    start_timeout: float = 120,
+    database: str = "postgres",
 ) -> Iterator[Deployment]:
-    """Run PostgreSQL, ``airflow db migrate``, the API server, the scheduler and the dag processor."""
+    """
+    Run a database (``postgres``, ``mysql`` or ``sqlite``), ``airflow db migrate``, the API
+    server, the scheduler and the dag processor.
+    """
     home = Path(tempfile.mkdtemp(prefix="airflow-e2e-home-"))
     try:
-        with dbservers.postgres_server(extra_settings={"fsync": "off"}) as url:
+        with dbservers.database(database, home) as url:
             port = dbservers.free_port()
             env = _deployment_environment(home, Path(dags_folder).resolve(), url, port, extra_env)
             deployment = Deployment(home, env, f"http://127.0.0.1:{port}", url)
