@@ -76,7 +76,8 @@ def main() -> None:
         [ti] = deployment.task_instances("example_resumable_job", "run_1")
         submitted = sorted(p.stem for p in jobs.glob("*.submitted"))
         say(
-            f"   task finished on try {ti['try_number']}; remote jobs ever submitted: {len(submitted)} {submitted}"
+            f"   task finished on try {ti['try_number']}; "
+            f"remote jobs ever submitted: {len(submitted)} {submitted}"
         )
         for row in state_of(deployment, "example_resumable_job", "run_1"):
             say(f"   task_state: {row['key']} = {row['value']} (written by try {row['updated_by_try']})")
@@ -99,7 +100,8 @@ def main() -> None:
             say(f"   crawl: {row['key']} = {row['value']}")
 
         say(
-            "\n5. Asset state outlives runs: each run reads the last run's watermark (example_asset_watermark)"
+            "\n5. Asset state outlives runs: each run reads the last run's watermark"
+            " (example_asset_watermark)"
         )
         for run_id in ("watermark_1", "watermark_2"):
             run(deployment, "example_asset_watermark", run_id)

@@ -16,7 +16,8 @@ def test_demo_shows_the_crash_the_retry_the_reconnect_and_the_state_kept(db_kind
     if db_kind != "sqlite":
         pytest.skip("the demo runs on the embedded default, SQLite")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    result = subprocess.run([str(REPO / "dev" / "demo")], capture_output=True, text=True, env=env, timeout=900)
+    demo = str(REPO / "dev" / "demo")
+    result = subprocess.run([demo], capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     out = result.stdout
     assert "[state] backend = airflow.state.metastore.MetastoreStateBackend" in out
