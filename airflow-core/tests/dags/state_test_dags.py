@@ -65,7 +65,12 @@ def state_api_surface():
         task_state.set("kept", "for the test to read")
         return out
 
+    @task(outlets=[UNDECLARED])
+    def declares_the_other_asset() -> None:
+        """Makes the other asset exist, declared by a task that is not `exercise`."""
+
     exercise()
+    declares_the_other_asset()
 
 
 state_api_surface()

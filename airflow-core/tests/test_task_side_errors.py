@@ -1,0 +1,75 @@
+"""What task code is told when something is wrong, before or instead of a round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow.state import asset_state, task_state, values
+from airflow.state.client import StateClient, TaskStateError, api_url
+from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret
+
+CLAIMS = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "dag", "run", "task", -1, 1)
+
+
+@pytest.mark.parametrize(
+    "call", [lambda: task_state.get("k"), lambda: task_state.set("k", 1), task_state.keys]
+)
+def test_outside_a_task_says_where_it_can_be_used(call):
+    with pytest.raises(RuntimeError, match="can only be used inside a running Airflow task"):
+        call()
+
+
+def test_asset_state_takes_an_asset_a_name_or_a_uri():
+    with pytest.raises(TypeError, match="takes an Asset"):
+        asset_state[42]
+    with pytest.raises(RuntimeError, match="inside a running Airflow task"):
+        asset_state["orders"].get("watermark")
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (None, ValueError, "cannot be None"),
+        (float("nan"), ValueError, "NaN and Infinity"),
+        ({"a": [float("-inf")]}, ValueError, "NaN and Infinity"),
+        ({1, 2}, TypeError, "JSON-serialisable"),
+        ("x" * 100, ValueError, r"limit is 64 \(\[state\] max_value_bytes\)"),
+    ],
+)
+def test_values_are_checked_in_the_task(value, error, message):
+    with pytest.raises(error, match=message):
+        values.encode(value, limit=64)
+
+
+def test_values_round_trip_as_compact_json():
+    document = {"ü": [1, 2.5, True, None], "s": ""}
+    assert values.decode(values.encode(document, limit=100)) == document
+
+
+def test_api_url_defaults_from_the_execution_api(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "")
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://api:8080/execution/")
+    assert api_url() == "http://api:8080/state"
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "https://state.example/state/")
+    assert api_url() == "https://state.example/state"
+
+
+def test_missing_secret_names_the_option(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
+    with pytest.raises(MissingSecretError, match="AIRFLOW__STATE__API_SECRET"):
+        api_secret()
+
+
+def test_unreachable_api_is_retried_then_explained(monkeypatch):
+    from dbservers import free_port
+
+    from airflow.state import client
+
+    monkeypatch.setattr(client, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{free_port()}/state")
+    attempts = []
+    monkeypatch.setattr(StateClient, "_headers", lambda self: attempts.append(1) or {})
+    with pytest.raises(TaskStateError, match=r"Cannot reach the task state API .* check \[state\] api_url"):
+        StateClient(CLAIMS).request("GET", "/task-instances/x/keys")
+    assert len(attempts) == client.RETRIES + 1
