@@ -25,3 +25,19 @@ def test_state_backend_setting_selects_the_redis_backend(redis_configured):
     scope = TaskScope("dag", "run", "task", 0)
     backend.set(scope, "remote_job_id", "app_001")
     assert backend.get(scope, "remote_job_id") == "app_001"
+
+
+def test_redis_provider_info_is_valid_and_declares_its_section():
+    import json
+    from pathlib import Path
+
+    import airflow
+    import jsonschema
+    from airflow_state_redis.provider_info import get_provider_info
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+    from conftest_helpers import run_airflow
+
+    listed = run_airflow("config", "list", "--section", "state_redis").stdout
+    assert "task_ttl_seconds" in listed and "redis_conn_id" in listed

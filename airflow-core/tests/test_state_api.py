@@ -9,11 +9,10 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from airflow.state.tokens import TaskInstanceClaims, mint
 from conftest_helpers import run_airflow
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
-
-from airflow.state.tokens import TaskInstanceClaims, mint
 
 SECRET = "a-test-secret-" + "x" * 50
 TEST_DAGS = Path(__file__).parent / "dags"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from airflow.state import asset_state, task_state, values
 from airflow.state.client import StateClient, TaskStateError, api_url
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret
@@ -61,9 +60,8 @@ def test_missing_secret_names_the_option(monkeypatch):
 
 
 def test_unreachable_api_is_retried_then_explained(monkeypatch):
-    from dbservers import free_port
-
     from airflow.state import client
+    from dbservers import free_port
 
     monkeypatch.setattr(client, "BACKOFF_SECONDS", 0.01)
     monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)

@@ -10,7 +10,9 @@ serves the same app in-process instead (no API server needed).
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import threading
 import time
 from functools import cache
 from typing import Any
@@ -87,6 +89,26 @@ class _InProcess:
         return httpx.ASGITransport(app=cls.app())
 
 
+_clients_lock = threading.Lock()
+_clients: dict[tuple[int, str, bool], httpx.Client] = {}
+
+
+def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
+    """
+    One pooled HTTP client per process and API: a task that reads and writes state in a loop
+    reuses its connection instead of opening one per call. Keyed by pid, so a forked child never
+    shares its parent's sockets.
+    """
+    key = (os.getpid(), base_url, in_process)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            transport = _InProcess.transport() if in_process else None
+            client = httpx.Client(base_url=base_url, transport=transport, timeout=TIMEOUT_SECONDS)
+            _clients[key] = client
+        return client
+
+
 class StateClient:
     """The state API, as seen by one task instance."""
 
@@ -122,18 +144,17 @@ class StateClient:
         }
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        transport = _InProcess.transport() if self.in_process else None
-        with httpx.Client(base_url=self.base_url, transport=transport, timeout=TIMEOUT_SECONDS) as http:
-            for attempt in range(RETRIES + 1):
-                try:
-                    response = http.request(method, path, headers=self._headers(), **kwargs)
-                except httpx.TransportError as error:
-                    if attempt == RETRIES:
-                        raise self._unreachable(error) from error
-                else:
-                    if response.status_code < 500 or attempt == RETRIES:
-                        return self._checked(response)
-                time.sleep(BACKOFF_SECONDS * 2**attempt)
+        http = _sync_client(self.base_url, self.in_process)
+        for attempt in range(RETRIES + 1):
+            try:
+                response = http.request(method, path, headers=self._headers(), **kwargs)
+            except httpx.TransportError as error:
+                if attempt == RETRIES:
+                    raise self._unreachable(error) from error
+            else:
+                if response.status_code < 500 or attempt == RETRIES:
+                    return self._checked(response)
+            time.sleep(BACKOFF_SECONDS * 2**attempt)
         raise AssertionError("unreachable")
 
     async def arequest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

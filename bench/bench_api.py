@@ -1,0 +1,111 @@
+"""
+Task state through the API against the backend called directly, measured side by side in one run.
+
+A real ``airflow api-server`` (with scheduler and dag processor: the test deployment) runs on
+PostgreSQL. One side is what task code does: a client holding a valid token for a running task
+instance sends GET and PUT requests to the state API. The other side is MetastoreStateBackend
+called in this process on the same database. Rounds alternate between the two sides.
+
+    uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "dev"))
+
+
+def ops_per_second(operation: Callable[[int], object], ops: int) -> float:
+    start = time.perf_counter()
+    for i in range(ops):
+        operation(i)
+    return ops / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ops", type=int, default=1000, help="operations per round and side")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    import airflow.state.example_dags as example_dags
+    import sqlalchemy as sa
+    from deployment import airflow_deployment
+
+    with airflow_deployment(Path(example_dags.__file__).parent) as deployment:
+        deployment.wait_for_dag("example_async_state", timeout=120)
+        deployment.trigger("example_async_state", "bench")
+        assert deployment.wait_for_run("example_async_state", "bench", timeout=120) == "success"
+        # The run is over; mark its task instance running again so that its token may write.
+        with deployment.engine.begin() as connection:
+            connection.execute(sa.text("UPDATE task_instance SET state = 'running' WHERE run_id = 'bench'"))
+        [ti] = deployment.query(
+            "SELECT id, dag_id, run_id, task_id, map_index, try_number FROM task_instance "
+            "WHERE run_id = 'bench'"
+        )
+        # This process plays the worker and, for the direct side, the API server's backend.
+        for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__STATE__API_SECRET"):
+            os.environ[name] = deployment.env[name]
+        os.environ["AIRFLOW__STATE__API_URL"] = f"{deployment.api_url}/state"
+        run(args, ti)
+
+
+def run(args: argparse.Namespace, ti: dict) -> None:
+    from airflow.state import values
+    from airflow.state.client import StateClient
+    from airflow.state.metastore import MetastoreStateBackend
+    from airflow.state.tokens import TaskInstanceClaims
+    from airflow_shared.state import TaskScope
+
+    claims = TaskInstanceClaims(
+        str(ti["id"]), ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"], ti["try_number"]
+    )
+    client = StateClient(claims)
+    backend = MetastoreStateBackend()
+    scope = TaskScope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
+    keys = [f"key_{i % 100}" for i in range(args.ops)]
+
+    sides: dict[str, dict[str, Callable[[int], object]]] = {
+        "set": {
+            "api": lambda i: client.request(
+                "PUT", client.task_path(keys[i]), content='{"value":' + values.encode(i) + "}"
+            ),
+            "backend": lambda i: backend.set(scope, keys[i], values.encode(i)),
+        },
+        "get": {
+            "api": lambda i: client.request("GET", client.task_path(keys[i])).json(),
+            "backend": lambda i: backend.get(scope, keys[i]),
+        },
+    }
+    for operations in sides.values():
+        for operation in operations.values():
+            for i in range(100):
+                operation(i)
+
+    results = {op: {side: [] for side in operations} for op, operations in sides.items()}
+    for _ in range(args.rounds):
+        for op, operations in sides.items():
+            for side, operation in operations.items():
+                results[op][side].append(ops_per_second(operation, args.ops))
+
+    print(
+        "\nState API round trip vs backend called directly (PostgreSQL), "
+        f"{args.rounds} rounds x {args.ops} ops"
+    )
+    print(f"{'op':<5}{'api ops/s':>12}{'backend ops/s':>16}{'api/backend':>13}")
+    for op, by_side in results.items():
+        api, direct = statistics.median(by_side["api"]), statistics.median(by_side["backend"])
+        print(f"{op:<5}{api:>12.0f}{direct:>16.0f}{api / direct:>13.2f}")
+
+
+if __name__ == "__main__":
+    main()
