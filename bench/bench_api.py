@@ -2,8 +2,8 @@
 Task state through the API against the backend called directly, measured side by side in one run.
 
 A real ``airflow api-server`` (with scheduler and dag processor: the test deployment) runs on
-PostgreSQL. One side is what task code does: a client holding a valid token for a running task
-instance sends GET and PUT requests to the state API. The other side is MetastoreStateBackend
+PostgreSQL, and a task of a bench DAG stays running meanwhile. One side is what that task's code
+does: a client holding a valid token for it sends GET and PUT requests to the state API. The other side is MetastoreStateBackend
 called in this process on the same database. Rounds alternate between the two sides.
 
     uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
@@ -15,6 +15,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,26 +38,52 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    import airflow.state.example_dags as example_dags
-    import sqlalchemy as sa
     from deployment import airflow_deployment
 
-    with airflow_deployment(Path(example_dags.__file__).parent) as deployment:
-        deployment.wait_for_dag("example_async_state", timeout=120)
-        deployment.trigger("example_async_state", "bench")
-        assert deployment.wait_for_run("example_async_state", "bench", timeout=120) == "success"
-        # The run is over; mark its task instance running again so that its token may write.
-        with deployment.engine.begin() as connection:
-            connection.execute(sa.text("UPDATE task_instance SET state = 'running' WHERE run_id = 'bench'"))
-        [ti] = deployment.query(
-            "SELECT id, dag_id, run_id, task_id, map_index, try_number FROM task_instance "
-            "WHERE run_id = 'bench'"
-        )
+    dags = Path(tempfile.mkdtemp(prefix="state-bench-dags-"))
+    (dags / "bench_holder.py").write_text(HOLDER_DAG)
+    with airflow_deployment(dags) as deployment:
+        deployment.wait_for_dag("bench_holder", timeout=120)
+        deployment.trigger("bench_holder", "bench")
+        ti = wait_until_running(deployment)
         # This process plays the worker and, for the direct side, the API server's backend.
         for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__STATE__API_SECRET"):
             os.environ[name] = deployment.env[name]
         os.environ["AIRFLOW__STATE__API_URL"] = f"{deployment.api_url}/state"
         run(args, ti)
+        (dags / "release").write_text("")
+
+
+# A task that stays running while the benchmark speaks for it with its token.
+HOLDER_DAG = """
+import time
+from datetime import datetime
+from pathlib import Path
+from airflow.sdk import dag, task
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def bench_holder():
+    @task
+    def hold():
+        while not (Path(__file__).parent / "release").exists():
+            time.sleep(0.5)
+    hold()
+
+bench_holder()
+"""
+
+
+def wait_until_running(deployment) -> dict:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rows = deployment.query(
+            "SELECT id, dag_id, run_id, task_id, map_index, try_number FROM task_instance "
+            "WHERE run_id = 'bench' AND state = 'running'"
+        )
+        if rows:
+            return rows[0]
+        time.sleep(0.5)
+    raise TimeoutError(deployment.logs())
 
 
 def run(args: argparse.Namespace, ti: dict) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from functools import cache
+from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
+from airflow.state._engine import run_once_more_if_disconnected
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, select
 
 _bearer = HTTPBearer(auto_error=False, description="A task-state token signed with [state] api_secret")
 
@@ -46,13 +48,21 @@ def _forbidden(message: str) -> HTTPException:
     return HTTPException(status.HTTP_403_FORBIDDEN, message)
 
 
+@cache
+def _task_instance_row() -> Select[Any]:
+    from airflow.models.taskinstance import TaskInstance
+
+    ti = TaskInstance.__table__
+    return select(ti.c.dag_id, ti.c.run_id, ti.c.task_id, ti.c.map_index, ti.c.state, ti.c.try_number).where(
+        ti.c.id == bindparam("ti_id")
+    )
+
+
 def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None) -> None:
     """
     Refuse unless the token's task instance exists as named; for writes, unless it is running
     the try the token was minted for (a stale try, or a zombie, must not overwrite state).
     """
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
 
     if path_ti_id is not None and path_ti_id != claims.ti_id:
@@ -61,17 +71,10 @@ def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: 
         ti_id = UUID(claims.ti_id)
     except ValueError:
         raise _forbidden(f"task instance id {claims.ti_id!r} is not a UUID") from None
-    with create_session() as session:
-        row = session.execute(
-            select(
-                TaskInstance.dag_id,
-                TaskInstance.run_id,
-                TaskInstance.task_id,
-                TaskInstance.map_index,
-                TaskInstance.state,
-                TaskInstance.try_number,
-            ).where(TaskInstance.id == ti_id)
-        ).one_or_none()
+    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
+    row = run_once_more_if_disconnected(
+        lambda connection: connection.execute(_task_instance_row(), {"ti_id": ti_id}).one_or_none()
+    )
     if row is None:
         raise _forbidden(f"task instance {claims.ti_id} does not exist")
     if (row.dag_id, row.run_id, row.task_id, row.map_index) != (
