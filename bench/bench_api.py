@@ -3,40 +3,24 @@ Task state through the API against the backend called directly, measured side by
 
 A real ``airflow api-server`` (with scheduler and dag processor: the test deployment) runs on
 PostgreSQL, and a task of a bench DAG stays running meanwhile. One side is what that task's code
-does: a client holding a valid token for it sends GET and PUT requests to the state API. The other side is MetastoreStateBackend
-called in this process on the same database. Rounds alternate between the two sides.
+does: a client holding a valid token for it sends GET and PUT requests to the state API. The
+other side is MetastoreStateBackend called in this process on the same database.
 
     uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "dev"))
-
-
-def ops_per_second(operation: Callable[[int], object], ops: int) -> float:
-    start = time.perf_counter()
-    for i in range(ops):
-        operation(i)
-    return ops / (time.perf_counter() - start)
+from _common import measure, parse_args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--ops", type=int, default=1000, help="operations per round and side")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(__doc__, ops=1000).parse_args()
 
     from deployment import airflow_deployment
 
@@ -86,7 +70,7 @@ def wait_until_running(deployment) -> dict:
     raise TimeoutError(deployment.logs())
 
 
-def run(args: argparse.Namespace, ti: dict) -> None:
+def run(args, ti: dict) -> None:
     from airflow.state import values
     from airflow.state.client import StateClient
     from airflow.state.metastore import MetastoreStateBackend
@@ -101,36 +85,30 @@ def run(args: argparse.Namespace, ti: dict) -> None:
     scope = TaskScope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
     keys = [f"key_{i % 100}" for i in range(args.ops)]
 
-    sides: dict[str, dict[str, Callable[[int], object]]] = {
-        "set": {
-            "api": lambda i: client.request(
-                "PUT", client.task_path(keys[i]), content='{"value":' + values.encode(i) + "}"
-            ),
-            "backend": lambda i: backend.set(scope, keys[i], values.encode(i)),
+    medians = measure(
+        {
+            "set": {
+                "api": lambda i: client.request(
+                    "PUT", client.task_path(keys[i]), content='{"value":' + values.encode(i) + "}"
+                ),
+                "backend": lambda i: backend.set(scope, keys[i], values.encode(i)),
+            },
+            "get": {
+                "api": lambda i: client.request("GET", client.task_path(keys[i])).json(),
+                "backend": lambda i: backend.get(scope, keys[i]),
+            },
         },
-        "get": {
-            "api": lambda i: client.request("GET", client.task_path(keys[i])).json(),
-            "backend": lambda i: backend.get(scope, keys[i]),
-        },
-    }
-    for operations in sides.values():
-        for operation in operations.values():
-            for i in range(100):
-                operation(i)
-
-    results = {op: {side: [] for side in operations} for op, operations in sides.items()}
-    for _ in range(args.rounds):
-        for op, operations in sides.items():
-            for side, operation in operations.items():
-                results[op][side].append(ops_per_second(operation, args.ops))
+        args.ops,
+        args.rounds,
+    )
 
     print(
         "\nState API round trip vs backend called directly (PostgreSQL), "
         f"{args.rounds} rounds x {args.ops} ops"
     )
     print(f"{'op':<5}{'api ops/s':>12}{'backend ops/s':>16}{'api/backend':>13}")
-    for op, by_side in results.items():
-        api, direct = statistics.median(by_side["api"]), statistics.median(by_side["backend"])
+    for op, by_side in medians.items():
+        api, direct = by_side["api"], by_side["backend"]
         print(f"{op:<5}{api:>12.0f}{direct:>16.0f}{api / direct:>13.2f}")
 
 
