@@ -22,9 +22,10 @@ EXAMPLE_DAGS = Path(example_dags.__file__).parent
 @pytest.fixture(scope="module")
 def dags_test(tmp_path_factory):
     """Run `airflow dags test DAG_ID` on a DAG folder; return its output and the new run's id."""
-    jobs = tmp_path_factory.mktemp("jobs")
 
     def run(folder: Path, dag_id: str, *extra: str) -> tuple[str, str]:
+        # Each run gets its own folder of simulated jobs, kept as run.jobs for the test to count.
+        run.jobs = jobs = tmp_path_factory.mktemp("jobs")
         # INFO: the tests read what tasks returned from the "Done. Returned value was" log line.
         env = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "STATE_EXAMPLE_JOBS_DIR": str(jobs)}
         saved = {name: os.environ.get(name) for name in [*env, "AIRFLOW__LOGGING__LOGGING_LEVEL"]}
@@ -40,7 +41,6 @@ def dags_test(tmp_path_factory):
                     os.environ[name] = value
         return result.stdout + result.stderr, latest_run_id(dag_id)
 
-    run.jobs = jobs
     yield run
 
 
@@ -98,6 +98,24 @@ def test_resumable_job_without_crash_submits_once(dags_test, backend):
     assert len(submitted) == 1
     stored = backend.get(TaskScope("example_resumable_job", run_id, "run_job"), "remote_job_id")
     assert stored == f'"{submitted[0]}"'
+
+
+def test_resumable_job_resubmits_only_a_failed_job(dags_test, backend):
+    output, run_id = dags_test(TEST_DAGS, "state_resubmits_failed_job")
+    assert "remote job" in output and "failed" in output
+    first, second = sorted(dags_test.jobs.glob("*.submitted"), key=lambda p: p.stat().st_mtime)
+    assert f"Stored job {first.stem} failed; submitting a new one" in output
+    from airflow.state.models import TaskStateModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        value, by_try = session.execute(
+            select(TaskStateModel.value, TaskStateModel.updated_by_try).where(
+                TaskStateModel.run_id == run_id, TaskStateModel.key == "remote_job_id"
+            )
+        ).one()
+    assert (value, by_try) == (f'"{second.stem}"', 2)
+    assert (dags_test.jobs / f"{second.stem}.result").exists()
 
 
 def test_mapped_instances_keep_separate_state(dags_test, backend):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import DAG, Asset, dag, task
 
 DECLARED = Asset(name="state_tests_declared", uri="file:///tmp/state-tests/declared")
 UNDECLARED = Asset(name="state_tests_undeclared", uri="file:///tmp/state-tests/undeclared")
@@ -74,3 +74,23 @@ def state_api_surface():
 
 
 state_api_surface()
+
+
+with DAG(dag_id="state_resubmits_failed_job", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+    from airflow.state.example_dags import simulated_jobs
+    from airflow.state.example_dags.example_resumable_job import SimulatedJobOperator
+
+    class FirstJobFailsOperator(SimulatedJobOperator):
+        """The first job submitted dies without a result, as a cluster job that crashed would."""
+
+        def submit_job(self, context) -> str:
+            first = not any(simulated_jobs.jobs_folder().glob("*.submitted"))
+            return simulated_jobs.submit(-1 if first else self.job_seconds)  # sleep(-1) raises
+
+    FirstJobFailsOperator(
+        task_id="run_job",
+        job_seconds=0.5,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+        params={"crash_first_try": False},
+    )
