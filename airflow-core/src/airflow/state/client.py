@@ -21,15 +21,12 @@ from urllib.parse import quote
 import httpx
 from airflow.configuration import conf
 from airflow.state.api.app import URL_PREFIX
+from airflow.state.api.models import MISSING_KEY_DETAIL
 from airflow.state.tokens import TaskInstanceClaims, api_secret, mint
 
 RETRIES = 3
 BACKOFF_SECONDS = 0.5
 TIMEOUT_SECONDS = 30.0
-
-
-# How the API says "this key has no value"; any other 404 is an error (e.g. a wrong api_url).
-MISSING_KEY_DETAIL = "no state under key"
 
 
 class TaskStateError(RuntimeError):
@@ -60,11 +57,6 @@ def _in_process() -> bool:
     except ImportError:
         return False
     return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
-
-
-@cache
-def _in_process_secret() -> str:
-    return secrets.token_urlsafe(48)
 
 
 class _InProcess:
@@ -117,10 +109,8 @@ class StateClient:
         self.in_process = _in_process()
         if self.in_process:
             # Client and server are this process: a per-process secret they share is enough.
-            from airflow.configuration import conf as airflow_conf
-
-            if not airflow_conf.get("state", "api_secret", fallback=""):
-                airflow_conf.set("state", "api_secret", _in_process_secret())
+            if not conf.get("state", "api_secret", fallback=""):
+                conf.set("state", "api_secret", secrets.token_urlsafe(48))
             self.base_url = "http://in-process"
         else:
             self.base_url = api_url()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, JsonValue
 
+# How the API says "this key has no value"; the client treats any other 404 as an error (a wrong
+# api_url, an unknown asset).
+MISSING_KEY_DETAIL = "no state under key"
+
 
 class StateValueBody(BaseModel):
     """A value to store: any JSON document except null."""

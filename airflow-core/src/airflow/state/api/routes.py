@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from airflow.state import values
-from airflow.state.api.models import StateKeysResponse, StateValueBody, StateValueResponse
+from airflow.state.api.models import (
+    MISSING_KEY_DETAIL,
+    StateKeysResponse,
+    StateValueBody,
+    StateValueResponse,
+)
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
-from airflow.state.client import MISSING_KEY_DETAIL
 from airflow.state.tokens import TaskInstanceClaims
 from airflow_shared.state import AssetScope, StateScope, TaskScope, validate_key
 from fastapi import APIRouter, HTTPException, Query, Response, status
