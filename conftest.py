@@ -71,3 +71,23 @@ def db_kind(pytestconfig: pytest.Config) -> str:
 def airflow_db() -> None:
     """The metadata database, migrated by the real `airflow db migrate` once per run."""
     run_airflow("db", "migrate")
+    _async_engine_without_pool()
+
+
+def _async_engine_without_pool() -> None:
+    """
+    Tests run many short event loops (asyncio.run), and a pooled async connection only works in
+    the loop that opened it. Airflow 3.2.1 builds its async engine with a pool whatever
+    [database] sql_alchemy_pool_enabled says, so the tests give it one without.
+    """
+    from airflow import settings
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+    from sqlalchemy.pool import NullPool
+
+    if settings.async_engine is None or isinstance(settings.async_engine.pool, NullPool):
+        return
+    settings.async_engine.sync_engine.dispose()
+    settings.async_engine = create_async_engine(settings.SQL_ALCHEMY_CONN_ASYNC, poolclass=NullPool)
+    settings.AsyncSession = async_sessionmaker(
+        bind=settings.async_engine, class_=AsyncSession, autoflush=False, expire_on_commit=False
+    )
