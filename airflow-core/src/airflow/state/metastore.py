@@ -11,7 +11,6 @@ from airflow.state import _statements as sql
 from airflow.state._engine import autocommit_engine, run_once_more_if_disconnected
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
-    AssetScope,
     BaseStateBackend,
     StateScope,
     TaskScope,
@@ -187,4 +186,4 @@ class MetastoreStateBackend(BaseStateBackend):
             return read(await own_session.execute(statement, values))
 
 
-__all__ = ["AssetScope", "MetastoreStateBackend", "TaskScope"]
+__all__ = ["MetastoreStateBackend"]
