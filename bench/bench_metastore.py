@@ -48,7 +48,7 @@ def run(args) -> None:
     dialect = settings.engine.dialect
     keys = [f"key_{i % 100}" for i in range(args.ops)]
 
-    upsert = sql.upsert(dialect.name, TaskScope).compile(dialect=dialect)
+    upsert = sql.upsert(TaskScope).compile(dialect=dialect)
     select = sql.select_value(TaskScope).compile(dialect=dialect)
     raw = settings.engine.raw_connection()
     if args.db == "sqlite":

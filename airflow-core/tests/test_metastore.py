@@ -26,6 +26,25 @@ def statements_on(engine):
         event.remove(engine, "before_cursor_execute", record)
 
 
+@contextmanager
+def autocommit_statements():
+    """Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events)."""
+    from airflow.state._engine import _AutocommitEngine
+
+    seen: list[str] = []
+    run = _AutocommitEngine._run
+
+    def recording_run(self, compiled, parameters):
+        seen.append(compiled.sql)
+        return run(self, compiled, parameters)
+
+    _AutocommitEngine._run = recording_run
+    try:
+        yield seen
+    finally:
+        _AutocommitEngine._run = run
+
+
 @pytest.fixture
 def scope(make_dag_run, unique):
     make_dag_run(f"dag_{unique}", "run_1")
@@ -58,9 +77,7 @@ def test_set_without_an_asset_fails(backend):
 
 
 def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
-    from airflow.state._engine import autocommit_engine
-
-    with statements_on(autocommit_engine()) as seen:
+    with autocommit_statements() as seen:
         backend.set(scope, "remote_job_id", "app_001")
     assert len(seen) == 1, seen
     assert seen[0].lstrip().upper().startswith("INSERT INTO TASK_STATE")
@@ -68,10 +85,8 @@ def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
 
 
 def test_reads_and_deletes_are_one_statement(backend, scope):
-    from airflow.state._engine import autocommit_engine
-
     backend.set(scope, "k", "v")
-    with statements_on(autocommit_engine()) as seen:
+    with autocommit_statements() as seen:
         backend.get(scope, "k")
         backend.delete(scope, "k")
         backend.clear(scope)
@@ -79,9 +94,7 @@ def test_reads_and_deletes_are_one_statement(backend, scope):
 
 
 def test_bad_input_never_reaches_the_database(backend, scope):
-    from airflow.state._engine import autocommit_engine
-
-    with statements_on(autocommit_engine()) as seen:
+    with autocommit_statements() as seen:
         for call in (
             lambda: backend.set(scope, "", "v"),
             lambda: backend.set(scope, "k", None),
@@ -169,12 +182,11 @@ def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
 
 def test_async_methods_run_on_airflows_async_engine(backend, scope):
     from airflow import settings
-    from airflow.state._engine import autocommit_engine
 
     with (
         statements_on(settings.async_engine.sync_engine) as async_seen,
         statements_on(settings.engine) as airflow_seen,
-        statements_on(autocommit_engine()) as sync_seen,
+        autocommit_statements() as sync_seen,
     ):
         asyncio.run(backend.aset(scope, "k", "v"))
         assert asyncio.run(backend.aget(scope, "k")) == "v"

@@ -4,7 +4,7 @@ reused by the sync and async paths alike (SQLAlchemy then compiles it once per d
 
 Every write is one statement: the upsert finds the dag run (or asset) in a SELECT inside the
 INSERT, so there is no extra round trip, no window between lookup and write, and a missing dag
-run shows up as "no row written".
+run shows up as a rowcount of 0.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from airflow.state.models import AssetStateModel, TaskStateModel
 from airflow.state.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from airflow_shared.state import AssetScope, StateScope, TaskScope
-from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, literal_column, select
+from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import Insert
@@ -28,8 +28,6 @@ _task = TaskStateModel.__table__
 _asset = AssetStateModel.__table__
 _dag_run = DagRun.__table__
 _asset_row = AssetModel.__table__
-
-RETURNING_DIALECTS = frozenset({"postgresql", "sqlite"})
 
 
 def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
@@ -115,6 +113,14 @@ class _Upsert(Insert):
         return upsert
 
 
+@compiles(_OnConflictUpdate)
+def _unsupported(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(
+        "MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, "
+        f"not {compiler.dialect.name!r}"
+    )
+
+
 @compiles(_OnConflictUpdate, "postgresql")
 @compiles(_OnConflictUpdate, "sqlite")
 def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
@@ -127,7 +133,8 @@ def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) 
 @compiles(_OnConflictUpdate, "mysql")
 def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no
-    # alias on INSERT ... SELECT.
+    # alias on INSERT ... SELECT. SQLAlchemy's MySQL drivers connect with CLIENT_FOUND_ROWS, so
+    # an update counts in the rowcount even when it changes nothing.
     quote = compiler.preparer.quote
     return "ON DUPLICATE KEY UPDATE " + ", ".join(
         f"{quote(c)} = VALUES({quote(c)})" for c in clause.update_columns
@@ -135,17 +142,14 @@ def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any
 
 
 @cache
-def upsert(dialect: str, scope_type: type[StateScope]) -> Executable:
+def upsert(scope_type: type[StateScope]) -> Executable:
     """
-    INSERT ... SELECT ... ON CONFLICT (ON DUPLICATE KEY on MySQL) for one key.
+    INSERT ... SELECT ... ON CONFLICT (ON DUPLICATE KEY on MySQL) for one key; its rowcount is 0
+    when the dag run (or asset) does not exist.
 
     Parameters: those of :func:`params` plus ``value``, ``updated_at`` and, for task scopes,
     ``updated_by_try``.
     """
-    if dialect not in ("postgresql", "sqlite", "mysql"):
-        raise NotImplementedError(
-            f"MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, not {dialect!r}"
-        )
     key = bindparam("key", type_=StateKey())
     value = bindparam("value", type_=StateValue)
     updated_at = bindparam("updated_at", type_=UtcDateTime())
@@ -182,5 +186,4 @@ def upsert(dialect: str, scope_type: type[StateScope]) -> Executable:
         ]
         updated = ["value", "updated_at", "updated_by_try"]
 
-    stmt = _Upsert(table).from_select(columns, source).on_conflict_update(conflict_on, updated)
-    return stmt if dialect == "mysql" else stmt.returning(literal_column("1"))
+    return _Upsert(table).from_select(columns, source).on_conflict_update(conflict_on, updated)

@@ -6,9 +6,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow import settings
 from airflow.state import _statements as sql
-from airflow.state._engine import autocommit_engine, run_once_more_if_disconnected
+from airflow.state._engine import Outcome, execute
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     BaseStateBackend,
@@ -33,38 +32,38 @@ def _checked(scope: StateScope, key: str, value: Any = None, *, is_write: bool =
 
 
 T = TypeVar("T")
-_Reader = Callable[["CursorResult[Any]"], T]
+_Reader = Callable[[Outcome], T]
 
 
-def _scalar(result: CursorResult[Any]) -> Any:
-    return result.scalar()
+def _scalar(outcome: Outcome) -> Any:
+    return outcome.rows[0][0] if outcome.rows else None
 
 
-def _sorted_keys(result: CursorResult[Any]) -> list[str]:
+def _sorted_keys(outcome: Outcome) -> list[str]:
     # Sorted here, not in SQL: database collations order text differently from each other.
-    return sorted(result.scalars())
+    return sorted(row[0] for row in outcome.rows)
 
 
-def _ignore(result: CursorResult[Any]) -> None:
+def _wrote(outcome: Outcome) -> bool:
+    # An upsert writes nothing when its SELECT finds no dag run (or asset).
+    return outcome.rowcount > 0
+
+
+def _ignore(outcome: Outcome) -> None:
     return None
 
 
-def _written_reader(dialect: str) -> _Reader[bool]:
-    """How to tell that an upsert wrote a row (its SELECT found the dag run or asset)."""
-    if dialect in sql.RETURNING_DIALECTS:
-        return lambda result: result.first() is not None
-    return lambda result: result.rowcount > 0
+def _outcome(result: CursorResult[Any]) -> Outcome:
+    return Outcome(list(result.tuples()) if result.returns_rows else [], result.rowcount)
 
 
-def _upsert(
-    dialect: str, scope: StateScope, key: str, value: str, try_number: int | None
-) -> tuple[Executable, dict[str, Any]]:
+def _upsert_values(scope: StateScope, key: str, value: str, try_number: int | None) -> dict[str, Any]:
     values = sql.params(scope, key)
     values["value"] = value
     values["updated_at"] = datetime.now(timezone.utc)
     if isinstance(scope, TaskScope):
         values["updated_by_try"] = try_number
-    return sql.upsert(dialect, type(scope)), values
+    return values
 
 
 def _no_target_error(scope: StateScope) -> ValueError:
@@ -107,9 +106,8 @@ class MetastoreStateBackend(BaseStateBackend):
     ) -> None:
         """:meth:`set`, recording which try of the task instance wrote the value."""
         _checked(scope, key, value, is_write=True)
-        dialect = self._dialect(session)
-        statement, values = _upsert(dialect, scope, key, value, try_number)
-        if not self._execute(statement, values, session, _written_reader(dialect)):
+        values = _upsert_values(scope, key, value, try_number)
+        if not self._execute(sql.upsert(type(scope)), values, session, _wrote):
             raise _no_target_error(scope)
 
     def delete(self, scope: StateScope, key: str, *, session: Session | None = None) -> None:
@@ -137,10 +135,8 @@ class MetastoreStateBackend(BaseStateBackend):
         self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None
     ) -> None:
         _checked(scope, key, value, is_write=True)
-        # The async engine is built from the same database URL, so it speaks the same dialect.
-        dialect = settings.async_engine.dialect.name if session is None else session.bind.dialect.name
-        statement, values = _upsert(dialect, scope, key, value, try_number=None)
-        if not await self._aexecute(statement, values, session, _written_reader(dialect)):
+        values = _upsert_values(scope, key, value, try_number=None)
+        if not await self._aexecute(sql.upsert(type(scope)), values, session, _wrote):
             raise _no_target_error(scope)
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
@@ -163,27 +159,21 @@ class MetastoreStateBackend(BaseStateBackend):
     # --- plumbing ----------------------------------------------------------------------
 
     @staticmethod
-    def _dialect(session: Session | None) -> str:
-        bind = autocommit_engine() if session is None else session.get_bind()
-        return bind.dialect.name
-
-    @staticmethod
     def _execute(
         statement: Executable, values: dict[str, Any], session: Session | None, read: _Reader[T]
     ) -> T:
         if session is not None:
-            return read(session.execute(statement, values))
-        # Read inside: the cursor is gone once the connection returns to the pool.
-        return run_once_more_if_disconnected(lambda connection: read(connection.execute(statement, values)))
+            return read(_outcome(session.execute(statement, values)))
+        return read(execute(statement, values))
 
     @staticmethod
     async def _aexecute(
         statement: Executable, values: dict[str, Any], session: AsyncSession | None, read: _Reader[T]
     ) -> T:
         if session is not None:
-            return read(await session.execute(statement, values))
+            return read(_outcome(await session.execute(statement, values)))
         async with create_session_async() as own_session:
-            return read(await own_session.execute(statement, values))
+            return read(_outcome(await own_session.execute(statement, values)))
 
 
 __all__ = ["MetastoreStateBackend"]

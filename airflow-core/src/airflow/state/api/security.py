@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
-from airflow.state._engine import run_once_more_if_disconnected
+from airflow.state._engine import execute
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -72,21 +72,20 @@ def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: 
     except ValueError:
         raise _forbidden(f"task instance id {claims.ti_id!r} is not a UUID") from None
     # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
-    row = run_once_more_if_disconnected(
-        lambda connection: connection.execute(_task_instance_row(), {"ti_id": ti_id}).one_or_none()
-    )
-    if row is None:
+    rows = execute(_task_instance_row(), {"ti_id": ti_id}).rows
+    if not rows:
         raise _forbidden(f"task instance {claims.ti_id} does not exist")
-    if (row.dag_id, row.run_id, row.task_id, row.map_index) != (
+    dag_id, run_id, task_id, map_index, state, try_number = rows[0]
+    if (dag_id, run_id, task_id, map_index) != (
         claims.dag_id,
         claims.run_id,
         claims.task_id,
         claims.map_index,
     ):
         raise _forbidden(f"token does not match task instance {claims.ti_id}")
-    if write and (row.state != TaskInstanceState.RUNNING or row.try_number != claims.try_number):
+    if write and (state != TaskInstanceState.RUNNING or try_number != claims.try_number):
         raise _forbidden(
-            f"task instance {claims.ti_id} is {row.state} at try {row.try_number}; "
+            f"task instance {claims.ti_id} is {state} at try {try_number}; "
             f"only a running try {claims.try_number} may write its state"
         )
 
