@@ -51,10 +51,7 @@ def run(args) -> None:
     upsert = sql.upsert(TaskScope).compile(dialect=dialect)
     select = sql.select_value(TaskScope).compile(dialect=dialect)
     raw = settings.engine.raw_connection()
-    if args.db == "sqlite":
-        raw.driver_connection.isolation_level = None  # autocommit
-    else:
-        raw.driver_connection.autocommit = True
+    dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
     cursor = raw.cursor()
 
     def driver_params(compiled, values):
@@ -76,8 +73,6 @@ def run(args) -> None:
 
     def floor_set(i: int) -> None:
         cursor.execute(upsert_sql, upsert_params[i])
-        if cursor.description:
-            cursor.fetchall()
 
     def floor_get(i: int) -> None:
         cursor.execute(select_sql, select_params[i])

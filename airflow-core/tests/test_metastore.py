@@ -272,3 +272,23 @@ def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, 
     assert backend.get(scope, "k") == "before"
     backend.set(scope, "k", "after")
     assert backend.get(scope, "k") == "after"
+    assert pooled_engine.pool.checkedin() == 1
+
+
+def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters(
+    backend, scope, pooled_engine
+):
+    """Stored values may be secrets: SQLAlchemy must not list them in error messages and logs."""
+    from airflow.state._engine import execute
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    with pytest.raises(DBAPIError) as failure:
+        execute(text("SELECT :secret FROM no_such_table"), {"secret": "hunter2"})
+    assert "no_such_table" in str(failure.value)
+    assert "[SQL parameters hidden" in str(failure.value)
+    assert not failure.value.connection_invalidated
+    # The connection went back to the pool in working order.
+    backend.set(scope, "k", "still works")
+    assert backend.get(scope, "k") == "still works"
+    assert pooled_engine.pool.checkedin() == 1

@@ -170,9 +170,11 @@ def test_invalid_values_are_422_and_nothing_is_written(api, running, body):
     assert api.get(key_url(running, "kept"), headers=headers).json()["value"] == "original"
 
 
-def test_too_long_keys_and_too_large_values_are_422(api, running, monkeypatch):
+def test_unstorable_keys_and_too_large_values_are_422(api, running, monkeypatch):
     headers = auth(running)
     assert api.put(key_url(running, "k" * 513), json={"value": 1}, headers=headers).status_code == 422
+    nul_key = api.put(key_url(running, "nul%00key"), json={"value": 1}, headers=headers)
+    assert nul_key.status_code == 422 and "NUL" in nul_key.json()["detail"]
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "16")
     too_large = api.put(key_url(running), json={"value": "x" * 20}, headers=headers)
     assert too_large.status_code == 422 and "max_value_bytes" in too_large.json()["detail"]

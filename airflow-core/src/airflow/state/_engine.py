@@ -14,8 +14,8 @@ statement then runs on the DBAPI cursor of a pooled connection, without SQLAlche
 ``Connection`` layer. That layer (autobegin, rollback, result set-up) costs more per call than a
 PostgreSQL read's own round trip: ``bench/bench_metastore.py`` measures the difference. One
 consequence: SQLAlchemy's cursor events (``before_cursor_execute``) do not fire for these
-statements. Errors are still raised as SQLAlchemy's ``DBAPIError`` subclasses. Their parameters
-are hidden, because stored values may be secrets.
+statements. Errors are still raised as SQLAlchemy's ``DBAPIError`` subclasses, which do not list
+the parameters: stored values may be secrets.
 """
 
 from __future__ import annotations

@@ -271,10 +271,12 @@ class StateBackendConformance:
         [
             ("", ValueError),
             ("k" * (MAX_KEY_LENGTH + 1), ValueError),
+            ("nul\x00byte", ValueError),
+            ("lone-\ud800-surrogate", ValueError),
             (None, TypeError),
             (42, TypeError),
         ],
-        ids=["empty", "too-long", "none", "int"],
+        ids=["empty", "too-long", "nul", "surrogate", "none", "int"],
     )
     def test_bad_keys_are_refused_everywhere(self, backend, make_task_scope, make_asset_scope, key, error):
         for scope in (make_task_scope(), make_asset_scope(1)):
@@ -287,13 +289,24 @@ class StateBackendConformance:
             with pytest.raises(error, match="key"):
                 asyncio.run(backend.aset(scope, key, "v"))
 
-    @pytest.mark.parametrize("value", [None, 42, b"bytes", {"a": 1}], ids=["none", "int", "bytes", "dict"])
-    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value):
+    @pytest.mark.parametrize(
+        ("value", "error"),
+        [
+            (None, TypeError),
+            (42, TypeError),
+            (b"bytes", TypeError),
+            ({"a": 1}, TypeError),
+            ("nul\x00byte", ValueError),
+            ("lone-\udfff-surrogate", ValueError),
+        ],
+        ids=["none", "int", "bytes", "dict", "nul", "surrogate"],
+    )
+    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value, error):
         scope = make_task_scope()
         backend.set(scope, "k", "kept")
-        with pytest.raises(TypeError, match="value"):
+        with pytest.raises(error, match="value"):
             backend.set(scope, "k", value)
-        with pytest.raises(TypeError, match="value"):
+        with pytest.raises(error, match="value"):
             asyncio.run(backend.aset(scope, "k", value))
         assert backend.get(scope, "k") == "kept"
 

@@ -14,8 +14,22 @@ def validate_scope(scope: object) -> None:
         raise TypeError(f"scope must be a TaskScope or an AssetScope, got {type(scope).__name__}: {scope!r}")
 
 
+def _validate_storable(what: str, text: str) -> None:
+    # Every store must keep the same strings: PostgreSQL text cannot hold NUL, and no database
+    # (nor the HTTP API) can carry a lone surrogate, which has no UTF-8 encoding.
+    if "\x00" in text:
+        raise ValueError(f"state {what} must not contain NUL (\\x00) characters; encode binary data first")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"state {what} is not valid Unicode ({error.reason} at position {error.start}); "
+            "fix the string or encode it first"
+        ) from None
+
+
 def validate_key(key: object) -> None:
-    """Raise ``TypeError``/``ValueError`` unless *key* is a string of 1 to 512 characters."""
+    """Raise ``TypeError``/``ValueError`` unless *key* is a storable string of 1 to 512 characters."""
     if not isinstance(key, str):
         raise TypeError(f"state key must be a str, got {type(key).__name__}: {key!r}")
     if not key:
@@ -24,11 +38,13 @@ def validate_key(key: object) -> None:
         raise ValueError(
             f"state key is {len(key)} characters long; the limit is {MAX_KEY_LENGTH}: {key[:40]!r}..."
         )
+    _validate_storable("key", key)
 
 
 def validate_value(value: object) -> None:
     """
-    Raise ``TypeError`` unless *value* is a string.
+    Raise ``TypeError`` unless *value* is a string, ``ValueError`` if no store can keep it (NUL
+    characters, lone surrogates).
 
     Backends store text; absence of a key is how "no value" is expressed, so ``None`` is refused
     rather than stored. Callers that hold other types serialise them first (the task accessors
@@ -40,3 +56,4 @@ def validate_value(value: object) -> None:
         raise TypeError(
             f"state value must be a str, got {type(value).__name__}; serialise it first (e.g. json.dumps)"
         )
+    _validate_storable("value", value)
