@@ -59,7 +59,9 @@ class _Compiled:
             if (convert := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         }
         columns = statement.selected_columns if isinstance(statement, Select) else ()
-        self._from_driver = [column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns]
+        self._from_driver = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+        ]
 
     def parameters(self, values: dict[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
         converted = {
@@ -75,11 +77,12 @@ class _Compiled:
             return Outcome([], cursor.rowcount)
         rows = cursor.fetchall()
         if any(self._from_driver):
-            rows = [
-                tuple(convert(value) if convert else value for convert, value in zip(self._from_driver, row))
-                for row in rows
-            ]
+            rows = [self._converted(row) for row in rows]
         return Outcome(rows, cursor.rowcount)
+
+    def _converted(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        pairs = zip(self._from_driver, row, strict=True)
+        return tuple(convert(value) if convert else value for convert, value in pairs)
 
 
 class _AutocommitEngine:

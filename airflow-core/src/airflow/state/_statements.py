@@ -116,8 +116,7 @@ class _Upsert(Insert):
 @compiles(_OnConflictUpdate)
 def _unsupported(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(
-        "MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, "
-        f"not {compiler.dialect.name!r}"
+        f"MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, not {compiler.dialect.name!r}"
     )
 
 
