@@ -58,12 +58,21 @@ def stored_rows(table):
         return session.execute(select(table.__table__)).all()
 
 
+def set_in_a_session(backend, scope, key, value):
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        backend.set(scope, key, value, session=session)
+
+
 def test_set_without_a_dag_run_fails_and_writes_nothing(backend, unique):
     from airflow.state.models import TaskStateModel
 
     orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
     with pytest.raises(ValueError, match="No DagRun found"):
         backend.set(orphan, "k", "v")
+    with pytest.raises(ValueError, match="No DagRun found"):
+        set_in_a_session(backend, orphan, "k", "v")
     with pytest.raises(ValueError, match="No DagRun found"):
         asyncio.run(backend.aset(orphan, "k", "v"))
     assert not [r for r in stored_rows(TaskStateModel) if r.dag_id == orphan.dag_id]
@@ -73,7 +82,19 @@ def test_set_without_an_asset_fails(backend):
     with pytest.raises(ValueError, match="No asset found with id 987654"):
         backend.set(AssetScope(987654), "k", "v")
     with pytest.raises(ValueError, match="No asset found with id 987654"):
+        set_in_a_session(backend, AssetScope(987654), "k", "v")
+    with pytest.raises(ValueError, match="No asset found with id 987654"):
         asyncio.run(backend.aset(AssetScope(987654), "k", "v"))
+
+
+def test_rewriting_the_same_value_is_not_mistaken_for_a_missing_dag_run(backend, scope):
+    # The upsert reports a missing dag run as "no row written"; an update to an equal value must
+    # still count as written, in every path.
+    for _ in range(2):
+        backend.set(scope, "k", "same")
+        set_in_a_session(backend, scope, "k", "same")
+        asyncio.run(backend.aset(scope, "k", "same"))
+    assert backend.get(scope, "k") == "same"
 
 
 def test_set_is_one_statement_that_finds_the_dag_run_itself(backend, scope):
