@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from airflow.state import _statements as sql
 from airflow.state._engine import Outcome, execute
@@ -31,10 +30,6 @@ def _checked(scope: StateScope, key: str, value: Any = None, *, is_write: bool =
         validate_value(value)
 
 
-T = TypeVar("T")
-_Reader = Callable[[Outcome], T]
-
-
 def _scalar(outcome: Outcome) -> Any:
     return outcome.rows[0][0] if outcome.rows else None
 
@@ -47,10 +42,6 @@ def _sorted_keys(outcome: Outcome) -> list[str]:
 def _wrote(outcome: Outcome) -> bool:
     # An upsert writes nothing when its SELECT finds no dag run (or asset).
     return outcome.rowcount > 0
-
-
-def _ignore(outcome: Outcome) -> None:
-    return None
 
 
 def _outcome(result: CursorResult[Any]) -> Outcome:
@@ -90,7 +81,7 @@ class MetastoreStateBackend(BaseStateBackend):
 
     def get(self, scope: StateScope, key: str, *, session: Session | None = None) -> str | None:
         _checked(scope, key)
-        return self._execute(sql.select_value(type(scope)), sql.params(scope, key), session, _scalar)
+        return _scalar(self._execute(sql.select_value(type(scope)), sql.params(scope, key), session))
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Session | None = None) -> None:
         self.set_by_try(scope, key, value, try_number=None, session=session)
@@ -107,73 +98,69 @@ class MetastoreStateBackend(BaseStateBackend):
         """:meth:`set`, recording which try of the task instance wrote the value."""
         _checked(scope, key, value, is_write=True)
         values = _upsert_values(scope, key, value, try_number)
-        if not self._execute(sql.upsert(type(scope)), values, session, _wrote):
+        if not _wrote(self._execute(sql.upsert(type(scope)), values, session)):
             raise _no_target_error(scope)
 
     def delete(self, scope: StateScope, key: str, *, session: Session | None = None) -> None:
         _checked(scope, key)
-        self._execute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore)
+        self._execute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session)
 
     def clear(
         self, scope: StateScope, *, all_map_indices: bool = False, session: Session | None = None
     ) -> None:
         validate_scope(scope)
         statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
-        self._execute(statement, sql.params(scope), session, _ignore)
+        self._execute(statement, sql.params(scope), session)
 
     def keys(self, scope: StateScope, *, session: Session | None = None) -> list[str]:
         validate_scope(scope)
-        return self._execute(sql.select_keys(type(scope)), sql.params(scope), session, _sorted_keys)
+        return _sorted_keys(self._execute(sql.select_keys(type(scope)), sql.params(scope), session))
 
     # --- async -------------------------------------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> str | None:
         _checked(scope, key)
-        return await self._aexecute(sql.select_value(type(scope)), sql.params(scope, key), session, _scalar)
+        return _scalar(await self._aexecute(sql.select_value(type(scope)), sql.params(scope, key), session))
 
     async def aset(
         self, scope: StateScope, key: str, value: str, *, session: AsyncSession | None = None
     ) -> None:
         _checked(scope, key, value, is_write=True)
         values = _upsert_values(scope, key, value, try_number=None)
-        if not await self._aexecute(sql.upsert(type(scope)), values, session, _wrote):
+        if not _wrote(await self._aexecute(sql.upsert(type(scope)), values, session)):
             raise _no_target_error(scope)
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
         _checked(scope, key)
-        await self._aexecute(
-            sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session, _ignore
-        )
+        await self._aexecute(sql.delete_rows(type(scope), one_key=True), sql.params(scope, key), session)
 
     async def aclear(
         self, scope: StateScope, *, all_map_indices: bool = False, session: AsyncSession | None = None
     ) -> None:
         validate_scope(scope)
         statement = sql.delete_rows(type(scope), one_key=False, all_map_indices=all_map_indices)
-        await self._aexecute(statement, sql.params(scope), session, _ignore)
+        await self._aexecute(statement, sql.params(scope), session)
 
     async def akeys(self, scope: StateScope, *, session: AsyncSession | None = None) -> list[str]:
         validate_scope(scope)
-        return await self._aexecute(sql.select_keys(type(scope)), sql.params(scope), session, _sorted_keys)
+        return _sorted_keys(await self._aexecute(sql.select_keys(type(scope)), sql.params(scope), session))
 
     # --- plumbing ----------------------------------------------------------------------
 
     @staticmethod
-    def _execute(
-        statement: Executable, values: dict[str, Any], session: Session | None, read: _Reader[T]
-    ) -> T:
+    def _execute(statement: Executable, values: dict[str, Any], session: Session | None) -> Outcome:
         if session is not None:
-            return read(_outcome(session.execute(statement, values)))
-        return read(execute(statement, values))
+            return _outcome(session.execute(statement, values))
+        return execute(statement, values)
 
     @staticmethod
     async def _aexecute(
-        statement: Executable, values: dict[str, Any], session: AsyncSession | None, read: _Reader[T]
-    ) -> T:
+        statement: Executable, values: dict[str, Any], session: AsyncSession | None
+    ) -> Outcome:
         if session is not None:
-            return read(_outcome(await session.execute(statement, values)))
+            return _outcome(await session.execute(statement, values))
         async with create_session_async() as own_session:
-            return read(_outcome(await own_session.execute(statement, values)))
+            return _outcome(await own_session.execute(statement, values))
 
 
 __all__ = ["MetastoreStateBackend"]
