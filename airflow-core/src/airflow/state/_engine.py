@@ -185,5 +185,8 @@ def autocommit_engine() -> Engine:
 
 
 def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
-    """Run *statement* with *values* as one autocommitted statement, once more if the connection was dead."""
+    """
+    Run *statement* with *values* as one autocommitted statement, once more if the connection was
+    dead. *statement* is compiled on first use and kept: pass statements built once, not per call.
+    """
     return _autocommit_engine().execute(statement, values)
