@@ -8,6 +8,7 @@ document except ``None``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from airflow.state import values
@@ -77,26 +78,23 @@ class _StateNamespace:
         client, params, path = self._target()
         return client.request("GET", path(None), params=params).json()["keys"]
 
+    # The async methods run the sync ones in a worker thread: the event loop never waits on HTTP,
+    # and the calls share the sync client's pooled connections.
+
     async def aget(self, key: str, default: Any = None) -> Any:
-        client, params, path = self._target()
-        response = await client.arequest("GET", path(key), params=params)
-        return default if response.status_code == 404 else response.json()["value"]
+        return await asyncio.to_thread(self.get, key, default)
 
     async def aset(self, key: str, value: Any) -> None:
-        client, params, path = self._target()
-        await client.arequest("PUT", path(key), params=params, content=_body(value))
+        await asyncio.to_thread(self.set, key, value)
 
     async def adelete(self, key: str) -> None:
-        client, params, path = self._target()
-        await client.arequest("DELETE", path(key), params=params)
+        await asyncio.to_thread(self.delete, key)
 
     async def aclear(self) -> None:
-        client, params, path = self._target()
-        await client.arequest("DELETE", path(None), params=params)
+        await asyncio.to_thread(self.clear)
 
     async def akeys(self) -> list[str]:
-        client, params, path = self._target()
-        return (await client.arequest("GET", path(None), params=params)).json()["keys"]
+        return await asyncio.to_thread(self.keys)
 
 
 def _body(value: Any) -> str:

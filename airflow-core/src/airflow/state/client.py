@@ -9,7 +9,6 @@ serves the same app in-process instead (no API server needed).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import threading
@@ -59,26 +58,13 @@ def _in_process() -> bool:
     return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
 
 
-class _InProcess:
-    """The state app served in this process: a WSGI bridge for sync calls, ASGI for async ones."""
+@cache
+def _in_process_transport() -> httpx.BaseTransport:
+    """The state app served in this process, through a WSGI bridge."""
+    from a2wsgi import ASGIMiddleware
+    from airflow.state.api.app import create_app
 
-    @staticmethod
-    @cache
-    def app() -> Any:
-        from airflow.state.api.app import create_app
-
-        return create_app()
-
-    @classmethod
-    @cache
-    def transport(cls) -> httpx.BaseTransport:
-        from a2wsgi import ASGIMiddleware
-
-        return httpx.WSGITransport(app=ASGIMiddleware(cls.app()))
-
-    @classmethod
-    def atransport(cls) -> httpx.AsyncBaseTransport:
-        return httpx.ASGITransport(app=cls.app())
+    return httpx.WSGITransport(app=ASGIMiddleware(create_app()))
 
 
 _clients_lock = threading.Lock()
@@ -95,7 +81,7 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            transport = _InProcess.transport() if in_process else None
+            transport = _in_process_transport() if in_process else None
             client = httpx.Client(base_url=base_url, transport=transport, timeout=TIMEOUT_SECONDS)
             _clients[key] = client
         return client
@@ -145,23 +131,6 @@ class StateClient:
                 if response.status_code < 500 or attempt == RETRIES:
                     return self._checked(response)
             time.sleep(BACKOFF_SECONDS * 2**attempt)
-        raise AssertionError("unreachable")
-
-    async def arequest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        transport = _InProcess.atransport() if self.in_process else None
-        async with httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, timeout=TIMEOUT_SECONDS
-        ) as http:
-            for attempt in range(RETRIES + 1):
-                try:
-                    response = await http.request(method, path, headers=self._headers(), **kwargs)
-                except httpx.TransportError as error:
-                    if attempt == RETRIES:
-                        raise self._unreachable(error) from error
-                else:
-                    if response.status_code < 500 or attempt == RETRIES:
-                        return self._checked(response)
-                await asyncio.sleep(BACKOFF_SECONDS * 2**attempt)
         raise AssertionError("unreachable")
 
     def _unreachable(self, error: Exception) -> TaskStateError:
