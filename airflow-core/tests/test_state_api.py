@@ -160,8 +160,15 @@ def test_only_the_running_try_may_write(api, running):
 
 @pytest.mark.parametrize(
     "body",
-    ['{"value": null}', '{"value": NaN}', '{"value": [1, Infinity]}', "{}", "not json"],
-    ids=["null", "nan", "infinity", "no-value", "not-json"],
+    [
+        '{"value": null}',
+        '{"value": NaN}',
+        '{"value": [1, Infinity]}',
+        '{"value": "\\ud800"}',
+        "{}",
+        "not json",
+    ],
+    ids=["null", "nan", "infinity", "lone-surrogate", "no-value", "not-json"],
 )
 def test_invalid_values_are_422_and_nothing_is_written(api, running, body):
     headers = {**auth(running), "Content-Type": "application/json"}

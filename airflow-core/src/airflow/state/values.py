@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from airflow.configuration import conf
+from airflow_shared.state import validate_value
 
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024
 
@@ -31,6 +32,7 @@ def encode(value: Any, limit: int | None = None) -> str:
         raise TypeError(
             f"state values must be JSON-serialisable (dict, list, str, number, bool): {error}"
         ) from None
+    validate_value(text)  # a lone surrogate survives json.dumps, but no store can keep it
     limit = max_value_bytes() if limit is None else limit
     size = len(text.encode("utf-8"))
     if size > limit:

@@ -14,7 +14,7 @@ from airflow.state.api.models import (
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
 from airflow.state.tokens import TaskInstanceClaims
 from airflow_shared.state import AssetScope, StateScope, TaskScope, validate_key
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 
 router = APIRouter()
 
@@ -37,33 +37,48 @@ def _task_scope(claims: TaskInstanceClaims) -> TaskScope:
     return TaskScope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
 
 
-def _checked_key(key: str) -> str:
+def _unprocessable(error: Exception) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error))
+
+
+# Keys and values are checked as dependencies (after the token), so bad input is refused before
+# any database work.
+
+
+def _valid_key(key: str) -> str:
     try:
         validate_key(key)
     except (TypeError, ValueError) as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from None
+        raise _unprocessable(error) from None
     return key
 
 
+def _encoded_value(body: StateValueBody) -> str:
+    try:
+        return values.encode(body.value)
+    except (TypeError, ValueError) as error:
+        raise _unprocessable(error) from None
+
+
+Key = Annotated[str, Depends(_valid_key)]
+EncodedValue = Annotated[str, Depends(_encoded_value)]
+
+
 def _read(scope: StateScope, key: str) -> StateValueResponse:
-    stored = _backend().get(scope, _checked_key(key))
+    stored = _backend().get(scope, key)
     if stored is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"{MISSING_KEY_DETAIL} {key!r}")
     return StateValueResponse(key=key, value=values.decode(stored))
 
 
-def _write(scope: StateScope, key: str, body: StateValueBody, try_number: int | None) -> Response:
+def _write(scope: StateScope, key: str, text: str, try_number: int | None) -> Response:
     from airflow.state.metastore import MetastoreStateBackend
 
-    try:
-        text = values.encode(body.value)
-    except (TypeError, ValueError) as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(error)) from None
     backend = _backend()
     if isinstance(backend, MetastoreStateBackend):
-        backend.set_by_try(scope, _checked_key(key), text, try_number=try_number)
+        backend.set_by_try(scope, key, text, try_number=try_number)
     else:
-        backend.set(scope, _checked_key(key), text)
+        backend.set(scope, key, text)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -83,21 +98,21 @@ def clear_task_state(task_instance_id: str, claims: Claims) -> None:
 
 
 @router.get("/task-instances/{task_instance_id}/keys/{key:path}", responses={**_ERRORS, 404: {}})
-def get_task_state(task_instance_id: str, key: str, claims: Claims) -> StateValueResponse:
+def get_task_state(task_instance_id: str, claims: Claims, key: Key) -> StateValueResponse:
     check_task_instance(claims, write=False, path_ti_id=task_instance_id)
     return _read(_task_scope(claims), key)
 
 
 @router.put("/task-instances/{task_instance_id}/keys/{key:path}", status_code=204, responses=_ERRORS)
-def set_task_state(task_instance_id: str, key: str, body: StateValueBody, claims: Claims) -> Response:
+def set_task_state(task_instance_id: str, claims: Claims, key: Key, text: EncodedValue) -> Response:
     check_task_instance(claims, write=True, path_ti_id=task_instance_id)
-    return _write(_task_scope(claims), key, body, try_number=claims.try_number)
+    return _write(_task_scope(claims), key, text, try_number=claims.try_number)
 
 
 @router.delete("/task-instances/{task_instance_id}/keys/{key:path}", status_code=204, responses=_ERRORS)
-def delete_task_state(task_instance_id: str, key: str, claims: Claims) -> None:
+def delete_task_state(task_instance_id: str, claims: Claims, key: Key) -> None:
     check_task_instance(claims, write=True, path_ti_id=task_instance_id)
-    _backend().delete(_task_scope(claims), _checked_key(key))
+    _backend().delete(_task_scope(claims), key)
 
 
 # --- asset state -------------------------------------------------------------------------
@@ -120,18 +135,18 @@ def clear_asset_state(claims: Claims, name: AssetName = None, uri: AssetUri = No
 
 @router.get("/assets/keys/{key:path}", responses={**_ERRORS, 404: {}})
 def get_asset_state(
-    key: str, claims: Claims, name: AssetName = None, uri: AssetUri = None
+    claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None
 ) -> StateValueResponse:
     return _read(_asset_scope(claims, name, uri, write=False), key)
 
 
 @router.put("/assets/keys/{key:path}", status_code=204, responses={**_ERRORS, 404: {}})
 def set_asset_state(
-    key: str, body: StateValueBody, claims: Claims, name: AssetName = None, uri: AssetUri = None
+    claims: Claims, key: Key, text: EncodedValue, name: AssetName = None, uri: AssetUri = None
 ) -> Response:
-    return _write(_asset_scope(claims, name, uri, write=True), key, body, try_number=None)
+    return _write(_asset_scope(claims, name, uri, write=True), key, text, try_number=None)
 
 
 @router.delete("/assets/keys/{key:path}", status_code=204, responses={**_ERRORS, 404: {}})
-def delete_asset_state(key: str, claims: Claims, name: AssetName = None, uri: AssetUri = None) -> None:
-    _backend().delete(_asset_scope(claims, name, uri, write=True), _checked_key(key))
+def delete_asset_state(claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None) -> None:
+    _backend().delete(_asset_scope(claims, name, uri, write=True), key)
