@@ -11,7 +11,7 @@ from airflow.state._engine import execute
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, bindparam, exists, or_, select
 
 _bearer = HTTPBearer(auto_error=False, description="A task-state token signed with [state] api_secret")
 
@@ -97,30 +97,32 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
 
     if not name and not uri:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "give the asset's name or uri")
-    query = select(AssetModel.id)
+
+    def referenced_by_this_task(reference: Any) -> Any:
+        return exists().where(
+            reference.asset_id == AssetModel.id,
+            reference.dag_id == claims.dag_id,
+            reference.task_id == claims.task_id,
+        )
+
+    # One round trip: the matching assets, each with whether the task declares it.
+    declared = or_(*(referenced_by_this_task(r) for r in (TaskInletAssetReference, TaskOutletAssetReference)))
+    query = select(AssetModel.id, declared)
     if name:
         query = query.where(AssetModel.name == name)
     if uri:
         query = query.where(AssetModel.uri == uri)
     described = f"name={name!r}" if name else f"uri={uri!r}"
     with create_session() as session:
-        asset_ids = session.scalars(query).all()
-        if len(asset_ids) != 1:
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND,
-                f"no asset with {described}" if not asset_ids else f"{described} names several assets",
-            )
-        (asset_id,) = asset_ids
-        for reference in (TaskInletAssetReference, TaskOutletAssetReference):
-            declared = session.scalar(
-                select(reference.asset_id).where(
-                    reference.asset_id == asset_id,
-                    reference.dag_id == claims.dag_id,
-                    reference.task_id == claims.task_id,
-                )
-            )
-            if declared is not None:
-                return asset_id
+        matches = session.execute(query).all()
+    if len(matches) != 1:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no asset with {described}" if not matches else f"{described} names several assets",
+        )
+    ((asset_id, is_declared),) = matches
+    if is_declared:
+        return asset_id
     raise _forbidden(
         f"task {claims.dag_id}.{claims.task_id} does not declare asset {described} as an inlet or outlet"
     )
