@@ -11,15 +11,17 @@ from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
 from dbservers import free_port
 
-TASK = TaskScope("dag", "run_1", "task", -1)
+# What airflow.state.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
+UID = "42.1764504000123456"
+TASK = TaskScope("dag", "run_1", "task", -1, UID)
 
 
-def task_hash(prefix: str, dag: str, run: str, task: str, map_index: int) -> str:
-    return f"{prefix}:task:{{{dag}:{run}:{task}}}:{map_index}"
+def task_hash(prefix: str, dag: str, run: str, task: str, map_index: int, uid: str = UID) -> str:
+    return f"{prefix}:task:{{{dag}:{run}:{uid}:{task}}}:{map_index}"
 
 
-def task_index(prefix: str, dag: str, run: str, task: str) -> str:
-    return f"{prefix}:task:{{{dag}:{run}:{task}}}:map-indexes"
+def task_index(prefix: str, dag: str, run: str, task: str, uid: str = UID) -> str:
+    return f"{prefix}:task:{{{dag}:{run}:{uid}:{task}}}:map-indexes"
 
 
 def keys_under(client, prefix: str) -> set[str]:
@@ -32,7 +34,7 @@ def keys_under(client, prefix: str) -> set[str]:
 
 def test_key_layout_is_one_hash_per_task_instance_plus_an_index(make_backend, redis_client, key_prefix):
     backend = make_backend()
-    backend.set(TaskScope("dag", "manual__2026-01-01T00:00:00+00:00", "task", 2), "k", "v")
+    backend.set(TaskScope("dag", "manual__2026-01-01T00:00:00+00:00", "task", 2, dag_run_uid=UID), "k", "v")
     backend.set(AssetScope(7), "watermark", "w")
 
     run = "manual__2026-01-01T00%3A00%3A00%2B00%3A00"
@@ -54,13 +56,16 @@ def test_values_are_stored_as_utf8(make_backend, redis_client, key_prefix):
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        (TaskScope("a:b", "c", "t"), TaskScope("a", "b:c", "t")),
-        (TaskScope("d", "r:x", "t"), TaskScope("d", "r", "x:t")),
-        (TaskScope("d", "r", "t:1", -1), TaskScope("d", "r", "t", 1)),
-        (TaskScope("a%3Ab", "c", "t"), TaskScope("a:b", "c", "t")),
-        (TaskScope("d", "r}", "{t"), TaskScope("d", "r", "t")),
+        (TaskScope("a:b", "c", "t", dag_run_uid=UID), TaskScope("a", "b:c", "t", dag_run_uid=UID)),
+        (TaskScope("d", "r:x", "t", dag_run_uid=UID), TaskScope("d", "r", "x:t", dag_run_uid=UID)),
+        (TaskScope("d", "r", "t:1", -1, dag_run_uid=UID), TaskScope("d", "r", "t", 1, dag_run_uid=UID)),
+        (TaskScope("a%3Ab", "c", "t", dag_run_uid=UID), TaskScope("a:b", "c", "t", dag_run_uid=UID)),
+        (TaskScope("d", "r}", "{t", dag_run_uid=UID), TaskScope("d", "r", "t", dag_run_uid=UID)),
+        (TaskScope("d", "r:u", "t", dag_run_uid="1"), TaskScope("d", "r", "t", dag_run_uid="u:1")),
+        (TaskScope("d", "r", "x:t", dag_run_uid="u"), TaskScope("d", "r", "t", dag_run_uid="u:x")),
+        (TaskScope("d", "r", "t", dag_run_uid="u}"), TaskScope("d", "r", "t", dag_run_uid="u%7D")),
     ],
-    ids=["dag-run", "run-task", "task-map-index", "percent", "braces"],
+    ids=["dag-run", "run-task", "task-map-index", "percent", "braces", "run-uid", "uid-task", "uid-brace"],
 )
 def test_ids_containing_separators_do_not_collide(make_backend, first, second):
     backend = make_backend()
@@ -72,6 +77,26 @@ def test_ids_containing_separators_do_not_collide(make_backend, first, second):
     backend.clear(first, all_map_indices=True)
     assert backend.get(first, "k") is None
     assert backend.get(second, "k") == "second"
+
+
+def test_each_incarnation_of_a_run_has_keys_of_its_own(make_backend, redis_client, key_prefix):
+    backend = make_backend(task_ttl_seconds=1000)
+    deleted = TaskScope("dag", "run_1", "task", 0, dag_run_uid="42.1764504000123456")
+    # SQLite hands the deleted row's id to the next insert; the creation instant still differs.
+    recreated = TaskScope("dag", "run_1", "task", 0, dag_run_uid="42.1764504999000001")
+    backend.set(deleted, "remote_job_id", "app_001")
+    backend.set(recreated, "remote_job_id", "app_002")
+
+    old_hash = task_hash(key_prefix, "dag", "run_1", "task", 0, uid="42.1764504000123456")
+    new_hash = task_hash(key_prefix, "dag", "run_1", "task", 0, uid="42.1764504999000001")
+    assert redis_client.hget(old_hash, b"remote_job_id") == b"app_001"
+    assert redis_client.hget(new_hash, b"remote_job_id") == b"app_002"
+
+    backend.clear(recreated, all_map_indices=True)
+    assert not redis_client.exists(new_hash)
+    # Nobody deletes the old incarnation's keys: they go with their TTL.
+    assert 0 < redis_client.ttl(old_hash) <= 1000
+    assert redis_client.ttl(task_index(key_prefix, "dag", "run_1", "task", uid="42.1764504000123456")) > 0
 
 
 def test_prefixes_keep_deployments_apart(make_backend):
@@ -88,7 +113,7 @@ def test_prefixes_keep_deployments_apart(make_backend):
 
 def test_task_state_gets_the_ttl_and_every_write_refreshes_it(make_backend, redis_client, key_prefix):
     backend = make_backend(task_ttl_seconds=1000)
-    scope = TaskScope("dag", "run_1", "task", 0)
+    scope = TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID)
     names = (task_hash(key_prefix, "dag", "run_1", "task", 0), task_index(key_prefix, "dag", "run_1", "task"))
 
     backend.set(scope, "a", "1")
@@ -104,10 +129,10 @@ def test_task_state_gets_the_ttl_and_every_write_refreshes_it(make_backend, redi
 
 def test_writing_one_map_index_keeps_the_index_set_alive_for_all(make_backend, redis_client, key_prefix):
     backend = make_backend(task_ttl_seconds=1000)
-    backend.set(TaskScope("dag", "run_1", "task", 0), "k", "v")
+    backend.set(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID), "k", "v")
     index = task_index(key_prefix, "dag", "run_1", "task")
     redis_client.expire(index, 5)
-    backend.set(TaskScope("dag", "run_1", "task", 1), "k", "v")
+    backend.set(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "k", "v")
     assert redis_client.ttl(index) > 990
 
 
@@ -140,14 +165,14 @@ def test_switching_expiry_off_makes_rewritten_keys_permanent(make_backend, redis
 
 def test_deleting_the_last_key_forgets_the_map_index(make_backend, redis_client, key_prefix):
     backend = make_backend()
-    backend.set(TaskScope("dag", "run_1", "task", 0), "a", "1")
-    backend.set(TaskScope("dag", "run_1", "task", 1), "a", "1")
-    backend.set(TaskScope("dag", "run_1", "task", 1), "b", "2")
+    backend.set(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID), "a", "1")
+    backend.set(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "a", "1")
+    backend.set(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "b", "2")
     index = task_index(key_prefix, "dag", "run_1", "task")
 
-    backend.delete(TaskScope("dag", "run_1", "task", 1), "a")
+    backend.delete(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "a")
     assert redis_client.smembers(index) == {b"0", b"1"}  # map index 1 still has "b"
-    backend.delete(TaskScope("dag", "run_1", "task", 1), "b")
+    backend.delete(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "b")
     assert redis_client.smembers(index) == {b"0"}
     assert not redis_client.exists(task_hash(key_prefix, "dag", "run_1", "task", 1))
 
@@ -155,8 +180,8 @@ def test_deleting_the_last_key_forgets_the_map_index(make_backend, redis_client,
 def test_clearing_one_map_index_leaves_the_rest(make_backend, redis_client, key_prefix):
     backend = make_backend()
     for map_index in (0, 1):
-        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
-    backend.clear(TaskScope("dag", "run_1", "task", 0))
+        backend.set(TaskScope("dag", "run_1", "task", map_index, dag_run_uid=UID), "k", "v")
+    backend.clear(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID))
     assert redis_client.smembers(task_index(key_prefix, "dag", "run_1", "task")) == {b"1"}
     assert redis_client.exists(task_hash(key_prefix, "dag", "run_1", "task", 1))
 
@@ -166,12 +191,12 @@ def test_clearing_all_map_indexes_removes_exactly_that_task_of_that_run(
 ):
     backend = make_backend()
     for map_index in (-1, 0, 5):
-        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
-    backend.set(TaskScope("dag", "run_2", "task", 0), "k", "other run")
-    backend.set(TaskScope("dag", "run_1", "task_b", 0), "k", "other task")
-    backend.set(TaskScope("dag_b", "run_1", "task", 0), "k", "other dag")
+        backend.set(TaskScope("dag", "run_1", "task", map_index, dag_run_uid=UID), "k", "v")
+    backend.set(TaskScope("dag", "run_2", "task", 0, dag_run_uid=UID), "k", "other run")
+    backend.set(TaskScope("dag", "run_1", "task_b", 0, dag_run_uid=UID), "k", "other task")
+    backend.set(TaskScope("dag_b", "run_1", "task", 0, dag_run_uid=UID), "k", "other dag")
 
-    backend.clear(TaskScope("dag", "run_1", "task", 0), all_map_indices=True)
+    backend.clear(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID), all_map_indices=True)
 
     assert keys_under(redis_client, key_prefix) == {
         task_hash(key_prefix, "dag", "run_2", "task", 0),
@@ -185,8 +210,8 @@ def test_clearing_all_map_indexes_removes_exactly_that_task_of_that_run(
 
 def test_clearing_all_copes_with_an_already_expired_hash(make_backend, redis_client, key_prefix):
     backend = make_backend()
-    backend.set(TaskScope("dag", "run_1", "task", 0), "k", "v")
-    backend.set(TaskScope("dag", "run_1", "task", 1), "k", "v")
+    backend.set(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID), "k", "v")
+    backend.set(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), "k", "v")
     redis_client.delete(task_hash(key_prefix, "dag", "run_1", "task", 0))  # as if it had expired
     backend.clear(TASK, all_map_indices=True)
     assert keys_under(redis_client, key_prefix) == set()
@@ -195,13 +220,13 @@ def test_clearing_all_copes_with_an_already_expired_hash(make_backend, redis_cli
 def test_clearing_never_scans_the_keyspace(make_backend, redis_client):
     backend = make_backend()
     for map_index in range(3):
-        backend.set(TaskScope("dag", "run_1", "task", map_index), "k", "v")
+        backend.set(TaskScope("dag", "run_1", "task", map_index, dag_run_uid=UID), "k", "v")
     backend.set(AssetScope(1), "k", "v")
     redis_client.config_resetstat()
 
-    backend.clear(TaskScope("dag", "run_1", "task", 0))
-    backend.clear(TaskScope("dag", "run_1", "task", 1), all_map_indices=True)
-    asyncio.run(backend.aclear(TaskScope("dag", "run_1", "task", 1), all_map_indices=True))
+    backend.clear(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID))
+    backend.clear(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), all_map_indices=True)
+    asyncio.run(backend.aclear(TaskScope("dag", "run_1", "task", 1, dag_run_uid=UID), all_map_indices=True))
     backend.clear(AssetScope(1))
 
     # Commands run inside Lua scripts are counted too, so this also covers the scripts.
@@ -246,6 +271,46 @@ def test_bad_input_fails_before_touching_redis(unreachable_url, call, error):
     backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
     with pytest.raises(error):
         call(backend)
+
+
+def uidless(map_index: int = -1) -> TaskScope:
+    return TaskScope("dag", "run_1", "task", map_index)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b: b.set(uidless(), "k", "v"),
+        lambda b: b.get(uidless(), "k"),
+        lambda b: b.delete(uidless(2), "k"),
+        lambda b: b.keys(uidless()),
+        lambda b: b.clear(uidless()),
+        lambda b: b.clear(uidless(0), all_map_indices=True),
+        lambda b: asyncio.run(b.aset(uidless(), "k", "v")),
+        lambda b: asyncio.run(b.aget(uidless(), "k")),
+        lambda b: asyncio.run(b.adelete(uidless(), "k")),
+        lambda b: asyncio.run(b.akeys(uidless())),
+        lambda b: asyncio.run(b.aclear(uidless(), all_map_indices=True)),
+    ],
+    ids=["set", "get", "delete", "keys", "clear", "clear-all", "aset", "aget", "adelete", "akeys", "aclear"],
+)
+def test_a_task_scope_without_dag_run_uid_is_refused_before_touching_redis(unreachable_url, call):
+    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    # Any I/O would raise RedisStateConnectionError instead: the server does not exist.
+    with pytest.raises(ValueError, match="dag_run_uid") as caught:
+        call(backend)
+    message = str(caught.value)
+    assert "dag_id='dag', run_id='run_1'" in message
+    assert "airflow.state.task_scope(dag_id, run_id, task_id, map_index)" in message
+    assert "state API fills it" in message
+
+
+def test_a_task_scope_without_dag_run_uid_writes_nothing(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    with pytest.raises(ValueError, match="dag_run_uid"):
+        backend.set(uidless(), "k", "v")
+    backend.set(AssetScope(1), "k", "v")  # asset scopes have no run, and need no uid
+    assert keys_under(redis_client, key_prefix) == {f"{key_prefix}:asset:1"}
 
 
 def test_session_is_accepted_and_ignored(make_backend):
@@ -328,7 +393,7 @@ def test_async_methods_use_neither_threads_nor_the_sync_methods(make_backend, mo
 
 def test_many_concurrent_async_calls_in_one_loop(make_backend):
     backend = make_backend()
-    scopes = [TaskScope("dag", "run_1", "task", i) for i in range(100)]
+    scopes = [TaskScope("dag", "run_1", "task", i, dag_run_uid=UID) for i in range(100)]
 
     async def scenario() -> list[str | None]:
         await asyncio.gather(*(backend.aset(s, "k", f"v{s.map_index}") for s in scopes))
@@ -361,7 +426,7 @@ def test_async_clients_work_from_several_threads_at_once(make_backend):
 
     def worker(n: int) -> None:
         async def scenario() -> None:
-            scope = TaskScope("dag", "run_1", "task", n)
+            scope = TaskScope("dag", "run_1", "task", n, dag_run_uid=UID)
             for i in range(20):
                 await backend.aset(scope, "k", str(i))
             assert await backend.aget(scope, "k") == "19"

@@ -28,7 +28,7 @@ def test_async_defaults_run_in_a_worker_thread():
             return super().get(scope, key, session=session)
 
     backend = Recording()
-    asyncio.run(backend.aget(TaskScope("d", "r", "t"), "k"))
+    asyncio.run(backend.aget(TaskScope("d", "r", "t", dag_run_uid="u"), "k"))
     assert seen and seen[0] != threading.main_thread().name
 
 
@@ -75,3 +75,60 @@ def test_kit_catches_isolation_bugs(pytester, bug):
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 1, result.stdout.str()
+
+
+# Keys task state on (dag, run, task, map index) only, like the Redis backend once did: a dag run
+# deleted and created again with the same run_id reads the deleted run's state.
+IGNORES_DAG_RUN_UID = """
+import dataclasses
+
+import pytest
+from memory_backend import MemoryStateBackend
+from airflow_shared.state import TaskScope
+from airflow_shared.state.testing import StateBackendConformance
+
+
+def forget_uid(scope):
+    if isinstance(scope, TaskScope) and scope.dag_run_uid is not None:
+        return dataclasses.replace(scope, dag_run_uid="always-the-same")
+    return scope
+
+
+class IgnoresDagRunUid(MemoryStateBackend):
+    def get(self, scope, key, *, session=None):
+        return super().get(forget_uid(scope), key)
+
+    def set(self, scope, key, value, *, session=None):
+        super().set(forget_uid(scope), key, value)
+
+    def delete(self, scope, key, *, session=None):
+        super().delete(forget_uid(scope), key)
+
+    def keys(self, scope, *, session=None):
+        return super().keys(forget_uid(scope))
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        super().clear(forget_uid(scope), all_map_indices=all_map_indices)
+
+
+class TestIgnoresDagRunUid(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return IgnoresDagRunUid()
+"""
+
+
+def test_kit_catches_a_backend_that_ignores_the_dag_run_incarnation(pytester):
+    pytester.makepyfile(IGNORES_DAG_RUN_UID)
+    pytester.syspathinsert(str(__import__("pathlib").Path(__file__).parent))
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-rf")
+    failed = {
+        line.split("::")[-1].split(" ")[0] for line in result.stdout.lines if line.startswith("FAILED ")
+    }
+    # Exactly the tests about re-created runs and incarnations fail; everything else still passes,
+    # so the failures are caused by the ignored uid and nothing else.
+    assert failed == {
+        "test_a_recreated_dag_run_starts_empty",
+        "test_a_recreated_dag_run_can_be_written",
+        "test_scopes_differing_only_by_dag_run_uid_are_isolated",
+    }, result.stdout.str()

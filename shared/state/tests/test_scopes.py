@@ -48,3 +48,24 @@ def test_state_scope_covers_both_scope_types():
     assert isinstance(TaskScope("d", "r", "t"), StateScope)
     assert isinstance(AssetScope(1), StateScope)
     assert not isinstance("d/r/t", StateScope)
+
+
+def test_dag_run_uid_defaults_to_none_and_is_part_of_the_identity():
+    assert TaskScope("dag", "run", "task").dag_run_uid is None
+    first = TaskScope("dag", "run", "task", 0, dag_run_uid="7.1764504000000000")
+    again = TaskScope("dag", "run", "task", 0, "7.1764504000000000")
+    recreated = TaskScope("dag", "run", "task", 0, dag_run_uid="7.1764504999000000")
+    assert first == again and hash(first) == hash(again)
+    assert first != recreated
+    assert first != TaskScope("dag", "run", "task", 0)
+
+
+def test_dag_run_uid_must_not_be_empty():
+    with pytest.raises(ValueError, match=r"TaskScope\.dag_run_uid must be a non-empty string"):
+        TaskScope("dag", "run", "task", dag_run_uid="")
+
+
+@pytest.mark.parametrize("uid", [7, b"7.1", 7.1, ("7", "1")])
+def test_dag_run_uid_must_be_a_string(uid):
+    with pytest.raises(TypeError, match=r"TaskScope\.dag_run_uid must be a str or None"):
+        TaskScope("dag", "run", "task", dag_run_uid=uid)

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.state.accessors import asset_state, task_state
     from airflow.state.backend import get_state_backend, resolve_state_backend
+    from airflow.state.run_identity import task_scope
 
-__all__ = ["asset_state", "get_state_backend", "resolve_state_backend", "task_state"]
+__all__ = ["asset_state", "get_state_backend", "resolve_state_backend", "task_scope", "task_state"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from airflow.state import accessors
 
         return getattr(accessors, name)
+    if name == "task_scope":
+        from airflow.state import run_identity
+
+        return run_identity.task_scope
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,16 +1,22 @@
 """
 Where each scope's state lives in Redis.
 
-* task state: one HASH per task instance, ``<prefix>:task:{<dag>:<run>:<task>}:<map_index>``, whose
-  fields are the state keys; plus one SET per task of a run,
-  ``<prefix>:task:{<dag>:<run>:<task>}:map-indexes``, listing the map indexes that have a hash, so
-  clearing every map index deletes exactly those hashes instead of scanning the keyspace.
+* task state: one HASH per task instance,
+  ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:<map_index>``, whose fields are the state keys;
+  plus one SET per task of a run, ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:map-indexes``,
+  listing the map indexes that have a hash, so clearing every map index deletes exactly those
+  hashes instead of scanning the keyspace.
 * asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
+
+``dag_run_uid`` names one incarnation of the dag run (:class:`TaskScope`). Redis is not told when a
+run is deleted, so without it a run deleted and created again with the same run_id would read the
+deleted run's state; with it the new run's keys are new names, and the old ones age out with their
+TTL. A task scope without it is refused.
 
 The ids are percent-encoded with no safe characters, so ``:``, ``{``, ``}`` and ``%`` inside an id
 are escaped and two different scopes can never produce the same key. The braces are a Redis Cluster
-hash tag: every key of one task in one run maps to the same slot, which multi-key transactions and
-scripts on a cluster require.
+hash tag: every key of one task in one incarnation of a run maps to the same slot, which multi-key
+transactions and scripts on a cluster require.
 """
 
 from __future__ import annotations
@@ -36,6 +42,19 @@ def validate_prefix(prefix: str) -> None:
         raise ValueError(f"[state_redis] key_prefix must not contain '{{' or '}}', got {prefix!r}")
 
 
+def require_dag_run_uid(scope: TaskScope) -> str:
+    """Return the scope's ``dag_run_uid``; refuse a scope without one (called before any I/O)."""
+    if scope.dag_run_uid is None:
+        raise ValueError(
+            "The Redis state backend needs TaskScope.dag_run_uid, the identity of this incarnation of "
+            f"the dag run (dag_id={scope.dag_id!r}, run_id={scope.run_id!r}), so that a run deleted "
+            "and created again with the same run_id starts with empty state. In Airflow server "
+            "processes build the scope with airflow.state.task_scope(dag_id, run_id, task_id, "
+            "map_index); the state API fills it itself."
+        )
+    return scope.dag_run_uid
+
+
 class KeyLayout:
     """Builds the Redis key names for one key prefix."""
 
@@ -44,8 +63,9 @@ class KeyLayout:
         self.prefix = prefix
 
     def task_base(self, scope: TaskScope) -> str:
-        """The part shared by every key of a task in a run (its map-index hashes and index set)."""
-        tag = f"{_encode(scope.dag_id)}:{_encode(scope.run_id)}:{_encode(scope.task_id)}"
+        """The part shared by every key of a task in one incarnation of a run (hashes and index set)."""
+        parts = (scope.dag_id, scope.run_id, require_dag_run_uid(scope), scope.task_id)
+        tag = ":".join(_encode(part) for part in parts)
         return f"{self.prefix}:task:{{{tag}}}"
 
     def task_hash(self, scope: TaskScope) -> str:

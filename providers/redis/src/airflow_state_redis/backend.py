@@ -23,7 +23,7 @@ from redis.commands.core import AsyncScript, Script
 
 from ._config import UNSET, RedisSettings, Unset, resolve_settings
 from ._errors import mask_url, reachable
-from ._keys import KeyLayout
+from ._keys import KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
 from ._scripts import CLEAR_ALL_MAP_INDEXES, DELETE_TASK_KEY
 
@@ -41,6 +41,19 @@ def _utf8(text: str, what: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(f"state {what} cannot be stored as UTF-8: {error}") from None
+
+
+def _validate_scope(scope: object) -> None:
+    validate_scope(scope)
+    # Redis is not told when a dag run is deleted: without the run's incarnation in the key, a run
+    # re-created with the same run_id would read the deleted run's state.
+    if isinstance(scope, TaskScope):
+        require_dag_run_uid(scope)
+
+
+def _field_text(raw: bytes | str) -> str:
+    # As _text, for replies that are never None (hash field names).
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
 def _text(raw: bytes | str | None) -> str | None:
@@ -65,8 +78,11 @@ class RedisStateBackend(BaseStateBackend):
     """
     Keeps task and asset state in Redis.
 
-    Task state lives in one hash per task instance, with a time to live refreshed on every write
-    (``task_ttl_seconds``, default 30 days), because Redis is not told when a dag run is deleted.
+    Task state lives in one hash per task instance of one incarnation of its dag run
+    (``TaskScope.dag_run_uid``, required: a task scope without it raises ``ValueError``), so a run
+    deleted and created again with the same run_id starts empty. Redis is not told when a run is
+    deleted, so those hashes carry a time to live refreshed on every write (``task_ttl_seconds``,
+    default 30 days).
     Asset state lives in one hash per asset and does not expire unless ``asset_ttl_seconds`` is set.
 
     Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
@@ -132,7 +148,7 @@ class RedisStateBackend(BaseStateBackend):
                 self._client.hdel(name, field)
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        validate_scope(scope)
+        _validate_scope(scope)
         with self._reachable():
             if isinstance(scope, TaskScope) and all_map_indices:
                 self._clear_all(keys=[self._keys.task_index(scope)], args=[self._keys.task_base(scope) + ":"])
@@ -142,10 +158,10 @@ class RedisStateBackend(BaseStateBackend):
                 pipe.execute()
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        validate_scope(scope)
+        _validate_scope(scope)
         with self._reachable():
             fields = self._client.hkeys(self._hash(scope))
-        return sorted(field.decode("utf-8") for field in fields)
+        return sorted(_field_text(field) for field in fields)
 
     # --- async (redis.asyncio, no threads) -----------------------------------------------
 
@@ -176,7 +192,7 @@ class RedisStateBackend(BaseStateBackend):
                 await connection.client.hdel(name, field)
 
     async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        validate_scope(scope)
+        _validate_scope(scope)
         with self._reachable():
             connection = await self._async.get()
             if isinstance(scope, TaskScope) and all_map_indices:
@@ -189,11 +205,11 @@ class RedisStateBackend(BaseStateBackend):
                 await pipe.execute()
 
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        validate_scope(scope)
+        _validate_scope(scope)
         with self._reachable():
             connection = await self._async.get()
             fields = await connection.client.hkeys(self._hash(scope))
-        return sorted(field.decode("utf-8") for field in fields)
+        return sorted(_field_text(field) for field in fields)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -225,12 +241,12 @@ class RedisStateBackend(BaseStateBackend):
 
     def _read_target(self, scope: StateScope, key: str) -> tuple[str, bytes]:
         """Validate a keyed call and return the hash name and field it addresses."""
-        validate_scope(scope)
+        _validate_scope(scope)
         validate_key(key)
         return self._hash(scope), _utf8(key, "key")
 
     def _checked_write(self, scope: StateScope, key: str, value: str) -> tuple[bytes, bytes]:
-        validate_scope(scope)
+        _validate_scope(scope)
         validate_key(key)
         validate_value(value)
         return _utf8(key, "key"), _utf8(value, "value")

@@ -16,16 +16,33 @@ class TaskScope:
     """
     The state of one task instance: shared by all its tries, separate per map index.
 
+    A dag run that is deleted and created again with the same ``run_id`` must start with empty
+    task state. The metastore gets that from its foreign key to ``dag_run`` (the rows go with the
+    run); a backend that stores elsewhere is never told a run was deleted, so the scope carries
+    *dag_run_uid*, which names one incarnation of the run:
+
+    * Airflow's servers always fill it: the state API builds scopes from the database, and server
+      code builds a complete scope with ``airflow.state.task_scope(dag_id, run_id, task_id,
+      map_index)``.
+    * A backend that cannot cascade from the ``dag_run`` table (anything but the metastore) MUST
+      key task state on it, and MUST refuse a scope without it (``dag_run_uid=None``) with a
+      ``ValueError`` that says how to build a complete one (``airflow.state.task_scope(...)``).
+    * The metastore may ignore it: the foreign-key cascade gives the same guarantee.
+
     :param dag_id: the DAG of the run.
     :param run_id: the run the state belongs to; deleting the run deletes its state.
     :param task_id: the task within the run.
     :param map_index: the mapped instance, ``-1`` for a task that is not mapped.
+    :param dag_run_uid: an opaque, non-empty string naming this incarnation of the dag run; a run
+        deleted and created again with the same ``run_id`` has a different one. ``None`` when the
+        caller does not know it (only the metastore accepts such a scope).
     """
 
     dag_id: str
     run_id: str
     task_id: str
     map_index: int = -1
+    dag_run_uid: str | None = None
 
     def __post_init__(self) -> None:
         for field in ("dag_id", "run_id", "task_id"):
@@ -37,6 +54,14 @@ class TaskScope:
             raise ValueError(
                 f"TaskScope.map_index must be -1 (not mapped) or a mapped index >= 0, got {self.map_index}"
             )
+        if self.dag_run_uid is not None:
+            if not isinstance(self.dag_run_uid, str):
+                raise TypeError(
+                    f"TaskScope.dag_run_uid must be a str or None, got {type(self.dag_run_uid).__name__}: "
+                    f"{self.dag_run_uid!r}"
+                )
+            if not self.dag_run_uid:
+                raise ValueError("TaskScope.dag_run_uid must be a non-empty string or None, got ''")
 
 
 @dataclass(frozen=True)

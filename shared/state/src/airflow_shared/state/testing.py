@@ -1,9 +1,7 @@
 """
 A conformance kit: the pytest suite every :class:`BaseStateBackend` must pass.
 
-Subclass :class:`StateBackendConformance` in a test module and provide the ``backend`` fixture.
-Backends whose storage needs the scope to exist first (the metastore needs a real dag run and
-asset row) also override ``make_task_scope`` and ``make_asset_scope``::
+Subclass :class:`StateBackendConformance` in a test module and provide the ``backend`` fixture::
 
     from airflow_shared.state.testing import StateBackendConformance
 
@@ -12,13 +10,34 @@ asset row) also override ``make_task_scope`` and ``make_asset_scope``::
         def backend(self):
             return MyBackend(url=...)
 
+Fixtures a backend may override:
+
+* ``make_task_scope``: ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``. The
+  default builds scopes of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``. Backends
+  whose storage needs the scope to exist first (the metastore needs a real dag run) create it
+  here, and return the scope Airflow would build (with the run's real ``dag_run_uid``).
+* ``recreate_dag_run``: ``recreate(scope) -> TaskScope``. Delete the dag run of *scope* and create
+  it again with the same ``dag_id`` and ``run_id``; return a scope of the same task and map index
+  in the new run. The default only gives the scope a new ``dag_run_uid``, which is all a backend
+  without foreign keys can see of a re-created run; a backend that stores in Airflow's database
+  deletes and re-inserts the ``dag_run`` row for real.
+* ``make_asset_scope``: ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset; the
+  metastore creates real asset rows.
+
+Set the class attribute ``task_state_cascades_with_dag_run = True`` only if the store itself
+deletes task state with the ``dag_run`` row (a foreign key, as in the metastore); such a backend
+may ignore ``dag_run_uid``, and the kit skips the two tests that require keying on it. Every
+other backend must key task state on ``dag_run_uid`` and refuse a ``TaskScope`` without one.
+
 Requires pytest (``apache-airflow-shared-state[testing]``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -29,10 +48,23 @@ from .validation import MAX_KEY_LENGTH
 
 MakeTaskScope = Callable[..., TaskScope]
 MakeAssetScope = Callable[[int], AssetScope]
+RecreateDagRun = Callable[[TaskScope], TaskScope]
+
+
+def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | None:
+    """The keys of *scope*, or ``None`` when the backend does not list keys (that is optional)."""
+    try:
+        return backend.keys(scope)
+    except NotImplementedError:
+        return None
 
 
 class StateBackendConformance:
     """The behaviour a DAG author relies on, whichever backend stores the state."""
+
+    #: True only when the store deletes task state together with the ``dag_run`` row (a foreign
+    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``.
+    task_state_cascades_with_dag_run: bool = False
 
     @pytest.fixture
     def backend(self) -> BaseStateBackend:
@@ -43,9 +75,21 @@ class StateBackendConformance:
         """Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``."""
 
         def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
-            return TaskScope("conformance_dag", run_id, task_id, map_index)
+            return TaskScope("conformance_dag", run_id, task_id, map_index, dag_run_uid=f"uid-{run_id}")
 
         return make
+
+    @pytest.fixture
+    def recreate_dag_run(self) -> RecreateDagRun:
+        """
+        Return ``recreate(scope) -> TaskScope``: delete the dag run of *scope*, create it again with
+        the same dag_id and run_id, and return a scope of the same task and map index in the new run.
+        """
+
+        def recreate(scope: TaskScope) -> TaskScope:
+            return dataclasses.replace(scope, dag_run_uid=f"uid-{scope.run_id}-{uuid.uuid4().hex}")
+
+        return recreate
 
     @pytest.fixture
     def make_asset_scope(self) -> MakeAssetScope:
@@ -182,6 +226,123 @@ class StateBackendConformance:
         backend.clear(make_task_scope())
         backend.clear(make_task_scope(), all_map_indices=True)
         backend.clear(make_asset_scope(1))
+
+    # --- a dag run deleted and created again with the same run_id -----------------------
+
+    def test_a_recreated_dag_run_starts_empty(self, backend, make_task_scope, recreate_dag_run):
+        old = {map_index: make_task_scope(map_index=map_index) for map_index in (-1, 0, 1)}
+        for map_index, scope in old.items():
+            backend.set(scope, "remote_job_id", f"app_{map_index}")
+            backend.set(scope, "checkpoint", "page 3")
+
+        new = recreate_dag_run(old[0])
+
+        assert (new.dag_id, new.run_id, new.task_id, new.map_index) == (
+            old[0].dag_id,
+            old[0].run_id,
+            old[0].task_id,
+            0,
+        )
+        for map_index in (-1, 0, 1):
+            scope = dataclasses.replace(new, map_index=map_index)
+            assert backend.get(scope, "remote_job_id") is None, map_index
+            assert backend.get(scope, "checkpoint") is None, map_index
+            assert _listed_keys(backend, scope) in (None, []), map_index
+            assert asyncio.run(backend.aget(scope, "remote_job_id")) is None, map_index
+
+    def test_a_recreated_dag_run_can_be_written(self, backend, make_task_scope, recreate_dag_run):
+        old = make_task_scope(map_index=2)
+        backend.set(old, "remote_job_id", "app_old")
+        backend.set(old, "stale", "from the deleted run")
+        new = recreate_dag_run(old)
+
+        backend.set(new, "remote_job_id", "app_new")
+        asyncio.run(backend.aset(new, "checkpoint", "page 1"))
+        assert backend.get(new, "remote_job_id") == "app_new"
+        assert asyncio.run(backend.aget(new, "checkpoint")) == "page 1"
+        assert backend.get(new, "stale") is None
+        assert _listed_keys(backend, new) in (None, ["checkpoint", "remote_job_id"])
+        backend.delete(new, "checkpoint")
+        assert backend.get(new, "checkpoint") is None
+        assert backend.get(new, "remote_job_id") == "app_new"
+
+    def test_clear_all_map_indices_in_a_recreated_run_touches_nothing_else(
+        self, backend, make_task_scope, recreate_dag_run
+    ):
+        old = make_task_scope(map_index=0)
+        backend.set(old, "k", "old run")
+        backend.set(make_task_scope(map_index=1), "k", "old run")
+        other_run = make_task_scope(run_id="run_2", map_index=0)
+        backend.set(other_run, "k", "other run")
+
+        new = recreate_dag_run(old)
+        other_task = dataclasses.replace(new, task_id="other_task")
+        backend.set(dataclasses.replace(new, map_index=3), "k", "new run")
+        backend.set(other_task, "k", "other task")
+        backend.clear(new, all_map_indices=True)
+
+        for map_index in (-1, 0, 1, 3):
+            assert backend.get(dataclasses.replace(new, map_index=map_index), "k") is None, map_index
+        assert backend.get(other_task, "k") == "other task"
+        assert backend.get(other_run, "k") == "other run"
+        # Clearing again, now that nothing is left, must not bring anything back either.
+        backend.clear(new, all_map_indices=True)
+        assert backend.get(new, "k") is None
+        assert backend.get(dataclasses.replace(new, map_index=1), "k") is None
+
+    def test_scopes_differing_only_by_dag_run_uid_are_isolated(self, backend, make_task_scope):
+        if self.task_state_cascades_with_dag_run:
+            pytest.skip("the store deletes task state with the dag_run row and may ignore dag_run_uid")
+        one = make_task_scope(map_index=0)
+        assert one.dag_run_uid is not None, "make_task_scope must fill dag_run_uid"
+        two = dataclasses.replace(one, dag_run_uid=f"{one.dag_run_uid}-other-incarnation")
+        for scope, value in ((one, "one"), (two, "two")):
+            backend.set(scope, "k", value)
+            backend.set(scope, "gone", value)
+            backend.set(dataclasses.replace(scope, map_index=1), "k", value)
+
+        assert backend.get(one, "k") == "one"
+        assert backend.get(two, "k") == "two"
+        backend.delete(two, "gone")
+        assert backend.get(one, "gone") == "one"
+        assert _listed_keys(backend, one) in (None, ["gone", "k"])
+        assert _listed_keys(backend, two) in (None, ["k"])
+
+        backend.clear(two)
+        assert backend.get(one, "k") == "one"
+        backend.clear(two, all_map_indices=True)
+        assert backend.get(two, "k") is None
+        assert backend.get(dataclasses.replace(two, map_index=1), "k") is None
+        assert backend.get(one, "k") == "one"
+        assert backend.get(dataclasses.replace(one, map_index=1), "k") == "one"
+
+    def test_task_scope_without_dag_run_uid_is_refused(self, backend, make_task_scope):
+        if self.task_state_cascades_with_dag_run:
+            pytest.skip("the store deletes task state with the dag_run row and may ignore dag_run_uid")
+        complete = make_task_scope()
+        incomplete = dataclasses.replace(complete, dag_run_uid=None)
+        calls = {
+            "set": lambda: backend.set(incomplete, "k", "v"),
+            "get": lambda: backend.get(incomplete, "k"),
+            "delete": lambda: backend.delete(incomplete, "k"),
+            "clear": lambda: backend.clear(incomplete),
+            "clear(all_map_indices=True)": lambda: backend.clear(incomplete, all_map_indices=True),
+            "aset": lambda: asyncio.run(backend.aset(incomplete, "k", "v")),
+            "aget": lambda: asyncio.run(backend.aget(incomplete, "k")),
+        }
+        for name, call in calls.items():
+            with pytest.raises(ValueError, match="dag_run_uid"):
+                call()
+                pytest.fail(f"{name} accepted a TaskScope without dag_run_uid")
+        try:
+            backend.keys(incomplete)
+        except NotImplementedError:
+            pass
+        except ValueError as error:
+            assert "dag_run_uid" in str(error)
+        else:
+            pytest.fail("keys() accepted a TaskScope without dag_run_uid")
+        assert backend.get(complete, "k") is None
 
     # --- listing (optional) ---------------------------------------------------------------
 

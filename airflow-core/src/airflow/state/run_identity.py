@@ -1,0 +1,86 @@
+"""
+The identity of one incarnation of a dag run, and complete task scopes built from the database.
+
+A dag run deleted and created again with the same ``run_id`` must start with empty task state.
+Backends without a foreign key to ``dag_run`` cannot see the deletion, so every ``TaskScope`` that
+Airflow's servers build carries ``dag_run_uid``: the run's integer id plus the instant its row was
+created. The id alone is not enough, because SQLite gives a deleted highest row's id to the next
+insert (Airflow's ``dag_run`` table has no AUTOINCREMENT).
+
+Cheap to import: the ORM is imported inside :func:`task_scope`, which only server processes call.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from airflow_shared.state import TaskScope
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _epoch_micros(instant: datetime) -> int:
+    # Naive values are UTC: Airflow stores UTC, and SQLite hands some of them back without a zone.
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=timezone.utc)
+    # Integer arithmetic on the timedelta: a float timestamp would round away microseconds.
+    return (instant - _EPOCH) // _MICROSECOND
+
+
+def dag_run_uid(dag_run_id: int, created_at: datetime | None, run_after: datetime) -> str:
+    """
+    Return the ``TaskScope.dag_run_uid`` of the dag run row with these columns.
+
+    ``f"{dag_run_id}.{micros}"``, where *micros* is ``created_at`` (or ``run_after`` when it is
+    NULL, as on rows migrated from Airflow versions that did not fill it) in integer microseconds
+    since the epoch, UTC. The same row always gives the same string; a row deleted and inserted
+    again gives a different one, even when the database reuses its id.
+
+    :param dag_run_id: ``dag_run.id``.
+    :param created_at: ``dag_run.created_at``; naive values are taken as UTC.
+    :param run_after: ``dag_run.run_after`` (NOT NULL), used when *created_at* is ``None``.
+    """
+    if isinstance(dag_run_id, bool) or not isinstance(dag_run_id, int):
+        raise TypeError(f"dag_run_id must be an int, got {type(dag_run_id).__name__}: {dag_run_id!r}")
+    instant = created_at if created_at is not None else run_after
+    if not isinstance(instant, datetime):
+        raise TypeError(
+            f"created_at or run_after must be a datetime, got {type(instant).__name__}: {instant!r}"
+        )
+    return f"{dag_run_id}.{_epoch_micros(instant)}"
+
+
+def task_scope(
+    dag_id: str, run_id: str, task_id: str, map_index: int = -1, *, session: Session | None = None
+) -> TaskScope:
+    """
+    Return the complete ``TaskScope`` of a task instance, ``dag_run_uid`` included.
+
+    Use it in Airflow server processes (the scheduler, the API server, CLI commands) to address
+    task state directly through a backend: backends other than the metastore refuse a scope
+    without ``dag_run_uid``. Raises ``ValueError`` when the dag run does not exist.
+
+    :param session: a SQLAlchemy session to read the dag run with; a new one when omitted.
+    """
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    query = select(DagRun.id, DagRun.created_at, DagRun.run_after).where(
+        DagRun.dag_id == dag_id, DagRun.run_id == run_id
+    )
+    if session is None:
+        from airflow.utils.session import create_session
+
+        with create_session() as own_session:
+            row = own_session.execute(query).one_or_none()
+    else:
+        row = session.execute(query).one_or_none()
+    if row is None:
+        raise ValueError(f"No DagRun found for dag_id={dag_id!r}, run_id={run_id!r}")
+    uid = dag_run_uid(row.id, row.created_at, row.run_after)
+    return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
