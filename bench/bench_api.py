@@ -74,6 +74,7 @@ def run(args, ti: dict) -> None:
     from airflow.state import values
     from airflow.state.client import StateClient
     from airflow.state.metastore import MetastoreStateBackend
+    from airflow.state.protocol import task_value_path
     from airflow.state.tokens import TaskInstanceClaims
     from airflow_shared.state import TaskScope
 
@@ -81,6 +82,7 @@ def run(args, ti: dict) -> None:
         str(ti["id"]), ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"], ti["try_number"]
     )
     client = StateClient(claims)
+    value_path = task_value_path(claims.ti_id)
     backend = MetastoreStateBackend()
     scope = TaskScope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
     keys = [f"key_{i % 100}" for i in range(args.ops)]
@@ -89,12 +91,12 @@ def run(args, ti: dict) -> None:
         {
             "set": {
                 "api": lambda i: client.request(
-                    "PUT", client.task_path(keys[i]), content='{"value":' + values.encode(i) + "}"
+                    "PUT", value_path, params={"key": keys[i]}, content='{"value":' + values.encode(i) + "}"
                 ),
                 "backend": lambda i: backend.set(scope, keys[i], values.encode(i)),
             },
             "get": {
-                "api": lambda i: client.request("GET", client.task_path(keys[i])).json(),
+                "api": lambda i: client.request("GET", value_path, params={"key": keys[i]}).json(),
                 "backend": lambda i: backend.get(scope, keys[i]),
             },
         },

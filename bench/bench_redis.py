@@ -31,7 +31,8 @@ def run(args, redis_url: str) -> None:
     from airflow_state_redis import RedisStateBackend
 
     create_dag_run("bench", "run")
-    scope = TaskScope("bench", "run", "task")
+    # The metastore finds the dag run itself; Redis keys on the run's incarnation.
+    scope = TaskScope("bench", "run", "task", dag_run_uid="bench-run")
     metastore, redis_backend = MetastoreStateBackend(), RedisStateBackend(redis_url)
     bare = redis.Redis.from_url(redis_url)
     keys = [f"key_{i % 100}" for i in range(args.ops)]

@@ -72,6 +72,7 @@ class Deployment:
         self.api_url = api_url
         self.sql_alchemy_conn = sql_alchemy_conn
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.arguments: dict[str, tuple[str, ...]] = {}
         # NullPool: the harness polls rarely, and nothing must hold connections when the server stops.
         self.engine = sa.create_engine(sql_alchemy_conn, poolclass=sa.pool.NullPool)
 
@@ -165,6 +166,26 @@ class Deployment:
             if process.poll() is not None:
                 raise DeploymentError(f"airflow {name} exited with {process.returncode}\n{self.logs()}")
 
+    def restart(self, name: str, timeout: float = 120) -> float:
+        """
+        Stop one component (SIGTERM to its process group, SIGKILL after STOP_TIMEOUT), start it
+        again with the same arguments, and wait until it answers; return how long it was away.
+        """
+        process = self.processes[name]
+        stopped_at = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        _start(self, name, *self.arguments[name])
+        if name == "api-server":
+            self._wait(lambda: _api_answers(f"{self.api_url}/execution/health"), timeout, "the api-server")
+        return time.monotonic() - stopped_at
+
     # -- logs -------------------------------------------------------------------------------------
 
     def logs(self) -> str:
@@ -235,7 +256,8 @@ def _deployment_environment(
 
 def _start(deployment: Deployment, name: str, *args: str) -> None:
     """Start one component in a process group of its own, its output going to <home>/<name>.log."""
-    with open(deployment.home / f"{name}.log", "wb") as log:
+    deployment.arguments[name] = args
+    with open(deployment.home / f"{name}.log", "ab") as log:
         deployment.processes[name] = subprocess.Popen(
             [str(AIRFLOW), name, *args],
             env=deployment.env,

@@ -1,20 +1,27 @@
 """
 The feature on a real deployment: `airflow api-server`, `scheduler` and `dag-processor` with the
-LocalExecutor on PostgreSQL, running the example DAGs that ship with the package.
+LocalExecutor on PostgreSQL, running the example DAGs that ship with the package, the key corpus
+and the fault DAGs.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import airflow.state.example_dags as example_dags
 import httpx
+import psutil
 import pytest
 from deployment import Deployment, airflow_deployment
 
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
+CORPUS_DAG = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"
+FAULT_DAGS = Path(__file__).parent / "dags" / "state_fault_dags.py"
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +30,20 @@ def jobs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def deployment(db_kind: str, jobs: Path) -> Iterator[Deployment]:
+def dags_folder(tmp_path_factory) -> Path:
+    """The example DAGs, the key corpus and the fault DAGs, side by side in one folder."""
+    folder = tmp_path_factory.mktemp("e2e-dags")
+    for path in [*EXAMPLE_DAGS.glob("*.py"), CORPUS_DAG, FAULT_DAGS]:
+        if path.name != "__init__.py":
+            shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def deployment(db_kind: str, jobs: Path, dags_folder: Path) -> Iterator[Deployment]:
     if db_kind != "postgres":
         pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    with airflow_deployment(EXAMPLE_DAGS, extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)}) as running:
+    with airflow_deployment(dags_folder, extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)}) as running:
         yield running
 
 
@@ -114,14 +131,101 @@ def test_a_token_for_one_task_instance_is_refused_on_anothers_state(deployment):
 
     def call(method: str, ti_id: str, key: str, secret: str = secret, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"Bearer {mint(claims, secret)}"}
-        return httpx.request(method, f"{base}/{ti_id}/keys/{key}", headers=headers, timeout=30, **kwargs)
+        url = f"{base}/{ti_id}/value"
+        return httpx.request(method, url, params={"key": key}, headers=headers, timeout=30, **kwargs)
 
     assert call("GET", str(other["id"]), "offset").status_code == 403
     assert call("PUT", str(other["id"]), "offset", json={"value": 1}).status_code == 403
     assert call("GET", str(mine["id"]), "checkpoint").json()["value"] == {"page": 3}
     # The task has finished: its token may still read, but no longer write.
     finished = call("PUT", str(mine["id"]), "checkpoint", json={"value": {"page": 0}})
-    assert finished.status_code == 403 and "only a running try" in finished.json()["detail"]
+    assert finished.status_code == 403 and finished.json()["detail"]["reason"] == "not_running"
     assert call("GET", str(mine["id"]), "checkpoint", secret="not-the-secret-" * 5).status_code == 401
     schema = httpx.get(f"{deployment.api_url}/state/openapi.json", timeout=30).json()
-    assert "/task-instances/{task_instance_id}/keys/{key}" in schema["paths"]
+    assert "/task-instances/{task_instance_id}/value" in schema["paths"]
+
+
+def test_every_key_round_trips_exactly_through_the_api_server(deployment):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("state_key_corpus", CORPUS_DAG)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+
+    run_to_end(deployment, "state_key_corpus", "corpus_1")
+
+    stored = task_state(deployment, "state_key_corpus", "corpus_1")
+    assert sorted(key for _, _, key in stored) == sorted(corpus.CORPUS)
+    for i, key in enumerate(corpus.CORPUS):
+        assert stored[("round_trip_every_key", -1, key)][0] == {"i": i, "key": key}
+    rows = deployment.query(
+        "SELECT s.key, s.value FROM asset_state s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.name = 'state_key_corpus'"
+    )
+    assert {row["key"]: json.loads(row["value"]) for row in rows} == {
+        key: {"i": i, "key": key} for i, key in enumerate(corpus.CORPUS)
+    }
+
+
+def test_writes_survive_an_api_server_restart(deployment):
+    deployment.wait_for_dag("state_writes_through_restart", timeout=90)
+    deployment.trigger("state_writes_through_restart", "restart_1")
+
+    def written() -> int:
+        [row] = deployment.query("SELECT count(*) AS n FROM task_state WHERE run_id = 'restart_1'")
+        return row["n"]
+
+    deployment._wait(lambda: written() >= 30, 120, "the task to write 30 keys")
+    away = deployment.restart("api-server")
+    # Longer than the old client's whole retry budget (3.5 s), so the test means something.
+    assert away > 4, f"the API server was away only {away:.1f}s"
+    assert deployment.wait_for_run("state_writes_through_restart", "restart_1", timeout=180) == "success", (
+        deployment.logs()
+    )
+    stored = task_state(deployment, "state_writes_through_restart", "restart_1")
+    assert {key: value for (_, _, key), (value, _) in stored.items()} == {
+        f"write_{i:03d}": i for i in range(250)
+    }
+
+
+def _api_server_memory(deployment: Deployment) -> int:
+    root = psutil.Process(deployment.processes["api-server"].pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)] if p.is_running())
+
+
+def _send_huge_body(url: str, headers: dict[str, str], megabytes: int) -> bytes:
+    """PUT a body of *megabytes* MiB in chunks until the server stops reading; return its status line."""
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    path = "/" + url.split("//", 1)[1].split("/", 1)[1]
+    lines = [f"PUT {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {megabytes << 20}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    chunk, sent = b"x" * (1 << 20), 0
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        connection.settimeout(0.5)
+        try:
+            while sent < megabytes:
+                connection.sendall(chunk)
+                sent += 1
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the server stopped reading: that is the point
+        connection.settimeout(30)
+        return connection.recv(200).split(b"\r\n", 1)[0]
+
+
+def test_huge_bodies_are_refused_before_they_are_read(deployment):
+    """An unauthenticated 100 MiB body is answered 401 without the API server holding it."""
+    from airflow.state.tokens import TaskInstanceClaims, mint
+
+    url = f"{deployment.api_url}/state/task-instances/01234567-89ab-7def-8123-456789abcdef/value?key=k"
+    before = _api_server_memory(deployment)
+    status = _send_huge_body(url, {"Content-Type": "application/json"}, 100)
+    assert b" 401 " in status, status
+    # A body with a valid signature but over the size limit is refused with 413, also unread.
+    claims = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "d", "r", "t", -1, 1)
+    token = mint(claims, deployment.env["AIRFLOW__STATE__API_SECRET"])
+    status = _send_huge_body(url, {"Authorization": f"Bearer {token}"}, 100)
+    assert b" 413 " in status, status
+    time.sleep(1)
+    grown = (_api_server_memory(deployment) - before) >> 20
+    assert grown < 40, f"the API server grew by {grown} MiB while refusing two 100 MiB bodies"

@@ -22,9 +22,47 @@ def test_state_backend_setting_selects_the_redis_backend(redis_configured):
 
     assert resolve_state_backend() is RedisStateBackend
     backend = get_state_backend()
-    scope = TaskScope("dag", "run", "task", 0)
+    scope = TaskScope("dag", "run", "task", 0, dag_run_uid="1.1796040000000000")
     backend.set(scope, "remote_job_id", "app_001")
     assert backend.get(scope, "remote_job_id") == "app_001"
+
+
+def test_task_code_on_redis_keeps_every_key_and_a_recreated_run_starts_empty(redis_configured, monkeypatch):
+    """
+    The key corpus, from real task code through the state API onto Redis, twice under the same
+    run_id: `airflow dags test` deletes the earlier run and creates it again.
+    """
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from airflow.state import task_scope
+    from conftest_helpers import run_airflow
+
+    dags = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags"
+    spec = importlib.util.spec_from_file_location("state_key_corpus", dags / "state_key_corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+    run_airflow("dags", "reserialize")
+    marker = "Done. Returned value was: "
+    for _ in range(2):
+        output = run_airflow("dags", "test", "state_key_corpus", "2026-02-01").stdout
+        [line] = [line for line in output.splitlines() if marker in line]
+        returned = ast.literal_eval(line.split(marker, 1)[1].rsplit(" [airflow", 1)[0])
+        assert returned["task_keys_at_start"] == 0
+        assert returned["task"] == {"stored": len(corpus.CORPUS), "refused": len(corpus.REFUSED)}
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        [run_id] = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == "state_key_corpus")).all()
+    backend = get_state_backend()
+    scope = task_scope("state_key_corpus", run_id, "round_trip_every_key")
+    assert backend.keys(scope) == sorted(corpus.CORPUS)
 
 
 def test_redis_provider_info_is_valid_and_declares_its_section():

@@ -64,39 +64,50 @@ def auth(claims: TaskInstanceClaims, secret: str = SECRET, **kwargs) -> dict[str
     return {"Authorization": f"Bearer {mint(claims, secret, **kwargs)}"}
 
 
-def key_url(claims: TaskInstanceClaims, key: str = "k", ti_id: str | None = None) -> str:
-    return f"/task-instances/{ti_id or claims.ti_id}/keys/{key}"
+def at(claims: TaskInstanceClaims, key: str = "k", ti_id: str | None = None) -> dict:
+    """The URL and query of one key of a task instance's state, as keyword arguments for a request."""
+    return {"url": f"/task-instances/{ti_id or claims.ti_id}/value", "params": {"key": key}}
+
+
+def keys_url(claims: TaskInstanceClaims) -> str:
+    return f"/task-instances/{claims.ti_id}/keys"
+
+
+def detail(response) -> dict:
+    return response.json()["detail"]
 
 
 def test_round_trip_list_delete_clear(api, running):
     headers = auth(running)
     assert (
-        api.put(key_url(running, "job"), json={"value": {"id": "app_001"}}, headers=headers).status_code
-        == 204
+        api.put(**at(running, "job"), json={"value": {"id": "app_001"}}, headers=headers).status_code == 204
     )
-    assert api.put(key_url(running, "n"), json={"value": 3}, headers=headers).status_code == 204
-    assert api.get(key_url(running, "job"), headers=headers).json() == {
+    assert api.put(**at(running, "n"), json={"value": 3}, headers=headers).status_code == 204
+    assert api.get(**at(running, "job"), headers=headers).json() == {
         "key": "job",
         "value": {"id": "app_001"},
     }
     # "kept" was written by the task itself during its run.
-    assert api.get(f"/task-instances/{running.ti_id}/keys", headers=headers).json()["keys"] == [
+    assert api.get(keys_url(running), headers=headers).json()["keys"] == [
         "job",
         "kept",
         "n",
     ]
-    assert api.delete(key_url(running, "job"), headers=headers).status_code == 204
-    missing = api.get(key_url(running, "job"), headers=headers)
-    assert missing.status_code == 404 and missing.json()["detail"] == "no state under key 'job'"
-    assert api.delete(f"/task-instances/{running.ti_id}/keys", headers=headers).status_code == 204
-    assert api.get(f"/task-instances/{running.ti_id}/keys", headers=headers).json()["keys"] == []
+    assert api.delete(**at(running, "job"), headers=headers).status_code == 204
+    missing = api.get(**at(running, "job"), headers=headers)
+    assert missing.status_code == 404 and detail(missing) == {
+        "reason": "key_not_found",
+        "message": "no state under key 'job'",
+    }
+    assert api.delete(keys_url(running), headers=headers).status_code == 204
+    assert api.get(keys_url(running), headers=headers).json()["keys"] == []
 
 
 def test_writes_record_the_try(api, running, backend):
     from airflow.state.models import TaskStateModel
     from airflow.utils.session import create_session
 
-    api.put(key_url(running, "tried"), json={"value": 1}, headers=auth(running))
+    api.put(**at(running, "tried"), json={"value": 1}, headers=auth(running))
     with create_session() as session:
         tried = session.scalar(
             select(TaskStateModel.updated_by_try).where(
@@ -116,14 +127,17 @@ def test_writes_record_the_try(api, running, backend):
     ids=["none", "garbage", "not-bearer"],
 )
 def test_requests_without_a_valid_token_are_401(api, exercise_ti, headers):
-    assert api.get(key_url(exercise_ti), headers=headers).status_code == 401
+    assert api.get(**at(exercise_ti), headers=headers).status_code == 401
 
 
 def test_wrong_secret_and_expired_tokens_are_401(api, exercise_ti):
-    wrong = api.get(key_url(exercise_ti), headers=auth(exercise_ti, secret="another-secret-" + "y" * 50))
-    assert wrong.status_code == 401 and "api_secret" in wrong.json()["detail"]
-    expired = api.get(key_url(exercise_ti), headers=auth(exercise_ti, now=time.time() - 3600))
-    assert expired.status_code == 401 and expired.json()["detail"] == "token expired"
+    wrong = api.get(**at(exercise_ti), headers=auth(exercise_ti, secret="another-secret-" + "y" * 50))
+    assert wrong.status_code == 401 and "api_secret" in detail(wrong)["message"]
+    expired = api.get(**at(exercise_ti), headers=auth(exercise_ti, now=time.time() - 3600))
+    assert expired.status_code == 401 and detail(expired) == {
+        "reason": "invalid_token",
+        "message": "token expired",
+    }
 
 
 def test_server_without_a_secret_says_so(monkeypatch, exercise_ti):
@@ -131,31 +145,31 @@ def test_server_without_a_secret_says_so(monkeypatch, exercise_ti):
 
     monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
     with TestClient(create_app()) as client:
-        response = client.get(key_url(exercise_ti), headers=auth(exercise_ti))
-    assert response.status_code == 503 and "[state] api_secret is not set" in response.json()["detail"]
+        response = client.get(**at(exercise_ti), headers=auth(exercise_ti))
+    assert response.status_code == 503 and detail(response)["reason"] == "misconfigured"
+    assert "[state] api_secret is not set" in detail(response)["message"]
 
 
 def test_a_token_cannot_reach_another_task_instance(api, running):
     other = "01234567-89ab-7def-8123-456789abcdef"
     for method in ("GET", "PUT", "DELETE"):
-        response = api.request(
-            method, key_url(running, ti_id=other), json={"value": 1}, headers=auth(running)
-        )
+        response = api.request(method, **at(running, ti_id=other), json={"value": 1}, headers=auth(running))
         assert response.status_code == 403, method
     forged = dataclasses.replace(running, task_id="some_other_task")
-    assert api.get(key_url(forged), headers=auth(forged)).status_code == 403
+    assert api.get(**at(forged), headers=auth(forged)).status_code == 403
     unknown = dataclasses.replace(running, ti_id=other)
-    assert api.get(key_url(unknown), headers=auth(unknown)).status_code == 403
+    assert api.get(**at(unknown), headers=auth(unknown)).status_code == 403
 
 
 def test_only_the_running_try_may_write(api, running):
     stale = dataclasses.replace(running, try_number=running.try_number + 1)
-    refused = api.put(key_url(stale), json={"value": 1}, headers=auth(stale))
-    assert refused.status_code == 403 and "only a running try" in refused.json()["detail"]
+    refused = api.put(**at(stale), json={"value": 1}, headers=auth(stale))
+    assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
+    assert "only a running try" in detail(refused)["message"]
     set_ti_state(running, "success")
-    assert api.put(key_url(running), json={"value": 1}, headers=auth(running)).status_code == 403
-    assert api.delete(key_url(running), headers=auth(running)).status_code == 403
-    assert api.get(key_url(running), headers=auth(running)).status_code in (200, 404)
+    assert api.put(**at(running), json={"value": 1}, headers=auth(running)).status_code == 403
+    assert api.delete(**at(running), headers=auth(running)).status_code == 403
+    assert api.get(**at(running), headers=auth(running)).status_code in (200, 404)
 
 
 @pytest.mark.parametrize(
@@ -172,39 +186,113 @@ def test_only_the_running_try_may_write(api, running):
 )
 def test_invalid_values_are_422_and_nothing_is_written(api, running, body):
     headers = {**auth(running), "Content-Type": "application/json"}
-    api.put(key_url(running, "kept"), json={"value": "original"}, headers=headers)
-    assert api.put(key_url(running, "kept"), content=body, headers=headers).status_code == 422
-    assert api.get(key_url(running, "kept"), headers=headers).json()["value"] == "original"
+    api.put(**at(running, "kept"), json={"value": "original"}, headers=headers)
+    assert api.put(**at(running, "kept"), content=body, headers=headers).status_code == 422
+    assert api.get(**at(running, "kept"), headers=headers).json()["value"] == "original"
 
 
 def test_unstorable_keys_and_too_large_values_are_422(api, running, monkeypatch):
     headers = auth(running)
-    assert api.put(key_url(running, "k" * 513), json={"value": 1}, headers=headers).status_code == 422
-    nul_key = api.put(key_url(running, "nul%00key"), json={"value": 1}, headers=headers)
-    assert nul_key.status_code == 422 and "NUL" in nul_key.json()["detail"]
+    assert api.put(**at(running, "k" * 513), json={"value": 1}, headers=headers).status_code == 422
+    nul_key = api.put(**at(running, "nul\x00key"), json={"value": 1}, headers=headers)
+    assert nul_key.status_code == 422 and "NUL" in detail(nul_key)["message"]
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "16")
-    too_large = api.put(key_url(running), json={"value": "x" * 20}, headers=headers)
-    assert too_large.status_code == 422 and "max_value_bytes" in too_large.json()["detail"]
+    too_large = api.put(**at(running), json={"value": "x" * 20}, headers=headers)
+    assert too_large.status_code == 422 and "max_value_bytes" in detail(too_large)["message"]
 
 
 def test_asset_state_only_for_declared_assets(api, running):
     headers = auth(running)
     by_name = {"name": "state_tests_declared"}
     by_uri = {"uri": "file:///tmp/state-tests/declared"}
+    key = {"key": "watermark"}
     assert (
-        api.put("/assets/keys/watermark", params=by_name, json={"value": 41}, headers=headers).status_code
+        api.put("/assets/value", params={**by_name, **key}, json={"value": 41}, headers=headers).status_code
         == 204
     )
-    assert api.get("/assets/keys/watermark", params=by_uri, headers=headers).json()["value"] == 41
+    assert api.get("/assets/value", params={**by_uri, **key}, headers=headers).json()["value"] == 41
     assert api.get("/assets/keys", params=by_name, headers=headers).json()["keys"] == ["watermark"]
-    other = api.get("/assets/keys/watermark", params={"name": "state_tests_undeclared"}, headers=headers)
-    assert other.status_code == 403 and "does not declare" in other.json()["detail"]
-    unknown = api.get("/assets/keys/watermark", params={"name": "no-such-asset"}, headers=headers)
-    assert unknown.status_code == 404
-    assert api.get("/assets/keys/watermark", headers=headers).status_code == 422
+    other = api.get("/assets/value", params={"name": "state_tests_undeclared", **key}, headers=headers)
+    assert other.status_code == 403 and detail(other)["reason"] == "asset_not_declared"
+    assert "does not declare" in detail(other)["message"]
+    unknown = api.get("/assets/value", params={"name": "no-such-asset", **key}, headers=headers)
+    assert unknown.status_code == 404 and detail(unknown)["reason"] == "asset_not_found"
+    assert api.get("/assets/value", params=key, headers=headers).status_code == 422
 
 
 def test_openapi_schema_describes_the_routes(api):
     paths = api.get("/openapi.json").json()["paths"]
-    assert {"/task-instances/{task_instance_id}/keys/{key}", "/assets/keys/{key}"} <= set(paths)
-    assert "403" in paths["/task-instances/{task_instance_id}/keys/{key}"]["put"]["responses"]
+    assert {"/task-instances/{task_instance_id}/value", "/task-instances/{task_instance_id}/keys"} <= set(
+        paths
+    )
+    put = paths["/task-instances/{task_instance_id}/value"]["put"]
+    assert "403" in put["responses"] and "413" in put["responses"]
+    assert put["requestBody"]["content"]["application/json"]["schema"]["required"] == ["value"]
+    assert [p["name"] for p in put["parameters"] if p["in"] == "query"] == ["key"]
+
+
+# --- keys travel in a query parameter, read strictly: no key can pick another operation ------
+
+
+def test_every_corpus_key_round_trips_and_deleting_one_touches_no_other(api, running):
+    from test_task_state_in_process import load_corpus
+
+    corpus = load_corpus().CORPUS
+    headers = auth(running)
+    api.delete(keys_url(running), headers=headers)
+    for i, key in enumerate(corpus):
+        assert api.put(**at(running, key), json={"value": i}, headers=headers).status_code == 204, key
+    for i, key in enumerate(corpus):
+        assert api.get(**at(running, key), headers=headers).json() == {"key": key, "value": i}
+    assert api.get(keys_url(running), headers=headers).json()["keys"] == sorted(corpus)
+    for gone, key in enumerate(corpus, start=1):
+        assert api.delete(**at(running, key), headers=headers).status_code == 204
+        assert api.get(keys_url(running), headers=headers).json()["keys"] == sorted(corpus[gone:])
+
+
+def test_a_request_without_a_key_is_refused_and_clears_nothing(api, running):
+    headers = auth(running)
+    api.put(**at(running, "survivor"), json={"value": 1}, headers=headers)
+    for method in ("GET", "PUT", "DELETE"):
+        response = api.request(
+            method, f"/task-instances/{running.ti_id}/value", json={"value": 2}, headers=headers
+        )
+        assert response.status_code == 422 and detail(response)["reason"] == "invalid_request", method
+    assert api.get(**at(running, "survivor"), headers=headers).json()["value"] == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("key=%FF%FE", "not valid UTF-8"),
+        ("key=%ED%A0%80", "not valid UTF-8"),  # a lone surrogate, encoded as UTF-8 would
+        ("key=a&key=b", "give the key parameter once"),
+        ("key=", "must not be empty"),
+        ("key=nul%00", "NUL"),
+    ],
+    ids=["invalid-utf8", "surrogate", "twice", "empty", "nul"],
+)
+def test_malformed_keys_are_refused_not_rewritten(api, running, query, message):
+    headers = auth(running)
+    url = f"/task-instances/{running.ti_id}/value?{query}"
+    before = api.get(keys_url(running), headers=headers).json()["keys"]
+    response = api.put(url, json={"value": 1}, headers=headers)
+    assert response.status_code == 422 and detail(response)["reason"] == "invalid_key"
+    assert message in detail(response)["message"]
+    assert api.get(keys_url(running), headers=headers).json()["keys"] == before
+
+
+def test_bodies_are_read_only_for_a_valid_token_and_never_past_the_limit(api, running, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
+    body = '{"value": "' + "x" * 5000 + '"}'
+    unauthenticated = api.put(**at(running), content=body)
+    assert unauthenticated.status_code == 401
+    too_large = api.put(**at(running), content=body, headers=auth(running))
+    assert too_large.status_code == 413 and detail(too_large)["reason"] == "body_too_large"
+    # Without a Content-Length (a chunked upload), the stream is cut at the limit all the same.
+    streamed = api.put(
+        **at(running), content=iter([body.encode()[:3000], body.encode()[3000:]]), headers=auth(running)
+    )
+    assert streamed.status_code == 413
+    extra = api.put(**at(running), content='{"value": 1, "other": 2}', headers=auth(running))
+    assert extra.status_code == 422 and detail(extra)["reason"] == "invalid_value"

@@ -59,15 +59,28 @@ def test_missing_secret_names_the_option(monkeypatch):
         api_secret()
 
 
-def test_unreachable_api_is_retried_then_explained(monkeypatch):
-    from airflow.state import client
+def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatch):
     from dbservers import free_port
 
-    monkeypatch.setattr(client, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "3")
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.01")
     monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{free_port()}/state")
     attempts = []
     monkeypatch.setattr(StateClient, "_headers", lambda self: attempts.append(1) or {})
     with pytest.raises(TaskStateError, match=r"Cannot reach the task state API .* check \[state\] api_url"):
         StateClient(CLAIMS).request("GET", "/task-instances/x/keys")
-    assert len(attempts) == client.RETRIES + 1
+    assert len(attempts) == 4
+
+
+def test_retry_waits_follow_the_workers_settings():
+    from airflow.state.client import RetryPolicy
+
+    policy = RetryPolicy(retries=5, wait_min=1.0, wait_max=10.0)
+    waits = [policy.wait(attempt) for attempt in range(policy.retries)]
+    for wait, base in zip(waits, [1, 2, 4, 8, 10], strict=True):
+        assert base <= wait <= base * 1.25
+    # Airflow's defaults (5 retries, 1 s to 90 s) outlast an API server restart of 8 to 17 s.
+    default = RetryPolicy.from_config()
+    assert (default.retries, default.wait_min, default.wait_max) == (5, 1.0, 90.0)
+    assert sum(default.wait(attempt) for attempt in range(default.retries)) >= 31

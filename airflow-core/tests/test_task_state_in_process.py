@@ -6,6 +6,8 @@ no API server) on the database of the run.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -144,3 +146,27 @@ def test_asset_watermark_is_read_by_the_next_run(dags_test, backend):
     with create_session() as session:
         asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == "orders"))
     assert backend.get(AssetScope(asset_id), "watermark") == str(returned(second)["watermark"])
+
+
+def load_corpus():
+    """The key corpus, from the DAG file the tasks run."""
+    spec = importlib.util.spec_from_file_location("state_key_corpus", TEST_DAGS / "state_key_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_key_reaches_the_backend_exactly_as_written(dags_test, backend):
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+
+    corpus = load_corpus()
+    output, run_id = dags_test(TEST_DAGS, "state_key_corpus")
+    summary = {"stored": len(corpus.CORPUS), "refused": len(corpus.REFUSED)}
+    assert returned(output) == {"task_keys_at_start": 0, "task": summary, "asset": summary}
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == "state_key_corpus"))
+    for scope in (TaskScope("state_key_corpus", run_id, "round_trip_every_key"), AssetScope(asset_id)):
+        assert backend.keys(scope) == sorted(corpus.CORPUS)
+        for i, key in enumerate(corpus.CORPUS):
+            assert json.loads(backend.get(scope, key)) == {"i": i, "key": key}

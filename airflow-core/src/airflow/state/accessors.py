@@ -9,11 +9,21 @@ document except ``None``.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
+import httpx
 from airflow.state import values
-from airflow.state.client import StateClient
+from airflow.state.client import StateClient, TaskStateError
+from airflow.state.protocol import (
+    ASSET_KEYS_PATH,
+    ASSET_VALUE_PATH,
+    KEY_PARAMETER,
+    task_keys_path,
+    task_value_path,
+)
 from airflow.state.tokens import TaskInstanceClaims
+from airflow_shared.state import validate_key
 
 _OUTSIDE_TASK = (
     "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
@@ -48,35 +58,45 @@ class _StateNamespace:
 
     _what = "state"
 
-    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
-        """Return the client, request params, and a function from key (or None) to path."""
+    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
+        """The client, the query parameters that name the namespace, and its keys and value paths."""
         raise NotImplementedError
+
+    def _one_key(self, method: str, key: str, **kwargs: Any) -> httpx.Response:
+        # Checked here too, so a bad key fails in the task with the full message and no round trip.
+        validate_key(key)
+        client, params, _, value_path = self._target()
+        return client.request(method, value_path, params={**params, KEY_PARAMETER: key}, **kwargs)
+
+    def _all_keys(self, method: str) -> httpx.Response:
+        client, params, keys_path, _ = self._target()
+        return client.request(method, keys_path, params=params)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value stored under *key*, or *default*."""
-        client, params, path = self._target()
-        response = client.request("GET", path(key), params=params)
-        return default if response.status_code == 404 else response.json()["value"]
+        response = self._one_key("GET", key)
+        if response.status_code == 404:
+            return default
+        answer = response.json()
+        if answer["key"] != key:  # never expected; a value must not be returned for another key
+            raise TaskStateError(f"task state API answered for key {answer['key']!r}, asked {key!r}")
+        return answer["value"]
 
     def set(self, key: str, value: Any) -> None:
         """Store *value* (any JSON document except None) under *key*."""
-        client, params, path = self._target()
-        client.request("PUT", path(key), params=params, content=_body(value))
+        self._one_key("PUT", key, content=_body(value))
 
     def delete(self, key: str) -> None:
         """Remove *key*; removing a key that is not there is not an error."""
-        client, params, path = self._target()
-        client.request("DELETE", path(key), params=params)
+        self._one_key("DELETE", key)
 
     def clear(self) -> None:
         """Remove every key of this namespace."""
-        client, params, path = self._target()
-        client.request("DELETE", path(None), params=params)
+        self._all_keys("DELETE")
 
     def keys(self) -> list[str]:
         """The keys stored in this namespace, sorted."""
-        client, params, path = self._target()
-        return client.request("GET", path(None), params=params).json()["keys"]
+        return self._all_keys("GET").json()["keys"]
 
     # The async methods run the sync ones in a worker thread: the event loop never waits on HTTP,
     # and the calls share the sync client's pooled connections.
@@ -107,9 +127,10 @@ class TaskState(_StateNamespace):
 
     _what = "task_state"
 
-    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
+    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
         client, _ = _client(self._what)
-        return client, {}, client.task_path
+        ti_id = client.claims.ti_id
+        return client, {}, task_keys_path(ti_id), task_value_path(ti_id)
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
@@ -123,10 +144,10 @@ class AssetState(_StateNamespace):
     def __init__(self, asset: Any) -> None:
         self._asset = asset
 
-    def _target(self) -> tuple[StateClient, dict[str, Any], Any]:
+    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
         client, ti = _client(self._what)
         name, uri = _declared_asset(ti, self._asset)
-        return client, {"name": name, "uri": uri}, client.asset_path
+        return client, {"name": name, "uri": uri}, ASSET_KEYS_PATH, ASSET_VALUE_PATH
 
     def __repr__(self) -> str:
         return f"<asset_state[{self._asset!r}]>"
@@ -141,13 +162,25 @@ def _declared_asset(ti: Any, wanted: Any) -> tuple[str, str]:
         if isinstance(wanted, Asset):
             if (asset.name, asset.uri) == (wanted.name, wanted.uri):
                 return asset.name, asset.uri
-        elif wanted in (asset.name, asset.uri):
+        elif wanted in (asset.name, asset.uri) or _normalized_uri(wanted) == asset.uri:
             return asset.name, asset.uri
     names = ", ".join(repr(a.name) for a in declared) or "none"
     raise PermissionError(
         f"asset_state[{wanted!r}]: task {ti.task_id!r} does not declare this asset as an inlet or outlet "
         f"(declared: {names}); add it to the task's inlets= or outlets="
     )
+
+
+def _normalized_uri(text: str) -> str | None:
+    """*text* as Airflow stores an asset URI (``probe://private`` -> ``probe://private/``)."""
+    from airflow.sdk import Asset
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. a password in the URI, which Airflow drops
+            return Asset(uri=text).uri
+    except (TypeError, ValueError):
+        return None
 
 
 class AssetStates:

@@ -1,8 +1,16 @@
 """
 How task code reaches the state API: an HTTP client that speaks for one task instance.
 
-Every call is idempotent (PUT of a value, DELETE, GET), so connection errors and 5xx answers are
-retried with backoff; anything else fails at once with a message that says what to check.
+Connection errors and 5xx answers are retried with the same settings as Airflow's own calls to
+the Execution API (``[workers] execution_api_retries``, ``execution_api_retry_wait_min`` and
+``execution_api_retry_wait_max``), so a state call survives whatever an API server restart or a
+database failover Airflow's own task calls survive. That is safe because every operation is
+idempotent: PUT of a value, DELETE, GET. An operation that is not (an increment, a
+compare-and-set) must carry an idempotency key the server remembers, so that a retry of a request
+that was applied but whose answer was lost returns the first outcome instead of applying it twice.
+Anything else fails at once with an error that says what to check, dispatched on the ``reason``
+the server gives, never on message text.
+
 Under ``dag.test()`` / ``airflow dags test`` tasks run inside the test process, and the client
 serves the same app in-process instead (no API server needed).
 """
@@ -10,22 +18,17 @@ serves the same app in-process instead (no API server needed).
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import threading
 import time
 from functools import cache
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from airflow.configuration import conf
-from airflow.state.api.app import URL_PREFIX
-from airflow.state.api.models import MISSING_KEY_DETAIL
+from airflow.state.protocol import URL_PREFIX, Reason
 from airflow.state.tokens import TaskInstanceClaims, api_secret, mint
-
-RETRIES = 3
-BACKOFF_SECONDS = 0.5
-TIMEOUT_SECONDS = 30.0
 
 
 class TaskStateError(RuntimeError):
@@ -82,7 +85,11 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
         client = _clients.get(key)
         if client is None:
             transport = _in_process_transport() if in_process else None
-            client = httpx.Client(base_url=base_url, transport=transport, timeout=TIMEOUT_SECONDS)
+            client = httpx.Client(
+                base_url=base_url,
+                transport=transport,
+                timeout=conf.getfloat("workers", "execution_api_timeout", fallback=60.0),
+            )
             _clients[key] = client
         return client
 
@@ -101,16 +108,6 @@ class StateClient:
         else:
             self.base_url = api_url()
 
-    # --- paths -----------------------------------------------------------------------------
-
-    def task_path(self, key: str | None = None) -> str:
-        path = f"/task-instances/{self.claims.ti_id}/keys"
-        return path if key is None else f"{path}/{quote(key, safe='')}"
-
-    @staticmethod
-    def asset_path(key: str | None = None) -> str:
-        return "/assets/keys" if key is None else f"/assets/keys/{quote(key, safe='')}"
-
     # --- transport -------------------------------------------------------------------------
 
     def _headers(self) -> dict[str, str]:
@@ -120,17 +117,24 @@ class StateClient:
         }
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """
+        Send one request, retried as Airflow retries its Execution API calls; return the answer
+        (a 404 only when the key is missing) or raise the error the answer stands for.
+        """
         http = _sync_client(self.base_url, self.in_process)
-        for attempt in range(RETRIES + 1):
+        retry = RetryPolicy.from_config()
+        for attempt in range(retry.retries + 1):
+            last = attempt == retry.retries
             try:
+                # A fresh token each attempt: a long wait must not outlive the token's lifetime.
                 response = http.request(method, path, headers=self._headers(), **kwargs)
             except httpx.TransportError as error:
-                if attempt == RETRIES:
+                if last:
                     raise self._unreachable(error) from error
             else:
-                if response.status_code < 500 or attempt == RETRIES:
-                    return self._checked(response)
-            time.sleep(BACKOFF_SECONDS * 2**attempt)
+                if not _retryable(response) or last:
+                    return _checked(response)
+            time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
 
     def _unreachable(self, error: Exception) -> TaskStateError:
@@ -139,25 +143,66 @@ class StateClient:
             "(default: the API server of [core] execution_api_server_url) and that the API server runs"
         )
 
-    @staticmethod
-    def _checked(response: httpx.Response) -> httpx.Response:
-        if response.status_code < 400:
-            return response
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        if response.status_code == 404:
-            if str(detail).startswith(MISSING_KEY_DETAIL):
-                return response
-            raise TaskStateError(
-                f"task state API answered 404: {detail} (is [state] api_url {response.url} the state API?)"
-            )
-        if response.status_code == 422:
-            raise ValueError(f"task state refused the request: {detail}")
-        hint = (
-            " (check that [state] api_secret is the same on this worker and the API server)"
-            if response.status_code == 401
-            else ""
+
+class RetryPolicy:
+    """
+    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds
+    and doubling up to ``execution_api_retry_wait_max``; with Airflow's defaults (5, 1 s, 90 s) a
+    call gives up after about 31 s. Each wait is stretched by up to a quarter at random, so the
+    tasks of a deployment do not all come back at the same instant after a restart.
+    """
+
+    def __init__(self, retries: int, wait_min: float, wait_max: float) -> None:
+        self.retries = max(retries, 0)
+        self.wait_min = max(wait_min, 0.0)
+        self.wait_max = max(wait_max, self.wait_min)
+
+    @classmethod
+    def from_config(cls) -> RetryPolicy:
+        return cls(
+            conf.getint("workers", "execution_api_retries", fallback=5),
+            conf.getfloat("workers", "execution_api_retry_wait_min", fallback=1.0),
+            conf.getfloat("workers", "execution_api_retry_wait_max", fallback=90.0),
         )
-        raise TaskStateError(f"task state API answered {response.status_code}: {detail}{hint}")
+
+    def wait(self, attempt: int) -> float:
+        return min(self.wait_max, self.wait_min * 2**attempt) * random.uniform(1.0, 1.25)
+
+
+def _reason(response: httpx.Response) -> tuple[str | None, str]:
+    """The ``reason`` and ``message`` of an error answer (``None`` when it is not the state API's)."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return None, response.text[:500]
+    if isinstance(detail, dict) and "reason" in detail:
+        return str(detail["reason"]), str(detail.get("message", ""))
+    return None, str(detail)
+
+
+def _retryable(response: httpx.Response) -> bool:
+    # A server without its secret stays without it: retrying would only delay the clear error.
+    return response.status_code >= 500 and _reason(response)[0] != Reason.MISCONFIGURED.value
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    if response.status_code < 400:
+        return response
+    reason, message = _reason(response)
+    if reason == Reason.KEY_NOT_FOUND.value:
+        return response
+    if reason is None:
+        raise TaskStateError(
+            f"task state API answered {response.status_code} with no reason: {message} "
+            f"(is [state] api_url right? {response.url} does not look like the state API)"
+        )
+    if reason == Reason.ASSET_NOT_DECLARED.value:
+        raise PermissionError(f"task state API refused: {message}")
+    if response.status_code in (413, 422):
+        raise ValueError(f"task state refused the request: {message}")
+    hint = (
+        " (check that [state] api_secret is the same on this worker and the API server)"
+        if reason == Reason.INVALID_TOKEN.value
+        else ""
+    )
+    raise TaskStateError(f"task state API answered {response.status_code} ({reason}): {message}{hint}")

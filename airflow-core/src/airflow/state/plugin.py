@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
-from airflow.state.api.app import URL_PREFIX, LazyStateApp
+from airflow.state.api.app import LazyStateApp
+from airflow.state.protocol import URL_PREFIX
 
 
 class TaskStatePlugin(AirflowPlugin):

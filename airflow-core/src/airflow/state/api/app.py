@@ -6,11 +6,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
-URL_PREFIX = "/state"
-
 
 def create_app() -> FastAPI:
+    from airflow.state.api.errors import database_unavailable, validation_error
     from airflow.state.api.routes import router
+    from fastapi.exceptions import RequestValidationError
+    from sqlalchemy.exc import DBAPIError
 
     app = FastAPI(
         title="Airflow task state API",
@@ -21,6 +22,8 @@ def create_app() -> FastAPI:
         version="1",
     )
     app.include_router(router)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(DBAPIError, database_unavailable)
     return app
 
 

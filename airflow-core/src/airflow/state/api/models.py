@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, JsonValue
+from typing import Any
 
-# How the API says "this key has no value"; the client treats any other 404 as an error (a wrong
-# api_url, an unknown asset).
-MISSING_KEY_DETAIL = "no state under key"
+from pydantic import BaseModel, JsonValue
 
-
-class StateValueBody(BaseModel):
-    """A value to store: any JSON document except null."""
-
-    value: JsonValue = Field(description="Any JSON document except null")
+# The body of a write. Routes read it themselves, after the token is verified and within the size
+# limit, so it is described here for the OpenAPI schema rather than parsed by FastAPI.
+VALUE_BODY_SCHEMA: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "title": "StateValueBody",
+        "required": ["value"],
+        "additionalProperties": False,
+        "properties": {"value": {"description": "Any JSON document except null"}},
+    }
+}
 
 
 class StateValueResponse(BaseModel):

@@ -8,10 +8,14 @@ from uuid import UUID
 
 import jwt
 from airflow.state._engine import execute
+from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.protocol import Reason
+from airflow.state.run_identity import dag_run_uid
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
+from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Select, bindparam, exists, or_, select
+from sqlalchemy import Select, and_, bindparam, exists, or_, select
 
 _bearer = HTTPBearer(auto_error=False, description="A task-state token signed with [state] api_secret")
 
@@ -20,48 +24,68 @@ def token_claims(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TaskInstanceClaims:
     if credentials is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "missing bearer token", {"WWW-Authenticate": "Bearer"}
-        )
+        raise _unauthorized("missing bearer token")
     try:
         secret = api_secret()
     except MissingSecretError as error:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"API server: {error}") from None
+        raise refusal(
+            status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}"
+        ) from None
     try:
         return verify(credentials.credentials, secret)
     except jwt.ExpiredSignatureError:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "token expired", {"WWW-Authenticate": "Bearer"}
-        ) from None
+        raise _unauthorized("token expired") from None
     except jwt.InvalidTokenError as error:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            f"invalid token ({error}); do the worker and the API server share [state] api_secret?",
-            {"WWW-Authenticate": "Bearer"},
+        raise _unauthorized(
+            f"invalid token ({error}); do the worker and the API server share [state] api_secret?"
         ) from None
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return refusal(
+        status.HTTP_401_UNAUTHORIZED, Reason.INVALID_TOKEN, message, {"WWW-Authenticate": "Bearer"}
+    )
 
 
 Claims = Annotated[TaskInstanceClaims, Depends(token_claims)]
 
 
-def _forbidden(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_403_FORBIDDEN, message)
+def _forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
+    return refusal(status.HTTP_403_FORBIDDEN, reason, message)
 
 
 @cache
 def _task_instance_row() -> Select[Any]:
+    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
 
-    ti = TaskInstance.__table__
-    return select(ti.c.dag_id, ti.c.run_id, ti.c.task_id, ti.c.map_index, ti.c.state, ti.c.try_number).where(
-        ti.c.id == bindparam("ti_id")
+    ti, run = TaskInstance.__table__, DagRun.__table__
+    return (
+        select(
+            ti.c.dag_id,
+            ti.c.run_id,
+            ti.c.task_id,
+            ti.c.map_index,
+            ti.c.state,
+            ti.c.try_number,
+            run.c.id,
+            run.c.created_at,
+            run.c.run_after,
+        )
+        .join_from(ti, run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id))
+        .where(ti.c.id == bindparam("ti_id"))
     )
 
 
-def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None) -> None:
+def check_task_instance(
+    claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None
+) -> TaskScope:
     """
     Refuse unless the token's task instance exists as named; for writes, unless it is running
     the try the token was minted for (a stale try, or a zombie, must not overwrite state).
+
+    Return the task instance's scope, with the identity of this incarnation of its dag run (a run
+    deleted and created again under the same run_id gets a new one, so it starts empty).
     """
     from airflow.utils.state import TaskInstanceState
 
@@ -75,7 +99,7 @@ def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: 
     rows = execute(_task_instance_row(), {"ti_id": ti_id}).rows
     if not rows:
         raise _forbidden(f"task instance {claims.ti_id} does not exist")
-    dag_id, run_id, task_id, map_index, state, try_number = rows[0]
+    dag_id, run_id, task_id, map_index, state, try_number, dag_run_id, created_at, run_after = rows[0]
     if (dag_id, run_id, task_id, map_index) != (
         claims.dag_id,
         claims.run_id,
@@ -86,8 +110,12 @@ def check_task_instance(claims: TaskInstanceClaims, *, write: bool, path_ti_id: 
     if write and (state != TaskInstanceState.RUNNING or try_number != claims.try_number):
         raise _forbidden(
             f"task instance {claims.ti_id} is {state} at try {try_number}; "
-            f"only a running try {claims.try_number} may write its state"
+            f"only a running try {claims.try_number} may write its state",
+            Reason.NOT_RUNNING,
         )
+    return TaskScope(
+        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
+    )
 
 
 def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None) -> int:
@@ -96,7 +124,7 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
     from airflow.utils.session import create_session
 
     if not name and not uri:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "give the asset's name or uri")
+        raise unprocessable(Reason.INVALID_REQUEST, "give the asset's name or uri")
 
     def referenced_by_this_task(reference: Any) -> Any:
         return exists().where(
@@ -112,17 +140,19 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
         query = query.where(AssetModel.name == name)
     if uri:
         query = query.where(AssetModel.uri == uri)
-    described = f"name={name!r}" if name else f"uri={uri!r}"
+    described = " and ".join(f"{field}={value!r}" for field, value in (("name", name), ("uri", uri)) if value)
     with create_session() as session:
         matches = session.execute(query).all()
     if len(matches) != 1:
-        raise HTTPException(
+        raise refusal(
             status.HTTP_404_NOT_FOUND,
+            Reason.ASSET_NOT_FOUND,
             f"no asset with {described}" if not matches else f"{described} names several assets",
         )
     ((asset_id, is_declared),) = matches
     if is_declared:
         return asset_id
     raise _forbidden(
-        f"task {claims.dag_id}.{claims.task_id} does not declare asset {described} as an inlet or outlet"
+        f"task {claims.dag_id}.{claims.task_id} does not declare asset {described} as an inlet or outlet",
+        Reason.ASSET_NOT_DECLARED,
     )

@@ -1,0 +1,61 @@
+"""How the state API refuses a request: a status code and a body with a reason and a message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.state.protocol import Reason
+from fastapi import HTTPException, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+
+def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | None = None) -> HTTPException:
+    """
+    An error whose body is ``{"detail": {"reason": ..., "message": ...}}``, the shape of Airflow's
+    Execution API errors: clients dispatch on ``reason``, people read ``message``.
+    """
+    return HTTPException(code, {"reason": reason.value, "message": message}, headers)
+
+
+def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
+    return refusal(status.HTTP_422_UNPROCESSABLE_ENTITY, reason, str(error))
+
+
+# The route responses each error documents in the OpenAPI schema.
+DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing, invalid or expired token (reason `invalid_token`)"},
+    403: {"description": "The token's task instance may not do this (`forbidden`, `not_running`)"},
+    413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
+    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
+    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+}
+
+
+async def validation_error(request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's own request validation errors (e.g. no ``key`` parameter), in the same shape."""
+    assert isinstance(error, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()
+    )
+    body = {"detail": {"reason": Reason.INVALID_REQUEST.value, "message": problems}}
+    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+
+
+async def database_unavailable(request: Request, error: Exception) -> JSONResponse:
+    """
+    A metadata database that cannot be reached (restarting, failing over) answers 503, which task
+    clients retry; any other database error is a bug and stays a 500.
+    """
+    from airflow.state._engine import is_unavailable
+
+    if not is_unavailable(error):
+        raise error
+    body = {
+        "detail": {
+            "reason": Reason.DATABASE_UNAVAILABLE.value,
+            "message": f"the metadata database cannot be reached ({type(error).__name__}); retry later",
+        }
+    }
+    return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})

@@ -1,0 +1,54 @@
+"""
+What the task-side client and the state API agree on: where each operation lives, and the
+machine-readable reasons that errors carry.
+
+Both sides import this module, so it imports neither FastAPI nor httpx.
+
+State keys never travel in a URL path. Clients and servers normalise paths (httpx drops ``.`` and
+``..`` segments and trailing slashes, uvicorn replaces invalid UTF-8, Starlette's path convertor
+does not match a newline), so a key such as ``"."`` once turned ``DELETE .../keys/.`` into
+``DELETE .../keys``: clear every key. A key travels as the ``key`` query parameter instead, and an
+operation on one key has a path of its own (``.../value``), distinct from the operations on the
+whole namespace (``.../keys``): no key can ever select another operation.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+URL_PREFIX = "/state"
+
+# One task instance's namespace: list its keys (GET) or clear it (DELETE).
+TASK_KEYS_PATH = "/task-instances/{task_instance_id}/keys"
+# One key of it, named by the `key` query parameter: GET, PUT or DELETE.
+TASK_VALUE_PATH = "/task-instances/{task_instance_id}/value"
+# The same for an asset the task declares, named by the `name` and/or `uri` query parameters.
+ASSET_KEYS_PATH = "/assets/keys"
+ASSET_VALUE_PATH = "/assets/value"
+
+KEY_PARAMETER = "key"
+
+
+class Reason(str, Enum):
+    """Why the state API refused a request: the ``reason`` beside the human ``message``."""
+
+    KEY_NOT_FOUND = "key_not_found"
+    ASSET_NOT_FOUND = "asset_not_found"
+    ASSET_NOT_DECLARED = "asset_not_declared"
+    INVALID_KEY = "invalid_key"
+    INVALID_VALUE = "invalid_value"
+    INVALID_REQUEST = "invalid_request"
+    BODY_TOO_LARGE = "body_too_large"
+    INVALID_TOKEN = "invalid_token"
+    FORBIDDEN = "forbidden"
+    NOT_RUNNING = "not_running"
+    DATABASE_UNAVAILABLE = "database_unavailable"
+    MISCONFIGURED = "misconfigured"
+
+
+def task_keys_path(task_instance_id: str) -> str:
+    return TASK_KEYS_PATH.format(task_instance_id=task_instance_id)
+
+
+def task_value_path(task_instance_id: str) -> str:
+    return TASK_VALUE_PATH.format(task_instance_id=task_instance_id)
