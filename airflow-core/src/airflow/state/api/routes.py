@@ -33,9 +33,7 @@ AssetName = Annotated[str | None, Query(description="The asset's name")]
 AssetUri = Annotated[str | None, Query(description="The asset's URI")]
 # The JSON envelope around a value (`{"value": ...}`) and some whitespace.
 BODY_ENVELOPE_BYTES = 1024
-_WRITE = {
-    "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": VALUE_BODY_SCHEMA}}}
-}
+_WRITE_BODY = {"requestBody": {"required": True, "content": {"application/json": VALUE_BODY_SCHEMA}}}
 
 
 def _backend():
@@ -168,7 +166,7 @@ def get_task_state(task_instance_id: str, claims: Claims, key: Key) -> StateValu
     return _read(check_task_instance(claims, write=False, path_ti_id=task_instance_id), key)
 
 
-@router.put(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED, **_WRITE)
+@router.put(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED, openapi_extra=_WRITE_BODY)
 def set_task_state(task_instance_id: str, claims: Claims, key: Key, text: EncodedValue) -> Response:
     """Store a value under `key`; only the running try the token names may write."""
     scope = check_task_instance(claims, write=True, path_ti_id=task_instance_id)
@@ -212,7 +210,7 @@ def get_asset_state(
     return _read(_asset_scope(claims, name, uri, write=False), key)
 
 
-@router.put(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS, **_WRITE)
+@router.put(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS, openapi_extra=_WRITE_BODY)
 def set_asset_state(
     claims: Claims, key: Key, text: EncodedValue, name: AssetName = None, uri: AssetUri = None
 ) -> Response:
