@@ -296,3 +296,40 @@ def test_bodies_are_read_only_for_a_valid_token_and_never_past_the_limit(api, ru
     assert streamed.status_code == 413
     extra = api.put(**at(running), content='{"value": 1, "other": 2}', headers=auth(running))
     assert extra.status_code == 422 and detail(extra)["reason"] == "invalid_value"
+
+
+def test_a_database_restart_is_a_503_the_client_retries_never_a_500(api, running, db_kind):
+    """While PostgreSQL restarts, the API answers 503 `database_unavailable`; after, 200 again."""
+    import threading
+
+    import dbservers
+
+    if db_kind != "postgres":
+        pytest.skip("restarts the PostgreSQL server of the run: use --db postgres")
+    headers = auth(running)
+    api.put(**at(running, "through_restart"), json={"value": 1}, headers=headers)
+    answers: list[tuple[float, int, dict | None]] = []
+    stop = threading.Event()
+
+    def read_steadily() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            response = api.get(**at(running, "through_restart"), headers=headers)
+            answers.append((started, response.status_code, response.json().get("detail")))
+            time.sleep(0.01)
+
+    reader = threading.Thread(target=read_steadily)
+    reader.start()
+    time.sleep(0.3)
+    dbservers.restart_postgres(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], mode="immediate")
+    back_at = time.monotonic()
+    time.sleep(1.0)
+    stop.set()
+    reader.join()
+
+    codes = {code for _, code, _ in answers}
+    assert codes <= {200, 503}, [a for a in answers if a[1] not in (200, 503)][:3]
+    assert 503 in codes, "no request met the restart: the test did not test anything"
+    refused = [detail for _, code, detail in answers if code == 503]
+    assert all(detail["reason"] == "database_unavailable" for detail in refused)
+    assert all(code == 200 for started, code, _ in answers if started > back_at)
