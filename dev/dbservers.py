@@ -39,6 +39,23 @@ def _wait_for_port(port: int, timeout: float = 60) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
+# The PostgreSQL servers postgres_server() runs in this process, by URL: what pg_ctl needs to
+# restart one (its data directory, log file, and the user it runs as).
+_postgres_servers: dict[str, tuple[list[str], Path, Path]] = {}
+
+
+def restart_postgres(url: str, mode: str = "fast") -> None:
+    """
+    Restart the server behind *url* (a URL postgres_server() yielded) with `pg_ctl restart -m mode -w`.
+
+    Returns once the new server accepts connections. The server keeps its options, data and port;
+    every connection to the old one is cut.
+    """
+    run_as, data, log = _postgres_servers[url]
+    command = [*run_as, _pg_bin("pg_ctl"), "restart", "-m", mode, "-w", "-D", str(data), "-l", str(log)]
+    subprocess.run(command, check=True, capture_output=True)
+
+
 def _pg_bin(name: str) -> str:
     found = shutil.which(name) or next(
         iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
@@ -60,6 +77,7 @@ def postgres_server(extra_settings: dict[str, str] | None = None) -> Iterator[st
         pw = pwd.getpwnam("postgres")
         os.chown(base, pw.pw_uid, pw.pw_gid)
     data, port = base / "data", free_port()
+    url = f"postgresql+psycopg2://{USER}@127.0.0.1:{port}/{DATABASE}"
     settings = {"listen_addresses": "127.0.0.1", "port": str(port), "unix_socket_directories": str(base)}
     settings.update(extra_settings or {})
     options = " ".join(f"-c {k}={v}" for k, v in settings.items())
@@ -88,8 +106,10 @@ def postgres_server(extra_settings: dict[str, str] | None = None) -> Iterator[st
         _wait_for_port(port)
         janitor = DatabaseJanitor(user=USER, host="127.0.0.1", port=port, dbname=DATABASE, version=15)
         janitor.init()
-        yield f"postgresql+psycopg2://{USER}@127.0.0.1:{port}/{DATABASE}"
+        _postgres_servers[url] = (run_as, data, base / "log")
+        yield url
     finally:
+        _postgres_servers.pop(url, None)
         subprocess.run(
             [*run_as, _pg_bin("pg_ctl"), "stop", "-m", "immediate", "-D", str(data)], capture_output=True
         )

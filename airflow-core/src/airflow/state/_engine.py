@@ -7,7 +7,9 @@ trips. Airflow's own engine pings every connection it hands out (pool_pre_ping) 
 each one into autocommit and back. The engine here is built from the same settings, through
 Airflow's own factory (so deployment hooks in ``airflow_local_settings`` apply), but it stays in
 autocommit and does not ping. A connection found dead is replaced, and the statement runs once
-more; every state statement is idempotent.
+more; every state statement is idempotent. A dead connection usually means the server dropped
+them all (it restarted, or failed over), so every connection the pool opened before that moment
+is replaced too, and the retry gets a fresh one.
 
 SQLAlchemy compiles each statement once per engine and supplies its type conversions. The
 statement then runs on the DBAPI cursor of a pooled connection, without SQLAlchemy's
@@ -15,7 +17,8 @@ statement then runs on the DBAPI cursor of a pooled connection, without SQLAlche
 PostgreSQL read's own round trip: ``bench/bench_metastore.py`` measures the difference. One
 consequence: SQLAlchemy's cursor events (``before_cursor_execute``) do not fire for these
 statements. Errors are still raised as SQLAlchemy's ``DBAPIError`` subclasses, which do not list
-the parameters: stored values may be secrets.
+the parameters: stored values may be secrets. ``is_unavailable`` tells the errors of a database
+that cannot be reached (down, restarting, connection lost) from those of a statement.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow import settings
 from airflow.configuration import conf
 from sqlalchemy import Select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine, Executable
     from sqlalchemy.engine import Dialect
+    from sqlalchemy.sql.compiler import SQLCompiler
 
 
 class Outcome(NamedTuple):
@@ -50,9 +54,10 @@ class _Compiled:
     """
 
     def __init__(self, statement: Executable, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+        # Executable does not declare compile(); every statement passed here is a ClauseElement.
+        compiled: SQLCompiler = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
         self.sql = compiled.string
-        self._positions = list(compiled.positiontup) if compiled.positional else None
+        self._positions = list(compiled.positiontup or ()) if compiled.positional else None
         self._to_driver = {
             name: convert
             for name, bind in compiled.binds.items()
@@ -116,7 +121,15 @@ class _AutocommitEngine:
         except dbapi_error as error:
             disconnected = self._dialect.is_disconnect(error, connection, cursor)
             if disconnected and connection is not None:
-                connection.invalidate(error)
+                # A connection the server dropped is rarely alone: after a restart every pooled
+                # connection is dead, and replacing only this one would hand the retry the next
+                # dead one. So, as SQLAlchemy's Connection does on a disconnect, the pool's
+                # invalidation time moves to now: each connection it opened before (pooled or
+                # checked out by another thread) is closed and reopened at its next checkout,
+                # which compares times anyway; nothing is added when no error occurs. A failure
+                # of a connection opened after that time (a second restart) moves it again.
+                # Then this connection is invalidated and returned, as before.
+                self.engine.pool._invalidate(connection, error)
             raise DBAPIError.instance(
                 compiled.sql,
                 parameters,
@@ -127,9 +140,9 @@ class _AutocommitEngine:
                 dialect=self._dialect,
             ) from error
         finally:
-            if cursor is not None and connection.is_valid:
-                cursor.close()
             if connection is not None:
+                if cursor is not None and connection.is_valid:
+                    cursor.close()
                 connection.close()
 
 
@@ -152,12 +165,13 @@ def _build() -> Engine:
         if conf.has_option("database", "sql_alchemy_connect_args")
         else {}
     )
-    if settings.SQL_ALCHEMY_CONN.startswith("sqlite"):
+    url = settings.SQL_ALCHEMY_CONN
+    if url is None:
+        raise RuntimeError("[database] sql_alchemy_conn is not configured")
+    if url.startswith("sqlite"):
         # Calls come from API server threads; Airflow's own engine allows the same.
         connect_args["check_same_thread"] = False
-    engine = settings.create_metadata_engine(
-        settings.SQL_ALCHEMY_CONN, engine_args=engine_args, connect_args=connect_args
-    )
+    engine = settings.create_metadata_engine(url, engine_args=engine_args, connect_args=connect_args)
     # The same per-connection set-up as Airflow's engine (SQLite pragmas, MySQL UTC time zone).
     setup_event_handlers(engine)
     return engine
@@ -190,3 +204,61 @@ def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
     dead. *statement* is compiled on first use and kept: pass statements built once, not per call.
     """
     return _autocommit_engine().execute(statement, values)
+
+
+# What drivers say when they cannot reach the server at all. Such errors come from connecting, not
+# from a connection in use, so the dialects do not count them as disconnects.
+# SQLSTATEs: class 08 connection exceptions; PostgreSQL's 57P01 admin_shutdown, 57P02
+# crash_shutdown and 57P03 cannot_connect_now (starting up, shutting down, in recovery).
+_UNAVAILABLE_SQLSTATES = ("08000", "08001", "08003", "08006", "57P01", "57P02", "57P03")
+# MySQL and MariaDB error numbers: 2002 and 2003 cannot connect (socket, TCP), 2006 server has gone
+# away, 2013 and 2055 connection lost during a query, 1053 server shutdown in progress, 1927
+# connection killed (MariaDB), 4031 disconnected by the server for inactivity.
+_UNAVAILABLE_MYSQL_ERRORS = frozenset({1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+# libpq's messages (psycopg2 and psycopg attach no SQLSTATE to a failure to connect).
+_UNAVAILABLE_MESSAGES = (
+    "connection refused",
+    "could not connect to server",
+    "no such file or directory",  # the server's Unix socket is gone: it is not running
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "server closed the connection unexpectedly",
+    "terminating connection",
+    "no route to host",
+    "network is unreachable",
+    "timeout expired",
+)
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """
+    Whether *error* says the database could not be reached, rather than that a statement failed.
+
+    True for a SQLAlchemy ``DBAPIError`` raised on a connection found dead (``connection_invalidated``)
+    and for an ``OperationalError`` raised because the server refused or dropped the connection:
+    it is down, starting up, shutting down or recovering, or the network failed. Such a call may
+    succeed when repeated later. False for everything else, including errors of the statement
+    itself (constraint violations, syntax errors, missing tables), and for every SQLite error:
+    SQLite has no server.
+    """
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    if not isinstance(error, OperationalError):
+        return False
+    driver_error = error.orig
+    if driver_error is None:
+        return False
+    if type(driver_error).__module__.startswith("sqlite3"):
+        return False
+    sqlstate = getattr(driver_error, "pgcode", None) or getattr(driver_error, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate in _UNAVAILABLE_SQLSTATES
+    code = driver_error.args[0] if driver_error.args else None
+    if isinstance(code, int):  # MySQL drivers: (error number, message)
+        return code in _UNAVAILABLE_MYSQL_ERRORS
+    message = str(driver_error).lower()
+    return any(part in message for part in _UNAVAILABLE_MESSAGES)
