@@ -71,11 +71,11 @@ def wait_until_running(deployment) -> dict:
 
 
 def run(args, ti: dict) -> None:
-    from airflow.state import values
-    from airflow.state.client import StateClient
+    from airflow.state import codec
     from airflow.state.metastore import MetastoreStateBackend
     from airflow.state.protocol import task_value_path
     from airflow.state.tokens import TaskInstanceClaims
+    from airflow.state.worker.client import StateClient
     from airflow_shared.state import TaskScope
 
     claims = TaskInstanceClaims(
@@ -91,9 +91,9 @@ def run(args, ti: dict) -> None:
         {
             "set": {
                 "api": lambda i: client.request(
-                    "PUT", value_path, params={"key": keys[i]}, content='{"value":' + values.encode(i) + "}"
+                    "PUT", value_path, params={"key": keys[i]}, content='{"value":' + codec.encode(i) + "}"
                 ),
-                "backend": lambda i: backend.set(scope, keys[i], values.encode(i)),
+                "backend": lambda i: backend.set(scope, keys[i], codec.encode(i)),
             },
             "get": {
                 "api": lambda i: client.request("GET", value_path, params={"key": keys[i]}).json(),

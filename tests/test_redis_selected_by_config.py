@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from airflow.state import get_state_backend, resolve_state_backend
-from airflow.state.backend import reset_state_backend
+from airflow.state.configured_backend import reset_state_backend
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from airflow.state import get_state_backend, resolve_state_backend
-from airflow.state.backend import reset_state_backend
+from airflow.state.configured_backend import reset_state_backend
 from airflow.state.metastore import MetastoreStateBackend
 from airflow_shared.state import BaseStateBackend
 

@@ -29,7 +29,7 @@ def statements_on(engine):
 @contextmanager
 def autocommit_statements():
     """Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events)."""
-    from airflow.state._engine import _AutocommitEngine
+    from airflow.state.metastore.engine import _AutocommitEngine
 
     seen: list[str] = []
     run = _AutocommitEngine._run
@@ -66,7 +66,7 @@ def set_in_a_session(backend, scope, key, value):
 
 
 def test_set_without_a_dag_run_fails_and_writes_nothing(backend, unique):
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
 
     orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
     with pytest.raises(ValueError, match="No DagRun found"):
@@ -128,7 +128,7 @@ def test_bad_input_never_reaches_the_database(backend, scope):
 
 
 def test_updated_by_try_and_updated_at_are_recorded(backend, scope):
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
 
     backend.set_by_try(scope, "k", "from try 2", try_number=2)
     (row,) = [r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id]
@@ -168,7 +168,7 @@ def test_a_callers_session_is_joined_and_not_committed(backend, scope):
 
 def test_deleting_the_dag_run_deletes_its_task_state(backend, make_dag_run, unique):
     from airflow.models.dagrun import DagRun
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
 
     gone_id = make_dag_run(f"dag_{unique}", "gone")
@@ -187,7 +187,7 @@ def test_deleting_the_dag_run_deletes_its_task_state(backend, make_dag_run, uniq
 
 def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
     from airflow.models.asset import AssetModel
-    from airflow.state.models import AssetStateModel
+    from airflow.state.metastore.models import AssetStateModel
     from airflow.utils.session import create_session
 
     gone, kept = make_asset(1), make_asset(2)
@@ -255,7 +255,7 @@ def test_keys_differing_only_by_trailing_space_stay_apart(backend, scope):
 @pytest.fixture
 def pooled_engine(monkeypatch):
     """The tests run without pooling; this test needs the pool a deployment has."""
-    from airflow.state import _engine
+    from airflow.state.metastore import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setattr(_engine, "_cached", None)
@@ -300,7 +300,7 @@ def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters
     backend, scope, pooled_engine
 ):
     """Stored values may be secrets: SQLAlchemy must not list them in error messages and logs."""
-    from airflow.state._engine import execute
+    from airflow.state.metastore.engine import execute
     from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError
 

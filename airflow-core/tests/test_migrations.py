@@ -32,7 +32,7 @@ def state_revision() -> str | None:
 def schema_differences() -> list:
     """What Alembic sees between the live tables and the ORM models (our tables only)."""
     from airflow import settings
-    from airflow.state.models import metadata
+    from airflow.state.metastore.models import metadata
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
@@ -47,7 +47,7 @@ def schema_differences() -> list:
 
 
 def test_chain_has_one_head_the_0112_revision():
-    from airflow.state.db_manager import StateDBManager
+    from airflow.state.metastore.db_manager import StateDBManager
     from airflow.utils.session import create_session
 
     with create_session() as session:
@@ -126,7 +126,7 @@ def test_db_reset_drops_and_rebuilds_the_state_tables(backend, make_dag_run, uni
     run_airflow("db", "reset", "--yes", *extra)
 
     from airflow import settings
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
 
     assert table_names() >= STATE_TABLES
     assert state_revision() == HEAD

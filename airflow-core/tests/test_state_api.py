@@ -104,7 +104,7 @@ def test_round_trip_list_delete_clear(api, running):
 
 
 def test_writes_record_the_try(api, running, backend):
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
 
     api.put(**at(running, "tried"), json={"value": 1}, headers=auth(running))

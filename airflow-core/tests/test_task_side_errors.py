@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from airflow.state import asset_state, task_state, values
-from airflow.state.client import StateClient, TaskStateError, api_url
+from airflow.state import asset_state, codec, task_state
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret
+from airflow.state.worker.client import StateClient, TaskStateError, api_url
 
 CLAIMS = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "dag", "run", "task", -1, 1)
 
@@ -37,12 +37,12 @@ def test_asset_state_takes_an_asset_a_name_or_a_uri():
 )
 def test_values_are_checked_in_the_task(value, error, message):
     with pytest.raises(error, match=message):
-        values.encode(value, limit=64)
+        codec.encode(value, limit=64)
 
 
 def test_values_round_trip_as_compact_json():
     document = {"ü": [1, 2.5, True, None], "s": ""}
-    assert values.decode(values.encode(document, limit=100)) == document
+    assert codec.decode(codec.encode(document, limit=100)) == document
 
 
 def test_api_url_defaults_from_the_execution_api(monkeypatch):
@@ -74,7 +74,7 @@ def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatc
 
 
 def test_retry_waits_follow_the_workers_settings():
-    from airflow.state.client import RetryPolicy
+    from airflow.state.worker.client import RetryPolicy
 
     policy = RetryPolicy(retries=5, wait_min=1.0, wait_max=10.0)
     waits = [policy.wait(attempt) for attempt in range(policy.retries)]

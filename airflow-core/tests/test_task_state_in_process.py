@@ -107,7 +107,7 @@ def test_resumable_job_resubmits_only_a_failed_job(dags_test, backend):
     assert "remote job" in output and "failed" in output
     first, second = sorted(dags_test.jobs.glob("*.submitted"), key=lambda p: p.stat().st_mtime)
     assert f"Stored job {first.stem} failed; submitting a new one" in output
-    from airflow.state.models import TaskStateModel
+    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
 
     with create_session() as session:

@@ -11,7 +11,7 @@ from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
 from dbservers import free_port
 
-# What airflow.state.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
+# What airflow.state.metastore.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
 UID = "42.1764504000123456"
 TASK = TaskScope("dag", "run_1", "task", -1, UID)
 

@@ -1,6 +1,13 @@
 """
 Durable task and asset state for Apache Airflow (AIP-103).
 
+Folders say who runs the code: ``worker/`` runs in task processes (the accessors, the HTTP
+client, the resumable-job mixin; it imports neither FastAPI nor the ORM), ``api/`` on the API
+server (the state API and the plugin that mounts it), ``metastore/`` is the default storage (the
+backend, its SQL and engine, models, migrations, DB manager), ``cli/`` the ``airflow state-db``
+commands. The modules beside this file are the floor both sides share: ``protocol`` (paths and
+error reasons), ``tokens``, ``codec`` (values as JSON text) and ``configured_backend``.
+
 Heavy imports happen on first use: Airflow imports this package while it is still starting up
 (provider discovery), and task processes should not pay for the ORM they do not use.
 """
@@ -10,24 +17,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow.state.accessors import asset_state, task_state
-    from airflow.state.backend import get_state_backend, resolve_state_backend
-    from airflow.state.run_identity import task_scope
+    from airflow.state.configured_backend import get_state_backend, resolve_state_backend
+    from airflow.state.metastore.run_identity import task_scope
+    from airflow.state.worker.accessors import asset_state, task_state
 
 __all__ = ["asset_state", "get_state_backend", "resolve_state_backend", "task_scope", "task_state"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("get_state_backend", "resolve_state_backend"):
-        from airflow.state import backend
+        from airflow.state import configured_backend
 
-        return getattr(backend, name)
+        return getattr(configured_backend, name)
     if name in ("task_state", "asset_state"):
-        from airflow.state import accessors
+        from airflow.state.worker import accessors
 
         return getattr(accessors, name)
     if name == "task_scope":
-        from airflow.state import run_identity
+        from airflow.state.metastore import run_identity
 
         return run_identity.task_scope
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

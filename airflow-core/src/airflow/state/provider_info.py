@@ -9,13 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.state import reset_hook
-
-# Core's `airflow db reset` drops dag_run before asking our DB manager to drop task_state, which
-# PostgreSQL and MySQL refuse while our foreign keys point at it. This process may reset the
-# database without ever importing our models, so the hook is installed as soon as Airflow
-# discovers the provider.
-reset_hook.install()
+from airflow.state.metastore import reset_hook
 
 _STATE_CONFIG: dict[str, Any] = {
     "description": "Durable task and asset state (AIP-103).",
@@ -69,11 +63,16 @@ _STATE_CONFIG: dict[str, Any] = {
 
 
 def get_provider_info() -> dict[str, Any]:
+    # Core's `airflow db reset` drops dag_run before asking our DB manager to drop task_state, which
+    # PostgreSQL and MySQL refuse while our foreign keys point at it. A process may reset the
+    # database without ever importing our models, so the hook is installed when Airflow asks for
+    # this provider's info, which it does before any of its commands runs.
+    reset_hook.install()
     return {
         "package-name": "airflow-task-state",
         "name": "Task State",
         "description": "Durable task and asset state for Apache Airflow (AIP-103).",
         "config": {"state": _STATE_CONFIG},
-        "db-managers": ["airflow.state.db_manager.StateDBManager"],
-        "cli": ["airflow.state.cli.get_state_cli_commands"],
+        "db-managers": ["airflow.state.metastore.db_manager.StateDBManager"],
+        "cli": ["airflow.state.cli.definition.get_state_cli_commands"],
     }

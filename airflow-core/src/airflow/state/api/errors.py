@@ -48,7 +48,7 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     A metadata database that cannot be reached (restarting, failing over) answers 503, which task
     clients retry; any other database error is a bug and stays a 500.
     """
-    from airflow.state._engine import is_unavailable
+    from airflow.state.metastore.engine import is_unavailable
 
     if not is_unavailable(error):
         raise error

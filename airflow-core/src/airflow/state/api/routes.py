@@ -11,9 +11,9 @@ import json
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import values
+from airflow.state import codec
+from airflow.state.api.datamodels import VALUE_BODY_SCHEMA, StateKeysResponse, StateValueResponse
 from airflow.state.api.errors import DOCUMENTED, refusal, unprocessable
-from airflow.state.api.models import VALUE_BODY_SCHEMA, StateKeysResponse, StateValueResponse
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
 from airflow.state.protocol import (
     ASSET_KEYS_PATH,
@@ -104,7 +104,7 @@ async def _body_within(request: Request, limit: int) -> bytes:
 
 async def _encoded_value(request: Request, claims: Claims) -> str:
     # `claims` is resolved first: an unauthenticated request is refused before its body is read.
-    body = await _body_within(request, values.max_value_bytes() + BODY_ENVELOPE_BYTES)
+    body = await _body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
@@ -112,7 +112,7 @@ async def _encoded_value(request: Request, claims: Claims) -> str:
     if not isinstance(document, dict) or list(document) != ["value"]:
         raise unprocessable(Reason.INVALID_VALUE, 'request body must be {"value": <any JSON but null>}')
     try:
-        return values.encode(document["value"])
+        return codec.encode(document["value"])
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
 
@@ -127,7 +127,7 @@ def _read(scope: StateScope, key: str) -> StateValueResponse:
     stored = _backend().get(scope, key)
     if stored is None:
         raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-    return StateValueResponse(key=key, value=values.decode(stored))
+    return StateValueResponse(key=key, value=codec.decode(stored))
 
 
 def _write(scope: StateScope, key: str, text: str, try_number: int | None) -> Response:

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
-from airflow.state._engine import execute
 from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.metastore.engine import execute
+from airflow.state.metastore.run_identity import dag_run_uid
 from airflow.state.protocol import Reason
-from airflow.state.run_identity import dag_run_uid
 from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
 from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, status

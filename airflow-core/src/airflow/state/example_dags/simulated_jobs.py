@@ -14,7 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from airflow.state.resumable import JobStatus
+from airflow.state.worker.resumable import JobStatus
 
 _JOB = """
 import sys, time, pathlib

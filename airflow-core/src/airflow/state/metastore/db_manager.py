@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow.state.models import metadata
+from airflow.state.metastore.models import metadata
 from airflow.utils.db_manager import BaseDBManager
 from alembic import command
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from airflow.models.base import StringID
-from airflow.state.models.types import StateKey, StateValue
+from airflow.state.metastore.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from alembic import op
 

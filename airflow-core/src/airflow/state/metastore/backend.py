@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.state import _statements as sql
-from airflow.state._engine import Outcome, execute
+from airflow.state.metastore import statements as sql
+from airflow.state.metastore.engine import Outcome, execute
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     BaseStateBackend,

@@ -14,8 +14,8 @@ from typing import Any
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
-from airflow.state.models import AssetStateModel, TaskStateModel
-from airflow.state.models.types import StateKey, StateValue
+from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+from airflow.state.metastore.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from airflow_shared.state import AssetScope, StateScope, TaskScope
 from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, select

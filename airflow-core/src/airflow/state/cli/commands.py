@@ -6,7 +6,7 @@ from airflow.utils.session import create_session
 
 @providers_configuration_loaded
 def downgrade(args) -> None:
-    from airflow.state.db_manager import StateDBManager
+    from airflow.state.metastore.db_manager import StateDBManager
 
     if args.from_revision and not args.show_sql_only:
         raise SystemExit("--from-revision is only used with --show-sql-only")

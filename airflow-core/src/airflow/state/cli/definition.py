@@ -29,7 +29,7 @@ def get_state_cli_commands() -> list[GroupCommand]:
                         "Downgrade the schema of the task_state and asset_state tables. "
                         "`--to-revision base` drops both tables and every stored value."
                     ),
-                    func=lazy_load_command("airflow.state.cli_commands.downgrade"),
+                    func=lazy_load_command("airflow.state.cli.commands.downgrade"),
                     args=(ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
                 ),
             ),

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from airflow import settings
-from airflow.state.db_manager import StateDBManager
-from airflow.state.models import metadata
+from airflow.state.metastore.db_manager import StateDBManager
+from airflow.state.metastore.models import metadata
 from alembic import context
 
 VERSION_TABLE = StateDBManager.version_table_name

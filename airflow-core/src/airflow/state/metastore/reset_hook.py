@@ -14,7 +14,7 @@ def _drop_state_tables_first(target: MetaData, connection: Any, **kw: Any) -> No
     dropping = {table.name for table in kw.get("tables") or target.tables.values()}
     if not dropping & _REFERENCED_TABLES:
         return
-    from airflow.state.models import metadata
+    from airflow.state.metastore.models import metadata
 
     if target is not metadata:
         metadata.drop_all(connection, checkfirst=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.models.asset import AssetModel
-from airflow.state.models.base import Base
-from airflow.state.models.types import StateKey, StateValue
+from airflow.state.metastore.models.base import Base
+from airflow.state.metastore.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from sqlalchemy import ForeignKey, Integer
 from sqlalchemy.orm import Mapped, mapped_column

@@ -13,8 +13,7 @@ import warnings
 from typing import Any
 
 import httpx
-from airflow.state import values
-from airflow.state.client import StateClient, TaskStateError
+from airflow.state import codec
 from airflow.state.protocol import (
     ASSET_KEYS_PATH,
     ASSET_VALUE_PATH,
@@ -23,6 +22,7 @@ from airflow.state.protocol import (
     task_value_path,
 )
 from airflow.state.tokens import TaskInstanceClaims
+from airflow.state.worker.client import StateClient, TaskStateError
 from airflow_shared.state import validate_key
 
 _OUTSIDE_TASK = (
@@ -119,7 +119,7 @@ class _StateNamespace:
 
 def _body(value: Any) -> str:
     # Checked here too, so a bad value fails in the task with the full message and no round trip.
-    return '{"value":' + values.encode(value) + "}"
+    return '{"value":' + codec.encode(value) + "}"
 
 
 class TaskState(_StateNamespace):

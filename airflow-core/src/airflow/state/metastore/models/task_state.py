@@ -4,8 +4,8 @@ from datetime import datetime
 
 from airflow.models.base import StringID
 from airflow.models.dagrun import DagRun
-from airflow.state.models.base import Base
-from airflow.state.models.types import StateKey, StateValue
+from airflow.state.metastore.models.base import Base
+from airflow.state.metastore.models.types import StateKey, StateValue
 from airflow.utils.sqlalchemy import UtcDateTime
 from sqlalchemy import ForeignKey, Index, Integer, text
 from sqlalchemy.orm import Mapped, mapped_column

@@ -1,0 +1,1 @@
+"""The `airflow state-db` commands: definitions Airflow reads at start-up, commands loaded lazily."""

@@ -1,0 +1,1 @@
+"""The worker side: what runs in task processes. Imports neither FastAPI nor the SQLAlchemy ORM."""

@@ -1,0 +1,84 @@
+"""
+A mixin for operators that submit one long-running remote job and must not submit it twice.
+
+Try 1 submits the job and stores its id in task state before waiting on it. If the worker dies,
+try 2 finds the id, asks the remote system how the job is doing, and reconnects to it; only a job
+that failed terminally is submitted again. The result is the same either way.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+
+class JobStatus(str, enum.Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class ResumableJobMixin:
+    """
+    Put it before the operator base class and implement :meth:`submit_job`, :meth:`job_status`
+    and :meth:`job_result`::
+
+        class SparkSubmitOperator(ResumableJobMixin, BaseOperator):
+            def submit_job(self, context): return client.submit(self.application)
+            def job_status(self, job_id, context): return JobStatus(client.status(job_id))
+            def job_result(self, job_id, context): return client.output(job_id)
+
+    ``execute`` then does the rest. The job id lives in task state under :attr:`job_id_key`.
+    """
+
+    #: Task-state key holding the submitted job's id.
+    job_id_key: str = "remote_job_id"
+    #: Seconds between two status checks while waiting.
+    poll_interval: float = 1.0
+
+    def submit_job(self, context: Any) -> str:
+        """Start the remote job; return its id."""
+        raise NotImplementedError
+
+    def job_status(self, job_id: str, context: Any) -> JobStatus:
+        """Where the remote job stands now."""
+        raise NotImplementedError
+
+    def job_result(self, job_id: str, context: Any) -> Any:
+        """What the task returns once the job succeeded."""
+        return job_id
+
+    def job_stored(self, job_id: str, context: Any) -> None:
+        """Called once a newly submitted job's id is safe in task state (a hook; does nothing)."""
+
+    def execute(self, context: Any) -> Any:
+        from airflow.state import task_state
+
+        log = getattr(self, "log", None)
+        job_id = task_state.get(self.job_id_key)
+        if job_id is not None:
+            status = self.job_status(job_id, context)
+            if status is JobStatus.FAILED:
+                _info(log, "Stored job %s failed; submitting a new one", job_id)
+                job_id = None
+            else:
+                _info(log, "Reconnecting to job %s (%s) from an earlier try", job_id, status.value)
+        if job_id is None:
+            job_id = self.submit_job(context)
+            task_state.set(self.job_id_key, job_id)
+            _info(log, "Submitted job %s and stored its id in task state", job_id)
+            self.job_stored(job_id, context)
+        return self._wait(job_id, context)
+
+    def _wait(self, job_id: str, context: Any) -> Any:
+        while (status := self.job_status(job_id, context)) is JobStatus.RUNNING:
+            time.sleep(self.poll_interval)
+        if status is JobStatus.FAILED:
+            raise RuntimeError(f"remote job {job_id} failed")
+        return self.job_result(job_id, context)
+
+
+def _info(log: Any, message: str, *args: Any) -> None:
+    if log is not None:
+        log.info(message, *args)
