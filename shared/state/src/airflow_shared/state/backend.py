@@ -18,6 +18,10 @@ class BaseStateBackend(ABC):
     thread (with the caller's context variables) so a sync-only backend never blocks an event
     loop. Backends with a native async client override the ``a*`` methods.
 
+    Which try of a task instance wrote a value is part of the contract: the state API stores task
+    state through :meth:`set_by_try` (and :meth:`aset_by_try`), which default to :meth:`set` (and
+    :meth:`aset`). Backends that can store the writer override them.
+
     Every method takes a keyword-only ``session``: backends built on SQLAlchemy join the caller's
     session (and leave committing to it); others ignore it.
 
@@ -47,6 +51,18 @@ class BaseStateBackend(ABC):
         which case every map index of that task in that run is cleared. Asset scopes ignore it.
         """
 
+    def set_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
+        """
+        :meth:`set`, telling the backend which try of the task instance writes the value.
+
+        *try_number* is ``None`` for asset state and for writes not made by a task try (the CLI,
+        server code, tests). The default ignores it and calls :meth:`set`; backends that can store
+        the writer override this method (and :meth:`aset_by_try`), and validate like :meth:`set`.
+        """
+        self.set(scope, key, value, session=session)
+
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         """
         Return the keys stored in *scope*, sorted.
@@ -63,6 +79,12 @@ class BaseStateBackend(ABC):
     async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         """Async :meth:`set`."""
         await asyncio.to_thread(self.set, scope, key, value, session=session)
+
+    async def aset_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
+        """Async :meth:`set_by_try`; the default calls :meth:`aset`."""
+        await self.aset(scope, key, value, session=session)
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         """Async :meth:`delete`."""

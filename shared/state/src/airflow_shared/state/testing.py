@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 import pytest
 
+from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
 from .scopes import AssetScope, TaskScope
 from .validation import MAX_KEY_LENGTH
