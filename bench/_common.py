@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "dev"))
 
 Operation = Callable[[int], object]
 
@@ -55,7 +51,7 @@ def measure(sides: dict[str, dict[str, Operation]], ops: int, rounds: int) -> di
 
 def use_migrated_airflow(url: str) -> None:
     """Point this process's Airflow at *url* (before Airflow is imported) and run `airflow db migrate`."""
-    from conftest_helpers import run_airflow
+    from state_testing.airflow_cli import run_airflow
 
     os.environ.update(
         {

@@ -6,7 +6,7 @@ PostgreSQL, and a task of a bench DAG stays running meanwhile. One side is what 
 does: a client holding a valid token for it sends GET and PUT requests to the state API. The
 other side is MetastoreStateBackend called in this process on the same database.
 
-    uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
+    PYTHONPATH=dev uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from _common import measure, parse_args
 def main() -> None:
     args = parse_args(__doc__, ops=1000).parse_args()
 
-    from deployment import airflow_deployment
+    from state_testing.deployment import airflow_deployment
 
     dags = Path(tempfile.mkdtemp(prefix="state-bench-dags-"))
     (dags / "bench_holder.py").write_text(HOLDER_DAG)

@@ -6,7 +6,7 @@ open autocommit connection, their parameters prepared before the clock starts: n
 SQLAlchemy, nothing but the statement. The backend goes through Airflow's configuration exactly
 as server code would. PostgreSQL runs with its default durability settings.
 
-    uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] [--ops 2000] [--rounds 5]
+    PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] [--ops 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> None:
     parser = parse_args(__doc__, ops=2000)
     parser.add_argument("--db", choices=("postgres", "mysql", "sqlite"), default="postgres")
     args = parser.parse_args()
-    import dbservers
+    from state_testing import dbservers
 
     with ExitStack() as stack:
         if args.db == "postgres":

@@ -5,7 +5,7 @@ Both backends store the same keys of the same task instance. Also printed: Redis
 floor, a bare redis-py client sending the single command each call needs at the least (HSET /
 HGET) on one connection.
 
-    uv run python bench/bench_redis.py [--ops 2000] [--rounds 5]
+    PYTHONPATH=dev uv run python bench/bench_redis.py [--ops 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from _common import create_dag_run, measure, parse_args, use_migrated_airflow
 
 def main() -> None:
     args = parse_args(__doc__, ops=2000).parse_args()
-    import dbservers
+    from state_testing import dbservers
 
     with ExitStack() as stack:
         use_migrated_airflow(stack.enter_context(dbservers.postgres_server()))

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 import airflow.state.example_dags as example_dags
-from deployment import Deployment, airflow_deployment
+from state_testing.deployment import Deployment, airflow_deployment
 
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from dbservers import redis_server
+from state_testing.dbservers import redis_server
 
 
 @pytest.fixture(autouse=True)

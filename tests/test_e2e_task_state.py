@@ -17,7 +17,7 @@ import airflow.state.example_dags as example_dags
 import httpx
 import psutil
 import pytest
-from deployment import Deployment, airflow_deployment
+from state_testing.deployment import Deployment, airflow_deployment
 
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
 CORPUS_DAG = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"

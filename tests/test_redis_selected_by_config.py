@@ -37,7 +37,7 @@ def test_task_code_on_redis_keeps_every_key_and_a_recreated_run_starts_empty(red
     from pathlib import Path
 
     from airflow.state import task_scope
-    from conftest_helpers import run_airflow
+    from state_testing.airflow_cli import run_airflow
 
     dags = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags"
     spec = importlib.util.spec_from_file_location("state_key_corpus", dags / "state_key_corpus.py")
@@ -75,7 +75,7 @@ def test_redis_provider_info_is_valid_and_declares_its_section():
 
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     jsonschema.validate(get_provider_info(), schema)
-    from conftest_helpers import run_airflow
+    from state_testing.airflow_cli import run_airflow
 
     listed = run_airflow("config", "list", "--section", "state_redis").stdout
     assert "task_ttl_seconds" in listed and "redis_conn_id" in listed

@@ -185,10 +185,10 @@ def scope(make_dag_run, unique):
 def test_state_calls_work_again_as_soon_as_postgres_is_back(
     mode, calls_during_restart, postgres_url, pooled_engine, backend, scope
 ):
-    import dbservers
     from airflow.state.metastore.engine import is_unavailable
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.pool import QueuePool
+    from state_testing import dbservers
 
     # Fill the pool: after the restart each of these connections is dead.
     assert isinstance(pooled_engine.pool, QueuePool)
@@ -305,12 +305,12 @@ def test_statement_errors_do_not_count_as_an_unreachable_database(
 def test_a_refused_connection_counts_as_an_unreachable_database(db_kind):
     if db_kind == "sqlite":
         pytest.skip("SQLite has no server to refuse a connection")
-    import dbservers
     from airflow import settings
     from airflow.state.metastore.engine import is_unavailable
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import OperationalError
+    from state_testing import dbservers
 
     nowhere = create_engine(make_url(settings.SQL_ALCHEMY_CONN).set(port=dbservers.free_port()))
     with pytest.raises(OperationalError) as failure:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from airflow_shared.state import TaskScope
-from conftest_helpers import run_airflow
 from sqlalchemy import inspect, select, text
+from state_testing.airflow_cli import run_airflow
 
 STATE_TABLES = {"task_state", "asset_state"}
 HEAD = "b7d3e1a90112"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 from airflow.state.provider_info import get_provider_info
-from conftest_helpers import run_airflow
+from state_testing.airflow_cli import run_airflow
 
 
 def test_provider_info_is_valid_against_airflows_schema():

@@ -10,9 +10,9 @@ from uuid import UUID
 
 import pytest
 from airflow.state.tokens import TaskInstanceClaims, mint
-from conftest_helpers import run_airflow
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
+from state_testing.airflow_cli import run_airflow
 
 SECRET = "a-test-secret-" + "x" * 50
 TEST_DAGS = Path(__file__).parent / "dags"
@@ -302,7 +302,7 @@ def test_a_database_restart_is_a_503_the_client_retries_never_a_500(api, running
     """While PostgreSQL restarts, the API answers 503 `database_unavailable`; after, 200 again."""
     import threading
 
-    import dbservers
+    from state_testing import dbservers
 
     if db_kind != "postgres":
         pytest.skip("restarts the PostgreSQL server of the run: use --db postgres")

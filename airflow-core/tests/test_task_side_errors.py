@@ -60,7 +60,7 @@ def test_missing_secret_names_the_option(monkeypatch):
 
 
 def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatch):
-    from dbservers import free_port
+    from state_testing.dbservers import free_port
 
     monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "3")
     monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.01")

@@ -14,8 +14,8 @@ from pathlib import Path
 import airflow.state.example_dags as example_dags
 import pytest
 from airflow_shared.state import AssetScope, TaskScope
-from conftest_helpers import run_airflow
 from sqlalchemy import select
+from state_testing.airflow_cli import run_airflow
 
 TEST_DAGS = Path(__file__).parent / "dags"
 EXAMPLE_DAGS = Path(example_dags.__file__).parent

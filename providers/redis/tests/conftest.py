@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 from airflow_state_redis import RedisStateBackend
-from dbservers import have_redis_server, redis_server
+from state_testing.dbservers import have_redis_server, redis_server
 
 # Modules whose import would pull Airflow in; None in sys.modules makes `import` fail at once.
 AIRFLOW_MODULES = ("airflow", "airflow.configuration", "airflow.sdk", "airflow.hooks", "airflow.hooks.base")

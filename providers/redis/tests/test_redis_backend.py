@@ -9,7 +9,7 @@ import time
 import pytest
 from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
-from dbservers import free_port
+from state_testing.dbservers import free_port
 
 # What airflow.state.metastore.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
 UID = "42.1764504000123456"

@@ -17,7 +17,7 @@ import redis
 from airflow_shared.state import TaskScope
 from airflow_state_redis import RedisStateBackend
 from airflow_state_redis._errors import RedisStateConnectionError
-from dbservers import REDIS_SERVER, free_port, have_redis_server
+from state_testing.dbservers import REDIS_SERVER, free_port, have_redis_server
 
 WRITERS = 4
 

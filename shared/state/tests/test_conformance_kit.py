@@ -7,8 +7,7 @@ import threading
 
 import pytest
 from airflow_shared.state import BaseStateBackend, TaskScope
-from airflow_shared.state.testing import StateBackendConformance
-from memory_backend import MemoryStateBackend
+from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
 
 
 class TestMemoryBackendConforms(StateBackendConformance):
@@ -50,7 +49,7 @@ def test_kit_catches_isolation_bugs(pytester, bug):
         textwrap.dedent(
             f"""
             import pytest
-            from memory_backend import MemoryStateBackend
+            from airflow_shared.state.testing import MemoryStateBackend
             from airflow_shared.state import TaskScope
             from airflow_shared.state.testing import StateBackendConformance
 
@@ -71,7 +70,6 @@ def test_kit_catches_isolation_bugs(pytester, bug):
             """
         )
     )
-    pytester.syspathinsert(str(__import__("pathlib").Path(__file__).parent))
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) >= 1, result.stdout.str()
@@ -83,7 +81,7 @@ IGNORES_DAG_RUN_UID = """
 import dataclasses
 
 import pytest
-from memory_backend import MemoryStateBackend
+from airflow_shared.state.testing import MemoryStateBackend
 from airflow_shared.state import TaskScope
 from airflow_shared.state.testing import StateBackendConformance
 
@@ -120,7 +118,6 @@ class TestIgnoresDagRunUid(StateBackendConformance):
 
 def test_kit_catches_a_backend_that_ignores_the_dag_run_incarnation(pytester):
     pytester.makepyfile(IGNORES_DAG_RUN_UID)
-    pytester.syspathinsert(str(__import__("pathlib").Path(__file__).parent))
     result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-rf")
     failed = {
         line.split("::")[-1].split(" ")[0] for line in result.stdout.lines if line.startswith("FAILED ")

@@ -6,7 +6,7 @@ import sys
 import threading
 
 from airflow_shared.state import TaskScope
-from memory_backend import MemoryStateBackend
+from airflow_shared.state.testing import MemoryStateBackend
 
 
 def test_keys_can_be_listed_while_other_threads_write():

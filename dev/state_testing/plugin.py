@@ -1,27 +1,23 @@
 """
-Test-wide set-up: which database the run uses, and an Airflow home of its own.
+The test run's set-up, loaded by ``-p state_testing.plugin`` (``addopts`` in the root pyproject.toml).
 
-``pytest --db sqlite|postgres|mysql`` picks the metadata database (default sqlite). PostgreSQL
-and MariaDB servers are started for the run and removed after it. The environment is set before
-any test module imports Airflow, because Airflow reads its configuration at import.
+``pytest --db sqlite|postgres|mysql`` (default ``$STATE_TEST_DB``, else sqlite) picks the metadata
+database. PostgreSQL and MariaDB servers are started for the run and removed after it. The
+environment is set in ``pytest_configure``, before any test module imports Airflow, because Airflow
+reads its configuration at import.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "dev"))
-import dbservers
-from conftest_helpers import run_airflow
-
-# pytester runs the conformance kit against deliberately broken backends.
-pytest_plugins = ["pytester"]
+from . import dbservers
+from .airflow_cli import run_airflow
 
 _servers = ExitStack()
 

@@ -1,4 +1,4 @@
-"""Helpers the tests import: running real `airflow` commands against the test database."""
+"""Running real `airflow` commands, in a new process, with this process's environment (the test run's)."""
 
 from __future__ import annotations
 

@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import dbservers
 import psutil
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
+
+from . import dbservers
 
 AIRFLOW = Path(sys.executable).with_name("airflow")
 # Every process the harness starts carries this variable: one of the marks that find a process

@@ -1,4 +1,11 @@
-"""A dict-backed reference backend: the smallest correct implementation of the contract."""
+"""
+A dict-backed reference backend: the smallest correct implementation of the contract.
+
+Import it from :mod:`airflow_shared.state.testing`. Backend authors can read it as a worked example
+(validation before any I/O, task state keyed on ``dag_run_uid``, ``clear(all_map_indices=True)``),
+and use it in their own tests as a stand-in that behaves like a real backend. It keeps state in this
+process only: never configure it as ``[state] backend`` of a deployment.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ def _check(scope: object) -> None:
 
 
 class MemoryStateBackend(BaseStateBackend):
+    """Task and asset state in a dict of this process, safe to share between threads."""
+
     def __init__(self) -> None:
         self._data: dict[tuple[StateScope, str], str] = {}
         self._lock = threading.Lock()
