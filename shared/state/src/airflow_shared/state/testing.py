@@ -345,6 +345,65 @@ class StateBackendConformance:
             pytest.fail("keys() accepted a TaskScope without dag_run_uid")
         assert backend.get(complete, "k") is None
 
+    # --- writes that name the writing try -----------------------------------------------
+
+    def test_set_by_try_stores_what_get_returns(self, backend, make_task_scope, make_asset_scope):
+        task, asset = make_task_scope(), make_asset_scope(1)
+        backend.set_by_try(task, "remote_job_id", "app_001", try_number=1)
+        backend.set_by_try(asset, "watermark", "100", try_number=None)
+        asyncio.run(backend.aset_by_try(task, "checkpoint", "page 3", try_number=2))
+        asyncio.run(backend.aset_by_try(asset, "cursor", "abc", try_number=None))
+        backend.set_by_try(task, "from_outside_a_task", "x", try_number=None)
+        assert backend.get(task, "remote_job_id") == "app_001"
+        assert backend.get(task, "checkpoint") == "page 3"
+        assert backend.get(task, "from_outside_a_task") == "x"
+        assert backend.get(asset, "watermark") == "100"
+        assert asyncio.run(backend.aget(asset, "cursor")) == "abc"
+        assert _listed_keys(backend, task) in (None, ["checkpoint", "from_outside_a_task", "remote_job_id"])
+
+    def test_set_by_try_overwrites_like_set(self, backend, make_task_scope, make_asset_scope):
+        task, asset = make_task_scope(map_index=0), make_asset_scope(1)
+        backend.set(task, "k", "from set")
+        backend.set_by_try(task, "k", "from try 1", try_number=1)
+        assert backend.get(task, "k") == "from try 1"
+        asyncio.run(backend.aset_by_try(task, "k", "from try 2", try_number=2))
+        assert backend.get(task, "k") == "from try 2"
+        backend.set(task, "k", "from set again")
+        assert backend.get(task, "k") == "from set again"
+        assert backend.get(make_task_scope(map_index=1), "k") is None
+        backend.set_by_try(asset, "k", "first", try_number=None)
+        asyncio.run(backend.aset_by_try(asset, "k", "second", try_number=None))
+        assert backend.get(asset, "k") == "second"
+
+    @pytest.mark.parametrize(
+        ("key", "value", "error", "match"),
+        [
+            ("", "v", ValueError, "key"),
+            ("nul\x00byte", "v", ValueError, "key"),
+            (None, "v", TypeError, "key"),
+            ("k", None, TypeError, "value"),
+            ("k", b"bytes", TypeError, "value"),
+            ("k", "lone-\udfff-surrogate", ValueError, "value"),
+        ],
+        ids=["empty-key", "nul-key", "none-key", "none-value", "bytes-value", "surrogate-value"],
+    )
+    def test_set_by_try_refuses_bad_input_like_set(
+        self, backend, make_task_scope, make_asset_scope, key, value, error, match
+    ):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            try_number = 1 if isinstance(scope, TaskScope) else None
+            backend.set(scope, "k", "kept")
+            with pytest.raises(error, match=match):
+                backend.set_by_try(scope, key, value, try_number=try_number)
+            with pytest.raises(error, match=match):
+                asyncio.run(backend.aset_by_try(scope, key, value, try_number=try_number))
+            assert backend.get(scope, "k") == "kept"
+        for scope in (None, "dag/run/task"):
+            with pytest.raises(TypeError, match="scope"):
+                backend.set_by_try(scope, "k", "v", try_number=1)
+            with pytest.raises(TypeError, match="scope"):
+                asyncio.run(backend.aset_by_try(scope, "k", "v", try_number=1))
+
     # --- listing (optional) ---------------------------------------------------------------
 
     def test_keys_lists_exactly_this_scope_sorted(self, backend, make_task_scope, make_asset_scope):
