@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from airflow.state import asset_state, codec, task_state
-from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret
-from airflow.state.worker.client import StateClient, TaskStateError, api_url
+from airflow.state import (
+    StateConfigurationError,
+    StateError,
+    StateUnavailableError,
+    asset_state,
+    codec,
+    config,
+    task_state,
+)
+from airflow.state.tokens import TaskInstanceClaims
+from airflow.state.worker.client import StateClient
 
 CLAIMS = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "dag", "run", "task", -1, 1)
 
@@ -48,15 +56,17 @@ def test_values_round_trip_as_compact_json():
 def test_api_url_defaults_from_the_execution_api(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "")
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://api:8080/execution/")
-    assert api_url() == "http://api:8080/state"
+    assert config.api_url() == "http://api:8080/state"
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "https://state.example/state/")
-    assert api_url() == "https://state.example/state"
+    assert config.api_url() == "https://state.example/state"
 
 
 def test_missing_secret_names_the_option(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
-    with pytest.raises(MissingSecretError, match="AIRFLOW__STATE__API_SECRET"):
-        api_secret()
+    monkeypatch.setattr(config, "_process_secret", None)
+    with pytest.raises(StateConfigurationError, match="AIRFLOW__STATE__API_SECRET") as raised:
+        config.api_secret()
+    assert isinstance(raised.value, StateUnavailableError) and isinstance(raised.value, RuntimeError)
 
 
 def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatch):
@@ -68,13 +78,16 @@ def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatc
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{free_port()}/state")
     attempts = []
     monkeypatch.setattr(StateClient, "_headers", lambda self: attempts.append(1) or {})
-    with pytest.raises(TaskStateError, match=r"Cannot reach the task state API .* check \[state\] api_url"):
+    with pytest.raises(
+        StateUnavailableError, match=r"Cannot reach the task state API .* check \[state\] api_url"
+    ) as raised:
         StateClient(CLAIMS).request("GET", "/task-instances/x/keys")
     assert len(attempts) == 4
+    assert type(raised.value) is StateUnavailableError and isinstance(raised.value, StateError)
 
 
 def test_retry_waits_follow_the_workers_settings():
-    from airflow.state.worker.client import RetryPolicy
+    from airflow.state.config import RetryPolicy
 
     policy = RetryPolicy(retries=5, wait_min=1.0, wait_max=10.0)
     waits = [policy.wait(attempt) for attempt in range(policy.retries)]
@@ -84,3 +97,18 @@ def test_retry_waits_follow_the_workers_settings():
     default = RetryPolicy.from_config()
     assert (default.retries, default.wait_min, default.wait_max) == (5, 1.0, 90.0)
     assert sum(default.wait(attempt) for attempt in range(default.retries)) >= 31
+
+
+def test_an_undeclared_asset_is_refused_in_the_task_as_access_denied():
+    from types import SimpleNamespace
+
+    from airflow.sdk import Asset
+    from airflow.state import StateAccessDeniedError
+    from airflow.state.worker.accessors import _declared_asset
+
+    declared = Asset(name="orders", uri="s3://bucket/orders")
+    ti = SimpleNamespace(task_id="t", task=SimpleNamespace(inlets=[declared], outlets=[]))
+    assert _declared_asset(ti, "orders") == ("orders", "s3://bucket/orders")
+    with pytest.raises(StateAccessDeniedError, match="does not declare this asset") as raised:
+        _declared_asset(ti, "customers")
+    assert isinstance(raised.value, PermissionError)  # what task code written before still catches

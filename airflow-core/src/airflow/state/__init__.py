@@ -6,7 +6,9 @@ client, the resumable-job mixin; it imports neither FastAPI nor the ORM), ``api/
 server (the state API and the plugin that mounts it), ``metastore/`` is the default storage (the
 backend, its SQL and engine, models, migrations, DB manager), ``cli/`` the ``airflow state-db``
 commands. The modules beside this file are the floor both sides share: ``protocol`` (paths and
-error reasons), ``tokens``, ``codec`` (values as JSON text) and ``configured_backend``.
+error reasons), ``tokens``, ``codec`` (values as JSON text), ``configured_backend``, ``config``
+(every setting read, defaults in ``provider_info``) and ``exceptions`` (``StateError`` and its
+subclasses, exported here).
 
 Heavy imports happen on first use: Airflow imports this package while it is still starting up
 (provider discovery), and task processes should not pay for the ORM they do not use.
@@ -16,12 +18,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow.state.exceptions import (
+    InvalidStateError,
+    StateAccessDeniedError,
+    StateConfigurationError,
+    StateConflictError,
+    StateError,
+    StateUnavailableError,
+)
+
 if TYPE_CHECKING:
     from airflow.state.configured_backend import get_state_backend, resolve_state_backend
     from airflow.state.metastore.run_identity import task_scope
     from airflow.state.worker.accessors import asset_state, task_state
 
-__all__ = ["asset_state", "get_state_backend", "resolve_state_backend", "task_scope", "task_state"]
+__all__ = [
+    "InvalidStateError",
+    "StateAccessDeniedError",
+    "StateConfigurationError",
+    "StateConflictError",
+    "StateError",
+    "StateUnavailableError",
+    "asset_state",
+    "get_state_backend",
+    "resolve_state_backend",
+    "task_scope",
+    "task_state",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from airflow.configuration import conf
+from airflow.state.config import max_value_bytes
 from airflow_shared.state import validate_value
 
-DEFAULT_MAX_VALUE_BYTES = 64 * 1024
-
-
-def max_value_bytes() -> int:
-    return conf.getint("state", "max_value_bytes", fallback=DEFAULT_MAX_VALUE_BYTES)
+__all__ = ["decode", "encode", "max_value_bytes"]
 
 
 def encode(value: Any, limit: int | None = None) -> str:

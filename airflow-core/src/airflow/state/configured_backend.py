@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from airflow._shared.module_loading import import_string
-from airflow.configuration import conf
+from airflow.state import config
 from airflow_shared.state import BaseStateBackend
 
 _lock = threading.Lock()
@@ -20,7 +20,7 @@ def resolve_state_backend() -> type[BaseStateBackend]:
     :raises ImportError: when the class cannot be imported.
     :raises TypeError: when it is not a subclass of ``BaseStateBackend``.
     """
-    path = conf.get("state", "backend", fallback="").strip()
+    path = config.backend_path()
     if not path:
         raise ValueError(
             "[state] backend is empty; set it to the import path of a BaseStateBackend subclass, "

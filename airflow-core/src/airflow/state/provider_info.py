@@ -1,64 +1,70 @@
 """
-What Airflow's ProvidersManager learns about this distribution.
+What Airflow's ProvidersManager learns about this distribution, and the one place the defaults of
+the ``[state]`` options are written down (``airflow.state.config`` falls back to them).
 
 This module is imported while ``airflow.configuration`` is still initialising (provider discovery
-runs inside it), so it may import nothing from Airflow.
+runs inside it), and by task processes through ``airflow.state.config``: it imports nothing from
+Airflow, and the storage's reset hook only when Airflow asks for the provider's info.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.state.metastore import reset_hook
+# Descriptions are written as Airflow writes its own (config.yml's ``description: |`` blocks):
+# short lines, so ``airflow config list --include-descriptions`` reads the same for both.
+STATE_OPTIONS: dict[str, dict[str, Any]] = {
+    "backend": {
+        "description": (
+            "Import path of the class that stores task and asset state. It must be a subclass\n"
+            "of ``airflow_shared.state.BaseStateBackend``; the default keeps state in the\n"
+            "Airflow metadata database (tables ``task_state`` and ``asset_state``).\n"
+        ),
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "my_company.state.RedisStateBackend",
+        "default": "airflow.state.metastore.MetastoreStateBackend",
+    },
+    "api_secret": {
+        "description": (
+            "Secret that signs the short-lived tokens task processes send to the state API on the\n"
+            "API server. Set the same long random value on every worker and API server. It is\n"
+            "separate from ``[api_auth] jwt_secret``, which must stay on the scheduler and API\n"
+            "server. Not needed under ``airflow dags test``.\n"
+        ),
+        "version_added": "0.1.0",
+        "type": "string",
+        "sensitive": True,
+        "example": None,
+        "default": None,
+    },
+    "api_url": {
+        "description": (
+            "Base URL of the state API as workers reach it. Not set: ``[core] execution_api_server_url``\n"
+            "with ``/state`` in place of its trailing ``/execution``; if that is not set either,\n"
+            "``[api] base_url`` plus ``/state`` (``http://localhost:8080`` in front of a relative\n"
+            "base_url), the way Airflow finds its Execution API.\n"
+        ),
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "http://airflow-api-server:8080/state",
+        "default": None,
+    },
+    "max_value_bytes": {
+        "description": (
+            "Largest value, as JSON text in UTF-8, that task code may store; checked in the task\n"
+            "and again on the API server.\n"
+        ),
+        "version_added": "0.1.0",
+        "type": "integer",
+        "example": None,
+        "default": "65536",
+    },
+}
 
 _STATE_CONFIG: dict[str, Any] = {
-    "description": "Durable task and asset state (AIP-103).",
-    "options": {
-        "backend": {
-            "description": (
-                "Import path of the class that stores task and asset state. It must be a subclass "
-                "of ``airflow_shared.state.BaseStateBackend``; the default keeps state in the "
-                "Airflow metadata database (tables ``task_state`` and ``asset_state``)."
-            ),
-            "version_added": "0.1.0",
-            "type": "string",
-            "example": "my_company.state.RedisStateBackend",
-            "default": "airflow.state.metastore.MetastoreStateBackend",
-        },
-        "api_secret": {
-            "description": (
-                "Secret that signs the short-lived tokens task processes send to the state API on the "
-                "API server. Set the same long random value on every worker and API server. It is "
-                "separate from ``[api_auth] jwt_secret``, which must stay on the scheduler and API server. "
-                "Not needed under ``airflow dags test``."
-            ),
-            "version_added": "0.1.0",
-            "type": "string",
-            "sensitive": True,
-            "example": None,
-            "default": None,
-        },
-        "api_url": {
-            "description": (
-                "Base URL of the state API as workers reach it. Empty: the API server of "
-                "``[core] execution_api_server_url`` with ``/state`` in place of ``/execution``."
-            ),
-            "version_added": "0.1.0",
-            "type": "string",
-            "example": "http://airflow-api-server:8080/state",
-            "default": "",
-        },
-        "max_value_bytes": {
-            "description": (
-                "Largest value, as JSON text in UTF-8, that task code may store; checked in the task "
-                "and again on the API server."
-            ),
-            "version_added": "0.1.0",
-            "type": "integer",
-            "example": None,
-            "default": "65536",
-        },
-    },
+    "description": "Durable task and asset state (AIP-103).\n",
+    "options": STATE_OPTIONS,
 }
 
 
@@ -67,6 +73,8 @@ def get_provider_info() -> dict[str, Any]:
     # PostgreSQL and MySQL refuse while our foreign keys point at it. A process may reset the
     # database without ever importing our models, so the hook is installed when Airflow asks for
     # this provider's info, which it does before any of its commands runs.
+    from airflow.state.metastore import reset_hook
+
     reset_hook.install()
     return {
         "package-name": "airflow-task-state",

@@ -1,5 +1,6 @@
 """
-Short-lived tokens that name one task instance, signed with ``[state] api_secret``.
+Short-lived tokens that name one task instance, signed with ``[state] api_secret``
+(``airflow.state.config.api_secret()``).
 
 A task process mints a token for itself on each request; the API server verifies it and scopes
 every operation to the task instance it names. The secret is dedicated to task state: the
@@ -12,17 +13,12 @@ import time
 from dataclasses import asdict, dataclass
 
 import jwt
-from airflow.configuration import conf
 
 AUDIENCE = "airflow-task-state"
 ALGORITHM = "HS512"
 LIFETIME_SECONDS = 60
 # Workers' and API servers' clocks differ a little.
 CLOCK_LEEWAY_SECONDS = 30
-
-
-class MissingSecretError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -35,17 +31,6 @@ class TaskInstanceClaims:
     task_id: str
     map_index: int
     try_number: int
-
-
-def api_secret() -> str:
-    secret = conf.get("state", "api_secret", fallback="") or ""
-    if not secret:
-        raise MissingSecretError(
-            "[state] api_secret is not set. Set it (or AIRFLOW__STATE__API_SECRET) to the same long random "
-            "value on every worker and API server, e.g. the output of "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
-        )
-    return secret
 
 
 def mint(claims: TaskInstanceClaims, secret: str, now: float | None = None) -> str:

@@ -8,10 +8,12 @@ from uuid import UUID
 
 import jwt
 from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.config import api_secret
+from airflow.state.exceptions import StateConfigurationError
 from airflow.state.metastore.engine import execute
 from airflow.state.metastore.run_identity import dag_run_uid
 from airflow.state.protocol import Reason
-from airflow.state.tokens import MissingSecretError, TaskInstanceClaims, api_secret, verify
+from airflow.state.tokens import TaskInstanceClaims, verify
 from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,7 +29,7 @@ def token_claims(
         raise _unauthorized("missing bearer token")
     try:
         secret = api_secret()
-    except MissingSecretError as error:
+    except StateConfigurationError as error:
         raise refusal(
             status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}"
         ) from None

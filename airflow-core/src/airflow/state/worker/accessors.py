@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 from airflow.state import codec
+from airflow.state.exceptions import StateAccessDeniedError, StateUnavailableError
 from airflow.state.protocol import (
     ASSET_KEYS_PATH,
     ASSET_VALUE_PATH,
@@ -22,7 +23,7 @@ from airflow.state.protocol import (
     task_value_path,
 )
 from airflow.state.tokens import TaskInstanceClaims
-from airflow.state.worker.client import StateClient, TaskStateError
+from airflow.state.worker.client import StateClient
 from airflow_shared.state import validate_key
 
 _OUTSIDE_TASK = (
@@ -79,7 +80,7 @@ class _StateNamespace:
             return default
         answer = response.json()
         if answer["key"] != key:  # never expected; a value must not be returned for another key
-            raise TaskStateError(f"task state API answered for key {answer['key']!r}, asked {key!r}")
+            raise StateUnavailableError(f"task state API answered for key {answer['key']!r}, asked {key!r}")
         return answer["value"]
 
     def set(self, key: str, value: Any) -> None:
@@ -165,7 +166,7 @@ def _declared_asset(ti: Any, wanted: Any) -> tuple[str, str]:
         elif wanted in (asset.name, asset.uri) or _normalized_uri(wanted) == asset.uri:
             return asset.name, asset.uri
     names = ", ".join(repr(a.name) for a in declared) or "none"
-    raise PermissionError(
+    raise StateAccessDeniedError(
         f"asset_state[{wanted!r}]: task {ti.task_id!r} does not declare this asset as an inlet or outlet "
         f"(declared: {names}); add it to the task's inlets= or outlets="
     )

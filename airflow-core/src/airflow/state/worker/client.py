@@ -18,37 +18,24 @@ serves the same app in-process instead (no API server needed).
 from __future__ import annotations
 
 import os
-import random
-import secrets
 import threading
 import time
 from functools import cache
 from typing import Any
 
 import httpx
-from airflow.configuration import conf
-from airflow.state.protocol import URL_PREFIX, Reason
-from airflow.state.tokens import TaskInstanceClaims, api_secret, mint
+from airflow.state import config
+from airflow.state.config import RetryPolicy
+from airflow.state.exceptions import (
+    InvalidStateError,
+    StateAccessDeniedError,
+    StateConfigurationError,
+    StateUnavailableError,
+)
+from airflow.state.protocol import Reason
+from airflow.state.tokens import TaskInstanceClaims, mint
 
-
-class TaskStateError(RuntimeError):
-    """The state API could not be reached, or refused the call."""
-
-
-def api_url() -> str:
-    """``[state] api_url``, or the API server of ``[core] execution_api_server_url`` plus ``/state``."""
-    configured = conf.get("state", "api_url", fallback="") or ""
-    if configured:
-        return configured.rstrip("/")
-    execution = conf.get("core", "execution_api_server_url", fallback="") or ""
-    if not execution:
-        raise TaskStateError(
-            "Cannot find the state API: set [state] api_url (e.g. http://api-server:8080/state) "
-            "or [core] execution_api_server_url"
-        )
-    base = execution.rstrip("/")
-    base = base[: -len("/execution")] if base.endswith("/execution") else base
-    return base + URL_PREFIX
+__all__ = ["RetryPolicy", "StateClient"]
 
 
 def _in_process() -> bool:
@@ -88,7 +75,7 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
             client = httpx.Client(
                 base_url=base_url,
                 transport=transport,
-                timeout=conf.getfloat("workers", "execution_api_timeout", fallback=60.0),
+                timeout=config.request_timeout(),
             )
             _clients[key] = client
         return client
@@ -101,18 +88,18 @@ class StateClient:
         self.claims = claims
         self.in_process = _in_process()
         if self.in_process:
-            # Client and server are this process: a per-process secret they share is enough.
-            if not conf.get("state", "api_secret", fallback=""):
-                conf.set("state", "api_secret", secrets.token_urlsafe(48))
+            # Client and server are this process: a secret only it knows is enough (used when
+            # [state] api_secret is not set); the global configuration is left alone.
+            config.use_process_secret()
             self.base_url = "http://in-process"
         else:
-            self.base_url = api_url()
+            self.base_url = config.api_url()
 
     # --- transport -------------------------------------------------------------------------
 
     def _headers(self) -> dict[str, str]:
         return {
-            "Authorization": f"Bearer {mint(self.claims, api_secret())}",
+            "Authorization": f"Bearer {mint(self.claims, config.api_secret())}",
             "Content-Type": "application/json",
         }
 
@@ -137,36 +124,11 @@ class StateClient:
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
 
-    def _unreachable(self, error: Exception) -> TaskStateError:
-        return TaskStateError(
+    def _unreachable(self, error: Exception) -> StateUnavailableError:
+        return StateUnavailableError(
             f"Cannot reach the task state API at {self.base_url} ({error}); check [state] api_url "
             "(default: the API server of [core] execution_api_server_url) and that the API server runs"
         )
-
-
-class RetryPolicy:
-    """
-    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds
-    and doubling up to ``execution_api_retry_wait_max``; with Airflow's defaults (5, 1 s, 90 s) a
-    call gives up after about 31 s. Each wait is stretched by up to a quarter at random, so the
-    tasks of a deployment do not all come back at the same instant after a restart.
-    """
-
-    def __init__(self, retries: int, wait_min: float, wait_max: float) -> None:
-        self.retries = max(retries, 0)
-        self.wait_min = max(wait_min, 0.0)
-        self.wait_max = max(wait_max, self.wait_min)
-
-    @classmethod
-    def from_config(cls) -> RetryPolicy:
-        return cls(
-            conf.getint("workers", "execution_api_retries", fallback=5),
-            conf.getfloat("workers", "execution_api_retry_wait_min", fallback=1.0),
-            conf.getfloat("workers", "execution_api_retry_wait_max", fallback=90.0),
-        )
-
-    def wait(self, attempt: int) -> float:
-        return min(self.wait_max, self.wait_min * 2**attempt) * random.uniform(1.0, 1.25)
 
 
 def _reason(response: httpx.Response) -> tuple[str | None, str]:
@@ -185,24 +147,34 @@ def _retryable(response: httpx.Response) -> bool:
     return response.status_code >= 500 and _reason(response)[0] != Reason.MISCONFIGURED.value
 
 
+# The reasons, each raised as one class; any other reason means the API is not usable now.
+_ACCESS_DENIED = frozenset(r.value for r in (Reason.ASSET_NOT_DECLARED, Reason.FORBIDDEN, Reason.NOT_RUNNING))
+_INVALID = frozenset(
+    r.value for r in (Reason.INVALID_KEY, Reason.INVALID_VALUE, Reason.INVALID_REQUEST, Reason.BODY_TOO_LARGE)
+)
+
+
 def _checked(response: httpx.Response) -> httpx.Response:
+    """*response* if it is a success or a missing key; otherwise the error its ``reason`` stands for."""
     if response.status_code < 400:
         return response
     reason, message = _reason(response)
     if reason == Reason.KEY_NOT_FOUND.value:
         return response
     if reason is None:
-        raise TaskStateError(
+        raise StateUnavailableError(
             f"task state API answered {response.status_code} with no reason: {message} "
             f"(is [state] api_url right? {response.url} does not look like the state API)"
         )
-    if reason == Reason.ASSET_NOT_DECLARED.value:
-        raise PermissionError(f"task state API refused: {message}")
-    if response.status_code in (413, 422):
-        raise ValueError(f"task state refused the request: {message}")
-    hint = (
-        " (check that [state] api_secret is the same on this worker and the API server)"
-        if reason == Reason.INVALID_TOKEN.value
-        else ""
-    )
-    raise TaskStateError(f"task state API answered {response.status_code} ({reason}): {message}{hint}")
+    described = f"task state API answered {response.status_code} ({reason}): {message}"
+    if reason in _ACCESS_DENIED:
+        raise StateAccessDeniedError(described)
+    if reason in _INVALID:
+        raise InvalidStateError(described)
+    if reason == Reason.MISCONFIGURED.value:
+        raise StateConfigurationError(described)
+    if reason == Reason.INVALID_TOKEN.value:
+        raise StateUnavailableError(
+            f"{described} (check that [state] api_secret is the same on this worker and the API server)"
+        )
+    raise StateUnavailableError(described)

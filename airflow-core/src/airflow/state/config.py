@@ -1,0 +1,146 @@
+"""
+Every setting this package reads: the ``[state]`` options, here and only here, each by one small
+function, and the ``[workers]`` settings the task's client shares with Airflow's own Execution API
+calls (retries, request timeout).
+
+The defaults of the ``[state]`` options are written once, in ``provider_info.STATE_OPTIONS``, which
+Airflow turns into its configuration defaults. Some processes read configuration before Airflow
+has loaded the providers' defaults; they fall back to that same dict, never to a second literal.
+
+Task processes import this module: it imports nothing heavier than ``airflow.configuration``.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+
+from airflow.configuration import conf
+from airflow.state.exceptions import StateConfigurationError
+from airflow.state.protocol import URL_PREFIX
+from airflow.state.provider_info import STATE_OPTIONS
+
+SECTION = "state"
+
+
+def _state_option(option: str) -> str:
+    """``[state] option`` as text; its provider-info default when Airflow has not loaded it."""
+    value = conf.get(SECTION, option, fallback=STATE_OPTIONS[option]["default"])
+    return "" if value is None else str(value)
+
+
+def backend_path() -> str:
+    """``[state] backend``: the import path of the backend class (empty when set empty)."""
+    return _state_option("backend").strip()
+
+
+def max_value_bytes() -> int:
+    """``[state] max_value_bytes``: the largest value, as UTF-8 JSON text."""
+    text = _state_option("max_value_bytes").strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise StateConfigurationError(f"[state] max_value_bytes must be an integer, not {text!r}") from None
+
+
+# --- the secret that signs task tokens -----------------------------------------------------------
+
+_process_secret: str | None = None
+_process_secret_lock = threading.Lock()
+
+
+def use_process_secret() -> None:
+    """
+    Let this process sign and verify tokens with a secret only it knows, when ``[state] api_secret``
+    is not set: for ``dag.test()`` / ``airflow dags test``, where the task serves the state API to
+    itself. The global configuration is left untouched.
+    """
+    global _process_secret
+    with _process_secret_lock:
+        if _process_secret is None:
+            _process_secret = secrets.token_urlsafe(48)
+
+
+def api_secret() -> str:
+    """
+    ``[state] api_secret``; else this process's own secret if it enabled one (in-process serving).
+
+    :raises StateConfigurationError: when neither is there.
+    """
+    configured = _state_option("api_secret")
+    if configured:
+        return configured
+    if _process_secret is not None:
+        return _process_secret
+    raise StateConfigurationError(
+        "[state] api_secret is not set. Set it (or AIRFLOW__STATE__API_SECRET) to the same long random "
+        "value on every worker and API server, e.g. the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
+    )
+
+
+# --- where workers reach the state API -----------------------------------------------------------
+
+
+def api_url() -> str:
+    """
+    Where workers reach the state API, found as Airflow finds its Execution API:
+
+    1. ``[state] api_url``;
+    2. ``[core] execution_api_server_url``, with its trailing ``/execution`` replaced by ``/state``;
+    3. ``[api] base_url`` plus ``/state``, with ``http://localhost:8080`` in front of a relative one
+       (what Airflow's executors do to build the Execution API's URL from it).
+
+    :raises StateConfigurationError: when none of them is set.
+    """
+    configured = _state_option("api_url").strip()
+    if configured:
+        return configured.rstrip("/")
+    execution = (conf.get("core", "execution_api_server_url", fallback="") or "").strip().rstrip("/")
+    if execution:
+        base = execution[: -len("/execution")] if execution.endswith("/execution") else execution
+        return base + URL_PREFIX
+    base_url = (conf.get("api", "base_url", fallback="") or "").strip()
+    if base_url:
+        if base_url.startswith("/"):
+            base_url = "http://localhost:8080" + base_url
+        return base_url.rstrip("/") + URL_PREFIX
+    raise StateConfigurationError(
+        "Cannot find the state API: set [state] api_url (e.g. http://api-server:8080/state), "
+        "[core] execution_api_server_url or [api] base_url"
+    )
+
+
+# --- the [workers] settings shared with Airflow's Execution API client ----------------------------
+# Airflow's own options: their defaults come from Airflow's config.yml, loaded in every process.
+
+
+def request_timeout() -> float:
+    """``[workers] execution_api_timeout``: seconds an HTTP request to the API server may take."""
+    return conf.getfloat("workers", "execution_api_timeout")
+
+
+class RetryPolicy:
+    """
+    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds
+    and doubling up to ``execution_api_retry_wait_max``; with Airflow's defaults (5, 1 s, 90 s) a
+    call gives up after about 31 s. Each wait is stretched by up to a quarter at random, so the
+    tasks of a deployment do not all come back at the same instant after a restart.
+    """
+
+    def __init__(self, retries: int, wait_min: float, wait_max: float) -> None:
+        self.retries = max(retries, 0)
+        self.wait_min = max(wait_min, 0.0)
+        self.wait_max = max(wait_max, self.wait_min)
+
+    @classmethod
+    def from_config(cls) -> RetryPolicy:
+        return cls(
+            conf.getint("workers", "execution_api_retries"),
+            conf.getfloat("workers", "execution_api_retry_wait_min"),
+            conf.getfloat("workers", "execution_api_retry_wait_max"),
+        )
+
+    def wait(self, attempt: int) -> float:
+        return min(self.wait_max, self.wait_min * 2**attempt) * random.uniform(1.0, 1.25)

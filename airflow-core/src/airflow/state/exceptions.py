@@ -1,0 +1,59 @@
+"""
+The errors this package raises on purpose, all under ``StateError``.
+
+Each also derives from the built-in exception it used to be (``PermissionError``,
+``RuntimeError``, ``ValueError``), so code that caught those keeps working. Imports nothing: task
+processes, the API server and Airflow's start-up all import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidStateError",
+    "StateAccessDeniedError",
+    "StateConfigurationError",
+    "StateConflictError",
+    "StateError",
+    "StateUnavailableError",
+]
+
+
+class StateError(Exception):
+    """Root of every error ``airflow.state`` raises on purpose."""
+
+
+class StateAccessDeniedError(StateError, PermissionError):
+    """
+    The task may not touch this state: an asset it does not declare as an inlet or outlet (refused
+    in the task, or by the server: ``asset_not_declared``), another task instance's state
+    (``forbidden``), or a write by a try that is not running (``not_running``).
+    """
+
+
+class StateUnavailableError(StateError, RuntimeError):
+    """
+    The state API cannot be used right now: unreachable, answering 5xx after the retries, or
+    refusing the task's token (401: do worker and API server share ``[state] api_secret``?).
+    """
+
+
+class StateConfigurationError(StateUnavailableError):
+    """
+    A deployment problem that retrying cannot fix: no ``[state] api_secret`` (the server answers
+    503 ``misconfigured``, which the client does not retry), or no way to find the state API URL.
+    """
+
+
+class InvalidStateError(StateError, ValueError):
+    """
+    The server refused a key or value (413/422: ``invalid_key``, ``invalid_value``,
+    ``invalid_request``, ``body_too_large``). Checks made in the task before any request raise
+    plain ``ValueError``/``TypeError`` instead.
+    """
+
+
+class StateConflictError(StateError):
+    """
+    Reserved for versioned writes (compare-and-set): the stored version is not the one the write
+    expected. Nothing raises it yet.
+    """
