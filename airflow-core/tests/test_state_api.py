@@ -333,3 +333,55 @@ def test_a_database_restart_is_a_503_the_client_retries_never_a_500(api, running
     refused = [detail for _, code, detail in answers if code == 503]
     assert all(detail["reason"] == "database_unavailable" for detail in refused)
     assert all(code == 200 for started, code, _ in answers if started > back_at)
+
+
+def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
+    """Real refusals of the app, as the task's client reads them: by `reason`, one class each."""
+    from airflow.state import (
+        InvalidStateError,
+        StateAccessDeniedError,
+        StateConfigurationError,
+        StateUnavailableError,
+    )
+    from airflow.state.worker.client import _checked
+
+    headers = auth(running)
+    undeclared = api.get(
+        "/assets/value", params={"name": "state_tests_undeclared", "key": "k"}, headers=headers
+    )
+    stale = dataclasses.replace(running, try_number=running.try_number + 1)
+    other = "01234567-89ab-7def-8123-456789abcdef"
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "16")
+    refusals = {
+        "asset_not_declared": (undeclared, StateAccessDeniedError),
+        "not_running": (api.put(**at(stale), json={"value": 1}, headers=auth(stale)), StateAccessDeniedError),
+        "forbidden": (api.get(**at(running, ti_id=other), headers=headers), StateAccessDeniedError),
+        "invalid_key": (
+            api.put(**at(running, "k" * 513), json={"value": 1}, headers=headers),
+            InvalidStateError,
+        ),
+        "invalid_value": (
+            api.put(**at(running), json={"value": "x" * 20}, headers=headers),
+            InvalidStateError,
+        ),
+        "body_too_large": (
+            api.put(**at(running), content='{"value": "' + "x" * 5000 + '"}', headers=headers),
+            InvalidStateError,
+        ),
+        "invalid_token": (
+            api.get(**at(running), headers={"Authorization": "Bearer x"}),
+            StateUnavailableError,
+        ),
+    }
+    for reason, (response, expected) in refusals.items():
+        assert detail(response)["reason"] == reason
+        with pytest.raises(expected) as raised:
+            _checked(response)
+        assert type(raised.value) is expected, reason
+    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
+    misconfigured = api.get(**at(running), headers=headers)
+    assert detail(misconfigured)["reason"] == "misconfigured"
+    with pytest.raises(StateConfigurationError):
+        _checked(misconfigured)
+    with pytest.raises(PermissionError):  # what task code written before the classes still catches
+        _checked(undeclared)
