@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -19,21 +20,25 @@ TEST_DAGS = Path(__file__).parent / "dags"
 
 
 @pytest.fixture(scope="module")
-def exercise_ti() -> TaskInstanceClaims:
+def exercise_ti() -> Iterator[TaskInstanceClaims]:
     """A real task instance (from a real `airflow dags test` run), as a token would name it."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(TEST_DAGS)
-    run_airflow("dags", "reserialize")
-    run_airflow("dags", "test", "state_api_surface")
-    with create_session() as session:
-        ti = session.scalars(
-            select(TaskInstance)
-            .where(TaskInstance.dag_id == "state_api_surface", TaskInstance.task_id == "exercise")
-            .order_by(TaskInstance.start_date.desc())
-        ).first()
-        return TaskInstanceClaims(str(ti.id), ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
+        run_airflow("dags", "reserialize")
+        run_airflow("dags", "test", "state_api_surface")
+        with create_session() as session:
+            ti = session.scalars(
+                select(TaskInstance)
+                .where(TaskInstance.dag_id == "state_api_surface", TaskInstance.task_id == "exercise")
+                .order_by(TaskInstance.start_date.desc())
+            ).first()
+            claims = TaskInstanceClaims(
+                str(ti.id), ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number
+            )
+        yield claims
 
 
 def set_ti_state(claims: TaskInstanceClaims, state: str) -> None:
