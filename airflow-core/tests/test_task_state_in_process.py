@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import airflow.state.example_dags as example_dags
@@ -29,18 +28,12 @@ def dags_test(tmp_path_factory):
         # Each run gets its own folder of simulated jobs, kept as run.jobs for the test to count.
         run.jobs = jobs = tmp_path_factory.mktemp("jobs")
         # INFO: the tests read what tasks returned from the "Done. Returned value was" log line.
-        env = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "STATE_EXAMPLE_JOBS_DIR": str(jobs)}
-        saved = {name: os.environ.get(name) for name in [*env, "AIRFLOW__LOGGING__LOGGING_LEVEL"]}
-        os.environ.update(env, AIRFLOW__LOGGING__LOGGING_LEVEL="INFO")
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(folder))
+            mp.setenv("STATE_EXAMPLE_JOBS_DIR", str(jobs))
+            mp.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
             run_airflow("dags", "reserialize")
             result = run_airflow("dags", "test", dag_id, *extra)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
         return result.stdout + result.stderr, latest_run_id(dag_id)
 
     yield run
@@ -170,3 +163,24 @@ def test_every_key_reaches_the_backend_exactly_as_written(dags_test, backend):
         assert backend.keys(scope) == sorted(corpus.CORPUS)
         for i, key in enumerate(corpus.CORPUS):
             assert json.loads(backend.get(scope, key)) == {"i": i, "key": key}
+
+
+def test_resumable_job_accepts_plain_string_statuses(monkeypatch):
+    """
+    A `job_status` returning "running" rather than JobStatus.RUNNING keeps the task waiting, on a
+    fresh submit and on a reconnect; a status that is neither is refused with the allowed values.
+    """
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+    run_airflow("dags", "reserialize")
+    # The DAG run fails (its unknown_status task does), which `airflow dags test` may report in its
+    # exit code: the test reads the output instead.
+    result = run_airflow("dags", "test", "state_resumable_plain_status", check=False)
+    output = result.stdout + result.stderr
+    assert "Reconnecting to job job-reconnects (running) from an earlier try" in output, output[-3000:]
+    # Three "running" answers (the first on reconnecting), then "succeeded", all on try 2.
+    assert "Job job-reconnects done after 4 status checks on try 2" in output, output[-3000:]
+    assert (
+        "PlainStatusOperator.job_status returned 'lost' for job job-unknown_status; "
+        "expected a JobStatus or one of 'running', 'succeeded', 'failed'"
+    ) in output, output[-3000:]

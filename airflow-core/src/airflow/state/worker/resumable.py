@@ -41,8 +41,8 @@ class ResumableJobMixin:
         """Start the remote job; return its id."""
         raise NotImplementedError
 
-    def job_status(self, job_id: str, context: Any) -> JobStatus:
-        """Where the remote job stands now."""
+    def job_status(self, job_id: str, context: Any) -> JobStatus | str:
+        """Where the remote job stands now: a :class:`JobStatus`, or its value (``"running"``, ...)."""
         raise NotImplementedError
 
     def job_result(self, job_id: str, context: Any) -> Any:
@@ -58,7 +58,7 @@ class ResumableJobMixin:
         log = getattr(self, "log", None)
         job_id = task_state.get(self.job_id_key)
         if job_id is not None:
-            status = self.job_status(job_id, context)
+            status = self._status(job_id, context)
             if status is JobStatus.FAILED:
                 _info(log, "Stored job %s failed; submitting a new one", job_id)
                 job_id = None
@@ -72,11 +72,23 @@ class ResumableJobMixin:
         return self._wait(job_id, context)
 
     def _wait(self, job_id: str, context: Any) -> Any:
-        while (status := self.job_status(job_id, context)) is JobStatus.RUNNING:
+        while (status := self._status(job_id, context)) is JobStatus.RUNNING:
             time.sleep(self.poll_interval)
         if status is JobStatus.FAILED:
             raise RuntimeError(f"remote job {job_id} failed")
         return self.job_result(job_id, context)
+
+    def _status(self, job_id: str, context: Any) -> JobStatus:
+        """:meth:`job_status` as a :class:`JobStatus`; anything that is not one of its values is refused."""
+        status = self.job_status(job_id, context)
+        try:
+            return JobStatus(status)
+        except (ValueError, TypeError):
+            allowed = ", ".join(repr(member.value) for member in JobStatus)
+            raise ValueError(
+                f"{type(self).__name__}.job_status returned {status!r} for job {job_id}; "
+                f"expected a JobStatus or one of {allowed}"
+            ) from None
 
 
 def _info(log: Any, message: str, *args: Any) -> None:
