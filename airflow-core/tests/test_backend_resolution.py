@@ -50,6 +50,18 @@ def test_default_is_the_metastore():
     assert isinstance(get_state_backend(), MetastoreStateBackend)
 
 
+def test_default_is_the_one_the_provider_info_declares(monkeypatch):
+    """Without provider configuration loaded, the default still comes from the provider info."""
+    from airflow.configuration import conf
+    from airflow.state.provider_info import STATE_OPTIONS
+
+    assert STATE_OPTIONS["backend"]["default"] == "airflow.state.metastore.MetastoreStateBackend"
+    monkeypatch.setattr(conf, "get", lambda section, key, fallback=None, **kwargs: fallback)
+    assert resolve_state_backend() is MetastoreStateBackend
+    monkeypatch.setitem(STATE_OPTIONS["backend"], "default", f"{__name__}.CountingBackend")
+    assert resolve_state_backend() is CountingBackend
+
+
 def test_environment_variable_chooses_the_class(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.CountingBackend")
     assert resolve_state_backend() is CountingBackend

@@ -7,7 +7,7 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 import jsonschema
-from airflow.state.provider_info import get_provider_info
+from airflow.state.provider_info import STATE_OPTIONS, get_provider_info
 from state_testing.airflow_cli import run_airflow
 
 
@@ -31,18 +31,47 @@ def test_airflow_lists_the_provider():
     assert "airflow-task-state" in run_airflow("providers", "list").stdout
 
 
-def test_state_backend_default_is_declared_and_overridable():
+def test_state_backend_default_is_declared_and_overridable(monkeypatch):
     default = run_airflow("config", "get-value", "state", "backend").stdout.strip()
-    assert default == "airflow.state.metastore.MetastoreStateBackend"
+    assert default == STATE_OPTIONS["backend"]["default"] == "airflow.state.metastore.MetastoreStateBackend"
 
-    import os
-
-    os.environ["AIRFLOW__STATE__BACKEND"] = "my_company.state.OtherBackend"
-    try:
-        overridden = run_airflow("config", "get-value", "state", "backend").stdout.strip()
-    finally:
-        del os.environ["AIRFLOW__STATE__BACKEND"]
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "my_company.state.OtherBackend")
+    overridden = run_airflow("config", "get-value", "state", "backend").stdout.strip()
     assert overridden == "my_company.state.OtherBackend"
+
+
+def test_config_list_shows_our_defaults_as_airflow_shows_its_own(monkeypatch):
+    """
+    `airflow config list` hides every value unless given --show-values (it says so on stderr), for
+    Airflow's own options as for ours; with it (and --defaults) our defaults appear, and an
+    option without a default is commented out, as Airflow's own are.
+    """
+    monkeypatch.delenv("AIRFLOW__STATE__API_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW__STATE__MAX_VALUE_BYTES", raising=False)
+    monkeypatch.delenv("AIRFLOW__STATE__BACKEND", raising=False)
+    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
+
+    hidden = run_airflow("config", "list", "--section", "state")
+    assert "Values are hidden by default" in hidden.stderr
+    airflows_own = run_airflow("config", "list", "--section", "workers").stdout
+    assert "# execution_api_retries = \n" in airflows_own  # Airflow's own default, hidden alike
+    assert "# backend = \n" in hidden.stdout
+
+    shown = run_airflow("config", "list", "--section", "state", "--show-values", "--hide-sensitive").stdout
+    assert f"\nbackend = {STATE_OPTIONS['backend']['default']}\n" in shown
+    assert f"\nmax_value_bytes = {STATE_OPTIONS['max_value_bytes']['default']}\n" in shown
+    assert "\napi_secret = < hidden >\n" in shown
+    assert "\n# api_url = \n" in shown  # not set, no default: as Airflow's execution_api_server_url
+    core = run_airflow("config", "list", "--section", "core", "--show-values").stdout
+    assert "\n# execution_api_server_url = \n" in core
+
+    defaults = run_airflow("config", "list", "--section", "state", "--defaults", "--show-values").stdout
+    assert f"# backend = {STATE_OPTIONS['backend']['default']}\n" in defaults
+    assert "# max_value_bytes = 65536\n" in defaults
+    assert "# Example: api_url = http://airflow-api-server:8080/state\n" in defaults
+    assert "# Variable: AIRFLOW__STATE__MAX_VALUE_BYTES\n" in defaults
+    # Descriptions wrap as Airflow's own do in config.yml, not as one line of 200 characters.
+    assert max(len(line) for line in defaults.splitlines()) <= 100
 
 
 def test_cli_group_is_registered():
