@@ -131,13 +131,8 @@ def _read(scope: StateScope, key: str) -> StateValueResponse:
 
 
 def _write(scope: StateScope, key: str, text: str, try_number: int | None) -> Response:
-    from airflow.state.metastore import MetastoreStateBackend
-
-    backend = _backend()
-    if isinstance(backend, MetastoreStateBackend):
-        backend.set_by_try(scope, key, text, try_number=try_number)
-    else:
-        backend.set(scope, key, text)
+    # Every backend is told which try writes (None for asset state); those that can, record it.
+    _backend().set_by_try(scope, key, text, try_number=try_number)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
