@@ -142,6 +142,73 @@ def test_updated_by_try_and_updated_at_are_recorded(backend, scope):
     assert row.updated_at >= first_write
 
 
+def test_async_writes_record_the_writing_try_too(backend, scope, make_asset):
+    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+
+    asyncio.run(backend.aset_by_try(scope, "k", "from try 3", try_number=3))
+    asyncio.run(backend.aset_by_try(scope, "other", "from outside a task", try_number=None))
+    rows = {r.key: r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id}
+    assert (rows["k"].value, rows["k"].updated_by_try) == ("from try 3", 3)
+    assert rows["k"].updated_at.tzinfo is not None
+    assert rows["other"].updated_by_try is None
+
+    asyncio.run(backend.aset(scope, "k", "plain aset"))
+    rows = {r.key: r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id}
+    assert (rows["k"].value, rows["k"].updated_by_try) == ("plain aset", None)
+
+    asset = AssetScope(make_asset(1))
+    backend.set_by_try(asset, "watermark", "1", try_number=None)
+    asyncio.run(backend.aset_by_try(asset, "cursor", "2", try_number=None))
+    stored = {(r.asset_id, r.key): r.value for r in stored_rows(AssetStateModel)}
+    assert stored[(asset.asset_id, "watermark")] == "1"
+    assert stored[(asset.asset_id, "cursor")] == "2"
+
+
+def test_orm_sessions_fill_updated_at_on_insert_and_update(make_dag_run, make_asset, unique):
+    """Rows added through the ORM without updated_at get one, as Airflow's own models do."""
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+    from airflow.utils.session import create_session
+
+    dag_run_id = make_dag_run(f"dag_{unique}", "run")
+    asset_id = make_asset(1)
+    before = timezone.utcnow()
+    with create_session() as session:
+        session.add(
+            TaskStateModel(
+                dag_run_id=dag_run_id,
+                dag_id=f"dag_{unique}",
+                run_id="run",
+                task_id="task",
+                map_index=-1,
+                key="k",
+                value='"v"',
+            )
+        )
+        session.add(AssetStateModel(asset_id=asset_id, key="k", value='"v"'))
+    with create_session() as session:
+        task_row = session.get(TaskStateModel, (dag_run_id, "task", -1, "k"))
+        asset_row = session.get(AssetStateModel, (asset_id, "k"))
+        inserted = task_row.updated_at, asset_row.updated_at
+        assert all(when is not None and when.tzinfo is not None for when in inserted)
+        # Some databases keep whole seconds only in their default precision; allow for it.
+        assert all(when >= before - timedelta(seconds=1) for when in inserted)
+        # An update through the ORM moves updated_at, again without being told to.
+        task_row.updated_at = asset_row.updated_at = before - timedelta(days=1)
+    with create_session() as session:
+        task_row = session.get(TaskStateModel, (dag_run_id, "task", -1, "k"))
+        asset_row = session.get(AssetStateModel, (asset_id, "k"))
+        task_row.value = asset_row.value = '"changed"'
+    with create_session() as session:
+        task_row = session.get(TaskStateModel, (dag_run_id, "task", -1, "k"))
+        asset_row = session.get(AssetStateModel, (asset_id, "k"))
+        assert (task_row.value, asset_row.value) == ('"changed"', '"changed"')
+        assert task_row.updated_at >= before - timedelta(seconds=1)
+        assert asset_row.updated_at >= before - timedelta(seconds=1)
+
+
 def test_a_callers_session_is_joined_and_not_committed(backend, scope):
     from airflow import settings
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from airflow._shared.timezones import timezone
 from airflow.models.asset import AssetModel
 from airflow.state.metastore.models.base import Base
 from airflow.state.metastore.models.types import StateKey, StateValue
@@ -20,4 +21,7 @@ class AssetStateModel(Base):
     )
     key: Mapped[str] = mapped_column(StateKey(), primary_key=True)
     value: Mapped[str] = mapped_column(StateValue, nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    # Filled on insert and on update through the ORM; the backend's statements set it themselves.
+    updated_at: Mapped[datetime] = mapped_column(
+        UtcDateTime, default=timezone.utcnow, onupdate=timezone.utcnow, nullable=False
+    )

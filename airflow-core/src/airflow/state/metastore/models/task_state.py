@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from airflow._shared.timezones import timezone
 from airflow.models.base import StringID
 from airflow.models.dagrun import DagRun
 from airflow.state.metastore.models.base import Base
@@ -32,7 +33,10 @@ class TaskStateModel(Base):
     dag_id: Mapped[str] = mapped_column(StringID(), nullable=False)
     run_id: Mapped[str] = mapped_column(StringID(), nullable=False)
     value: Mapped[str] = mapped_column(StateValue, nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    # Filled on insert and on update through the ORM; the backend's statements set it themselves.
+    updated_at: Mapped[datetime] = mapped_column(
+        UtcDateTime, default=timezone.utcnow, onupdate=timezone.utcnow, nullable=False
+    )
     # Which try wrote the value; NULL when written from outside a task (CLI, API, tests).
     updated_by_try: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
