@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from airflow_shared.state import TaskScope
 from sqlalchemy import inspect, select, text
 from state_testing.airflow_cli import run_airflow
 
 STATE_TABLES = {"task_state", "asset_state"}
 HEAD = "b7d3e1a90112"
+MIGRATION = (
+    Path(__file__).parents[1]
+    / "src/airflow/state/metastore/migrations/versions/0112_3_3_0_add_task_state_and_asset_state.py"
+)
 
 
 def table_names() -> set[str]:
@@ -56,7 +65,67 @@ def test_chain_has_one_head_the_0112_revision():
     (revision,) = script.walk_revisions()
     assert Path(revision.path).name == "0112_3_3_0_add_task_state_and_asset_state.py"
     assert revision.down_revision is None
-    assert StateDBManager.revision_heads_map["0.1.0"] == HEAD
+    # The version a revision names is an airflow-task-state release, as revision_heads_map's keys.
+    assert StateDBManager.revision_heads_map == {revision.module.state_version: HEAD}
+
+
+def test_the_migration_imports_no_model():
+    """History stays put: changing a model later must not change what revision 0112 creates."""
+    code = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('migration_0112', {str(MIGRATION)!r}); "
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
+        "print(sorted(m for m in sys.modules if m.startswith('airflow.state.metastore.models')))"
+    )
+    # (Importing Airflow loads our provider info, so airflow.state itself is there anyway.)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(ast.parse(MIGRATION.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert not {name for name in imported if name and name.startswith("airflow.state")}
+
+
+def _migration_tables() -> sa.MetaData:
+    """The tables revision 0112 creates, built from its own column types without a database."""
+    spec = importlib.util.spec_from_file_location("migration_0112", MIGRATION)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tables = sa.MetaData()
+    for referenced in ("dag_run", "asset"):
+        sa.Table(referenced, tables, sa.Column("id", sa.Integer, primary_key=True))
+
+    class RecordingOp:
+        def create_table(self, name, *columns):
+            sa.Table(name, tables, *columns)
+
+        def create_index(self, name, table, columns):
+            sa.Index(name, *(tables.tables[table].c[column] for column in columns))
+
+    module.op = RecordingOp()
+    module.upgrade()
+    return tables
+
+
+@pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
+def test_migration_and_models_emit_the_same_ddl(dialect_name):
+    from airflow.state.metastore.models import metadata
+    from sqlalchemy.dialects import registry
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = registry.load(dialect_name)()
+    migration = _migration_tables()
+
+    def ddl(tables, name):
+        table = tables.tables[name]
+        indexes = sorted(str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes)
+        return [str(CreateTable(table).compile(dialect=dialect)), *indexes]
+
+    for name in STATE_TABLES:
+        assert ddl(migration, name) == ddl(metadata, name)
 
 
 def test_migration_files_and_orm_build_the_same_schema():

@@ -19,6 +19,7 @@ class StateDBManager(BaseDBManager):
     alembic_file = str(_HERE / "migrations" / "alembic.ini")
     version_table_name = "alembic_version_state"
     supports_table_dropping = True
+    # airflow-task-state releases and the revision each left the chain at (`--to-version`).
     revision_heads_map = {"0.1.0": "b7d3e1a90112"}
 
     def downgrade(
