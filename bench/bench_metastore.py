@@ -6,14 +6,15 @@ open autocommit connection, their parameters prepared before the clock starts: n
 SQLAlchemy, nothing but the statement. The backend goes through Airflow's configuration exactly
 as server code would. PostgreSQL runs with its default durability settings.
 
-    PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] [--ops 2000] [--rounds 5]
+    PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] \
+        [--ops 2000] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import tempfile
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from _common import create_dag_run, measure, parse_args, use_migrated_airflow
@@ -61,7 +62,7 @@ def run(args) -> None:
         bound = {k: processors[k](v) if k in processors else v for k, v in bound.items()}
         return tuple(bound[n] for n in compiled.positiontup) if compiled.positional else bound
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     upsert_params = [
         driver_params(
             upsert, {**sql.params(scope, k), "value": f"value-{i}", "updated_at": now, "updated_by_try": None}

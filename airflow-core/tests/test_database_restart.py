@@ -255,7 +255,7 @@ def test_statement_errors_do_not_count_as_an_unreachable_database(
     backend, scope, make_dag_run, unique, db_kind
 ):
     """Only an unreachable database may be answered with "try again later": never a bug of ours."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     from airflow import settings
     from airflow.state.metastore.engine import execute, is_unavailable
@@ -272,7 +272,7 @@ def test_statement_errors_do_not_count_as_an_unreachable_database(
         "dag_id": scope.dag_id,
         "run_id": scope.run_id,
         "value": "secret-duplicate",
-        "updated_at": datetime.now(timezone.utc),
+        "updated_at": datetime.now(UTC),
         "updated_by_try": None,
     }
     errors = []

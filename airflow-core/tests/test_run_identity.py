@@ -6,13 +6,11 @@ import calendar
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from airflow.state.metastore.run_identity import dag_run_uid, task_scope
 from airflow_shared.state import TaskScope
-
-UTC = timezone.utc
 
 
 def micros(instant: datetime) -> int:

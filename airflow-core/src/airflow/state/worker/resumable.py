@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
