@@ -353,6 +353,33 @@ def test_a_malformed_url_is_refused_at_construction_with_the_password_masked():
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        # redis-py would quietly use database 0, 12 and -1: state written where nobody looks.
+        ("redis://:hunter2@host:6379/abc", "database"),
+        ("redis://:hunter2@host:6379/1/2", "database"),
+        ("redis://:hunter2@host:6379/-1", "database"),
+        # ... and port 6379 for port 0, and no socket at all for a unix URL without a path.
+        ("redis://:hunter2@host:0/0", "port"),
+        ("unix://:hunter2@", "path"),
+        ("redis://:hunter2@[::1/0", "IPv6"),
+    ],
+)
+def test_a_url_redis_py_would_misread_is_refused_at_construction(url, reason):
+    with pytest.raises(
+        ValueError, match=rf"Redis URL from the url argument is invalid \(.*{reason}"
+    ) as caught:
+        RedisStateBackend(url, key_prefix="p", task_ttl_seconds=1)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_malformed_url_in_the_environment_names_the_variable(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE_REDIS__URL", "redis://host:6379/zero")
+    with pytest.raises(ValueError, match=r"Redis URL from AIRFLOW__STATE_REDIS__URL is invalid"):
+        RedisStateBackend(key_prefix="p", task_ttl_seconds=1)
+
+
 def test_building_the_backend_does_no_io(unreachable_url):
     # Airflow may resolve the backend where Redis is not needed; construction must not fail there.
     backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)

@@ -15,7 +15,7 @@ import enum
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from ._errors import mask_url
 from ._keys import validate_prefix
@@ -154,11 +154,33 @@ def _resolve_url(url: str | None) -> tuple[str, str]:
     )
 
 
+def invalid_url(url: str, source: str, reason: object) -> ValueError:
+    """The error for a Redis URL that cannot be used as written; the password is masked."""
+    return ValueError(f"Redis URL from {source} is invalid ({reason}): {mask_url(url)}")
+
+
 def _check_url(url: str, source: str) -> None:
     if not url.startswith(_URL_SCHEMES):
         raise ValueError(
             f"Redis URL from {source} must start with redis://, rediss:// or unix://, got {mask_url(url)!r}"
         )
+    # redis-py reads what it can of a URL and quietly drops the rest: a database path that is not a
+    # number means database 0, "/1/2" means 12, port 0 means 6379, and a unix:// URL without a path
+    # fails only at the first command. Refuse these here, where the source can be named.
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+    except ValueError as error:  # also "Invalid IPv6 URL"
+        raise invalid_url(url, source, error) from None
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise invalid_url(url, source, "a unix:// URL needs the socket's path")
+        return
+    if port == 0:
+        raise invalid_url(url, source, "port 0")
+    database = unquote(parts.path).strip("/")
+    if database and not (database.isascii() and database.isdigit()):
+        raise invalid_url(url, source, f"the database must be a number, got {database!r}")
 
 
 def _parse_ttl(value: int | str | None, source: str) -> int | None:

@@ -21,7 +21,7 @@ from airflow_shared.state import (
 )
 from redis.commands.core import AsyncScript, Script
 
-from ._config import UNSET, RedisSettings, Unset, resolve_settings
+from ._config import UNSET, RedisSettings, Unset, invalid_url, resolve_settings
 from ._errors import mask_url, reachable
 from ._keys import KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
@@ -108,11 +108,8 @@ class RedisStateBackend(BaseStateBackend):
         # class (e.g. in `airflow config` or at import) never waits on the network.
         try:
             self._client: redis.Redis = redis.Redis.from_url(self._settings.url, **_CLIENT_OPTIONS)
-        except ValueError as error:  # e.g. a port that is not a number
-            raise ValueError(
-                f"Redis URL from {self._settings.url_source} is invalid ({error}): "
-                f"{mask_url(self._settings.url)}"
-            ) from None
+        except ValueError as error:  # what _check_url does not look at, e.g. "?socket_timeout=abc"
+            raise invalid_url(self._settings.url, self._settings.url_source, error) from None
         self._delete_task_key: Script = self._client.register_script(DELETE_TASK_KEY)
         self._clear_all: Script = self._client.register_script(CLEAR_ALL_MAP_INDEXES)
         self._async: PerLoop[_AsyncConnection] = PerLoop(self._connect_async, _close_async)
