@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
 from airflow.state.metastore import statements
@@ -29,7 +29,6 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
 )
-from typing_extensions import assert_never
 
 if TYPE_CHECKING:
     from sqlalchemy import CursorResult, Executable

@@ -12,7 +12,7 @@ and how to read the answer, and runs it.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, assert_never
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
@@ -23,7 +23,6 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.visitors import InternalTraversal
-from typing_extensions import assert_never
 
 _task = TaskStateModel.__table__
 _asset = AssetStateModel.__table__
