@@ -39,8 +39,8 @@ def main() -> None:
 
 def run(args) -> None:
     from airflow import settings
-    from airflow.state import _statements as sql
     from airflow.state.metastore import MetastoreStateBackend
+    from airflow.state.metastore import statements as sql
     from airflow_shared.state import TaskScope
 
     create_dag_run("bench", "run")
@@ -49,8 +49,8 @@ def run(args) -> None:
     dialect = settings.engine.dialect
     keys = [f"key_{i % 100}" for i in range(args.ops)]
 
-    upsert = sql.upsert(TaskScope).compile(dialect=dialect)
-    select = sql.select_value(TaskScope).compile(dialect=dialect)
+    upsert = sql.TASK_STATE.upsert.compile(dialect=dialect)
+    select = sql.TASK_STATE.select_value.compile(dialect=dialect)
     raw = settings.engine.raw_connection()
     dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
     cursor = raw.cursor()

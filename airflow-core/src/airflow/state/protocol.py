@@ -14,7 +14,7 @@ whole namespace (``.../keys``): no key can ever select another operation.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 URL_PREFIX = "/state"
 
@@ -29,7 +29,7 @@ ASSET_VALUE_PATH = "/assets/value"
 KEY_PARAMETER = "key"
 
 
-class Reason(str, Enum):
+class Reason(StrEnum):
     """Why the state API refused a request: the ``reason`` beside the human ``message``."""
 
     KEY_NOT_FOUND = "key_not_found"

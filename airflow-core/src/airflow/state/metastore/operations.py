@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never, cast
 
 from airflow._shared.timezones import timezone
 from airflow.state.metastore import statements
@@ -31,7 +31,7 @@ from airflow_shared.state import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import CursorResult, Executable
+    from sqlalchemy import CursorResult, Executable, Result
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
@@ -134,8 +134,10 @@ def list_keys(scope: StateScope) -> Operation[list[str]]:
 # --- running them --------------------------------------------------------------------------
 
 
-def _outcome(result: CursorResult[Any]) -> Outcome:
-    return Outcome(list(result.tuples()) if result.returns_rows else [], result.rowcount)
+def _outcome(result: Result[Any]) -> Outcome:
+    # Session.execute() is typed as returning a Result; for these statements it is a CursorResult.
+    cursor = cast("CursorResult[Any]", result)
+    return Outcome(list(cursor.tuples()) if cursor.returns_rows else [], cursor.rowcount)
 
 
 def run(operation: Operation[T], session: Session | None) -> T:

@@ -12,7 +12,7 @@ Cheap to import: the ORM is imported inside :func:`task_scope`, which only serve
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from airflow_shared.state import TaskScope
@@ -20,14 +20,14 @@ from airflow_shared.state import TaskScope
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 def _epoch_micros(instant: datetime) -> int:
     # Naive values are UTC: Airflow stores UTC, and SQLite hands some of them back without a zone.
     if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=timezone.utc)
+        instant = instant.replace(tzinfo=UTC)
     # Integer arithmetic on the timedelta: a float timestamp would round away microseconds.
     return (instant - _EPOCH) // _MICROSECOND
 

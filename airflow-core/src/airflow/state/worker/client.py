@@ -54,7 +54,9 @@ def _in_process_transport() -> httpx.BaseTransport:
     from a2wsgi import ASGIMiddleware
     from airflow.state.api.app import create_app
 
-    return httpx.WSGITransport(app=ASGIMiddleware(create_app()))
+    # Both are a valid ASGI app and WSGI callable; FastAPI, a2wsgi and httpx each spell the
+    # protocol types their own way, and mypy cannot see they agree.
+    return httpx.WSGITransport(app=ASGIMiddleware(create_app()))  # type: ignore[arg-type]
 
 
 _clients_lock = threading.Lock()

@@ -31,6 +31,8 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     connectable = context.config.attributes.get("connection") or settings.engine
+    if connectable is None:
+        raise RuntimeError("Airflow's database engine is not configured: check [database] sql_alchemy_conn")
     with connectable.connect() as connection:
         context.configure(
             connection=connection,
