@@ -177,7 +177,7 @@ def redis_server() -> Iterator[str]:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        _wait_until_up(url, server, log_path)
+        wait_for_redis(url, server, log_path)
         yield url
     finally:
         server.terminate()
@@ -189,7 +189,8 @@ def redis_server() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _wait_until_up(url: str, server: subprocess.Popen[bytes], log_path: str) -> None:
+def wait_for_redis(url: str, server: subprocess.Popen[bytes], log_path: str) -> None:
+    """Return once the redis-server *server* answers PING at *url* (after replaying its files)."""
     import redis
 
     client = redis.Redis.from_url(url)
@@ -203,7 +204,7 @@ def _wait_until_up(url: str, server: subprocess.Popen[bytes], log_path: str) -> 
             try:
                 client.ping()
                 return
-            except redis.exceptions.ConnectionError:
+            except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)

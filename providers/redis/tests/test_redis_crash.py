@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from airflow_shared.state import TaskScope
 from airflow_state_redis import RedisStateBackend
 from airflow_state_redis._errors import RedisStateConnectionError
-from state_testing.dbservers import REDIS_SERVER, free_port, have_redis_server
+from state_testing.dbservers import REDIS_SERVER, free_port, have_redis_server, wait_for_redis
 
 WRITERS = 4
 
@@ -33,21 +32,10 @@ class DurableRedis:
     def start(self) -> None:
         command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
         command += ["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"]
-        with open(self.workdir / "redis.log", "ab") as log:
+        log_path = self.workdir / "redis.log"
+        with open(log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-            except redis.exceptions.BusyLoadingError:  # replaying the append-only file
-                time.sleep(0.05)
-        client.close()
+        wait_for_redis(self.url, self.process, str(log_path))
 
     def kill(self) -> None:
         assert self.process is not None
