@@ -52,15 +52,12 @@ def _validate_scope(scope: object) -> None:
 
 
 def _field_text(raw: bytes | str) -> str:
-    # As _text, for replies that are never None (hash field names).
+    # The clients are built without decode_responses, so replies are bytes; str is only typing.
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
 def _text(raw: bytes | str | None) -> str | None:
-    # The clients are built without decode_responses, so replies are bytes; str is only typing.
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8")
-    return raw
+    return None if raw is None else _field_text(raw)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ class StateClient:
     def _unreachable(self, error: Exception) -> StateUnavailableError:
         return StateUnavailableError(
             f"Cannot reach the task state API at {self.base_url} ({error}); check [state] api_url "
-            "(default: the API server of [core] execution_api_server_url) and that the API server runs"
+            "(default: from [core] execution_api_server_url or [api] base_url) and that the API server runs"
         )
 
 
