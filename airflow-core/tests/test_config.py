@@ -9,9 +9,11 @@ from airflow.state.provider_info import STATE_OPTIONS
 
 
 @pytest.fixture(autouse=True)
-def _no_process_secret(monkeypatch):
-    """Each test starts without the in-process secret, and leaves none behind for later tests."""
-    monkeypatch.setattr(config, "_process_secret", None)
+def _no_process_key(monkeypatch):
+    """Each test starts without the in-process key, and leaves none behind for later tests."""
+    from airflow.state.api import signing_keys
+
+    monkeypatch.setattr(signing_keys, "_process_key", None)
 
 
 @pytest.fixture
@@ -45,11 +47,12 @@ def test_defaults_when_airflow_has_not_loaded_the_providers_configuration(monkey
 def test_each_option_reads_its_environment_variable(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", " my_company.state.Backend ")
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "s" * 64)
+    monkeypatch.setenv("AIRFLOW__STATE__PREVIOUS_SESSION_KEY", "p" * 64)
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "https://state.example/state/")
     assert config.backend_path() == "my_company.state.Backend"
     assert config.max_value_bytes() == 100
-    assert config.api_secret() == "s" * 64
+    assert (config.session_key(), config.previous_session_key()) == ("s" * 64, "p" * 64)
     assert config.api_url() == "https://state.example/state"
 
 
@@ -104,41 +107,37 @@ def test_api_url_without_any_option_names_them_all(no_url):
     assert isinstance(raised.value, StateUnavailableError)
 
 
-def test_the_process_secret_is_used_only_when_none_is_configured(monkeypatch):
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
-    with pytest.raises(StateConfigurationError, match=r"\[state\] api_secret is not set"):
-        config.api_secret()
-    config.use_process_secret()
-    process_secret = config.api_secret()
-    assert len(process_secret) >= 48
-    config.use_process_secret()  # idempotent: minting and verifying sides keep agreeing
-    assert config.api_secret() == process_secret
-    assert conf.get("state", "api_secret", fallback="") == ""  # global configuration untouched
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "configured-" + "c" * 50)
-    assert config.api_secret() == "configured-" + "c" * 50
-
-
-def test_in_process_serving_leaves_the_global_configuration_alone(monkeypatch):
+def test_in_process_serving_needs_no_key_and_leaves_the_configuration_alone(monkeypatch):
     """
-    A client serving the state app to itself (as under `airflow dags test`) signs with the
-    process secret and the app verifies with it, in this same process; `[state] api_secret`
-    stays empty. The task instance does not exist, so the app's answer is a 403 `forbidden`,
-    which proves the token was verified (a secret mismatch would be a 401, none a 503).
+    A client serving the state app to itself (as under `airflow dags test`) signs with a key only
+    this process has, and the app accepts it, in this same process, with no key configured at all.
+    The task instance does not exist, so the app's answer is a 403 `forbidden`, which proves the
+    credential was accepted (a key mismatch would be a 401, no key a 503).
     """
+    from types import SimpleNamespace
+
     from airflow.state import StateAccessDeniedError
-    from airflow.state.tokens import TaskInstanceClaims
+    from airflow.state.api.signing_keys import forget_configured_keys
     from airflow.state.worker import client
 
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
+    for option in ("STATE__SESSION_KEY", "API_AUTH__JWT_SECRET", "API_AUTH__JWT_PRIVATE_KEY_PATH"):
+        monkeypatch.setenv(f"AIRFLOW__{option}", "")
+    forget_configured_keys()
     monkeypatch.setattr(client, "_in_process", lambda: True)
-    claims = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "dag", "run", "task", -1, 1)
-    state_client = client.StateClient(claims)
+    ti = SimpleNamespace(
+        id="01234567-89ab-7def-8123-456789abcdef",
+        dag_id="d",
+        run_id="r",
+        task_id="t",
+        map_index=-1,
+        try_number=1,
+    )
+    state_client = client.StateClient(ti)
     assert state_client.in_process
     with pytest.raises(StateAccessDeniedError, match=r"403 \(forbidden\).*does not exist"):
-        state_client.request("GET", f"/task-instances/{claims.ti_id}/keys")
-    assert conf.get("state", "api_secret", fallback="") == ""
-    monkeypatch.delenv("AIRFLOW__STATE__API_SECRET")
-    assert not conf.get("state", "api_secret", fallback="")
+        state_client.request("GET", f"/task-instances/{ti.id}/keys")
+    assert conf.get("state", "session_key", fallback="") == ""
+    assert conf.get("api_auth", "jwt_secret", fallback="") == ""
 
 
 def test_retry_settings_and_timeout_are_the_workers_settings(monkeypatch):

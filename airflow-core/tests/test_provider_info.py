@@ -49,7 +49,8 @@ def test_config_list_shows_our_defaults_as_airflow_shows_its_own(monkeypatch):
     monkeypatch.delenv("AIRFLOW__STATE__API_URL", raising=False)
     monkeypatch.delenv("AIRFLOW__STATE__MAX_VALUE_BYTES", raising=False)
     monkeypatch.delenv("AIRFLOW__STATE__BACKEND", raising=False)
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "s" * 64)
+    monkeypatch.setenv("AIRFLOW__STATE__PREVIOUS_SESSION_KEY", "p" * 64)
 
     hidden = run_airflow("config", "list", "--section", "state")
     assert "Values are hidden by default" in hidden.stderr
@@ -60,7 +61,7 @@ def test_config_list_shows_our_defaults_as_airflow_shows_its_own(monkeypatch):
     shown = run_airflow("config", "list", "--section", "state", "--show-values", "--hide-sensitive").stdout
     assert f"\nbackend = {STATE_OPTIONS['backend']['default']}\n" in shown
     assert f"\nmax_value_bytes = {STATE_OPTIONS['max_value_bytes']['default']}\n" in shown
-    assert "\napi_secret = < hidden >\n" in shown
+    assert "\nsession_key = < hidden >\n" in shown and "\nprevious_session_key = < hidden >\n" in shown
     assert "\n# api_url = \n" in shown  # not set, no default: as Airflow's execution_api_server_url
     core = run_airflow("config", "list", "--section", "core", "--show-values").stdout
     assert "\n# execution_api_server_url = \n" in core

@@ -10,12 +10,13 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from airflow.state.tokens import TaskInstanceClaims, mint
+from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
+from airflow.state.api.signing_keys import forget_configured_keys, signing_key
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from state_testing.airflow_cli import run_airflow
 
-SECRET = "a-test-secret-" + "x" * 50
+SESSION_KEY = "a-test-session-key-" + "x" * 50
 TEST_DAGS = Path(__file__).parent / "dags"
 
 
@@ -57,16 +58,25 @@ def running(exercise_ti):
 
 
 @pytest.fixture
-def api(monkeypatch):
+def session_key(monkeypatch) -> Iterator[str]:
+    """The API server's credential key, dedicated ([state] session_key); read afresh by each test."""
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", SESSION_KEY)
+    forget_configured_keys()
+    yield SESSION_KEY
+    forget_configured_keys()
+
+
+@pytest.fixture
+def api(session_key):
     from airflow.state.api.app import create_app
 
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", SECRET)
     with TestClient(create_app()) as client:
         yield client
 
 
-def auth(claims: TaskInstanceClaims, secret: str = SECRET, **kwargs) -> dict[str, str]:
-    return {"Authorization": f"Bearer {mint(claims, secret, **kwargs)}"}
+def auth(claims: TaskInstanceClaims, key: bytes | None = None, now: float | None = None) -> dict[str, str]:
+    """The header of a credential as the API server issues it (after a handshake)."""
+    return {"Authorization": f"Bearer {issue_credential(claims, key or signing_key(), now)}"}
 
 
 def at(claims: TaskInstanceClaims, key: str = "k", ti_id: str | None = None) -> dict:
@@ -135,27 +145,96 @@ def test_requests_without_a_valid_token_are_401(api, exercise_ti, headers):
     assert api.get(**at(exercise_ti), headers=headers).status_code == 401
 
 
-def test_wrong_secret_and_expired_tokens_are_401(api, exercise_ti):
-    wrong = api.get(**at(exercise_ti), headers=auth(exercise_ti, secret="another-secret-" + "y" * 50))
-    assert wrong.status_code == 401 and "api_secret" in detail(wrong)["message"]
+def test_wrong_key_and_expired_credentials_are_401(api, exercise_ti):
+    wrong = api.get(**at(exercise_ti), headers=auth(exercise_ti, key=b"another-key-" + b"y" * 40))
+    assert wrong.status_code == 401 and "signature verification failed" in detail(wrong)["message"]
     expired = api.get(**at(exercise_ti), headers=auth(exercise_ti, now=time.time() - 3600))
     assert expired.status_code == 401 and detail(expired) == {
         "reason": "invalid_token",
-        "message": "token expired",
+        "message": "credential expired",
     }
 
 
-def test_server_without_a_secret_says_so(monkeypatch, exercise_ti):
+def signed_with_the_servers_key(claims: TaskInstanceClaims, **overrides) -> dict[str, str]:
+    """A credential as someone holding the server's key could shape it, every claim chosen by hand."""
+    import jwt
+
+    now = int(time.time())
+    payload = {
+        **dataclasses.asdict(claims),
+        "sub": claims.ti_id,
+        "aud": "airflow-task-state",
+        "iat": now,
+        "exp": now + 60,
+        **overrides,
+    }
+    return {"Authorization": f"Bearer {jwt.encode(payload, signing_key(), algorithm='HS256')}"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"exp": int(time.time()) + 10 * 365 * 86400}, "lives longer than the 600 s"),
+        ({"iat": int(time.time()) - 5 * 365 * 86400}, "lives longer than the 600 s"),
+        (
+            {"iat": int(time.time()) - 5 * 365 * 86400, "exp": int(time.time()) - 5 * 365 * 86400 + 600},
+            "expired",
+        ),
+        ({"iat": int(time.time()) + 3600, "exp": int(time.time()) + 3700}, "issued in the future"),
+        ({"aud": "airflow-task-state:challenge"}, "Audience"),
+        ({"sub": "someone-else"}, "subject"),
+    ],
+    ids=["exp-in-10-years", "iat-5-years-ago", "old-but-short", "future-iat", "challenge-audience", "sub"],
+)
+def test_the_server_caps_what_a_credential_says_about_itself(api, running, overrides, message):
+    response = api.get(**at(running), headers=signed_with_the_servers_key(running, **overrides))
+    assert response.status_code == 401 and detail(response)["reason"] == "invalid_token"
+    assert message in detail(response)["message"]
+
+
+def test_an_airflow_execution_token_is_not_a_state_credential(api, running, monkeypatch):
+    """The API server's own JWT key signs Airflow's task tokens; the state API derives a key of its own."""
+    import jwt
+
+    jwt_secret = "airflow-jwt-secret-" + "z" * 60
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", jwt_secret)
+    forget_configured_keys()
+    assert signing_key() not in (jwt_secret.encode(), SESSION_KEY.encode())
+    now = int(time.time())
+    airflow_like = jwt.encode(
+        {
+            **dataclasses.asdict(running),
+            "sub": running.ti_id,
+            "aud": "airflow-task-state",
+            "iat": now,
+            "exp": now + 60,
+        },
+        jwt_secret,
+        algorithm="HS256",
+    )
+    refused = api.get(**at(running), headers={"Authorization": f"Bearer {airflow_like}"})
+    assert refused.status_code == 401
+    assert api.get(**at(running), headers=auth(running)).status_code in (200, 404)
+
+
+def test_server_without_any_key_says_what_to_set(monkeypatch, exercise_ti):
     from airflow.state.api.app import create_app
 
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
+    for option in ("STATE__SESSION_KEY", "API_AUTH__JWT_SECRET", "API_AUTH__JWT_PRIVATE_KEY_PATH"):
+        monkeypatch.setenv(f"AIRFLOW__{option}", "")
+    forget_configured_keys()
+    headers = {"Authorization": "Bearer anything"}
     with TestClient(create_app()) as client:
-        response = client.get(**at(exercise_ti), headers=auth(exercise_ti))
-    assert response.status_code == 503 and detail(response)["reason"] == "misconfigured"
-    assert "[state] api_secret is not set" in detail(response)["message"]
+        response = client.get(**at(exercise_ti), headers=headers)
+        challenge = client.post("/challenges", json={"task_instance_id": exercise_ti.ti_id})
+    for refused in (response, challenge):
+        assert refused.status_code == 503 and detail(refused)["reason"] == "misconfigured"
+        assert "Set [state] session_key" in detail(refused)["message"]
+    forget_configured_keys()
 
 
-def test_a_token_cannot_reach_another_task_instance(api, running):
+def test_a_credential_cannot_reach_another_task_instance(api, running):
     other = "01234567-89ab-7def-8123-456789abcdef"
     for method in ("GET", "PUT", "DELETE"):
         response = api.request(method, **at(running, ti_id=other), json={"value": 1}, headers=auth(running))
@@ -166,14 +245,18 @@ def test_a_token_cannot_reach_another_task_instance(api, running):
     assert api.get(**at(unknown), headers=auth(unknown)).status_code == 403
 
 
-def test_only_the_running_try_may_write(api, running):
-    stale = dataclasses.replace(running, try_number=running.try_number + 1)
-    refused = api.put(**at(stale), json={"value": 1}, headers=auth(stale))
-    assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
-    assert "only a running try" in detail(refused)["message"]
+def test_only_the_running_try_may_write_and_another_try_not_even_read(api, running):
+    other_try = dataclasses.replace(running, try_number=running.try_number + 1)
+    for method in ("GET", "PUT", "DELETE"):
+        refused = api.request(method, **at(other_try), json={"value": 1}, headers=auth(other_try))
+        assert refused.status_code == 403 and detail(refused)["reason"] == "forbidden", method
+        assert "does not match" in detail(refused)["message"]
     set_ti_state(running, "success")
-    assert api.put(**at(running), json={"value": 1}, headers=auth(running)).status_code == 403
+    ended = api.put(**at(running), json={"value": 1}, headers=auth(running))
+    assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
+    assert "only a running try" in detail(ended)["message"]
     assert api.delete(**at(running), headers=auth(running)).status_code == 403
+    # Its callbacks may still read, with the credential it holds, for what is left of its lifetime.
     assert api.get(**at(running), headers=auth(running)).status_code in (200, 404)
 
 
@@ -206,7 +289,7 @@ def test_unstorable_keys_and_too_large_values_are_422(api, running, monkeypatch)
     assert too_large.status_code == 422 and "max_value_bytes" in detail(too_large)["message"]
 
 
-def test_asset_state_only_for_declared_assets(api, running):
+def test_asset_state_only_for_declared_assets_and_writes_only_for_outlets(api, running):
     headers = auth(running)
     by_name = {"name": "state_tests_declared"}
     by_uri = {"uri": "file:///tmp/state-tests/declared"}
@@ -220,6 +303,15 @@ def test_asset_state_only_for_declared_assets(api, running):
     other = api.get("/assets/value", params={"name": "state_tests_undeclared", **key}, headers=headers)
     assert other.status_code == 403 and detail(other)["reason"] == "asset_not_declared"
     assert "does not declare" in detail(other)["message"]
+    inlet = {"name": "state_tests_inlet_only"}
+    assert api.get("/assets/keys", params=inlet, headers=headers).status_code == 200
+    for method in ("PUT", "DELETE"):
+        written = api.request(
+            method, "/assets/value", params={**inlet, **key}, json={"value": 1}, headers=headers
+        )
+        assert written.status_code == 403 and detail(written)["reason"] == "asset_not_declared", method
+        assert "as an inlet only" in detail(written)["message"]
+    assert api.delete("/assets/keys", params=inlet, headers=headers).status_code == 403
     unknown = api.get("/assets/value", params={"name": "no-such-asset", **key}, headers=headers)
     assert unknown.status_code == 404 and detail(unknown)["reason"] == "asset_not_found"
     assert api.get("/assets/value", params=key, headers=headers).status_code == 422
@@ -354,12 +446,14 @@ def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
     undeclared = api.get(
         "/assets/value", params={"name": "state_tests_undeclared", "key": "k"}, headers=headers
     )
-    stale = dataclasses.replace(running, try_number=running.try_number + 1)
     other = "01234567-89ab-7def-8123-456789abcdef"
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "16")
+    set_ti_state(running, "success")
+    not_running = api.put(**at(running), json={"value": 1}, headers=headers)
+    set_ti_state(running, "running")
     refusals = {
         "asset_not_declared": (undeclared, StateAccessDeniedError),
-        "not_running": (api.put(**at(stale), json={"value": 1}, headers=auth(stale)), StateAccessDeniedError),
+        "not_running": (not_running, StateAccessDeniedError),
         "forbidden": (api.get(**at(running, ti_id=other), headers=headers), StateAccessDeniedError),
         "invalid_key": (
             api.put(**at(running, "k" * 513), json={"value": 1}, headers=headers),
@@ -383,7 +477,8 @@ def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
         with pytest.raises(expected) as raised:
             _checked(response)
         assert type(raised.value) is expected, reason
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "")
+    forget_configured_keys()
     misconfigured = api.get(**at(running), headers=headers)
     assert detail(misconfigured)["reason"] == "misconfigured"
     with pytest.raises(StateConfigurationError):

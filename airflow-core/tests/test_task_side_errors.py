@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from airflow.state import (
-    StateConfigurationError,
     StateError,
     StateUnavailableError,
     asset_state,
@@ -12,10 +12,11 @@ from airflow.state import (
     config,
     task_state,
 )
-from airflow.state.tokens import TaskInstanceClaims
+from airflow.state.worker import client
 from airflow.state.worker.client import StateClient
 
-CLAIMS = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "dag", "run", "task", -1, 1)
+# What the client reads of the running task instance to speak for it: its id.
+TI = type("RuntimeTaskInstance", (), {"id": "01234567-89ab-7def-8123-456789abcdef"})()
 
 
 @pytest.mark.parametrize(
@@ -61,28 +62,22 @@ def test_api_url_defaults_from_the_execution_api(monkeypatch):
     assert config.api_url() == "https://state.example/state"
 
 
-def test_missing_secret_names_the_option(monkeypatch):
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "")
-    monkeypatch.setattr(config, "_process_secret", None)
-    with pytest.raises(StateConfigurationError, match="AIRFLOW__STATE__API_SECRET") as raised:
-        config.api_secret()
-    assert isinstance(raised.value, StateUnavailableError) and isinstance(raised.value, RuntimeError)
-
-
 def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatch):
     from state_testing.dbservers import free_port
 
     monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "3")
     monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.01")
-    monkeypatch.setenv("AIRFLOW__STATE__API_SECRET", "s" * 64)
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{free_port()}/state")
+    monkeypatch.setattr(client, "_credentials", {})  # this process holds no credential yet
     attempts = []
-    monkeypatch.setattr(StateClient, "_headers", lambda self: attempts.append(1) or {})
+    send = httpx.Client.request
+    monkeypatch.setattr(httpx.Client, "request", lambda *a, **kw: attempts.append(a[1:3]) or send(*a, **kw))
     with pytest.raises(
         StateUnavailableError, match=r"Cannot reach the task state API .* check \[state\] api_url"
     ) as raised:
-        StateClient(CLAIMS).request("GET", "/task-instances/x/keys")
-    assert len(attempts) == 4
+        StateClient(TI).request("GET", "/task-instances/x/keys")
+    # The first call of the process starts with the handshake: its first request is retried.
+    assert attempts == [("POST", "/challenges")] * 4
     assert type(raised.value) is StateUnavailableError and isinstance(raised.value, StateError)
 
 

@@ -82,6 +82,9 @@ def test_the_task_facing_api(dags_test, backend):
     assert out["refused"] == ["ValueError", "ValueError", "ValueError", "TypeError", "ValueError"]
     assert out["by_name"] == out["by_uri"] == 7
     assert "does not declare this asset" in out["undeclared"]
+    # An inlet may be read, never written: that needs the asset among the task's outlets.
+    assert out["inlet_read"] == "unset"
+    assert "as an inlet only" in out["inlet_write"] and "outlets" in out["inlet_write"]
     assert out["after_clear"] == []
     assert backend.keys(TaskScope("state_api_surface", run_id, "exercise")) == ["kept"]
 

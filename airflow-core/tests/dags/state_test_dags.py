@@ -8,6 +8,7 @@ from airflow.sdk import DAG, Asset, dag, task
 
 DECLARED = Asset(name="state_tests_declared", uri="file:///tmp/state-tests/declared")
 UNDECLARED = Asset(name="state_tests_undeclared", uri="file:///tmp/state-tests/undeclared")
+INLET_ONLY = Asset(name="state_tests_inlet_only", uri="file:///tmp/state-tests/inlet-only")
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
@@ -32,7 +33,7 @@ state_shared_across_tries()
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
 def state_api_surface():
-    @task(inlets=[DECLARED])
+    @task(inlets=[INLET_ONLY], outlets=[DECLARED])
     def exercise() -> dict:
         from airflow.state import asset_state, task_state
 
@@ -60,6 +61,11 @@ def state_api_surface():
             asset_state[UNDECLARED].get("watermark")
         except PermissionError as error:
             out["undeclared"] = str(error)
+        out["inlet_read"] = asset_state[INLET_ONLY].get("watermark", default="unset")
+        try:
+            asset_state[INLET_ONLY].set("watermark", 1)
+        except PermissionError as error:
+            out["inlet_write"] = str(error)
         task_state.clear()
         out["after_clear"] = task_state.keys()
         task_state.set("kept", "for the test to read")

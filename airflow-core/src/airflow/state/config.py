@@ -13,8 +13,6 @@ Task processes import this module: it imports nothing heavier than ``airflow.con
 from __future__ import annotations
 
 import random
-import secrets
-import threading
 
 from airflow.configuration import conf
 from airflow.state.exceptions import StateConfigurationError
@@ -44,40 +42,22 @@ def max_value_bytes() -> int:
         raise StateConfigurationError(f"[state] max_value_bytes must be an integer, not {text!r}") from None
 
 
-# --- the secret that signs task tokens -----------------------------------------------------------
-
-_process_secret: str | None = None
-_process_secret_lock = threading.Lock()
+# --- the key that signs task credentials: API servers only -------------------------------------
 
 
-def use_process_secret() -> None:
-    """
-    Let this process sign and verify tokens with a secret only it knows, when ``[state] api_secret``
-    is not set: for ``dag.test()`` / ``airflow dags test``, where the task serves the state API to
-    itself. The global configuration is left untouched.
-    """
-    global _process_secret
-    with _process_secret_lock:
-        if _process_secret is None:
-            _process_secret = secrets.token_urlsafe(48)
+def session_key() -> str:
+    """``[state] session_key``: a dedicated credential key (empty: derived, see api.signing_keys)."""
+    return _state_option("session_key")
 
 
-def api_secret() -> str:
-    """
-    ``[state] api_secret``; else this process's own secret if it enabled one (in-process serving).
+def previous_session_key() -> str:
+    """``[state] previous_session_key``: the key being rotated out, still accepted for verification."""
+    return _state_option("previous_session_key")
 
-    :raises StateConfigurationError: when neither is there.
-    """
-    configured = _state_option("api_secret")
-    if configured:
-        return configured
-    if _process_secret is not None:
-        return _process_secret
-    raise StateConfigurationError(
-        "[state] api_secret is not set. Set it (or AIRFLOW__STATE__API_SECRET) to the same long random "
-        "value on every worker and API server, e.g. the output of "
-        "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
-    )
+
+def retired_api_secret_is_set() -> bool:
+    """Whether ``[state] api_secret``, which earlier releases had on every worker, is still configured."""
+    return bool(conf.get(SECTION, "api_secret", fallback=""))
 
 
 # --- where workers reach the state API -----------------------------------------------------------

@@ -24,23 +24,27 @@ class StateError(Exception):
 
 class StateAccessDeniedError(StateError, PermissionError):
     """
-    The task may not touch this state: an asset it does not declare as an inlet or outlet (refused
-    in the task, or by the server: ``asset_not_declared``), another task instance's state
-    (``forbidden``), or a write by a try that is not running (``not_running``).
+    The task may not touch this state: an asset it does not declare as an inlet or outlet, or
+    writes to one it declares as an inlet only (refused in the task, or by the server:
+    ``asset_not_declared``), another task instance's state (``forbidden``), a write by a try that
+    is not running (``not_running``), or a handshake whose proof its supervisor did not write
+    (``proof_not_found``).
     """
 
 
 class StateUnavailableError(StateError, RuntimeError):
     """
     The state API cannot be used right now: unreachable, answering 5xx after the retries, or
-    refusing the task's token (401: do worker and API server share ``[state] api_secret``?).
+    refusing the task's credential even after a new handshake (401: do all API servers derive the
+    same key, from the same ``[api_auth] jwt_secret`` or ``[state] session_key``?).
     """
 
 
 class StateConfigurationError(StateUnavailableError):
     """
-    A deployment problem that retrying cannot fix: no ``[state] api_secret`` (the server answers
-    503 ``misconfigured``, which the client does not retry), or no way to find the state API URL.
+    A deployment problem that retrying cannot fix: an API server with nothing to derive its
+    credential key from (it answers 503 ``misconfigured``, which the client does not retry), or no
+    way to find the state API URL.
     """
 
 

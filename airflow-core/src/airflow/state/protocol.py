@@ -14,6 +14,7 @@ whole namespace (``.../keys``): no key can ever select another operation.
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 
 URL_PREFIX = "/state"
@@ -28,6 +29,26 @@ ASSET_VALUE_PATH = "/assets/value"
 
 KEY_PARAMETER = "key"
 
+# The handshake that gives a task process its credential (see airflow.state.worker.handshake):
+# ask for a challenge (POST), prove it through the supervisor, redeem it for a credential (POST);
+# a running try renews its credential before it expires (POST, with the credential).
+CHALLENGES_PATH = "/challenges"
+CREDENTIALS_PATH = "/credentials"
+CREDENTIAL_RENEWAL_PATH = "/credentials/renew"
+
+# The rendered template field that carries the proof for the few milliseconds of a handshake. Its
+# name holds none of the words (token, secret, key...) that make Airflow mask a field's value.
+PROOF_FIELD = "airflow_task_state_proof"
+
+
+def proof(challenge: str, verifier: str) -> str:
+    """
+    What the task's supervisor writes for it: a digest of the server's challenge and of a verifier
+    only the task process knows, so that anyone who reads the rendered fields (the UI shows them)
+    learns nothing they could redeem.
+    """
+    return hashlib.sha256(f"{challenge}\n{verifier}".encode()).hexdigest()
+
 
 class Reason(StrEnum):
     """Why the state API refused a request: the ``reason`` beside the human ``message``."""
@@ -40,6 +61,7 @@ class Reason(StrEnum):
     INVALID_REQUEST = "invalid_request"
     BODY_TOO_LARGE = "body_too_large"
     INVALID_TOKEN = "invalid_token"
+    PROOF_NOT_FOUND = "proof_not_found"
     FORBIDDEN = "forbidden"
     NOT_RUNNING = "not_running"
     DATABASE_UNAVAILABLE = "database_unavailable"

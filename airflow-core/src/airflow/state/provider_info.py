@@ -25,12 +25,27 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         "example": "my_company.state.RedisStateBackend",
         "default": "airflow.state.metastore.MetastoreStateBackend",
     },
-    "api_secret": {
+    "session_key": {
         "description": (
-            "Secret that signs the short-lived tokens task processes send to the state API on the\n"
-            "API server. Set the same long random value on every worker and API server. It is\n"
-            "separate from ``[api_auth] jwt_secret``, which must stay on the scheduler and API\n"
-            "server. Not needed under ``airflow dags test``.\n"
+            "Key that signs the credentials task processes get from the state API after proving\n"
+            "which task instance they run. Read on API servers only: never set it on workers.\n"
+            "Not set: derived from ``[api_auth] jwt_secret``, or else from the key file at\n"
+            "``[api_auth] jwt_private_key_path``. Set it (the same value, 32 characters or more, on\n"
+            "every API server) when API servers hold neither, e.g. when they validate Airflow's\n"
+            "tokens with ``[api_auth] trusted_jwks_url``.\n"
+        ),
+        "version_added": "0.1.0",
+        "type": "string",
+        "sensitive": True,
+        "example": None,
+        "default": None,
+    },
+    "previous_session_key": {
+        "description": (
+            "The key being rotated out: credentials it signed are still accepted, none are signed\n"
+            "with it. To rotate, move the old key (or the old ``[api_auth] jwt_secret`` when the\n"
+            "key is derived from it) here, set the new one, restart the API servers, and remove\n"
+            "this after ten minutes, the longest a credential lives.\n"
         ),
         "version_added": "0.1.0",
         "type": "string",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI
 
+log = logging.getLogger(__name__)
+
 
 def create_app() -> FastAPI:
     from airflow.state.api.errors import database_unavailable, validation_error
+    from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.routes import router
     from fastapi.exceptions import RequestValidationError
     from sqlalchemy.exc import DBAPIError
@@ -16,11 +20,21 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="Airflow task state API",
         description=(
-            "Task and asset state for code running in Airflow tasks (AIP-103). Every request carries a "
-            "short-lived bearer token, signed with `[state] api_secret`, naming one task instance."
+            "Task and asset state for code running in Airflow tasks (AIP-103). A task process first "
+            "proves which task instance it runs, through its supervisor's authenticated Execution API "
+            "channel (`/challenges`, then `/credentials`); every state request then carries the "
+            "short-lived credential it got, which names that task instance and try."
         ),
         version="1",
     )
+    from airflow.state import config
+
+    if config.retired_api_secret_is_set():
+        log.warning(
+            "[state] api_secret is set but no longer used: task processes now prove their identity "
+            "through Airflow's Execution API. Remove it from every worker and API server."
+        )
+    app.include_router(handshake_router)
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DBAPIError, database_unavailable)

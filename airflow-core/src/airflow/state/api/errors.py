@@ -25,8 +25,11 @@ def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
 
 # The route responses each error documents in the OpenAPI schema.
 DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing, invalid or expired token (reason `invalid_token`)"},
-    403: {"description": "The token's task instance may not do this (`forbidden`, `not_running`)"},
+    401: {"description": "Missing, invalid or expired credential (reason `invalid_token`)"},
+    403: {
+        "description": "The credential's task instance may not do this "
+        "(`forbidden`, `not_running`, `asset_not_declared`)"
+    },
     413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
     422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
     503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from airflow.state import codec
+from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import VALUE_BODY_SCHEMA, StateKeysResponse, StateValueResponse
 from airflow.state.api.errors import DOCUMENTED, refusal, unprocessable
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
@@ -23,7 +24,6 @@ from airflow.state.protocol import (
     TASK_VALUE_PATH,
     Reason,
 )
-from airflow.state.tokens import TaskInstanceClaims
 from airflow_shared.state import AssetScope, StateScope, validate_key
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
@@ -81,7 +81,7 @@ def _valid_key(
 Key = Annotated[str, Depends(_valid_key)]
 
 
-# --- the value: read only after the token is verified, and never past the size limit -------
+# --- the value: read only after the credential is verified, and never past the size limit -------
 
 
 async def _body_within(request: Request, limit: int) -> bytes:
@@ -163,7 +163,7 @@ def get_task_state(task_instance_id: str, claims: Claims, key: Key) -> StateValu
 
 @router.put(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED, openapi_extra=_WRITE_BODY)
 def set_task_state(task_instance_id: str, claims: Claims, key: Key, text: EncodedValue) -> Response:
-    """Store a value under `key`; only the running try the token names may write."""
+    """Store a value under `key`; only the running try the credential names may write."""
     scope = check_task_instance(claims, write=True, path_ti_id=task_instance_id)
     return _write(scope, key, text, try_number=claims.try_number)
 
@@ -179,7 +179,7 @@ def delete_task_state(task_instance_id: str, claims: Claims, key: Key) -> None:
 
 def _asset_scope(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> AssetScope:
     check_task_instance(claims, write=write)
-    return AssetScope(declared_asset_id(claims, name, uri))
+    return AssetScope(declared_asset_id(claims, name, uri, write=write))
 
 
 _ASSET_ERRORS = {**DOCUMENTED, 404: {"description": "No such asset (`asset_not_found`) or key"}}
@@ -187,13 +187,13 @@ _ASSET_ERRORS = {**DOCUMENTED, 404: {"description": "No such asset (`asset_not_f
 
 @router.get(ASSET_KEYS_PATH, responses=_ASSET_ERRORS)
 def list_asset_keys(claims: Claims, name: AssetName = None, uri: AssetUri = None) -> StateKeysResponse:
-    """The keys of an asset's state; the task must declare the asset as an inlet or outlet."""
+    """The keys of an asset's state; the task must declare the asset as an inlet or an outlet."""
     return StateKeysResponse(keys=_backend().keys(_asset_scope(claims, name, uri, write=False)))
 
 
 @router.delete(ASSET_KEYS_PATH, status_code=204, responses=_ASSET_ERRORS)
 def clear_asset_state(claims: Claims, name: AssetName = None, uri: AssetUri = None) -> None:
-    """Remove every key of an asset's state; only a running task that declares the asset may."""
+    """Remove every key of an asset's state; only a running task with the asset as an outlet may."""
     _backend().clear(_asset_scope(claims, name, uri, write=True))
 
 
@@ -209,11 +209,11 @@ def get_asset_state(
 def set_asset_state(
     claims: Claims, key: Key, text: EncodedValue, name: AssetName = None, uri: AssetUri = None
 ) -> Response:
-    """Store a value under `key` in an asset's state."""
+    """Store a value under `key` in an asset's state; the running task must have it as an outlet."""
     return _write(_asset_scope(claims, name, uri, write=True), key, text, try_number=None)
 
 
 @router.delete(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS)
 def delete_asset_state(claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None) -> None:
-    """Remove `key` from an asset's state."""
+    """Remove `key` from an asset's state; the running task must have the asset as an outlet."""
     _backend().delete(_asset_scope(claims, name, uri, write=True), key)

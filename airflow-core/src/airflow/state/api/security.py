@@ -1,4 +1,4 @@
-"""Who is calling: the task instance named by a verified token, checked against the database."""
+"""Who is calling: the task instance named by a verified credential, checked against the database."""
 
 from __future__ import annotations
 
@@ -7,52 +7,55 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
+from airflow.state.api.credentials import TaskInstanceClaims, verify_credential
 from airflow.state.api.errors import refusal, unprocessable
-from airflow.state.config import api_secret
+from airflow.state.api.signing_keys import verification_keys
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.metastore.engine import execute
 from airflow.state.metastore.run_identity import dag_run_uid
-from airflow.state.protocol import Reason
-from airflow.state.tokens import TaskInstanceClaims, verify
+from airflow.state.protocol import CHALLENGES_PATH, Reason
 from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Select, and_, bindparam, exists, or_, select
+from sqlalchemy import Select, and_, bindparam, exists, select
 
-_bearer = HTTPBearer(auto_error=False, description="A task-state token signed with [state] api_secret")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description=f"A task credential, obtained through the handshake that starts at {CHALLENGES_PATH}",
+)
 
 
-def token_claims(
+def misconfigured(error: StateConfigurationError) -> HTTPException:
+    return refusal(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}")
+
+
+def credential_claims(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TaskInstanceClaims:
     if credentials is None:
-        raise _unauthorized("missing bearer token")
+        raise unauthorized("missing bearer credential")
     try:
-        secret = api_secret()
+        keys = verification_keys()
     except StateConfigurationError as error:
-        raise refusal(
-            status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}"
-        ) from None
+        raise misconfigured(error) from None
     try:
-        return verify(credentials.credentials, secret)
+        return verify_credential(credentials.credentials, keys)
     except jwt.ExpiredSignatureError:
-        raise _unauthorized("token expired") from None
+        raise unauthorized("credential expired") from None
     except jwt.InvalidTokenError as error:
-        raise _unauthorized(
-            f"invalid token ({error}); do the worker and the API server share [state] api_secret?"
-        ) from None
+        raise unauthorized(f"invalid credential ({error})") from None
 
 
-def _unauthorized(message: str) -> HTTPException:
+def unauthorized(message: str) -> HTTPException:
     return refusal(
         status.HTTP_401_UNAUTHORIZED, Reason.INVALID_TOKEN, message, {"WWW-Authenticate": "Bearer"}
     )
 
 
-Claims = Annotated[TaskInstanceClaims, Depends(token_claims)]
+Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
 
 
-def _forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
+def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
     return refusal(status.HTTP_403_FORBIDDEN, reason, message)
 
 
@@ -83,8 +86,9 @@ def check_task_instance(
     claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None
 ) -> TaskScope:
     """
-    Refuse unless the token's task instance exists as named; for writes, unless it is running
-    the try the token was minted for (a stale try, or a zombie, must not overwrite state).
+    Refuse unless the credential's task instance is still at the credential's try (every try has a
+    task instance id of its own, so a credential of an earlier try names an id that is gone), and,
+    for writes, running: a try that has ended, or a zombie, must not overwrite state.
 
     Return the task instance's scope, with the identity of this incarnation of its dag run (a run
     deleted and created again under the same run_id gets a new one, so it starts empty).
@@ -92,27 +96,28 @@ def check_task_instance(
     from airflow.utils.state import TaskInstanceState
 
     if path_ti_id is not None and path_ti_id != claims.ti_id:
-        raise _forbidden(f"a token for task instance {claims.ti_id} cannot access task instance {path_ti_id}")
-    try:
-        ti_id = UUID(claims.ti_id)
-    except ValueError:
-        raise _forbidden(f"task instance id {claims.ti_id!r} is not a UUID") from None
+        raise forbidden(
+            f"a credential for task instance {claims.ti_id} cannot access task instance {path_ti_id}"
+        )
     # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
-    rows = execute(_task_instance_row(), {"ti_id": ti_id}).rows
+    rows = execute(_task_instance_row(), {"ti_id": UUID(claims.ti_id)}).rows
     if not rows:
-        raise _forbidden(f"task instance {claims.ti_id} does not exist")
+        raise forbidden(
+            f"task instance {claims.ti_id} does not exist: its try has ended and a newer one started, "
+            "or its dag run was deleted"
+        )
     dag_id, run_id, task_id, map_index, state, try_number, dag_run_id, created_at, run_after = rows[0]
-    if (dag_id, run_id, task_id, map_index) != (
+    if (dag_id, run_id, task_id, map_index, try_number) != (
         claims.dag_id,
         claims.run_id,
         claims.task_id,
         claims.map_index,
+        claims.try_number,
     ):
-        raise _forbidden(f"token does not match task instance {claims.ti_id}")
-    if write and (state != TaskInstanceState.RUNNING or try_number != claims.try_number):
-        raise _forbidden(
-            f"task instance {claims.ti_id} is {state} at try {try_number}; "
-            f"only a running try {claims.try_number} may write its state",
+        raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
+    if write and state != TaskInstanceState.RUNNING:
+        raise forbidden(
+            f"task instance {claims.ti_id} is {state}: only a running try may write its state",
             Reason.NOT_RUNNING,
         )
     return TaskScope(
@@ -120,8 +125,11 @@ def check_task_instance(
     )
 
 
-def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None) -> int:
-    """The id of the asset named by *name*/*uri*, if the task declares it as an inlet or outlet."""
+def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> int:
+    """
+    The id of the asset named by *name*/*uri*, if the task declares it: as an inlet or outlet to
+    read its state, as an outlet to write or clear it.
+    """
     from airflow.models.asset import AssetModel, TaskInletAssetReference, TaskOutletAssetReference
     from airflow.utils.session import create_session
 
@@ -135,9 +143,12 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
             reference.task_id == claims.task_id,
         )
 
-    # One round trip: the matching assets, each with whether the task declares it.
-    declared = or_(*(referenced_by_this_task(r) for r in (TaskInletAssetReference, TaskOutletAssetReference)))
-    query = select(AssetModel.id, declared)
+    # One round trip: the matching assets, each with how the task declares it.
+    query = select(
+        AssetModel.id,
+        referenced_by_this_task(TaskInletAssetReference),
+        referenced_by_this_task(TaskOutletAssetReference),
+    )
     if name:
         query = query.where(AssetModel.name == name)
     if uri:
@@ -151,10 +162,16 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
             Reason.ASSET_NOT_FOUND,
             f"no asset with {described}" if not matches else f"{described} names several assets",
         )
-    ((asset_id, is_declared),) = matches
-    if is_declared:
+    ((asset_id, is_inlet, is_outlet),) = matches
+    task = f"task {claims.dag_id}.{claims.task_id}"
+    if is_outlet or (is_inlet and not write):
         return asset_id
-    raise _forbidden(
-        f"task {claims.dag_id}.{claims.task_id} does not declare asset {described} as an inlet or outlet",
-        Reason.ASSET_NOT_DECLARED,
+    if is_inlet:
+        raise forbidden(
+            f"{task} declares asset {described} as an inlet only: it may read the asset's state, and "
+            "writing it needs the asset in the task's outlets",
+            Reason.ASSET_NOT_DECLARED,
+        )
+    raise forbidden(
+        f"{task} does not declare asset {described} as an inlet or outlet", Reason.ASSET_NOT_DECLARED
     )

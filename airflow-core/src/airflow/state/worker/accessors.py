@@ -22,7 +22,6 @@ from airflow.state.protocol import (
     task_keys_path,
     task_value_path,
 )
-from airflow.state.tokens import TaskInstanceClaims
 from airflow.state.worker.client import StateClient
 from airflow_shared.state import validate_key
 
@@ -43,15 +42,7 @@ def _running_task_instance(what: str) -> Any:
 
 def _client(what: str) -> tuple[StateClient, Any]:
     ti = _running_task_instance(what)
-    claims = TaskInstanceClaims(
-        ti_id=str(ti.id),
-        dag_id=ti.dag_id,
-        run_id=ti.run_id,
-        task_id=ti.task_id,
-        map_index=ti.map_index if ti.map_index is not None else -1,
-        try_number=ti.try_number,
-    )
-    return StateClient(claims), ti
+    return StateClient(ti), ti
 
 
 class _StateNamespace:
@@ -130,8 +121,7 @@ class TaskState(_StateNamespace):
 
     def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
         client, _ = _client(self._what)
-        ti_id = client.claims.ti_id
-        return client, {}, task_keys_path(ti_id), task_value_path(ti_id)
+        return client, {}, task_keys_path(client.ti_id), task_value_path(client.ti_id)
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"

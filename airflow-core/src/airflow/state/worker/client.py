@@ -1,6 +1,11 @@
 """
 How task code reaches the state API: an HTTP client that speaks for one task instance.
 
+The first call of a task process proves which task instance it runs (the handshake: see
+:mod:`airflow.state.worker.handshake`) and gets a credential for that task instance and try, which
+every later call of the process sends; a running try renews it before it expires, and a credential
+the server no longer accepts (its key was rotated) is replaced by a new handshake.
+
 Connection errors and 5xx answers are retried with the same settings as Airflow's own calls to
 the Execution API (``[workers] execution_api_retries``, ``execution_api_retry_wait_min`` and
 ``execution_api_retry_wait_max``), so a state call survives whatever an API server restart or a
@@ -12,14 +17,16 @@ Anything else fails at once with an error that says what to check, dispatched on
 the server gives, never on message text.
 
 Under ``dag.test()`` / ``airflow dags test`` tasks run inside the test process, and the client
-serves the same app in-process instead (no API server needed).
+serves the same app in-process instead (no API server, no handshake, no configuration needed).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -32,8 +39,8 @@ from airflow.state.exceptions import (
     StateConfigurationError,
     StateUnavailableError,
 )
-from airflow.state.protocol import Reason
-from airflow.state.tokens import TaskInstanceClaims, mint
+from airflow.state.protocol import CHALLENGES_PATH, CREDENTIAL_RENEWAL_PATH, CREDENTIALS_PATH, Reason, proof
+from airflow.state.worker.handshake import proof_in_rendered_fields
 
 __all__ = ["RetryPolicy", "StateClient"]
 
@@ -83,46 +90,60 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
         return client
 
 
+@dataclass(frozen=True)
+class _Credential:
+    token: str
+    renew_at: float  # time.monotonic() values
+    expires_at: float
+
+
+# Credentials by (pid, task instance id): one handshake per task process, shared by its threads;
+# the lock also makes concurrent first calls wait for one handshake instead of starting several.
+_credentials: dict[tuple[int, str], _Credential] = {}
+_credentials_lock = threading.Lock()
+# Stop using a credential this long before it expires: the request may wait in retries.
+_EXPIRY_MARGIN_SECONDS = 60.0
+
+
 class StateClient:
     """The state API, as seen by one task instance."""
 
-    def __init__(self, claims: TaskInstanceClaims) -> None:
-        self.claims = claims
+    def __init__(self, ti: Any) -> None:
+        self.ti = ti
+        self.ti_id = str(ti.id)
         self.in_process = _in_process()
-        if self.in_process:
-            # Client and server are this process: a secret only it knows is enough (used when
-            # [state] api_secret is not set); the global configuration is left alone.
-            config.use_process_secret()
-            self.base_url = "http://in-process"
-        else:
-            self.base_url = config.api_url()
+        self.base_url = "http://in-process" if self.in_process else config.api_url()
 
     # --- transport -------------------------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
-        return {
-            "Authorization": f"Bearer {mint(self.claims, config.api_secret())}",
-            "Content-Type": "application/json",
-        }
-
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """
-        Send one request, retried as Airflow retries its Execution API calls; return the answer
-        (a 404 only when the key is missing) or raise the error the answer stands for.
+        Send one request with this task instance's credential, retried as Airflow retries its
+        Execution API calls; return the answer (a 404 only when the key is missing) or raise the
+        error the answer stands for.
         """
+        for last_chance in (False, True):
+            response = self._send(method, path, headers=self._auth_header(), **kwargs)
+            if response.status_code == 401 and not last_chance:
+                # Expired while waiting, or the server's key was rotated: prove identity again, once.
+                self._forget_credential()
+                continue
+            return _checked(response)
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         http = _sync_client(self.base_url, self.in_process)
         retry = RetryPolicy.from_config()
         for attempt in range(retry.retries + 1):
             last = attempt == retry.retries
             try:
-                # A fresh token each attempt: a long wait must not outlive the token's lifetime.
-                response = http.request(method, path, headers=self._headers(), **kwargs)
+                response = http.request(method, path, **kwargs)
             except httpx.TransportError as error:
                 if last:
                     raise self._unreachable(error) from error
             else:
                 if not _retryable(response) or last:
-                    return _checked(response)
+                    return response
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
 
@@ -131,6 +152,79 @@ class StateClient:
             f"Cannot reach the task state API at {self.base_url} ({error}); check [state] api_url "
             "(default: from [core] execution_api_server_url or [api] base_url) and that the API server runs"
         )
+
+    # --- the credential ----------------------------------------------------------------------
+
+    def _auth_header(self) -> dict[str, str]:
+        key = (os.getpid(), self.ti_id)
+        with _credentials_lock:
+            held = _credentials.get(key)
+            now = time.monotonic()
+            if held is None or now >= held.expires_at:
+                held = self._new_credential()
+            elif now >= held.renew_at:
+                held = self._renewed(held)
+            _credentials[key] = held
+        return {"Authorization": f"Bearer {held.token}"}
+
+    def _forget_credential(self) -> None:
+        with _credentials_lock:
+            _credentials.pop((os.getpid(), self.ti_id), None)
+
+    def _new_credential(self) -> _Credential:
+        started = time.monotonic()
+        if self.in_process:
+            return _held(_mint_in_process(self.ti), started)
+        asked = self._post(CHALLENGES_PATH, {"task_instance_id": self.ti_id})
+        challenge, verifier = asked["challenge"], secrets.token_urlsafe(32)
+        with proof_in_rendered_fields(self.ti, asked["field"], proof(challenge, verifier)):
+            granted = self._post(CREDENTIALS_PATH, {"challenge": challenge, "verifier": verifier})
+        return _held(granted, started)
+
+    def _renewed(self, held: _Credential) -> _Credential:
+        started = time.monotonic()
+        if self.in_process:
+            return _held(_mint_in_process(self.ti), started)
+        headers = {"Authorization": f"Bearer {held.token}"}
+        try:
+            granted = _checked(self._send("POST", CREDENTIAL_RENEWAL_PATH, headers=headers)).json()
+        except StateAccessDeniedError:
+            # The try has ended (code in a callback): what is left of the credential still reads.
+            return _Credential(held.token, renew_at=held.expires_at, expires_at=held.expires_at)
+        return _held(granted, started)
+
+    def _post(self, path: str, body: dict[str, str]) -> dict[str, Any]:
+        return _checked(self._send("POST", path, json=body)).json()
+
+
+def _held(granted: dict[str, Any], started: float) -> _Credential:
+    lifetime = float(granted["expires_in"])
+    return _Credential(
+        granted["credential"],
+        renew_at=started + lifetime / 2,
+        expires_at=started + max(lifetime - _EXPIRY_MARGIN_SECONDS, lifetime / 2),
+    )
+
+
+def _mint_in_process(ti: Any) -> dict[str, Any]:
+    """Under dag.test() the state API runs in this process: it signs with a key only this process has."""
+    from airflow.state.api.credentials import (
+        CREDENTIAL_LIFETIME_SECONDS,
+        TaskInstanceClaims,
+        issue_credential,
+    )
+    from airflow.state.api.signing_keys import use_process_key
+
+    claims = TaskInstanceClaims(
+        ti_id=str(ti.id),
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=ti.map_index if ti.map_index is not None else -1,
+        try_number=ti.try_number,
+    )
+    token = issue_credential(claims, use_process_key())
+    return {"credential": token, "expires_in": CREDENTIAL_LIFETIME_SECONDS}
 
 
 def _reason(response: httpx.Response) -> tuple[str | None, str]:
@@ -175,8 +269,11 @@ def _checked(response: httpx.Response) -> httpx.Response:
         raise InvalidStateError(described)
     if reason == Reason.MISCONFIGURED.value:
         raise StateConfigurationError(described)
+    if reason == Reason.PROOF_NOT_FOUND.value:
+        raise StateAccessDeniedError(described)
     if reason == Reason.INVALID_TOKEN.value:
         raise StateUnavailableError(
-            f"{described} (check that [state] api_secret is the same on this worker and the API server)"
+            f"{described} (a credential the API server does not accept even after a new handshake: "
+            "do all API servers share [api_auth] jwt_secret, or [state] session_key?)"
         )
     raise StateUnavailableError(described)

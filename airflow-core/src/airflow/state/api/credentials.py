@@ -1,0 +1,118 @@
+"""
+What the state API signs, and only the state API: handshake challenges, and the credentials a task
+process holds once it has proven which task instance it runs.
+
+Both are JWTs signed with HS256 by a key from :mod:`airflow.state.api.signing_keys`, each with an
+audience of its own so neither can pass for the other. The server caps their lifetime whatever
+they claim: a credential whose ``exp`` is further than its lifetime from its ``iat``, or whose
+``iat`` is older than that, is refused even though its signature is good.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import jwt
+
+ALGORITHM = "HS256"
+CREDENTIAL_AUDIENCE = "airflow-task-state"
+CHALLENGE_AUDIENCE = "airflow-task-state:challenge"
+# A running try renews its credential when half of this is left (one handshake per task process);
+# a credential kept after its try ended works for what is left of this, for reads of its own state.
+CREDENTIAL_LIFETIME_SECONDS = 600
+# Enough for the supervisor to write the proof through the Execution API, with its retries.
+CHALLENGE_LIFETIME_SECONDS = 120
+# Workers' and API servers' clocks differ a little.
+CLOCK_LEEWAY_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class TaskInstanceClaims:
+    """The task instance, and its try, that a credential speaks for."""
+
+    ti_id: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+
+
+def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None = None) -> str:
+    return _sign(
+        {**asdict(claims), "sub": claims.ti_id}, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, key, now
+    )
+
+
+def verify_credential(token: str, keys: Sequence[bytes], now: float | None = None) -> TaskInstanceClaims:
+    """The claims of a valid credential; ``jwt.InvalidTokenError`` otherwise."""
+    payload = _verify(token, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, keys, now)
+    try:
+        claims = TaskInstanceClaims(
+            ti_id=str(payload["ti_id"]),
+            dag_id=str(payload["dag_id"]),
+            run_id=str(payload["run_id"]),
+            task_id=str(payload["task_id"]),
+            map_index=int(payload["map_index"]),
+            try_number=int(payload["try_number"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise jwt.InvalidTokenError(f"credential does not name a task instance: {error}") from None
+    if payload.get("sub") != claims.ti_id:
+        raise jwt.InvalidTokenError("credential's subject is not its task instance")
+    return claims
+
+
+def issue_challenge(ti_id: str, key: bytes, now: float | None = None) -> str:
+    # The nonce makes every challenge, and so every proof, unique.
+    payload = {"sub": ti_id, "nonce": secrets.token_urlsafe(16)}
+    return _sign(payload, CHALLENGE_AUDIENCE, CHALLENGE_LIFETIME_SECONDS, key, now)
+
+
+def verify_challenge(challenge: str, keys: Sequence[bytes], now: float | None = None) -> str:
+    """The task instance id a valid challenge was issued for; ``jwt.InvalidTokenError`` otherwise."""
+    payload = _verify(challenge, CHALLENGE_AUDIENCE, CHALLENGE_LIFETIME_SECONDS, keys, now)
+    if not isinstance(payload.get("sub"), str):
+        raise jwt.InvalidTokenError("challenge names no task instance")
+    return payload["sub"]
+
+
+def _sign(payload: dict, audience: str, lifetime: int, key: bytes, now: float | None) -> str:
+    issued = int(time.time() if now is None else now)
+    return jwt.encode(
+        {**payload, "aud": audience, "iat": issued, "exp": issued + lifetime}, key, algorithm=ALGORITHM
+    )
+
+
+def _verify(token: str, audience: str, lifetime: int, keys: Sequence[bytes], now: float | None) -> dict:
+    current = time.time() if now is None else now
+    payload = None
+    for key in keys:
+        try:
+            payload = jwt.decode(
+                token,
+                key,
+                algorithms=[ALGORITHM],
+                audience=audience,
+                leeway=CLOCK_LEEWAY_SECONDS,
+                # Time is checked below, against one clock, with the server's lifetime cap.
+                options={"require": ["exp", "iat", "aud", "sub"], "verify_exp": False, "verify_iat": False},
+            )
+            break
+        except jwt.InvalidSignatureError:
+            continue  # signed with another key: try the next (the one being rotated out)
+    if payload is None:
+        raise jwt.InvalidSignatureError("signature verification failed")
+    issued, expires = payload["iat"], payload["exp"]
+    if not isinstance(issued, int | float) or not isinstance(expires, int | float):
+        raise jwt.InvalidTokenError("iat and exp must be numbers")
+    if expires - issued > lifetime:
+        raise jwt.InvalidTokenError(f"lives longer than the {lifetime} s the server allows")
+    if issued > current + CLOCK_LEEWAY_SECONDS:
+        raise jwt.ImmatureSignatureError("issued in the future")
+    if current > min(expires, issued + lifetime) + CLOCK_LEEWAY_SECONDS:
+        raise jwt.ExpiredSignatureError("expired")
+    return payload

@@ -1,0 +1,121 @@
+"""
+The keys that sign task credentials and handshake challenges. Only API servers hold them.
+
+No setting is needed: the key is derived from what an API server already holds to check Airflow's
+own task tokens, ``[api_auth] jwt_secret`` or else the key file at ``[api_auth]
+jwt_private_key_path``. A deployer may set ``[state] session_key`` instead (required when the API
+servers hold neither, e.g. when they check Airflow's tokens against ``trusted_jwks_url``).
+
+Every source goes through HKDF with a label of our own, so a credential key is never Airflow's key
+itself: nothing we sign is an Airflow token, and nothing Airflow signs is one of ours.
+
+Under ``airflow dags test`` the task serves the state API to itself; that process signs with a key
+of its own (:func:`use_process_key`), which no API server ever has.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from functools import cache
+from pathlib import Path
+
+from airflow.configuration import conf
+from airflow.state import config
+from airflow.state.exceptions import StateConfigurationError
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+_LABEL = b"airflow-task-state credentials v1"
+MIN_SESSION_KEY_LENGTH = 32
+
+
+@cache
+def _derive(material: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL).derive(material)
+
+
+def _configured_material() -> bytes | None:
+    """What the signing key is derived from: ``[state] session_key``, else Airflow's own JWT key."""
+    dedicated = config.session_key()
+    if dedicated:
+        if len(dedicated) < MIN_SESSION_KEY_LENGTH:
+            raise StateConfigurationError(
+                f"[state] session_key must be at least {MIN_SESSION_KEY_LENGTH} characters long, e.g. the "
+                "output of `python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
+            )
+        return dedicated.encode()
+    jwt_secret = conf.get("api_auth", "jwt_secret", fallback="")
+    if jwt_secret:
+        return jwt_secret.encode()
+    private_key_path = conf.get("api_auth", "jwt_private_key_path", fallback="")
+    if private_key_path:
+        try:
+            return Path(private_key_path).read_bytes()
+        except OSError as error:
+            raise StateConfigurationError(
+                f"cannot read [api_auth] jwt_private_key_path to derive the task credential key: {error}"
+            ) from None
+    return None
+
+
+_process_key: bytes | None = None
+_process_key_lock = threading.Lock()
+
+
+def use_process_key() -> bytes:
+    """
+    The key of a process that serves the state API to its own tasks (``dag.test()``): random, made
+    once, known to this process alone. It is accepted only in this process.
+    """
+    global _process_key
+    with _process_key_lock:
+        if _process_key is None:
+            _process_key = secrets.token_bytes(32)
+        return _process_key
+
+
+@cache
+def _configured_keys() -> tuple[bytes | None, tuple[bytes, ...]]:
+    """
+    The signing key (None when nothing to derive it from) and every key accepted for verification.
+    Read once per process, as Airflow reads its own JWT keys: rotating means restarting API servers.
+    """
+    material = _configured_material()
+    signing = _derive(material) if material is not None else None
+    previous = config.previous_session_key()
+    accepted = [signing] if signing is not None else []
+    if previous:
+        accepted.append(_derive(previous.encode()))
+    return signing, tuple(accepted)
+
+
+def signing_key() -> bytes:
+    """
+    The key new credentials and challenges are signed with.
+
+    :raises StateConfigurationError: when the API server holds nothing to derive it from.
+    """
+    signing, _ = _configured_keys()
+    if signing is None:
+        raise StateConfigurationError(
+            "the state API cannot sign task credentials: this API server has neither [api_auth] jwt_secret "
+            "nor [api_auth] jwt_private_key_path to derive a key from. Set [state] session_key (the same "
+            "value, 32 characters or more, on every API server; never on workers)"
+        )
+    return signing
+
+
+def verification_keys() -> tuple[bytes, ...]:
+    """Every key a credential may be signed with: the signing key first, then the one rotated out."""
+    _, accepted = _configured_keys()
+    if _process_key is not None:
+        return (*accepted, _process_key)
+    if not accepted:
+        signing_key()  # raises the error that says what to set
+    return accepted
+
+
+def forget_configured_keys() -> None:
+    """Read the keys from the configuration again on next use (tests change it within a process)."""
+    _configured_keys.cache_clear()

@@ -1,0 +1,214 @@
+"""
+The handshake's server side, against real task instances: a credential is issued only when the
+proof is among the task instance's rendered fields, written there as the Execution API writes them
+(``TaskInstance.update_rtif``). The real supervisor writing it is in tests/test_e2e_isolation.py.
+"""
+
+from __future__ import annotations
+
+import time
+from uuid import UUID
+
+import jwt
+import pytest
+from airflow.state.api.credentials import TaskInstanceClaims, issue_challenge, issue_credential
+from airflow.state.api.signing_keys import forget_configured_keys, signing_key
+from airflow.state.protocol import PROOF_FIELD, proof
+from sqlalchemy import select
+from test_state_api import api, at, detail, exercise_ti, running, session_key, set_ti_state
+
+__all__ = ["api", "exercise_ti", "running", "session_key"]  # fixtures, used by name
+
+VERIFIER = "v" * 43
+
+
+def put_rendered_fields(ti_id: str, fields: dict) -> None:
+    """What the Execution API's PUT /task-instances/{id}/rtif does for the supervisor of that try."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(TaskInstance.id == UUID(ti_id)))
+        ti.update_rtif(fields, session)
+
+
+def other_task_instance_id(claims: TaskInstanceClaims) -> str:
+    """The task instance of the other task of the same dag run."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return str(
+            session.scalar(
+                select(TaskInstance.id).where(
+                    TaskInstance.dag_id == claims.dag_id,
+                    TaskInstance.run_id == claims.run_id,
+                    TaskInstance.task_id != claims.task_id,
+                )
+            )
+        )
+
+
+def challenge_for(api, ti_id: str) -> str:
+    answer = api.post("/challenges", json={"task_instance_id": ti_id})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["field"] == PROOF_FIELD
+    return answer.json()["challenge"]
+
+
+def redeem(api, challenge: str, verifier: str = VERIFIER):
+    return api.post("/credentials", json={"challenge": challenge, "verifier": verifier})
+
+
+def bearer(credential: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential}"}
+
+
+def test_a_proven_challenge_gives_a_credential_for_that_task_instance_and_try(api, running):
+    challenge = challenge_for(api, running.ti_id)
+    put_rendered_fields(running.ti_id, {"bash_command": "echo", PROOF_FIELD: proof(challenge, VERIFIER)})
+    granted = redeem(api, challenge)
+    assert granted.status_code == 200, granted.text
+    assert granted.json()["expires_in"] == 600
+    credential = granted.json()["credential"]
+    claims = jwt.decode(credential, options={"verify_signature": False})
+    assert (claims["sub"], claims["dag_id"], claims["task_id"], claims["try_number"]) == (
+        running.ti_id,
+        running.dag_id,
+        running.task_id,
+        running.try_number,
+    )
+    assert (
+        api.put(**at(running, "via_handshake"), json={"value": 1}, headers=bearer(credential)).status_code
+        == 204
+    )
+    assert api.get(**at(running, "via_handshake"), headers=bearer(credential)).json()["value"] == 1
+
+
+def test_without_the_proof_a_challenge_is_worth_nothing(api, running):
+    challenge = challenge_for(api, running.ti_id)
+    put_rendered_fields(running.ti_id, {"bash_command": "echo"})
+    missing = redeem(api, challenge)
+    assert missing.status_code == 403 and detail(missing)["reason"] == "proof_not_found"
+    assert "only the supervisor" in detail(missing)["message"]
+
+    # Who reads the rendered fields (the UI shows them) sees the proof, never the verifier.
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
+    for guess in (proof(challenge, VERIFIER), "w" * 43):
+        assert redeem(api, challenge, guess).status_code == 403
+
+    # The proof of one challenge does not prove another.
+    second = challenge_for(api, running.ti_id)
+    assert redeem(api, second).status_code == 403
+
+
+def test_a_proof_in_another_task_instances_fields_proves_nothing(api, running):
+    """A task asks a challenge for its victim's id, then proves it in its own rendered fields."""
+    attacker = other_task_instance_id(running)
+    challenge = challenge_for(api, running.ti_id)
+    put_rendered_fields(running.ti_id, {"bash_command": "echo"})
+    put_rendered_fields(attacker, {PROOF_FIELD: proof(challenge, VERIFIER)})
+    refused = redeem(api, challenge)
+    assert refused.status_code == 403 and detail(refused)["reason"] == "proof_not_found"
+    # And its own challenge, proven in its own fields, names its own task instance only.
+    own = challenge_for(api, attacker)
+    put_rendered_fields(attacker, {PROOF_FIELD: proof(own, VERIFIER)})
+    attackers_credential = redeem(api, own).json()["credential"]
+    assert jwt.decode(attackers_credential, options={"verify_signature": False})["sub"] == attacker
+    on_the_victim = api.get(**at(running), headers=bearer(attackers_credential))
+    assert on_the_victim.status_code == 403 and detail(on_the_victim)["reason"] == "forbidden"
+
+
+@pytest.mark.parametrize("kind", ["expired", "other-key", "credential", "garbage", "unknown-ti"])
+def test_challenges_the_server_did_not_issue_now_are_refused(api, running, kind):
+    challenges = {
+        "expired": lambda: issue_challenge(running.ti_id, signing_key(), now=time.time() - 3600),
+        "other-key": lambda: issue_challenge(running.ti_id, b"k" * 32),
+        "credential": lambda: issue_credential(running, signing_key()),
+        "garbage": lambda: "not-a-challenge",
+        "unknown-ti": lambda: issue_challenge("01234567-89ab-7def-8123-456789abcdef", signing_key()),
+    }
+    challenge = challenges[kind]()
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
+    refused = redeem(api, challenge)
+    if kind == "unknown-ti":
+        assert refused.status_code == 403 and "does not exist" in detail(refused)["message"]
+    else:
+        assert refused.status_code == 401 and detail(refused)["reason"] == "invalid_token"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"challenge": "c", "verifier": "short"}, {"challenge": "c" * 5000, "verifier": VERIFIER}, {"task": 1}],
+    ids=["short-verifier", "huge-challenge", "no-fields"],
+)
+def test_malformed_handshake_bodies_are_422(api, body):
+    refused = api.post("/credentials", json=body)
+    assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_request"
+    assert api.post("/challenges", json={"task_instance_id": "not-a-uuid"}).status_code == 422
+
+
+def test_a_running_try_renews_its_credential_an_ended_one_cannot(api, running):
+    credential = issue_credential(running, signing_key(), now=time.time() - 400)
+    renewed = api.post("/credentials/renew", headers=bearer(credential))
+    assert renewed.status_code == 200
+    fresh = renewed.json()["credential"]
+    assert jwt.decode(fresh, options={"verify_signature": False})["iat"] > time.time() - 60
+    assert api.get(**at(running), headers=bearer(fresh)).status_code in (200, 404)
+    set_ti_state(running, "success")
+    ended = api.post("/credentials/renew", headers=bearer(fresh))
+    assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
+    assert api.post("/credentials/renew").status_code == 401
+
+
+def test_rotating_the_key_keeps_credentials_of_the_previous_one_for_their_lifetime(api, running, monkeypatch):
+    old_key, new_key = "old-session-key-" + "o" * 40, "new-session-key-" + "n" * 40
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", old_key)
+    forget_configured_keys()
+    old_credential = issue_credential(running, signing_key())
+    old_signing = signing_key()
+
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", new_key)
+    monkeypatch.setenv("AIRFLOW__STATE__PREVIOUS_SESSION_KEY", old_key)
+    forget_configured_keys()
+    assert signing_key() != old_signing
+    assert api.get(**at(running), headers=bearer(old_credential)).status_code in (200, 404)
+    renewed = api.post("/credentials/renew", headers=bearer(old_credential)).json()["credential"]
+    jwt.decode(renewed, signing_key(), algorithms=["HS256"], audience="airflow-task-state")  # the new key
+
+    monkeypatch.setenv("AIRFLOW__STATE__PREVIOUS_SESSION_KEY", "")
+    forget_configured_keys()
+    assert api.get(**at(running), headers=bearer(old_credential)).status_code == 401
+    assert api.get(**at(running), headers=bearer(renewed)).status_code in (200, 404)
+
+
+def test_the_key_derives_from_airflows_jwt_secret_or_private_key_without_any_setting(
+    api, running, monkeypatch, tmp_path
+):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "jwt-secret-" + "j" * 60)
+    forget_configured_keys()
+    from_secret = signing_key()
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (tmp_path / "jwt.pem").write_bytes(pem)
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_PRIVATE_KEY_PATH", str(tmp_path / "jwt.pem"))
+    forget_configured_keys()
+    from_private_key = signing_key()
+    assert len({from_secret, from_private_key, pem}) == 3
+
+    challenge = challenge_for(api, running.ti_id)
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
+    assert redeem(api, challenge).status_code == 200
+
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "too-short")
+    forget_configured_keys()
+    short = api.post("/challenges", json={"task_instance_id": running.ti_id})
+    assert short.status_code == 503 and "at least 32 characters" in detail(short)["message"]
+    forget_configured_keys()
