@@ -17,6 +17,7 @@ import airflow.state.example_dags as example_dags
 import httpx
 import psutil
 import pytest
+from state_testing.credentials import credential_for
 from state_testing.deployment import Deployment, airflow_deployment
 
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
@@ -115,8 +116,8 @@ def test_asset_watermark_written_by_run_1_is_read_by_run_2(deployment):
     assert json.loads(row["value"]) == 200
 
 
-def test_a_token_for_one_task_instance_is_refused_on_anothers_state(deployment):
-    from airflow.state.tokens import TaskInstanceClaims, mint
+def test_a_credential_for_one_task_instance_is_refused_on_anothers_state(deployment):
+    from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
 
     run_to_end(deployment, "example_async_state", "async_tokens")
     [mine] = deployment.query(
@@ -124,29 +125,23 @@ def test_a_token_for_one_task_instance_is_refused_on_anothers_state(deployment):
         "WHERE run_id = 'async_tokens'"
     )
     [other] = deployment.query("SELECT id FROM task_instance WHERE run_id = 'mapped_1' AND map_index = 1")
-    claims = TaskInstanceClaims(
-        str(mine["id"]),
-        mine["dag_id"],
-        mine["run_id"],
-        mine["task_id"],
-        mine["map_index"],
-        mine["try_number"],
-    )
-    secret = deployment.env["AIRFLOW__STATE__API_SECRET"]
+    credential = credential_for(deployment.env, mine)
     base = f"{deployment.api_url}/state/task-instances"
 
-    def call(method: str, ti_id: str, key: str, secret: str = secret, **kwargs) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {mint(claims, secret)}"}
+    def call(method: str, ti_id: str, key: str, credential: str = credential, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {credential}"}
         url = f"{base}/{ti_id}/value"
         return httpx.request(method, url, params={"key": key}, headers=headers, timeout=30, **kwargs)
 
     assert call("GET", str(other["id"]), "offset").status_code == 403
     assert call("PUT", str(other["id"]), "offset", json={"value": 1}).status_code == 403
     assert call("GET", str(mine["id"]), "checkpoint").json()["value"] == {"page": 3}
-    # The task has finished: its token may still read, but no longer write.
+    # The task has finished: its credential may still read, but no longer write.
     finished = call("PUT", str(mine["id"]), "checkpoint", json={"value": {"page": 0}})
     assert finished.status_code == 403 and finished.json()["detail"]["reason"] == "not_running"
-    assert call("GET", str(mine["id"]), "checkpoint", secret="not-the-secret-" * 5).status_code == 401
+    claims = TaskInstanceClaims(str(mine["id"]), "example_async_state", "async_tokens", "crawl", -1, 1)
+    wrong_key = issue_credential(claims, b"not-the-key-" * 4)
+    assert call("GET", str(mine["id"]), "checkpoint", credential=wrong_key).status_code == 401
     schema = httpx.get(f"{deployment.api_url}/state/openapi.json", timeout=30).json()
     assert "/task-instances/{task_instance_id}/value" in schema["paths"]
 
@@ -222,16 +217,14 @@ def _send_huge_body(url: str, headers: dict[str, str], megabytes: int) -> bytes:
 
 def test_huge_bodies_are_refused_before_they_are_read(deployment):
     """An unauthenticated 100 MiB body is answered 401 without the API server holding it."""
-    from airflow.state.tokens import TaskInstanceClaims, mint
-
     url = f"{deployment.api_url}/state/task-instances/01234567-89ab-7def-8123-456789abcdef/value?key=k"
     before = _api_server_memory(deployment)
     status = _send_huge_body(url, {"Content-Type": "application/json"}, 100)
     assert b" 401 " in status, status
-    # A body with a valid signature but over the size limit is refused with 413, also unread.
-    claims = TaskInstanceClaims("01234567-89ab-7def-8123-456789abcdef", "d", "r", "t", -1, 1)
-    token = mint(claims, deployment.env["AIRFLOW__STATE__API_SECRET"])
-    status = _send_huge_body(url, {"Authorization": f"Bearer {token}"}, 100)
+    # A body with a valid credential but over the size limit is refused with 413, also unread.
+    row = {"id": "01234567-89ab-7def-8123-456789abcdef", "dag_id": "d", "run_id": "r", "task_id": "t"}
+    credential = credential_for(deployment.env, {**row, "map_index": -1, "try_number": 1})
+    status = _send_huge_body(url, {"Authorization": f"Bearer {credential}"}, 100)
     assert b" 413 " in status, status
     time.sleep(1)
     grown = (_api_server_memory(deployment) - before) >> 20

@@ -31,7 +31,8 @@ MIN_SESSION_KEY_LENGTH = 32
 
 
 @cache
-def _derive(material: bytes) -> bytes:
+def derive(material: bytes) -> bytes:
+    """The credential key made from *material* (a configured key, or Airflow's own JWT key)."""
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LABEL).derive(material)
 
 
@@ -82,11 +83,11 @@ def _configured_keys() -> tuple[bytes | None, tuple[bytes, ...]]:
     Read once per process, as Airflow reads its own JWT keys: rotating means restarting API servers.
     """
     material = _configured_material()
-    signing = _derive(material) if material is not None else None
+    signing = derive(material) if material is not None else None
     previous = config.previous_session_key()
     accepted = [signing] if signing is not None else []
     if previous:
-        accepted.append(_derive(previous.encode()))
+        accepted.append(derive(previous.encode()))
     return signing, tuple(accepted)
 
 
