@@ -6,6 +6,13 @@ A real Airflow deployment on this machine, for end-to-end tests.
 LocalExecutor) and ``airflow dag-processor`` as separate processes, the way a deployer would. Tasks
 therefore run in real task processes that talk to the real Execution API.
 
+``airflow_deployment(dags_folder, executor="celery")`` is shaped like production instead: the
+scheduler runs the CeleryExecutor with a Redis server of its own as broker and result backend, and
+the tasks run under a real ``airflow celery worker`` whose environment (``Deployment.worker_env``)
+and home hold no secret that signs Airflow tokens, no ``[state]`` setting and no usable metadata
+database: a worker reaches Airflow through the Execution API and the token the scheduler issued
+for each task, nothing else (see _worker_environment).
+
 The pytest process may have imported Airflow configured for another database, so nothing here reads
 Airflow's configuration or uses its engine: the components get a complete environment of their own,
 and the harness queries its database with its own SQLAlchemy engine and plain SQL.
@@ -40,6 +47,14 @@ AIRFLOW = Path(sys.executable).with_name("airflow")
 MARKER_VARIABLE = "E2E_AIRFLOW_DEPLOYMENT_ID"
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+# The component the CeleryExecutor adds: `airflow celery worker`, with a home of its own.
+CELERY_WORKER = "celery-worker"
+WORKER_HOME = "worker-home"
+# Each component's command line, where it is not `airflow <component name>`.
+COMMANDS = {CELERY_WORKER: ("celery", "worker")}
+# Two cores: two task processes at a time are plenty for the tests.
+CELERY_WORKER_ARGUMENTS = ("--concurrency", "2", "--without-mingle", "--without-gossip")
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 STOP_TIMEOUT = 10.0
 LOG_TAIL = 4000
 
@@ -67,11 +82,23 @@ class DeploymentError(RuntimeError):
 class Deployment:
     """A running deployment: its environment, its database and its logs."""
 
-    def __init__(self, home: Path, env: dict[str, str], api_url: str, sql_alchemy_conn: str) -> None:
+    def __init__(
+        self,
+        home: Path,
+        env: dict[str, str],
+        api_url: str,
+        sql_alchemy_conn: str,
+        worker_env: dict[str, str] | None = None,
+        broker_url: str | None = None,
+    ) -> None:
         self.home = home
+        # The environment of the CLI commands and of every component but the Celery worker.
         self.env = env
         self.api_url = api_url
         self.sql_alchemy_conn = sql_alchemy_conn
+        # The Celery worker's environment and its Redis broker; None with the LocalExecutor.
+        self.worker_env = worker_env
+        self.broker_url = broker_url
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.arguments: dict[str, tuple[str, ...]] = {}
         # NullPool: the harness polls rarely, and nothing must hold connections when the server stops.
@@ -185,16 +212,39 @@ class Deployment:
         _start(self, name, *self.arguments[name])
         if name == "api-server":
             self._wait(lambda: _api_answers(f"{self.api_url}/execution/health"), timeout, "the api-server")
+        elif name == CELERY_WORKER:
+            self._wait(self.worker_answers, timeout, "the celery worker")
         return time.monotonic() - stopped_at
+
+    @property
+    def worker_home(self) -> Path:
+        """The Celery worker's AIRFLOW_HOME (and working directory)."""
+        return self.home / WORKER_HOME
+
+    def worker_answers(self) -> bool:
+        """Whether a Celery worker consumes from the broker (answers a ``ping`` broadcast)."""
+        if self.broker_url is None:
+            return False
+        from celery import Celery
+
+        # A bare Celery app, not Airflow's: the harness reads no Airflow configuration.
+        app = Celery(broker=self.broker_url)
+        try:
+            with contextlib.suppress(OSError):
+                return bool(app.control.ping(timeout=1.0))
+            return False
+        finally:
+            app.close()
 
     # -- logs -------------------------------------------------------------------------------------
 
     def logs(self) -> str:
         """The tails of every component's log, the task logs and the dag processor's file logs."""
-        files = [self.home / f"{name}.log" for name in COMPONENTS]
-        logs_dir = self.home / "logs"
-        if logs_dir.is_dir():
-            files += sorted(path for path in logs_dir.rglob("*") if path.is_file())
+        files = [self.home / f"{name}.log" for name in dict.fromkeys([*COMPONENTS, *self.processes])]
+        # The Celery worker writes its task logs into its own home, as a worker on another machine would.
+        for logs_dir in (self.home / "logs", self.worker_home / "logs"):
+            if logs_dir.is_dir():
+                files += sorted(path for path in logs_dir.rglob("*") if path.is_file())
         parts = []
         for path in files:
             with contextlib.suppress(OSError):
@@ -223,7 +273,13 @@ def _base_environment() -> dict[str, str]:
 
 
 def _deployment_environment(
-    home: Path, dags_folder: Path, url: str, port: int, extra_env: dict[str, str] | None
+    home: Path,
+    dags_folder: Path,
+    url: str,
+    port: int,
+    extra_env: dict[str, str] | None,
+    executor: str = "LocalExecutor",
+    celery: dict[str, str] | None = None,
 ) -> dict[str, str]:
     env = _base_environment()
     env.update(
@@ -231,7 +287,7 @@ def _deployment_environment(
             MARKER_VARIABLE: secrets.token_hex(8),
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": executor,
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -249,20 +305,115 @@ def _deployment_environment(
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(dbservers.free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(dbservers.free_port()),
             **FAST_SETTINGS,
+            **(celery or {}),
         }
     )
     env.update(extra_env or {})
     return env
 
 
+def _celery_settings(broker_url: str) -> dict[str, str]:
+    """The CeleryExecutor's settings, the same for the scheduler and the worker: Redis in both roles."""
+    return {
+        "AIRFLOW__CELERY__BROKER_URL": broker_url,
+        # Without a result backend the provider stores results in the metadata database
+        # (db+<sql_alchemy_conn>), which the worker must not reach. Another database number of the
+        # same Redis keeps results and queues apart.
+        "AIRFLOW__CELERY__RESULT_BACKEND": broker_url.rsplit("/", 1)[0] + "/1",
+    }
+
+
+# What the worker never holds, even when the test's extra_env sets it (prefixes, so that the _CMD and
+# _SECRET forms go too): the key that signs Airflow's tokens (the scheduler issues each task's token;
+# a worker only presents it), the API server's own secret, the Fernet key and the metadata database
+# (connections and variables reach a task decrypted, through the Execution API), and every setting
+# of the task-state feature, which lives on the API server's side.
+WORKER_FORBIDDEN = (
+    "AIRFLOW__API_AUTH__JWT_SECRET",
+    "AIRFLOW__API_AUTH__JWT_PRIVATE_KEY_PATH",
+    "AIRFLOW__API__SECRET_KEY",
+    "AIRFLOW__CORE__FERNET_KEY",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "AIRFLOW__STATE__",
+)
+
+
+def _worker_environment(
+    env: dict[str, str], worker_home: Path, extra_env: dict[str, str] | None
+) -> dict[str, str]:
+    """
+    The Celery worker's environment: built up from the machine's, not *env* with secrets taken out,
+    so that it holds only what a worker needs to take a task from the broker, run it and serve its
+    log. Everything else is Airflow's default, from an airflow.cfg that sets nothing (_make_worker_home).
+
+    Airflow 3.2.1's worker needs no metadata database: the task supervisor talks to the Execution
+    API with the token that came with the task. The one use it still makes of the database is the
+    CLI's audit row (`cli_celery` in the `log` table) at start, which fails with a warning
+    ("Failed to log action ... unable to open database file") and is otherwise harmless.
+
+    The API server cannot fetch the logs of the worker's tasks from the worker's log server: that
+    takes the API server's own secret ([api] secret_key), which a worker need not hold. Tests read
+    the log files (Deployment.logs).
+    """
+    worker_env = _base_environment()
+    worker_env.update(
+        {
+            MARKER_VARIABLE: env[MARKER_VARIABLE],
+            # Airflow and Celery retitle their processes with setproctitle, which by default
+            # overwrites what /proc/<pid>/environ shows; with this set, that file stays the real
+            # environment, which tests can check.
+            "SPT_NOENV": "1",
+            # A home of its own: the first `airflow` command run in a home that has no airflow.cfg
+            # writes the full default configuration there, with a generated [api_auth] jwt_secret
+            # and [api] secret_key, and the other components share theirs.
+            "AIRFLOW_HOME": str(worker_home),
+            # The task process parses its DAG file in the dags-folder bundle, at this path.
+            "AIRFLOW__CORE__DAGS_FOLDER": env["AIRFLOW__CORE__DAGS_FOLDER"],
+            # Else the task process also sets up the bundle of Airflow's example DAGs and imports
+            # their plugins.
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # Where the task supervisor reaches the Execution API, with the task's token.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"],
+            "AIRFLOW__CELERY__BROKER_URL": env["AIRFLOW__CELERY__BROKER_URL"],
+            "AIRFLOW__CELERY__RESULT_BACKEND": env["AIRFLOW__CELERY__RESULT_BACKEND"],
+            # The worker serves its tasks' logs on this port (the default, 8793 on every interface,
+            # would collide with another deployment's); the API server knows the same port. The
+            # scheduler serves none with the CeleryExecutor.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"],
+            # Airflow builds a metadata engine at every start (settings.initialize), from this URL or
+            # from the default, a SQLite file in the home. This one is in a directory that does not
+            # exist: any use of the database fails, loudly, instead of creating a file.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
+                f"sqlite:///{worker_home / 'no-metadata-database' / 'airflow.db'}"
+            ),
+        }
+    )
+    worker_env.update({k: v for k, v in (extra_env or {}).items() if not k.startswith(WORKER_FORBIDDEN)})
+    return worker_env
+
+
+def _make_worker_home(worker_home: Path) -> None:
+    """
+    The worker's home, with an airflow.cfg that sets nothing. Without one, the ``airflow`` CLI
+    writes the full default configuration there at start, with a freshly generated jwt_secret.
+    """
+    worker_home.mkdir()
+    (worker_home / "airflow.cfg").write_text(
+        "# The Celery worker's configuration is its environment; this file keeps the CLI from\n"
+        "# writing one with generated secrets.\n"
+    )
+
+
 def _start(deployment: Deployment, name: str, *args: str) -> None:
     """Start one component in a process group of its own, its output going to <home>/<name>.log."""
     deployment.arguments[name] = args
+    worker = name == CELERY_WORKER
+    assert not worker or deployment.worker_env is not None
     with open(deployment.home / f"{name}.log", "ab") as log:
         deployment.processes[name] = subprocess.Popen(
-            [str(AIRFLOW), name, *args],
-            env=deployment.env,
-            cwd=deployment.home,
+            [str(AIRFLOW), *COMMANDS.get(name, (name,)), *args],
+            env=deployment.worker_env if worker else deployment.env,
+            cwd=deployment.worker_home if worker else deployment.home,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -290,6 +441,8 @@ def _wait_until_running(deployment: Deployment, timeout: float) -> None:
         return {"SchedulerJob", "DagProcessorJob"} <= {row["job_type"] for row in jobs}
 
     deployment._wait(running, timeout, "the api-server, scheduler and dag-processor to run")
+    if CELERY_WORKER in deployment.processes:
+        deployment._wait(deployment.worker_answers, timeout, "the celery worker to answer")
 
 
 def _processes_of(deployment: Deployment) -> set[psutil.Process]:
@@ -348,22 +501,45 @@ def airflow_deployment(
     extra_env: dict[str, str] | None = None,
     start_timeout: float = 120,
     database: str = "postgres",
+    executor: str = "local",
 ) -> Iterator[Deployment]:
     """
     Run a database (``postgres``, ``mysql`` or ``sqlite``), ``airflow db migrate``, the API
-    server, the scheduler and the dag processor.
+    server, the scheduler and the dag processor; with ``executor="celery"``, also a Redis server
+    and ``airflow celery worker``.
+
+    *extra_env* goes to every component; the Celery worker gets it without the variables a worker
+    must not hold (WORKER_FORBIDDEN).
     """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}: choose {' or '.join(EXECUTORS)}")
     home = Path(tempfile.mkdtemp(prefix="airflow-e2e-home-"))
     try:
-        with dbservers.database(database, home) as url:
+        with contextlib.ExitStack() as servers:
+            url = servers.enter_context(dbservers.database(database, home))
+            broker_url = servers.enter_context(dbservers.redis_server()) if executor == "celery" else None
             port = dbservers.free_port()
-            env = _deployment_environment(home, Path(dags_folder).resolve(), url, port, extra_env)
-            deployment = Deployment(home, env, f"http://127.0.0.1:{port}", url)
+            env = _deployment_environment(
+                home,
+                Path(dags_folder).resolve(),
+                url,
+                port,
+                extra_env,
+                executor=EXECUTORS[executor],
+                celery=_celery_settings(broker_url) if broker_url else None,
+            )
+            worker_env = None
+            if broker_url:
+                worker_env = _worker_environment(env, home / WORKER_HOME, extra_env)
+                _make_worker_home(home / WORKER_HOME)
+            deployment = Deployment(home, env, f"http://127.0.0.1:{port}", url, worker_env, broker_url)
             try:
                 deployment.airflow("db", "migrate", timeout=600)
                 _start(deployment, "api-server", "--host", "127.0.0.1", "--port", str(port))
                 _start(deployment, "scheduler")
                 _start(deployment, "dag-processor")
+                if worker_env is not None:
+                    _start(deployment, CELERY_WORKER, *CELERY_WORKER_ARGUMENTS)
                 _wait_until_running(deployment, start_timeout)
                 yield deployment
             finally:
