@@ -293,13 +293,12 @@ def _deployment_environment(
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             # Every component signs or checks the Execution API's tokens with this secret.
             # 64 bytes or more: the default HS512 warns about shorter keys.
+            # The API server also derives the state API's credential key from it.
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
             # One key for all components, rather than whatever the first of them writes to airflow.cfg.
             "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            # Read by our own task-side client; an unknown setting is harmless to Airflow itself.
-            "AIRFLOW__STATE__API_SECRET": secrets.token_urlsafe(64),
             # The scheduler serves task logs on a fixed port (8793) of every interface by default,
             # which a second deployment on the machine would fail to bind.
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(dbservers.free_port()),
