@@ -212,3 +212,84 @@ def test_the_key_derives_from_airflows_jwt_secret_or_private_key_without_any_set
     short = api.post("/challenges", json={"task_instance_id": running.ti_id})
     assert short.status_code == 503 and "at least 32 characters" in detail(short)["message"]
     forget_configured_keys()
+
+
+# --- the task's client: one handshake per process, renewal, a new handshake after a key change ---
+
+
+@pytest.fixture
+def task_client(api, running, monkeypatch):
+    """
+    The task's real client, talking to the app; its supervisor's part (storing the proof among the
+    rendered fields) done as the Execution API does it. Returns a client factory and the paths
+    requested, in order.
+    """
+    import contextlib
+    from types import SimpleNamespace
+
+    from airflow.state.worker import client
+
+    requested: list[str] = []
+    send = api.request
+
+    def recording(method, url, *args, **kwargs):
+        requested.append(f"{method} {url}")
+        return send(method, url, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def through_the_execution_api(ti, field, value):
+        put_rendered_fields(str(ti.id), {"bash_command": "echo", field: value})
+        yield
+        put_rendered_fields(str(ti.id), {"bash_command": "echo"})
+
+    monkeypatch.setattr(api, "request", recording)
+    monkeypatch.setattr(client, "_sync_client", lambda base_url, in_process: api)
+    monkeypatch.setattr(client, "proof_in_rendered_fields", through_the_execution_api)
+    monkeypatch.setattr(client, "_credentials", {})
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://testserver")
+    ti = SimpleNamespace(id=running.ti_id)
+    return lambda: client.StateClient(ti), requested
+
+
+def test_concurrent_first_calls_of_a_process_share_one_handshake(task_client, running):
+    from concurrent.futures import ThreadPoolExecutor
+
+    new_client, requested = task_client
+    keys = f"/task-instances/{running.ti_id}/keys"
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: new_client().request("GET", keys).status_code, range(16)))
+    assert answers == [200] * 16
+    assert requested.count("POST /challenges") == requested.count("POST /credentials") == 1
+    assert requested.count(f"GET {keys}") == 16
+
+
+def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
+    task_client, running, monkeypatch
+):
+    from airflow.state.worker import client
+
+    new_client, requested = task_client
+    keys = f"/task-instances/{running.ti_id}/keys"
+    new_client().request("GET", keys)
+    [(cache_key, held)] = client._credentials.items()
+    client._credentials[cache_key] = client._Credential(held.token, renew_at=0.0, expires_at=held.expires_at)
+    assert new_client().request("GET", keys).status_code == 200
+    assert requested.count("POST /credentials/renew") == 1 and requested.count("POST /challenges") == 1
+
+    # The server's key changes without a previous key: the credential is refused, the client proves again.
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "rotated-without-notice-" + "r" * 40)
+    forget_configured_keys()
+    assert new_client().request("GET", keys).status_code == 200
+    assert requested.count("POST /challenges") == 2
+
+    # Once the try has ended, renewal is refused: the credential it holds still reads, never writes.
+    from airflow.state import StateAccessDeniedError
+
+    set_ti_state(running, "success")
+    [(cache_key, held)] = client._credentials.items()
+    client._credentials[cache_key] = client._Credential(held.token, renew_at=0.0, expires_at=held.expires_at)
+    assert new_client().request("GET", keys).status_code == 200
+    with pytest.raises(StateAccessDeniedError, match="not_running"):
+        new_client().request(
+            "PUT", f"/task-instances/{running.ti_id}/value", params={"key": "k"}, json={"value": 1}
+        )

@@ -165,7 +165,7 @@ class StateClient:
             elif now >= held.renew_at:
                 held = self._renewed(held)
             _credentials[key] = held
-        return {"Authorization": f"Bearer {held.token}"}
+        return _bearer(held.token)
 
     def _forget_credential(self) -> None:
         with _credentials_lock:
@@ -182,19 +182,24 @@ class StateClient:
         return _held(granted, started)
 
     def _renewed(self, held: _Credential) -> _Credential:
-        started = time.monotonic()
         if self.in_process:
-            return _held(_mint_in_process(self.ti), started)
-        headers = {"Authorization": f"Bearer {held.token}"}
+            return self._new_credential()
+        started = time.monotonic()
+        answer = self._send("POST", CREDENTIAL_RENEWAL_PATH, headers=_bearer(held.token))
+        if answer.status_code == 401:  # the server's key changed: prove identity again
+            return self._new_credential()
         try:
-            granted = _checked(self._send("POST", CREDENTIAL_RENEWAL_PATH, headers=headers)).json()
+            return _held(_checked(answer).json(), started)
         except StateAccessDeniedError:
             # The try has ended (code in a callback): what is left of the credential still reads.
             return _Credential(held.token, renew_at=held.expires_at, expires_at=held.expires_at)
-        return _held(granted, started)
 
     def _post(self, path: str, body: dict[str, str]) -> dict[str, Any]:
         return _checked(self._send("POST", path, json=body)).json()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _held(granted: dict[str, Any], started: float) -> _Credential:
