@@ -326,6 +326,11 @@ def test_openapi_schema_describes_the_routes(api):
     assert "403" in put["responses"] and "413" in put["responses"]
     assert put["requestBody"]["content"]["application/json"]["schema"]["required"] == ["value"]
     assert [p["name"] for p in put["parameters"] if p["in"] == "query"] == ["key"]
+    # The handshake, with the bodies it takes and the refusals it answers.
+    for path in ("/challenges", "/credentials", "/credentials/renew"):
+        assert {"401", "403", "503"} <= set(paths[path]["post"]["responses"]), path
+    redeem = paths["/credentials"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert redeem["$ref"].endswith("/CredentialRequest")
 
 
 # --- keys travel in a query parameter, read strictly: no key can pick another operation ------
