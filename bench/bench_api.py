@@ -3,10 +3,11 @@ Task state through the API against the backend called directly, measured side by
 
 A real ``airflow api-server`` (with scheduler and dag processor: the test deployment) runs on
 PostgreSQL, and a task of a bench DAG stays running meanwhile. One side is what that task's code
-does: a client holding a valid token for it sends GET and PUT requests to the state API. The
-other side is MetastoreStateBackend called in this process on the same database.
+does after its handshake: a client holding a credential for it (signed as the API server signs
+them) sends GET and PUT requests to the state API. The other side is MetastoreStateBackend called
+in this process on the same database.
 
-    PYTHONPATH=dev uv run python bench/bench_api.py [--ops 1000] [--rounds 5]
+    PYTHONPATH=dev uv run --no-sync python bench/bench_api.py [--ops 1000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from _common import measure, parse_args
 
@@ -30,15 +32,19 @@ def main() -> None:
         deployment.wait_for_dag("bench_holder", timeout=120)
         deployment.trigger("bench_holder", "bench")
         ti = wait_until_running(deployment)
-        # This process plays the worker and, for the direct side, the API server's backend.
-        for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__STATE__API_SECRET"):
+        # This process plays the task (after its handshake) and, for the direct side, the API
+        # server's backend.
+        for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
             os.environ[name] = deployment.env[name]
         os.environ["AIRFLOW__STATE__API_URL"] = f"{deployment.api_url}/state"
-        run(args, ti)
+        # Imports Airflow: only now that its environment is this deployment's.
+        from state_testing.credentials import credential_for
+
+        run(args, ti, credential_for(deployment.env, ti))
         (dags / "release").write_text("")
 
 
-# A task that stays running while the benchmark speaks for it with its token.
+# A task that stays running while the benchmark speaks for it with its credential.
 HOLDER_DAG = """
 import time
 from datetime import datetime
@@ -70,21 +76,23 @@ def wait_until_running(deployment) -> dict:
     raise TimeoutError(deployment.logs())
 
 
-def run(args, ti: dict) -> None:
+def run(args, ti: dict, credential: str) -> None:
     from airflow.state import codec
     from airflow.state.metastore import MetastoreStateBackend
     from airflow.state.protocol import task_value_path
-    from airflow.state.tokens import TaskInstanceClaims
-    from airflow.state.worker.client import StateClient
+    from airflow.state.worker import client as state_client
     from airflow_shared.state import TaskScope
 
-    claims = TaskInstanceClaims(
-        str(ti["id"]), ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"], ti["try_number"]
+    # What StateClient reads of the running task instance.
+    running = SimpleNamespace(**ti)  # id, dag_id, run_id, task_id, map_index, try_number
+    client = state_client.StateClient(running)
+    # The credential the task's handshake would have left in the cache, never renewed here.
+    state_client._credentials[(os.getpid(), client.ti_id)] = state_client._Credential(
+        credential, renew_at=float("inf"), expires_at=float("inf")
     )
-    client = StateClient(claims)
-    value_path = task_value_path(claims.ti_id)
+    value_path = task_value_path(client.ti_id)
     backend = MetastoreStateBackend()
-    scope = TaskScope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
+    scope = TaskScope(ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"])
     keys = [f"key_{i % 100}" for i in range(args.ops)]
 
     medians = measure(
