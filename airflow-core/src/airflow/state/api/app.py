@@ -11,9 +11,10 @@ log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
-    from airflow.state.api.errors import database_unavailable, validation_error
+    from airflow.state.api.errors import database_unavailable, misconfigured, validation_error
     from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.routes import router
+    from airflow.state.exceptions import StateConfigurationError
     from fastapi.exceptions import RequestValidationError
     from sqlalchemy.exc import DBAPIError
 
@@ -38,6 +39,7 @@ def create_app() -> FastAPI:
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DBAPIError, database_unavailable)
+    app.add_exception_handler(StateConfigurationError, misconfigured)
     return app
 
 

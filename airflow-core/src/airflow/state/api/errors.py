@@ -62,3 +62,12 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
         }
     }
     return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
+
+
+async def misconfigured(request: Request, error: Exception) -> JSONResponse:
+    """
+    A deployment problem on the API server (no key to sign credentials with, an invalid option):
+    503 ``misconfigured``, which clients do not retry, with the message that says what to set.
+    """
+    body = {"detail": {"reason": Reason.MISCONFIGURED.value, "message": f"API server: {error}"}}
+    return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)

@@ -40,9 +40,8 @@ from airflow.state.api.datamodels import (
     CredentialResponse,
 )
 from airflow.state.api.errors import refusal
-from airflow.state.api.security import Claims, check_task_instance, forbidden, misconfigured, unauthorized
+from airflow.state.api.security import Claims, check_task_instance, forbidden, unauthorized
 from airflow.state.api.signing_keys import signing_key, verification_keys
-from airflow.state.exceptions import StateConfigurationError
 from airflow.state.protocol import (
     CHALLENGES_PATH,
     CREDENTIAL_RENEWAL_PATH,
@@ -63,23 +62,9 @@ _DOCUMENTED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _key() -> bytes:
-    try:
-        return signing_key()
-    except StateConfigurationError as error:
-        raise misconfigured(error) from None
-
-
-def _keys() -> tuple[bytes, ...]:
-    try:
-        return verification_keys()
-    except StateConfigurationError as error:
-        raise misconfigured(error) from None
-
-
 def _credential(claims: TaskInstanceClaims) -> CredentialResponse:
     return CredentialResponse(
-        credential=issue_credential(claims, _key()), expires_in=CREDENTIAL_LIFETIME_SECONDS
+        credential=issue_credential(claims, signing_key()), expires_in=CREDENTIAL_LIFETIME_SECONDS
     )
 
 
@@ -87,7 +72,7 @@ def _credential(claims: TaskInstanceClaims) -> CredentialResponse:
 def create_challenge(body: ChallengeRequest) -> ChallengeResponse:
     """A challenge for one task instance, to be proven through its supervisor (step 1)."""
     return ChallengeResponse(
-        challenge=issue_challenge(str(body.task_instance_id), _key()),
+        challenge=issue_challenge(str(body.task_instance_id), signing_key()),
         field=PROOF_FIELD,
         expires_in=CHALLENGE_LIFETIME_SECONDS,
     )
@@ -97,7 +82,7 @@ def create_challenge(body: ChallengeRequest) -> ChallengeResponse:
 def redeem_challenge(body: CredentialRequest) -> CredentialResponse:
     """A credential for the task instance whose rendered fields hold the proof of the challenge (step 3)."""
     try:
-        ti_id = verify_challenge(body.challenge, _keys())
+        ti_id = verify_challenge(body.challenge, verification_keys())
     except jwt.ExpiredSignatureError:
         raise unauthorized("challenge expired: ask for a new one") from None
     except jwt.InvalidTokenError as error:
@@ -132,10 +117,6 @@ def _task_instance_and_rendered_fields(ti_id: str) -> tuple[Any, ...] | None:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    try:
-        wanted = UUID(ti_id)
-    except ValueError:
-        return None
     query = (
         select(
             TaskInstance.dag_id,
@@ -154,7 +135,8 @@ def _task_instance_and_rendered_fields(ti_id: str) -> tuple[Any, ...] | None:
                 Rendered.map_index == TaskInstance.map_index,
             ),
         )
-        .where(TaskInstance.id == wanted)
+        # A verified challenge names the id of a ChallengeRequest, always a UUID.
+        .where(TaskInstance.id == UUID(ti_id))
     )
     with create_session() as session:
         row = session.execute(query).first()

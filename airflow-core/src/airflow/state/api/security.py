@@ -10,7 +10,6 @@ import jwt
 from airflow.state.api.credentials import TaskInstanceClaims, verify_credential
 from airflow.state.api.errors import refusal, unprocessable
 from airflow.state.api.signing_keys import verification_keys
-from airflow.state.exceptions import StateConfigurationError
 from airflow.state.metastore.engine import execute
 from airflow.state.metastore.run_identity import dag_run_uid
 from airflow.state.protocol import CHALLENGES_PATH, Reason
@@ -25,21 +24,13 @@ _bearer = HTTPBearer(
 )
 
 
-def misconfigured(error: StateConfigurationError) -> HTTPException:
-    return refusal(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}")
-
-
 def credential_claims(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TaskInstanceClaims:
     if credentials is None:
         raise unauthorized("missing bearer credential")
     try:
-        keys = verification_keys()
-    except StateConfigurationError as error:
-        raise misconfigured(error) from None
-    try:
-        return verify_credential(credentials.credentials, keys)
+        return verify_credential(credentials.credentials, verification_keys())
     except jwt.ExpiredSignatureError:
         raise unauthorized("credential expired") from None
     except jwt.InvalidTokenError as error:
