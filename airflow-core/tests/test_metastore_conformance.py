@@ -13,6 +13,7 @@ class TestMetastoreConformance(StateBackendConformance):
     # task_state rows reference dag_run ON DELETE CASCADE: a deleted run takes its state along,
     # so the metastore may ignore dag_run_uid (and does).
     task_state_cascades_with_dag_run = True
+    records_writes = True
 
     @pytest.fixture
     def backend(self):

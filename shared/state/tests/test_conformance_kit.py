@@ -6,14 +6,36 @@ import textwrap
 import threading
 
 import pytest
-from airflow_shared.state import BaseStateBackend, TaskScope
+from airflow_shared.state import BaseStateBackend, StateEntry, StateEntryPage, TaskScope
 from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
 
 
 class TestMemoryBackendConforms(StateBackendConformance):
+    records_writes = True
+
     @pytest.fixture
     def backend(self):
         return MemoryStateBackend()
+
+
+class KeysAndValuesOnly(MemoryStateBackend):
+    """A backend that lists keys but records nothing of writes: it gets the default entries()."""
+
+    entries = BaseStateBackend.entries
+    key_counts = BaseStateBackend.key_counts
+
+
+class TestDefaultListingConforms(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return KeysAndValuesOnly()
+
+
+def test_default_entries_know_nothing_of_writes():
+    backend = KeysAndValuesOnly()
+    scope = TaskScope("d", "r", "t", dag_run_uid="u")
+    backend.set_by_try(scope, "k", "v", try_number=2)
+    assert backend.entries(scope) == StateEntryPage([StateEntry("k", "v")], 1)
 
 
 def test_async_defaults_run_in_a_worker_thread():
@@ -98,6 +120,12 @@ class IgnoresDagRunUid(MemoryStateBackend):
 
     def set(self, scope, key, value, *, session=None):
         super().set(forget_uid(scope), key, value)
+
+    def set_by_try(self, scope, key, value, *, try_number, session=None):
+        super().set_by_try(forget_uid(scope), key, value, try_number=try_number)
+
+    def entries(self, scope, **listing):
+        return super().entries(forget_uid(scope), **listing)
 
     def delete(self, scope, key, *, session=None):
         super().delete(forget_uid(scope), key)

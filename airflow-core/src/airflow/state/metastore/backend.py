@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import arun, run
-from airflow_shared.state import BaseStateBackend, StateScope
+from airflow_shared.state import BaseStateBackend, StateEntryPage, StateScope
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,6 +56,20 @@ class MetastoreStateBackend(BaseStateBackend):
 
     def keys(self, scope: StateScope, *, session: Session | None = None) -> list[str]:
         return run(op.list_keys(scope), session)
+
+    def entries(
+        self,
+        scope: StateScope,
+        *,
+        key_prefix: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        session: Session | None = None,
+    ) -> StateEntryPage:
+        return listing.entries(scope, key_prefix, offset, limit, session)
+
+    def key_counts(self, scopes: Sequence[StateScope], *, session: Session | None = None) -> list[int]:
+        return listing.key_counts(scopes, session)
 
     # --- async -------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ backend without installing Airflow's core.
 from __future__ import annotations
 
 from .backend import BaseStateBackend
+from .entries import StateEntry, StateEntryPage, validate_listing
 from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 
@@ -15,9 +16,12 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "AssetScope",
     "BaseStateBackend",
+    "StateEntry",
+    "StateEntryPage",
     "StateScope",
     "TaskScope",
     "validate_key",
+    "validate_listing",
     "validate_scope",
     "validate_value",
 ]

@@ -10,17 +10,22 @@ process only: never configure it as ``[state] backend`` of a deployment.
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_shared.state import (
     AssetScope,
     BaseStateBackend,
+    StateEntry,
+    StateEntryPage,
     StateScope,
     TaskScope,
     validate_key,
+    validate_listing,
     validate_scope,
     validate_value,
 )
+from airflow_shared.state.entries import page_of_keys
 
 
 def _check(scope: object) -> None:
@@ -37,20 +42,27 @@ class MemoryStateBackend(BaseStateBackend):
     """Task and asset state in a dict of this process, safe to share between threads."""
 
     def __init__(self) -> None:
-        self._data: dict[tuple[StateScope, str], str] = {}
+        self._data: dict[tuple[StateScope, str], StateEntry] = {}
         self._lock = threading.Lock()
 
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
         _check(scope)
         validate_key(key)
-        return self._data.get((scope, key))
+        entry = self._data.get((scope, key))
+        return None if entry is None else entry.value
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
+        self.set_by_try(scope, key, value, try_number=None)
+
+    def set_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
         _check(scope)
         validate_key(key)
         validate_value(value)
+        writer = try_number if isinstance(scope, TaskScope) else None
         with self._lock:
-            self._data[(scope, key)] = value
+            self._data[(scope, key)] = StateEntry(key, value, datetime.now(UTC), writer)
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         _check(scope)
@@ -64,6 +76,24 @@ class MemoryStateBackend(BaseStateBackend):
         with self._lock:
             found = [key for stored_scope, key in self._data if stored_scope == scope]
         return sorted(found)
+
+    def entries(
+        self,
+        scope: StateScope,
+        *,
+        key_prefix: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        session: Any = None,
+    ) -> StateEntryPage:
+        _check(scope)
+        validate_listing(key_prefix, offset, limit)
+        with self._lock:
+            stored = {
+                key: entry for (stored_scope, key), entry in self._data.items() if stored_scope == scope
+            }
+        keys, total = page_of_keys(list(stored), key_prefix, offset, limit)
+        return StateEntryPage([stored[key] for key in keys], total)
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _check(scope)

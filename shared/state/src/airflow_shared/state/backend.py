@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
+from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .scopes import StateScope
 
 
@@ -72,6 +74,44 @@ class BaseStateBackend(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not support listing state keys")
 
+    def entries(
+        self,
+        scope: StateScope,
+        *,
+        key_prefix: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        session: Any = None,
+    ) -> StateEntryPage:
+        """
+        Return a page of the entries of *scope*: sorted by key (by code point), only keys starting
+        with *key_prefix* when given, skipping *offset* of them and at most *limit* (all when
+        ``None``), with the total that matched.
+
+        This is what operators see (the REST API, ``airflow state list`` and ``export``, the UI).
+        The default is built on :meth:`keys` and :meth:`get` and knows nothing of when or by which
+        try a key was written; backends that record it override this method. Validate the scope
+        and :func:`~airflow_shared.state.entries.validate_listing` first.
+        """
+        validate_listing(key_prefix, offset, limit)
+        keys, total = page_of_keys(self.keys(scope, session=session), key_prefix, offset, limit)
+        found = []
+        for key in keys:
+            value = self.get(scope, key, session=session)
+            if value is not None:  # deleted between listing and reading
+                found.append(StateEntry(key, value))
+        return StateEntryPage(found, total)
+
+    def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
+        """
+        Return how many keys each of *scopes* holds, in the same order.
+
+        Operators use it to find which task instances of a run (and which assets) hold state.
+        The default calls :meth:`keys` once per scope; backends that can count many scopes in one
+        round trip override it.
+        """
+        return [len(self.keys(scope, session=session)) for scope in scopes]
+
     async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
         """Async :meth:`get`."""
         return await asyncio.to_thread(self.get, scope, key, session=session)
@@ -83,8 +123,16 @@ class BaseStateBackend(ABC):
     async def aset_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> None:
-        """Async :meth:`set_by_try`; the default calls :meth:`aset`."""
-        await self.aset(scope, key, value, session=session)
+        """
+        Async :meth:`set_by_try`. The default runs an overridden :meth:`set_by_try` in a worker
+        thread, so the try is not lost; for a backend that does not record it, it calls :meth:`aset`.
+        """
+        if type(self).set_by_try is BaseStateBackend.set_by_try:
+            await self.aset(scope, key, value, session=session)
+        else:
+            await asyncio.to_thread(
+                self.set_by_try, scope, key, value, try_number=try_number, session=session
+            )
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         """Async :meth:`delete`."""

@@ -24,6 +24,9 @@ Fixtures a backend may override:
 * ``make_asset_scope``: ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset; the
   metastore creates real asset rows.
 
+Set the class attribute ``records_writes = True`` when :meth:`BaseStateBackend.entries` reports
+when each key was written and by which try; the kit then checks both.
+
 Set the class attribute ``task_state_cascades_with_dag_run = True`` only if the store itself
 deletes task state with the ``dag_run`` row (a foreign key, as in the metastore); such a backend
 may ignore ``dag_run_uid``, and the kit skips the two tests that require keying on it. Every
@@ -39,11 +42,13 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
+from .entries import StateEntryPage
 from .scopes import AssetScope, TaskScope
 from .validation import MAX_KEY_LENGTH
 
@@ -66,6 +71,9 @@ class StateBackendConformance:
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign
     #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``.
     task_state_cascades_with_dag_run: bool = False
+
+    #: True when ``entries()`` reports ``updated_at`` and ``updated_by_try`` of each key.
+    records_writes: bool = False
 
     @pytest.fixture
     def backend(self) -> BaseStateBackend:
@@ -423,6 +431,117 @@ class StateBackendConformance:
         assert asyncio.run(backend.akeys(scope)) == ["Z", "a", "ü"]
         backend.clear(scope)
         assert backend.keys(scope) == []
+
+    # --- entries and counts (what operators see) ------------------------------------------
+
+    def test_entries_list_values_sorted_with_total(self, backend, make_task_scope, make_asset_scope):
+        scope = make_task_scope(map_index=0)
+        try:
+            assert backend.entries(scope) == StateEntryPage([], 0)
+        except NotImplementedError:
+            pytest.skip(f"{type(backend).__name__} does not list keys")
+        stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000}
+        for key, value in stored.items():
+            backend.set(scope, key, value)
+        backend.set(make_task_scope(map_index=1), "other_map_index", "v")
+        backend.set(make_asset_scope(1), "asset_key", "v")
+        page = backend.entries(scope)
+        assert [(entry.key, entry.value) for entry in page.entries] == sorted(stored.items())
+        assert page.total == 5
+        assert [entry.key for entry in backend.entries(make_asset_scope(1)).entries] == ["asset_key"]
+
+    def test_entries_filter_by_prefix_and_page(self, backend, make_task_scope):
+        scope = make_task_scope()
+        try:
+            backend.entries(scope)
+        except NotImplementedError:
+            pytest.skip(f"{type(backend).__name__} does not list keys")
+        for n in range(7):
+            backend.set(scope, f"job/{n}", str(n))
+        backend.set(scope, "jobs", "not under job/")
+        backend.set(scope, "other", "o")
+        page = backend.entries(scope, key_prefix="job/", offset=2, limit=3)
+        assert [entry.key for entry in page.entries] == ["job/2", "job/3", "job/4"]
+        assert [entry.value for entry in page.entries] == ["2", "3", "4"]
+        assert page.total == 7
+        assert backend.entries(scope, key_prefix="job/", offset=6).entries[0].key == "job/6"
+        assert backend.entries(scope, offset=20) == StateEntryPage([], 9)
+        assert backend.entries(scope, limit=0) == StateEntryPage([], 9)
+        assert backend.entries(scope, key_prefix="nothing") == StateEntryPage([], 0)
+        # A prefix is text, not a pattern: SQL LIKE and Redis MATCH wildcards mean themselves.
+        backend.set(scope, "100%_done", "v")
+        backend.set(scope, "1000_done", "v")
+        backend.set(scope, "a*b", "v")
+        backend.set(scope, "a[b", "v")
+        assert [e.key for e in backend.entries(scope, key_prefix="100%").entries] == ["100%_done"]
+        assert [e.key for e in backend.entries(scope, key_prefix="a*").entries] == ["a*b"]
+        assert [e.key for e in backend.entries(scope, key_prefix="a[").entries] == ["a[b"]
+        assert [e.key for e in backend.entries(scope, key_prefix="10_").entries] == []
+
+    @pytest.mark.parametrize(
+        ("arguments", "error"),
+        [
+            ({"key_prefix": 3}, TypeError),
+            ({"key_prefix": "a\x00"}, ValueError),
+            ({"offset": -1}, ValueError),
+            ({"offset": None}, TypeError),
+            ({"limit": -1}, ValueError),
+            ({"limit": True}, TypeError),
+        ],
+        ids=["int-prefix", "nul-prefix", "negative-offset", "none-offset", "negative-limit", "bool-limit"],
+    )
+    def test_entries_refuse_bad_arguments(self, backend, make_task_scope, arguments, error):
+        try:
+            backend.entries(make_task_scope())
+        except NotImplementedError:
+            pytest.skip(f"{type(backend).__name__} does not list keys")
+        with pytest.raises(error):
+            backend.entries(make_task_scope(), **arguments)
+        with pytest.raises(TypeError, match="scope"):
+            backend.entries("dag/run/task")
+
+    def test_entries_report_when_and_by_which_try(self, backend, make_task_scope, make_asset_scope):
+        if not self.records_writes:
+            pytest.skip(f"{type(backend).__name__} does not record who wrote a key, or when")
+        task, asset = make_task_scope(), make_asset_scope(1)
+        before = datetime.now(UTC) - timedelta(seconds=5)
+        backend.set_by_try(task, "by_try_2", "v", try_number=2)
+        asyncio.run(backend.aset_by_try(task, "by_try_3", "v", try_number=3))
+        backend.set(task, "by_an_operator", "v")
+        backend.set_by_try(task, "rewritten", "v", try_number=1)
+        backend.set_by_try(task, "rewritten", "v", try_number=None)
+        backend.set(asset, "watermark", "v")
+        after = datetime.now(UTC) + timedelta(seconds=5)
+        entries = {entry.key: entry for entry in backend.entries(task).entries}
+        assert {key: entry.updated_by_try for key, entry in entries.items()} == {
+            "by_an_operator": None,
+            "by_try_2": 2,
+            "by_try_3": 3,
+            "rewritten": None,
+        }
+        (asset_entry,) = backend.entries(asset).entries
+        assert asset_entry.updated_by_try is None
+        for entry in [*entries.values(), asset_entry]:
+            assert entry.updated_at is not None and entry.updated_at.tzinfo is not None, entry
+            assert before <= entry.updated_at <= after, entry
+
+    def test_key_counts_count_each_scope(self, backend, make_task_scope, make_asset_scope):
+        scopes = [make_task_scope(map_index=n) for n in (-1, 0, 1)] + [
+            make_asset_scope(1),
+            make_asset_scope(2),
+        ]
+        try:
+            assert backend.key_counts(scopes) == [0, 0, 0, 0, 0]
+        except NotImplementedError:
+            pytest.skip(f"{type(backend).__name__} does not list keys")
+        for n, scope in enumerate(scopes):
+            for key in range(n):
+                backend.set(scope, f"k{key}", "v")
+        backend.delete(scopes[4], "k0")
+        backend.set(make_task_scope(run_id="run_2", map_index=1), "elsewhere", "v")
+        assert backend.key_counts(scopes) == [0, 1, 2, 3, 3]
+        assert backend.key_counts(list(reversed(scopes))) == [3, 3, 2, 1, 0]
+        assert backend.key_counts([]) == []
 
     # --- async parity --------------------------------------------------------------------
 
