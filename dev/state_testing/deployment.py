@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
@@ -123,6 +124,15 @@ class Deployment:
                 f"--- stdout ---\n{result.stdout[-LOG_TAIL:]}\n--- stderr ---\n{result.stderr[-LOG_TAIL:]}"
             )
         return result.stdout
+
+    def token(self, username: str) -> str:
+        """A JWT for *username* (one of the deployment's users), as ``POST /auth/token`` issues it."""
+        response = httpx.post(
+            f"{self.api_url}/auth/token", json={"username": username, "password": PASSWORD}, timeout=30
+        )
+        if response.status_code != 201:
+            raise DeploymentError(f"login of {username!r} failed: {response.status_code} {response.text}")
+        return str(response.json()["access_token"])
 
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
         args = ["dags", "trigger", dag_id, "--run-id", run_id]
@@ -309,6 +319,23 @@ def _deployment_environment(
     )
     env.update(extra_env or {})
     return env
+
+
+#: The password of every user a deployment is started with.
+PASSWORD = "state-test-password"
+
+
+def _user_settings(home: Path, users: dict[str, str] | None) -> dict[str, str]:
+    """SimpleAuthManager's users and a passwords file written first, so no password is generated."""
+    if not users:
+        return {}
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps(dict.fromkeys(users, PASSWORD)))
+    roles = ",".join(f"{name}:{role}" for name, role in users.items())
+    return {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": roles,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
 
 
 def _celery_settings(broker_url: str) -> dict[str, str]:
@@ -501,6 +528,7 @@ def airflow_deployment(
     start_timeout: float = 120,
     database: str = "postgres",
     executor: str = "local",
+    users: dict[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """
     Run a database (``postgres``, ``mysql`` or ``sqlite``), ``airflow db migrate``, the API
@@ -509,6 +537,9 @@ def airflow_deployment(
 
     *extra_env* goes to every component; the Celery worker gets it without the variables a worker
     must not hold (WORKER_FORBIDDEN).
+
+    *users* maps user names to SimpleAuthManager roles (``viewer``, ``user``, ``op``, ``admin``);
+    each gets the password :data:`PASSWORD`, and :meth:`Deployment.token` logs them in.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}: choose {' or '.join(EXECUTORS)}")
@@ -523,7 +554,7 @@ def airflow_deployment(
                 Path(dags_folder).resolve(),
                 url,
                 port,
-                extra_env,
+                {**_user_settings(home, users), **(extra_env or {})},
                 executor=EXECUTORS[executor],
                 celery=_celery_settings(broker_url) if broker_url else None,
             )
