@@ -54,6 +54,8 @@ class Reason(StrEnum):
     """Why the state API refused a request: the ``reason`` beside the human ``message``."""
 
     KEY_NOT_FOUND = "key_not_found"
+    DAG_RUN_NOT_FOUND = "dag_run_not_found"
+    TASK_INSTANCE_NOT_FOUND = "task_instance_not_found"
     ASSET_NOT_FOUND = "asset_not_found"
     ASSET_NOT_DECLARED = "asset_not_declared"
     INVALID_KEY = "invalid_key"
@@ -61,6 +63,7 @@ class Reason(StrEnum):
     INVALID_REQUEST = "invalid_request"
     BODY_TOO_LARGE = "body_too_large"
     INVALID_TOKEN = "invalid_token"
+    UNAUTHENTICATED = "unauthenticated"
     PROOF_NOT_FOUND = "proof_not_found"
     FORBIDDEN = "forbidden"
     NOT_RUNNING = "not_running"
