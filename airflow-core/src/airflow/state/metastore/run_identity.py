@@ -55,18 +55,8 @@ def dag_run_uid(dag_run_id: int, created_at: datetime | None, run_after: datetim
     return f"{dag_run_id}.{_epoch_micros(instant)}"
 
 
-def task_scope(
-    dag_id: str, run_id: str, task_id: str, map_index: int = -1, *, session: Session | None = None
-) -> TaskScope:
-    """
-    Return the complete ``TaskScope`` of a task instance, ``dag_run_uid`` included.
-
-    Use it in Airflow server processes (the scheduler, the API server, CLI commands) to address
-    task state directly through a backend: backends other than the metastore refuse a scope
-    without ``dag_run_uid``. Raises ``ValueError`` when the dag run does not exist.
-
-    :param session: a SQLAlchemy session to read the dag run with; a new one when omitted.
-    """
+def uid_of_run(dag_id: str, run_id: str, session: Session | None = None) -> str | None:
+    """The ``dag_run_uid`` of the dag run, or ``None`` when there is no such run."""
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
 
@@ -80,7 +70,22 @@ def task_scope(
             row = own_session.execute(query).one_or_none()
     else:
         row = session.execute(query).one_or_none()
-    if row is None:
+    return None if row is None else dag_run_uid(row.id, row.created_at, row.run_after)
+
+
+def task_scope(
+    dag_id: str, run_id: str, task_id: str, map_index: int = -1, *, session: Session | None = None
+) -> TaskScope:
+    """
+    Return the complete ``TaskScope`` of a task instance, ``dag_run_uid`` included.
+
+    Use it in Airflow server processes (the scheduler, the API server, CLI commands) to address
+    task state directly through a backend: backends other than the metastore refuse a scope
+    without ``dag_run_uid``. Raises ``ValueError`` when the dag run does not exist.
+
+    :param session: a SQLAlchemy session to read the dag run with; a new one when omitted.
+    """
+    uid = uid_of_run(dag_id, run_id, session)
+    if uid is None:
         raise ValueError(f"No DagRun found for dag_id={dag_id!r}, run_id={run_id!r}")
-    uid = dag_run_uid(row.id, row.created_at, row.run_after)
     return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)

@@ -1,0 +1,240 @@
+"""
+What operators do to state, shared by the REST API (``api/operator``) and the CLI (``cli``).
+
+Both address state the way people name it (a dag run by dag id and run id, an asset by id, name or
+URI), on the configured backend, and both must refuse the same things with the same words: a dag
+run, task instance or asset that does not exist raises :class:`NotFound`; a bad key or value
+raises ``ValueError``/``TypeError`` from the shared validators or the codec. Writes made here name
+no try (``updated_by_try`` stays empty): they are an operator's, not a task's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.state import codec
+from airflow.state.protocol import Reason
+from airflow_shared.state import AssetScope, StateEntry, StateEntryPage, StateScope, TaskScope, validate_key
+
+if TYPE_CHECKING:
+    from airflow_shared.state import BaseStateBackend
+    from sqlalchemy.orm import Session
+
+
+class NotFound(LookupError):
+    """The dag run, task instance, asset or key an operator named does not exist."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class AssetInfo:
+    """An asset as operators know it."""
+
+    asset_id: int
+    name: str
+    uri: str
+    group: str
+
+
+@dataclass(frozen=True)
+class TaskInstanceState:
+    """A task instance of a run that holds state, and how many keys."""
+
+    task_id: str
+    map_index: int
+    key_count: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A stored entry with its value decoded from JSON, as operators see it."""
+
+    key: str
+    value: Any
+    updated_at: Any
+    updated_by_try: int | None
+
+    @classmethod
+    def of(cls, entry: StateEntry) -> Entry:
+        return cls(entry.key, decode(entry.value), entry.updated_at, entry.updated_by_try)
+
+
+def backend() -> BaseStateBackend:
+    from airflow.state import get_state_backend
+
+    return get_state_backend()
+
+
+def decode(text: str) -> Any:
+    """
+    The JSON value of stored *text*. Text that is not JSON (written by server code straight through
+    a backend, not through the task accessors) is shown as the string it is rather than failing.
+    """
+    try:
+        return codec.decode(text)
+    except ValueError:
+        return text
+
+
+# --- naming scopes --------------------------------------------------------------------------------
+
+
+def dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
+    """The ``dag_run_uid`` of the run, or :class:`NotFound` (``dag_run_not_found``)."""
+    from airflow.state.metastore.run_identity import uid_of_run
+
+    uid = uid_of_run(dag_id, run_id, session)
+    if uid is None:
+        raise NotFound(Reason.DAG_RUN_NOT_FOUND, f"no dag run with dag_id={dag_id!r} and run_id={run_id!r}")
+    return uid
+
+
+def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> TaskScope:
+    """
+    The scope of a task instance that exists; :class:`NotFound` for a missing dag run or task
+    instance, so that a typo never silently reads (or writes) an empty scope.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    uid = dag_run_uid(dag_id, run_id, session)
+    found = session.scalar(
+        select(TaskInstance.map_index).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+    )
+    if found is None:
+        mapped = "" if map_index == -1 else f" with map_index={map_index}"
+        raise NotFound(
+            Reason.TASK_INSTANCE_NOT_FOUND,
+            f"dag run {dag_id!r}/{run_id!r} has no task instance {task_id!r}{mapped}",
+        )
+    return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
+
+
+def find_asset(
+    session: Session, *, asset_id: int | None = None, name: str | None = None, uri: str | None = None
+) -> AssetInfo:
+    """The asset with this id, or this name and/or URI; :class:`NotFound` when none (or several) match."""
+    from airflow.models.asset import AssetModel
+    from sqlalchemy import select
+
+    query = select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.group)
+    wanted = {"id": asset_id, "name": name, "uri": uri}
+    if all(value is None for value in wanted.values()):
+        raise ValueError("name the asset by its id, its name or its URI")
+    for column, value in wanted.items():
+        if value is not None:
+            query = query.where(getattr(AssetModel, column) == value)
+    matches = session.execute(query.limit(2)).all()
+    described = " and ".join(f"{column}={value!r}" for column, value in wanted.items() if value is not None)
+    if not matches:
+        raise NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {described}")
+    if len(matches) > 1:
+        raise NotFound(
+            Reason.ASSET_NOT_FOUND, f"{described} names several assets; give the asset's id or its URI too"
+        )
+    row = matches[0]
+    return AssetInfo(row.id, row.name, row.uri, row.group)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def entries(
+    scope: StateScope, *, key_prefix: str | None = None, offset: int = 0, limit: int | None = None
+) -> tuple[list[Entry], int]:
+    """A page of the scope's entries (values decoded), and how many keys matched in all."""
+    page: StateEntryPage = backend().entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
+    return [Entry.of(entry) for entry in page.entries], page.total
+
+
+def entry(scope: StateScope, key: str) -> Entry:
+    """One entry, with what the backend records of its last write; :class:`NotFound` when missing."""
+    validate_key(key)
+    # Keys sort by code point and a key sorts before every longer key it prefixes, so the first
+    # entry with the key as prefix is the key itself when it exists: one call, metadata included.
+    page = backend().entries(scope, key_prefix=key, limit=1)
+    if page.entries and page.entries[0].key == key:
+        return Entry.of(page.entries[0])
+    raise NotFound(Reason.KEY_NOT_FOUND, f"no state stored under key {key!r}")
+
+
+def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> list[TaskInstanceState]:
+    """The task instances of the run that hold state, sorted by task id and map index."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    uid = dag_run_uid(dag_id, run_id, session)
+    rows = session.execute(
+        select(TaskInstance.task_id, TaskInstance.map_index)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+        .order_by(TaskInstance.task_id, TaskInstance.map_index)
+    ).all()
+    scopes = [TaskScope(dag_id, run_id, row.task_id, row.map_index, dag_run_uid=uid) for row in rows]
+    counts = backend().key_counts(scopes)
+    return [
+        TaskInstanceState(scope.task_id, scope.map_index, count)
+        for scope, count in zip(scopes, counts, strict=True)
+        if count
+    ]
+
+
+def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:
+    """Every asset that holds state, with its key count, sorted by name and URI."""
+    from airflow.models.asset import AssetModel
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.group).order_by(
+            AssetModel.name, AssetModel.uri
+        )
+    ).all()
+    counts = backend().key_counts([AssetScope(row.id) for row in rows])
+    return [
+        (AssetInfo(row.id, row.name, row.uri, row.group), count)
+        for row, count in zip(rows, counts, strict=True)
+        if count
+    ]
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def put(scope: StateScope, key: str, value: Any) -> Entry:
+    """
+    Store *value* (any JSON but null, within ``[state] max_value_bytes``) under *key*, as an
+    operator: no try is recorded. Returns the entry as stored.
+    """
+    validate_key(key)
+    text = codec.encode(value)
+    backend().set_by_try(scope, key, text, try_number=None)
+    return entry(scope, key)
+
+
+def parse_json_value(text: str) -> Any:
+    """A value given as JSON text (the CLI's ``set KEY VALUE``); ``ValueError`` says what is wrong."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"the value must be JSON (a string needs quotes: '\"text\"'): {error.msg} at position {error.pos}"
+        ) from None
+
+
+def delete(scope: StateScope, key: str) -> None:
+    validate_key(key)
+    backend().delete(scope, key)
+
+
+def clear(scope: StateScope, *, all_map_indices: bool = False) -> None:
+    backend().clear(scope, all_map_indices=all_map_indices)
