@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
+import airflow_state_redis.backend
 import pytest
-from airflow_shared.state import AssetScope, BaseStateBackend, TaskScope
+from airflow_shared.state import AssetScope, BaseStateBackend, StateEntry, StateEntryPage, TaskScope
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
+from redis.crc import key_slot
 from state_testing.dbservers import free_port
 
 # What airflow.state.metastore.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
@@ -24,9 +27,17 @@ def task_index(prefix: str, dag: str, run: str, task: str, uid: str = UID) -> st
     return f"{prefix}:task:{{{dag}:{run}:{uid}:{task}}}:map-indexes"
 
 
+def task_meta(prefix: str, dag: str, run: str, task: str, map_index: int, uid: str = UID) -> str:
+    return task_hash(prefix, dag, run, task, map_index, uid) + ":meta"
+
+
+def asset_meta(prefix: str, asset_id: int) -> str:
+    return f"{prefix}:asset-meta:{{{prefix}:asset:{asset_id}}}"
+
+
 def keys_under(client, prefix: str) -> set[str]:
-    # KEYS is fine in a test on a private server; the backend itself never scans.
-    return {key.decode() for key in client.keys(f"{prefix}:*")}
+    # SCAN is fine in a test on a private server; the backend itself never scans.
+    return {key.decode() for key in client.scan_iter(match=f"{prefix}:*", count=1000)}
 
 
 # --- layout --------------------------------------------------------------------------------
@@ -34,17 +45,52 @@ def keys_under(client, prefix: str) -> set[str]:
 
 def test_key_layout_is_one_hash_per_task_instance_plus_an_index(make_backend, redis_client, key_prefix):
     backend = make_backend()
-    backend.set(TaskScope("dag", "manual__2026-01-01T00:00:00+00:00", "task", 2, dag_run_uid=UID), "k", "v")
+    backend.set_by_try(
+        TaskScope("dag", "manual__2026-01-01T00:00:00+00:00", "task", 2, dag_run_uid=UID),
+        "k",
+        "v",
+        try_number=3,
+    )
     backend.set(AssetScope(7), "watermark", "w")
 
     run = "manual__2026-01-01T00%3A00%3A00%2B00%3A00"
     assert keys_under(redis_client, key_prefix) == {
         task_hash(key_prefix, "dag", run, "task", 2),
+        task_meta(key_prefix, "dag", run, "task", 2),
         task_index(key_prefix, "dag", run, "task"),
         f"{key_prefix}:asset:7",
+        asset_meta(key_prefix, 7),
     }
     assert redis_client.type(task_hash(key_prefix, "dag", run, "task", 2)) == b"hash"
     assert redis_client.smembers(task_index(key_prefix, "dag", run, "task")) == {b"2"}
+    # The values are stored as before; when and by which try sit in a sibling hash, same fields.
+    assert redis_client.hgetall(task_hash(key_prefix, "dag", run, "task", 2)) == {b"k": b"v"}
+    assert redis_client.hgetall(f"{key_prefix}:asset:7") == {b"watermark": b"w"}
+    (task_written,) = redis_client.hgetall(task_meta(key_prefix, "dag", run, "task", 2)).items()
+    (asset_written,) = redis_client.hgetall(asset_meta(key_prefix, 7)).items()
+    now = time.time_ns() // 1000
+    assert task_written[0] == b"k" and task_written[1].endswith(b":3")
+    assert asset_written[0] == b"watermark" and asset_written[1].endswith(b":")
+    for meta in (task_written[1], asset_written[1]):
+        assert now - 60_000_000 < int(meta.split(b":")[0]) <= now
+
+
+def test_each_value_and_its_metadata_share_a_cluster_slot(make_backend, redis_client, key_prefix):
+    # Redis Cluster refuses a MULTI or a script spanning slots. key_slot is redis-py's own
+    # implementation of the cluster's hashing (CRC16 of the first non-empty {...}, else the name).
+    backend = make_backend()
+    backend.set(AssetScope(7), "k", "v")
+    for map_index in (-1, 3):
+        backend.set(TaskScope("dag", "run_1", "task", map_index, dag_run_uid=UID), "k", "v")
+    names = keys_under(redis_client, key_prefix)
+    asset_names = {f"{key_prefix}:asset:7", asset_meta(key_prefix, 7)}
+    assert asset_names <= names
+    assert len({key_slot(name.encode()) for name in asset_names}) == 1
+    task_names = names - asset_names
+    assert len(task_names) == 5  # two value hashes, two metadata hashes, the index set
+    assert len({key_slot(name.encode()) for name in task_names}) == 1
+    # The asset's tag is its own hash name, not a constant that would pile every asset on one slot.
+    assert key_slot(b"p:asset-meta:{p:asset:7}") == key_slot(b"p:asset:7") != key_slot(b"p:asset:8")
 
 
 def test_values_are_stored_as_utf8(make_backend, redis_client, key_prefix):
@@ -200,10 +246,13 @@ def test_clearing_all_map_indexes_removes_exactly_that_task_of_that_run(
 
     assert keys_under(redis_client, key_prefix) == {
         task_hash(key_prefix, "dag", "run_2", "task", 0),
+        task_meta(key_prefix, "dag", "run_2", "task", 0),
         task_index(key_prefix, "dag", "run_2", "task"),
         task_hash(key_prefix, "dag", "run_1", "task_b", 0),
+        task_meta(key_prefix, "dag", "run_1", "task_b", 0),
         task_index(key_prefix, "dag", "run_1", "task_b"),
         task_hash(key_prefix, "dag_b", "run_1", "task", 0),
+        task_meta(key_prefix, "dag_b", "run_1", "task", 0),
         task_index(key_prefix, "dag_b", "run_1", "task"),
     }
 
@@ -235,6 +284,206 @@ def test_clearing_never_scans_the_keyspace(make_backend, redis_client):
     assert not {"cmdstat_scan", "cmdstat_keys", "cmdstat_sscan", "cmdstat_hscan"} & set(stats)
 
 
+# --- write metadata: when and by which try --------------------------------------------------
+
+
+def test_entries_report_the_write_to_the_microsecond(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    backend.set_by_try(TASK, "k", "v", try_number=4)
+    raw = redis_client.hget(task_meta(key_prefix, "dag", "run_1", "task", -1), b"k")
+    micros = int(raw.split(b":")[0])
+    (entry,) = backend.entries(TASK).entries
+    assert entry == StateEntry("k", "v", datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros), 4)
+    assert entry.updated_at.utcoffset() == timedelta(0)
+
+
+def test_asset_state_never_records_a_try(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    backend.set_by_try(AssetScope(1), "k", "v", try_number=5)
+    asyncio.run(backend.aset_by_try(AssetScope(1), "a", "v", try_number=6))
+    assert {meta.split(b":")[1] for meta in redis_client.hvals(asset_meta(key_prefix, 1))} == {b""}
+    assert [entry.updated_by_try for entry in backend.entries(AssetScope(1)).entries] == [None, None]
+
+
+@pytest.mark.parametrize("scope", [TASK, AssetScope(3)], ids=["task", "asset"])
+def test_values_written_before_the_metadata_are_listed_without_it(make_backend, redis_client, scope):
+    backend = make_backend()
+    # What a build without the metadata stored: the value hash, nothing beside it.
+    redis_client.hset(backend._hash(scope), mapping={b"old": b"from before", "clé".encode(): b"1"})
+    backend.set_by_try(scope, "new", "v", try_number=2)
+
+    page = backend.entries(scope)
+    assert page.total == 3
+    old = {entry.key: entry for entry in page.entries}
+    assert old["old"] == StateEntry("old", "from before", None, None)
+    assert old["clé"] == StateEntry("clé", "1", None, None)
+    assert old["new"].updated_at is not None
+    assert backend.get(scope, "old") == "from before"
+    assert backend.key_counts([scope]) == [3]
+
+    # Written again, an old key gains its metadata; deleted, it leaves nothing behind.
+    backend.set(scope, "old", "rewritten")
+    assert backend.entries(scope, key_prefix="old").entries[0].updated_at is not None
+    backend.delete(scope, "clé")
+    backend.clear(scope)
+    assert backend.entries(scope) == StateEntryPage([], 0)
+
+
+@pytest.mark.parametrize(
+    "garbled",
+    [
+        b"",
+        b"garbage",
+        b"12:abc",
+        b"12",
+        b":3",
+        b"-5:1",
+        b"1:2:3",
+        b" 12:3",
+        b"12:3\n",
+        b"\xff\xfe:1",
+        b"1_000:2",
+        b"\xd9\xa1\xd9\xa2:3",
+        b"99999999999999999999:1",
+    ],
+)
+def test_a_garbled_metadata_value_reads_as_unknown(make_backend, redis_client, key_prefix, garbled):
+    backend = make_backend()
+    backend.set_by_try(TASK, "k", "v", try_number=1)
+    backend.set_by_try(TASK, "ok", "v", try_number=1)
+    redis_client.hset(task_meta(key_prefix, "dag", "run_1", "task", -1), b"k", garbled)
+    entries = backend.entries(TASK).entries
+    assert entries[0] == StateEntry("k", "v", None, None)
+    assert entries[1].updated_by_try == 1 and entries[1].updated_at is not None
+
+
+def test_a_metadata_key_of_another_type_is_an_error(make_backend, redis_client, key_prefix):
+    # Not a format the backend ever writes: a key clobbered by hand must not be mistaken for data.
+    backend = make_backend()
+    backend.set(TASK, "k", "v")
+    redis_client.set(task_meta(key_prefix, "dag", "run_1", "task", -1), b"not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        backend.entries(TASK)
+
+
+def test_delete_removes_the_metadata_too(make_backend, redis_client, key_prefix):
+    backend = make_backend()
+    meta = task_meta(key_prefix, "dag", "run_1", "task", -1)
+    backend.set(TASK, "a", "1")
+    backend.set(TASK, "b", "2")
+    backend.delete(TASK, "a")
+    assert redis_client.hkeys(meta) == [b"b"]
+    asyncio.run(backend.adelete(TASK, "b"))
+    backend.set(AssetScope(1), "a", "1")
+    backend.set(AssetScope(1), "b", "2")
+    backend.delete(AssetScope(1), "a")
+    assert redis_client.hkeys(asset_meta(key_prefix, 1)) == [b"b"]
+    asyncio.run(backend.adelete(AssetScope(1), "b"))
+    assert keys_under(redis_client, key_prefix) == set()
+
+
+def test_deleting_the_last_key_drops_metadata_left_by_an_older_build(make_backend, redis_client, key_prefix):
+    # An older build deleted values without touching the metadata: such leftovers go with the hash.
+    backend = make_backend()
+    backend.set(TASK, "k", "v")
+    redis_client.hset(task_meta(key_prefix, "dag", "run_1", "task", -1), b"stale", b"1:1")
+    backend.delete(TASK, "k")
+    assert keys_under(redis_client, key_prefix) == set()
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_clear_removes_the_metadata_too(make_backend, redis_client, key_prefix, use_async):
+    backend = make_backend()
+
+    def clear(scope, **kwargs):
+        if use_async:
+            asyncio.run(backend.aclear(scope, **kwargs))
+        else:
+            backend.clear(scope, **kwargs)
+
+    for map_index in (-1, 0, 7):
+        backend.set_by_try(
+            TaskScope("dag", "run_1", "task", map_index, dag_run_uid=UID), "k", "v", try_number=1
+        )
+    backend.set(AssetScope(1), "k", "v")
+
+    clear(TaskScope("dag", "run_1", "task", 0, dag_run_uid=UID))
+    assert not redis_client.exists(task_meta(key_prefix, "dag", "run_1", "task", 0))
+    assert redis_client.exists(task_meta(key_prefix, "dag", "run_1", "task", 7))
+    clear(TASK, all_map_indices=True)
+    clear(AssetScope(1))
+    assert keys_under(redis_client, key_prefix) == set()
+
+
+def test_the_metadata_gets_the_same_expiry(make_backend, redis_client, key_prefix):
+    make_backend(task_ttl_seconds=1000).set(TASK, "k", "v")
+    make_backend(asset_ttl_seconds=600).set(AssetScope(1), "k", "v")
+    assert 990 < redis_client.ttl(task_meta(key_prefix, "dag", "run_1", "task", -1)) <= 1000
+    assert 590 < redis_client.ttl(asset_meta(key_prefix, 1)) <= 600
+
+    asyncio.run(make_backend(task_ttl_seconds=0).aset(TASK, "k", "v2"))
+    make_backend(asset_ttl_seconds=None).set(AssetScope(1), "k", "v2")
+    assert redis_client.ttl(task_meta(key_prefix, "dag", "run_1", "task", -1)) == -1
+    assert redis_client.ttl(asset_meta(key_prefix, 1)) == -1
+
+
+def test_metadata_really_expires_with_the_value(make_backend, redis_client, key_prefix):
+    make_backend(task_ttl_seconds=1).set(TASK, "k", "v")
+    time.sleep(1.3)
+    assert keys_under(redis_client, key_prefix) == set()
+
+
+# --- listing and counting ------------------------------------------------------------------
+
+
+def test_a_key_deleted_between_listing_and_reading_is_skipped(make_backend, monkeypatch):
+    backend = make_backend()
+    for key in ("a", "b", "c"):
+        backend.set(TASK, key, key)
+    real_page_of_keys = airflow_state_redis.backend.page_of_keys
+
+    def page_then_delete(*args):
+        page = real_page_of_keys(*args)  # HKEYS has run; HMGET has not
+        backend.delete(TASK, "b")
+        return page
+
+    monkeypatch.setattr(airflow_state_redis.backend, "page_of_keys", page_then_delete)
+    page = backend.entries(TASK)
+    assert [entry.key for entry in page.entries] == ["a", "c"]
+    assert page.total == 3  # counted when the keys were listed
+
+
+def test_listing_reads_only_the_page_and_never_scans(make_backend, redis_client):
+    backend = make_backend()
+    for n in range(50):
+        backend.set(TASK, f"k{n:02}", str(n))
+    redis_client.config_resetstat()
+    page = backend.entries(TASK, key_prefix="k1", offset=2, limit=3)
+    assert [entry.key for entry in page.entries] == ["k12", "k13", "k14"]
+    assert page.total == 10
+    stats = redis_client.info("commandstats")
+    assert stats["cmdstat_hkeys"]["calls"] == 1
+    assert stats["cmdstat_hmget"]["calls"] == 2  # the page's values and their metadata
+    assert not {"cmdstat_hgetall", "cmdstat_hvals", "cmdstat_scan", "cmdstat_keys"} & set(stats)
+
+
+def test_key_counts_is_one_round_trip_of_hlen(make_backend, redis_client):
+    backend = make_backend()
+    scopes = [TaskScope("dag", "run_1", "task", n, dag_run_uid=UID) for n in range(20)] + [AssetScope(1)]
+    for n, scope in enumerate(scopes):
+        for key in range(n % 4):
+            backend.set(scope, f"k{key}", "v")
+    redis_client.config_resetstat()
+    assert backend.key_counts(scopes) == [n % 4 for n in range(21)]
+    assert backend.key_counts(tuple(scopes[:2])) == [0, 1]
+    stats = redis_client.info("commandstats")
+    assert stats["cmdstat_hlen"]["calls"] == 23
+    # A plain pipeline: no MULTI/EXEC, and nothing read but the lengths.
+    assert not {"cmdstat_multi", "cmdstat_exec", "cmdstat_hkeys", "cmdstat_hgetall", "cmdstat_scan"} & set(
+        stats
+    )
+
+
 # --- input is checked before any I/O -------------------------------------------------------
 
 
@@ -255,6 +504,13 @@ def unreachable_url() -> str:
         (lambda b: b.get(TASK, "bad \udfff key"), ValueError),
         (lambda b: asyncio.run(b.aset(TASK, "k", 42)), TypeError),
         (lambda b: asyncio.run(b.adelete(AssetScope(1), "k" * 513)), ValueError),
+        (lambda b: b.set_by_try(TASK, "k", "v", try_number="2"), TypeError),
+        (lambda b: b.set_by_try(TASK, "k", "v", try_number=True), TypeError),
+        (lambda b: asyncio.run(b.aset_by_try(TASK, "k", "v", try_number=1.0)), TypeError),
+        (lambda b: b.entries(TASK, offset=-1), ValueError),
+        (lambda b: b.entries(AssetScope(1), key_prefix="a\x00"), ValueError),
+        (lambda b: b.entries("not a scope"), TypeError),
+        (lambda b: b.key_counts([TASK, AssetScope(1), "not a scope"]), TypeError),
     ],
     ids=[
         "none-value",
@@ -265,6 +521,13 @@ def unreachable_url() -> str:
         "surrogate-key",
         "async",
         "long",
+        "str-try",
+        "bool-try",
+        "float-try-async",
+        "entries-offset",
+        "entries-prefix",
+        "entries-scope",
+        "counts-scope",
     ],
 )
 def test_bad_input_fails_before_touching_redis(unreachable_url, call, error):
@@ -291,8 +554,28 @@ def uidless(map_index: int = -1) -> TaskScope:
         lambda b: asyncio.run(b.adelete(uidless(), "k")),
         lambda b: asyncio.run(b.akeys(uidless())),
         lambda b: asyncio.run(b.aclear(uidless(), all_map_indices=True)),
+        lambda b: b.set_by_try(uidless(), "k", "v", try_number=1),
+        lambda b: asyncio.run(b.aset_by_try(uidless(), "k", "v", try_number=1)),
+        lambda b: b.entries(uidless()),
+        lambda b: b.key_counts([AssetScope(1), uidless()]),
     ],
-    ids=["set", "get", "delete", "keys", "clear", "clear-all", "aset", "aget", "adelete", "akeys", "aclear"],
+    ids=[
+        "set",
+        "get",
+        "delete",
+        "keys",
+        "clear",
+        "clear-all",
+        "aset",
+        "aget",
+        "adelete",
+        "akeys",
+        "aclear",
+        "set_by_try",
+        "aset_by_try",
+        "entries",
+        "key_counts",
+    ],
 )
 def test_a_task_scope_without_dag_run_uid_is_refused_before_touching_redis(unreachable_url, call):
     backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
@@ -310,7 +593,7 @@ def test_a_task_scope_without_dag_run_uid_writes_nothing(make_backend, redis_cli
     with pytest.raises(ValueError, match="dag_run_uid"):
         backend.set(uidless(), "k", "v")
     backend.set(AssetScope(1), "k", "v")  # asset scopes have no run, and need no uid
-    assert keys_under(redis_client, key_prefix) == {f"{key_prefix}:asset:1"}
+    assert keys_under(redis_client, key_prefix) == {f"{key_prefix}:asset:1", asset_meta(key_prefix, 1)}
 
 
 def test_session_is_accepted_and_ignored(make_backend):
@@ -390,7 +673,7 @@ def test_building_the_backend_does_no_io(unreachable_url):
 # --- async ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["aget", "aset", "adelete", "aclear"])
+@pytest.mark.parametrize("name", ["aget", "aset", "aset_by_try", "adelete", "aclear"])
 def test_async_methods_are_native(name):
     assert getattr(RedisStateBackend, name) is not getattr(BaseStateBackend, name)
 
@@ -402,12 +685,13 @@ def test_async_methods_use_neither_threads_nor_the_sync_methods(make_backend, mo
         raise AssertionError("an async method fell back to a thread or to a sync method")
 
     monkeypatch.setattr(asyncio, "to_thread", forbidden)
-    for name in ("get", "set", "delete", "clear"):
+    for name in ("get", "set", "set_by_try", "delete", "clear"):
         monkeypatch.setattr(backend, name, forbidden)
     threads_before = threading.active_count()
 
     async def scenario() -> None:
         await backend.aset(TASK, "k", "v")
+        await backend.aset_by_try(TASK, "k2", "v", try_number=2)
         assert await backend.aget(TASK, "k") == "v"
         await backend.adelete(TASK, "k")
         await backend.aclear(TASK, all_map_indices=True)

@@ -7,6 +7,8 @@ from airflow_shared.state.testing import StateBackendConformance
 
 
 class TestRedisConformance(StateBackendConformance):
+    records_writes = True
+
     @pytest.fixture
     def backend(self, make_backend):
         return make_backend()
@@ -14,6 +16,8 @@ class TestRedisConformance(StateBackendConformance):
 
 class TestRedisConformanceWithoutExpiry(StateBackendConformance):
     """The same contract holds with every TTL switched off (a different write path: PERSIST)."""
+
+    records_writes = True
 
     @pytest.fixture
     def backend(self, make_backend):

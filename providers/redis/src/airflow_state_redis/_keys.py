@@ -7,6 +7,16 @@ Where each scope's state lives in Redis.
   listing the map indexes that have a hash, so clearing every map index deletes exactly those
   hashes instead of scanning the keyspace.
 * asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
+* write metadata: next to every state HASH, a HASH with the same fields whose values say when and
+  by which try each key was last written: ``"<epoch_micros>:<try_number>"``, the try left empty
+  for asset state and for writes made outside a task try (``"1764504000123456:2"``,
+  ``"1764504000123456:"``). For task state it is ``<task_hash>:meta``; for asset state
+  ``<prefix>:asset-meta:{<prefix>:asset:<asset_id>}``. The values themselves are stored exactly as
+  before, so builds that predate the metadata read this layout, and values they wrote (with no
+  metadata) are listed with an unknown writer and time.
+
+Every write touches the value and its metadata in one MULTI/EXEC (or Lua script), with the same
+expiry, and every delete and clear removes both.
 
 ``dag_run_uid`` names one incarnation of the dag run (:class:`TaskScope`). Redis is not told when a
 run is deleted, so without it a run deleted and created again with the same run_id would read the
@@ -16,7 +26,10 @@ TTL. A task scope without it is refused.
 The ids are percent-encoded with no safe characters, so ``:``, ``{``, ``}`` and ``%`` inside an id
 are escaped and two different scopes can never produce the same key. The braces are a Redis Cluster
 hash tag: every key of one task in one incarnation of a run maps to the same slot, which multi-key
-transactions and scripts on a cluster require.
+transactions and scripts on a cluster require. The asset HASH has no hash tag, so its metadata
+HASH carries the asset HASH's whole name as its tag: Redis Cluster hashes only the text inside the
+first braces, which is then exactly the asset HASH's name, and both land on one slot (the prefix
+cannot hold braces, and an asset id is an integer).
 """
 
 from __future__ import annotations
@@ -27,6 +40,10 @@ from airflow_shared.state import AssetScope, TaskScope
 
 #: Suffix of the per-task SET of map indexes; a map index is an integer, so it cannot clash.
 MAP_INDEXES_SUFFIX = "map-indexes"
+
+#: Suffix of a task HASH's metadata HASH (``<task_hash>:meta``); a map index is an integer, so
+#: ``<base>:<map_index>:meta`` can never be another task HASH or the map-index SET.
+META_SUFFIX = ":meta"
 
 
 def _encode(part: str) -> str:
@@ -74,5 +91,12 @@ class KeyLayout:
     def task_index(self, scope: TaskScope) -> str:
         return f"{self.task_base(scope)}:{MAP_INDEXES_SUFFIX}"
 
+    def task_meta(self, scope: TaskScope) -> str:
+        return self.task_hash(scope) + META_SUFFIX
+
     def asset_hash(self, scope: AssetScope) -> str:
         return f"{self.prefix}:asset:{scope.asset_id}"
+
+    def asset_meta(self, scope: AssetScope) -> str:
+        # The asset hash has no {...}: its whole name as this key's hash tag puts both on one slot.
+        return f"{self.prefix}:asset-meta:{{{self.asset_hash(scope)}}}"

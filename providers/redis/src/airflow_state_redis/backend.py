@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -13,17 +17,21 @@ import redis.client
 from airflow_shared.state import (
     AssetScope,
     BaseStateBackend,
+    StateEntry,
+    StateEntryPage,
     StateScope,
     TaskScope,
     validate_key,
+    validate_listing,
     validate_scope,
     validate_value,
 )
+from airflow_shared.state.entries import page_of_keys
 from redis.commands.core import AsyncScript, Script
 
 from ._config import UNSET, RedisSettings, Unset, invalid_url, resolve_settings
 from ._errors import mask_url, reachable
-from ._keys import KeyLayout, require_dag_run_uid
+from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
 from ._scripts import CLEAR_ALL_MAP_INDEXES, DELETE_TASK_KEY
 
@@ -32,6 +40,11 @@ from ._scripts import CLEAR_ALL_MAP_INDEXES, DELETE_TASK_KEY
 _CLIENT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 5.0}
 
 _Pipeline = redis.client.Pipeline | redis.asyncio.client.Pipeline
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A metadata value: "<epoch microseconds>:<try number, or nothing>" (layout in ._keys). Anything
+# else (hand-edited, or from a future build) reads as "not known" rather than failing a listing.
+_META = re.compile(rb"(\d{1,20}):(-?\d{1,20})?")
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -60,6 +73,33 @@ def _text(raw: bytes | str | None) -> str | None:
     return None if raw is None else _field_text(raw)
 
 
+def _validate_try_number(try_number: object) -> None:
+    if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
+        raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
+
+
+def _meta_text(scope: StateScope, try_number: int | None) -> bytes:
+    """What the metadata hash records for a write made now by *try_number*."""
+    # Asset state belongs to no task instance, so no try is recorded for it.
+    writer = "" if try_number is None or not isinstance(scope, TaskScope) else str(try_number)
+    return f"{time.time_ns() // 1000}:{writer}".encode()
+
+
+def _parse_meta(raw: bytes | str | None, scope: StateScope) -> tuple[datetime | None, int | None]:
+    """``(updated_at, updated_by_try)`` from a metadata value; both ``None`` when absent or garbled."""
+    if raw is None:  # written by a build that predates the metadata, or the field was lost
+        return None, None
+    match = _META.fullmatch(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace"))
+    if match is None:
+        return None, None
+    try:
+        updated_at = _EPOCH + timedelta(microseconds=int(match[1]))
+    except OverflowError:  # past datetime.max
+        return None, None
+    writer = match[2]
+    return updated_at, int(writer) if writer is not None and isinstance(scope, TaskScope) else None
+
+
 @dataclass(frozen=True)
 class _AsyncConnection:
     client: redis.asyncio.Redis
@@ -81,6 +121,8 @@ class RedisStateBackend(BaseStateBackend):
     deleted, so those hashes carry a time to live refreshed on every write (``task_ttl_seconds``,
     default 30 days).
     Asset state lives in one hash per asset and does not expire unless ``asset_ttl_seconds`` is set.
+    Beside each hash a metadata hash records when, and by which try (:meth:`set_by_try`), each key
+    was last written; :meth:`entries` reports it.
 
     Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
     is importable) and then from ``AIRFLOW__STATE_REDIS__*`` environment variables.
@@ -126,26 +168,31 @@ class RedisStateBackend(BaseStateBackend):
         return _text(raw)
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        field, data = self._checked_write(scope, key, value)
+        self.set_by_try(scope, key, value, try_number=None, session=session)
+
+    def set_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
+        field, data, meta = self._checked_write(scope, key, value, try_number)
         with self._reachable(), self._client.pipeline(transaction=True) as pipe:
-            self._queue_set(pipe, scope, field, data)
+            self._queue_set(pipe, scope, field, data, meta)
             pipe.execute()
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        name, field = self._read_target(scope, key)
+        _, field = self._read_target(scope, key)
         with self._reachable():
             if isinstance(scope, TaskScope):
-                self._delete_task_key(
-                    keys=[name, self._keys.task_index(scope)], args=[field, scope.map_index]
-                )
+                self._delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
             else:
-                self._client.hdel(name, field)
+                with self._client.pipeline(transaction=True) as pipe:
+                    self._queue_asset_delete(pipe, scope, field)
+                    pipe.execute()
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _validate_scope(scope)
         with self._reachable():
             if isinstance(scope, TaskScope) and all_map_indices:
-                self._clear_all(keys=[self._keys.task_index(scope)], args=[self._keys.task_base(scope) + ":"])
+                self._clear_all(keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope))
                 return
             with self._client.pipeline(transaction=True) as pipe:
                 self._queue_clear(pipe, scope)
@@ -157,6 +204,52 @@ class RedisStateBackend(BaseStateBackend):
             fields = self._client.hkeys(self._hash(scope))
         return sorted(_field_text(field) for field in fields)
 
+    def entries(
+        self,
+        scope: StateScope,
+        *,
+        key_prefix: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        session: Any = None,
+    ) -> StateEntryPage:
+        _validate_scope(scope)
+        validate_listing(key_prefix, offset, limit)
+        name, meta_name = self._hash(scope), self._meta(scope)
+        with self._reachable():
+            fields = self._client.hkeys(name)
+        # Sorted and filtered here, not with HSCAN MATCH: a prefix is text, never a glob pattern,
+        # and every backend pages in Python's code-point order.
+        keys, total = page_of_keys([_field_text(field) for field in fields], key_prefix, offset, limit)
+        if not keys:  # HMGET needs at least one field
+            return StateEntryPage([], total)
+        wanted = [key.encode("utf-8") for key in keys]
+        # One MULTI/EXEC, so each value is read with the metadata of the same write.
+        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
+            pipe.hmget(name, wanted)
+            pipe.hmget(meta_name, wanted)
+            values, metas = pipe.execute()
+        found = []
+        for key, raw, raw_meta in zip(keys, values, metas, strict=True):
+            if raw is None:  # deleted between listing the keys and reading them
+                continue
+            updated_at, updated_by_try = _parse_meta(raw_meta, scope)
+            found.append(StateEntry(key, _field_text(raw), updated_at, updated_by_try))
+        return StateEntryPage(found, total)
+
+    def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
+        scopes = list(scopes)
+        for scope in scopes:
+            _validate_scope(scope)
+        if not scopes:
+            return []
+        # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
+        with self._reachable(), self._client.pipeline(transaction=False) as pipe:
+            for scope in scopes:
+                pipe.hlen(self._hash(scope))
+            counts = pipe.execute()
+        return [int(count) for count in counts]
+
     # --- async (redis.asyncio, no threads) -----------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
@@ -167,23 +260,28 @@ class RedisStateBackend(BaseStateBackend):
         return _text(raw)
 
     async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        field, data = self._checked_write(scope, key, value)
+        await self.aset_by_try(scope, key, value, try_number=None, session=session)
+
+    async def aset_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
+        field, data, meta = self._checked_write(scope, key, value, try_number)
         with self._reachable():
             connection = await self._async.get()
             async with connection.client.pipeline(transaction=True) as pipe:
-                self._queue_set(pipe, scope, field, data)
+                self._queue_set(pipe, scope, field, data, meta)
                 await pipe.execute()
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        name, field = self._read_target(scope, key)
+        _, field = self._read_target(scope, key)
         with self._reachable():
             connection = await self._async.get()
             if isinstance(scope, TaskScope):
-                await connection.delete_task_key(
-                    keys=[name, self._keys.task_index(scope)], args=[field, scope.map_index]
-                )
+                await connection.delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
             else:
-                await connection.client.hdel(name, field)
+                async with connection.client.pipeline(transaction=True) as pipe:
+                    self._queue_asset_delete(pipe, scope, field)
+                    await pipe.execute()
 
     async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _validate_scope(scope)
@@ -191,7 +289,7 @@ class RedisStateBackend(BaseStateBackend):
             connection = await self._async.get()
             if isinstance(scope, TaskScope) and all_map_indices:
                 await connection.clear_all(
-                    keys=[self._keys.task_index(scope)], args=[self._keys.task_base(scope) + ":"]
+                    keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope)
                 )
                 return
             async with connection.client.pipeline(transaction=True) as pipe:
@@ -233,32 +331,55 @@ class RedisStateBackend(BaseStateBackend):
     def _hash(self, scope: StateScope) -> str:
         return self._keys.task_hash(scope) if isinstance(scope, TaskScope) else self._keys.asset_hash(scope)
 
+    def _meta(self, scope: StateScope) -> str:
+        """The metadata hash beside :meth:`_hash`: when and by which try each key was written."""
+        return self._keys.task_meta(scope) if isinstance(scope, TaskScope) else self._keys.asset_meta(scope)
+
+    def _delete_keys(self, scope: TaskScope) -> list[str]:
+        """KEYS of the ``DELETE_TASK_KEY`` script."""
+        return [self._keys.task_hash(scope), self._keys.task_index(scope), self._keys.task_meta(scope)]
+
+    def _clear_all_args(self, scope: TaskScope) -> list[str]:
+        """ARGV of the ``CLEAR_ALL_MAP_INDEXES`` script."""
+        return [self._keys.task_base(scope) + ":", META_SUFFIX]
+
     def _read_target(self, scope: StateScope, key: str) -> tuple[str, bytes]:
         """Validate a keyed call and return the hash name and field it addresses."""
         _validate_scope(scope)
         validate_key(key)
         return self._hash(scope), _utf8(key, "key")
 
-    def _checked_write(self, scope: StateScope, key: str, value: str) -> tuple[bytes, bytes]:
+    def _checked_write(
+        self, scope: StateScope, key: str, value: str, try_number: int | None
+    ) -> tuple[bytes, bytes, bytes]:
+        """Validate a write; return its field, value and metadata text, all encoded."""
         _validate_scope(scope)
         validate_key(key)
         validate_value(value)
-        return _utf8(key, "key"), _utf8(value, "value")
+        _validate_try_number(try_number)
+        return _utf8(key, "key"), _utf8(value, "value"), _meta_text(scope, try_number)
 
-    def _queue_set(self, pipe: _Pipeline, scope: StateScope, field: bytes, data: bytes) -> None:
-        # Queued on a MULTI/EXEC pipeline: the value, the map-index entry and the expiry land
-        # together or not at all.
+    def _queue_set(self, pipe: _Pipeline, scope: StateScope, field: bytes, data: bytes, meta: bytes) -> None:
+        # Queued on a MULTI/EXEC pipeline: the value, its metadata, the map-index entry and the
+        # expiry land together or not at all.
         if isinstance(scope, TaskScope):
-            name, index = self._keys.task_hash(scope), self._keys.task_index(scope)
+            name, meta_name = self._keys.task_hash(scope), self._keys.task_meta(scope)
+            index = self._keys.task_index(scope)
             pipe.hset(name, field, data)
+            pipe.hset(meta_name, field, meta)
             pipe.sadd(index, scope.map_index)
             # The index set is refreshed with every hash of the task, so it always outlives them
             # and clearing all map indexes never misses one.
-            self._queue_expiry(pipe, (name, index), self._settings.task_ttl_seconds)
+            self._queue_expiry(pipe, (name, meta_name, index), self._settings.task_ttl_seconds)
         else:
-            name = self._keys.asset_hash(scope)
+            name, meta_name = self._keys.asset_hash(scope), self._keys.asset_meta(scope)
             pipe.hset(name, field, data)
-            self._queue_expiry(pipe, (name,), self._settings.asset_ttl_seconds)
+            pipe.hset(meta_name, field, meta)
+            self._queue_expiry(pipe, (name, meta_name), self._settings.asset_ttl_seconds)
+
+    def _queue_asset_delete(self, pipe: _Pipeline, scope: AssetScope, field: bytes) -> None:
+        pipe.hdel(self._keys.asset_hash(scope), field)
+        pipe.hdel(self._keys.asset_meta(scope), field)
 
     @staticmethod
     def _queue_expiry(pipe: _Pipeline, names: tuple[str, ...], ttl: int | None) -> None:
@@ -272,7 +393,7 @@ class RedisStateBackend(BaseStateBackend):
 
     def _queue_clear(self, pipe: _Pipeline, scope: AssetScope | TaskScope) -> None:
         if isinstance(scope, TaskScope):
-            pipe.delete(self._keys.task_hash(scope))
+            pipe.delete(self._keys.task_hash(scope), self._keys.task_meta(scope))
             pipe.srem(self._keys.task_index(scope), scope.map_index)
         else:
-            pipe.delete(self._keys.asset_hash(scope))
+            pipe.delete(self._keys.asset_hash(scope), self._keys.asset_meta(scope))
