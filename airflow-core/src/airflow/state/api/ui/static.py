@@ -1,7 +1,44 @@
-"""Serves the UI's JavaScript module (filled in by the UI work)."""
+"""
+Serves the UI's JavaScript module and icons from the state API (``/state/ui/...``).
+
+The module is hand-written (no build step): Airflow's UI imports it with ``import(bundle_url)`` and
+it renders with the host page's own React and Chakra UI (see ``state.js``). Module scripts are
+MIME-checked by browsers, so it is answered as ``text/javascript``. The files are read once per
+process; an ETag lets browsers revalidate cheaply and pick up a new version after an upgrade.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import hashlib
+from functools import cache
+from pathlib import Path
 
-router = APIRouter(prefix="/ui")
+from fastapi import APIRouter, HTTPException, Request, Response
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+#: File name -> media type: everything this router serves, and nothing else.
+FILES = {
+    "state.js": "text/javascript; charset=utf-8",
+    "state.svg": "image/svg+xml",
+    "state-dark.svg": "image/svg+xml",
+}
+
+
+@cache
+def _read(name: str) -> tuple[bytes, str]:
+    """The file's bytes and a strong ETag of them."""
+    body = Path(__file__).with_name(name).read_bytes()
+    return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+@router.get("/{name}")
+def ui_file(name: str, request: Request) -> Response:
+    if name not in FILES:
+        raise HTTPException(404, "Not Found")
+    body, etag = _read(name)
+    # no-cache: revalidate every time (a 304 costs nothing), so an upgraded module is never stale.
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=FILES[name], headers=headers)

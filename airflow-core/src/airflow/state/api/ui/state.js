@@ -1,0 +1,872 @@
+/*
+ * The State tab of Airflow's task instance page and the State page of the Browse menu.
+ *
+ * How it is loaded: Airflow 3.2's UI imports this file as an ES module (`import(bundle_url)`),
+ * then renders the function it finds at `globalThis[<react app name>]` inside its own React tree,
+ * with the route's `{dagId, runId, taskId, mapIndex}` as props (none on the navigation page).
+ * Both apps of the plugin are named "State", so one component serves both and tells them apart by
+ * its props.
+ *
+ * Why hand-written: the host page exposes its React and Chakra UI as globals (`globalThis.React`,
+ * `globalThis.ChakraUI`, ...). A component must use the host's React (a second copy breaks hooks)
+ * and gets the host's theme, dark mode included, from the host's Chakra provider for free. So
+ * `React.createElement` over those globals needs no bundler, and CI needs no Node build.
+ *
+ * Every call goes to the state plugin's REST API (`state/api/v1/...`) or Airflow's public API
+ * (`api/v2/...`), relative to the page's <base href> (so a `[api] base_url` path prefix works),
+ * with the user's own session cookie: the UI has exactly the rights the user has.
+ */
+
+const React = globalThis.React;
+const Chakra = globalThis.ChakraUI;
+const RouterDOM = globalThis.ReactRouterDOM;
+if (!React || !Chakra || !RouterDOM) {
+  // Only Airflow's UI sets these; the loader shows this message on its error page.
+  throw new Error("The State plugin must be loaded by Airflow's UI (React, ChakraUI and ReactRouterDOM globals are missing).");
+}
+
+const { createElement: h, Fragment, useCallback, useEffect, useMemo, useReducer, useState } = React;
+const {
+  Alert, Badge, Box, Button, Code, Dialog, Field, Flex, HStack, Heading, Input, Link, NativeSelect,
+  Portal, Spinner, Stack, Table, Text, Textarea,
+} = Chakra;
+
+const STATE_API = "state/api/v1";
+const AIRFLOW_API = "api/v2";
+const PAGE_SIZE = 50;
+/** Same limits as the server's (keys 1..512 characters, no NUL), checked before sending. */
+const MAX_KEY_LENGTH = 512;
+/** The task instance tab's url_route (plugin.py), to link from the State page to the tab. */
+const TASK_TAB_ROUTE = "task-state";
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+/** A failed call, carrying the API's own `message` (what was wrong and how to fix it). */
+class ApiError extends Error {
+  constructor(status, reason, message) {
+    super(message);
+    this.status = status;
+    this.reason = reason;
+  }
+}
+
+/** `?a=1&b=2` from an object, leaving out undefined, null and empty values. */
+function queryString(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== "") search.set(name, String(value));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+/** The readable message of an error response, whatever its shape. */
+function errorMessage(status, body, text) {
+  const detail = body && body.detail;
+  // Ours: {"detail": {"reason", "message"}}.
+  if (detail && typeof detail === "object" && !Array.isArray(detail) && detail.message) return detail.message;
+  // Airflow's public API and its auth dependencies: {"detail": "..."}.
+  if (typeof detail === "string") return detail;
+  // FastAPI's validation errors: {"detail": [{"msg", "loc"}, ...]}.
+  if (Array.isArray(detail)) return detail.map((item) => item.msg || JSON.stringify(item)).join("; ");
+  if (status === 401) return "Your session has expired: log in again.";
+  return `The server answered HTTP ${status}${text ? `: ${text.slice(0, 200)}` : ""}`;
+}
+
+/**
+ * Call an API with the user's session cookie; resolve with the JSON body (null for 204) or
+ * reject with an ApiError.
+ */
+async function request(method, url, body) {
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    // The server requires JSON on writes: a cross-site HTML form cannot send it.
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(url, init);
+  } catch (error) {
+    throw new ApiError(0, "network", `Could not reach the API server (${error.message}).`);
+  }
+  if (response.status === 204) return null;
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    // Not JSON (a proxy's error page, say): the message falls back to the text.
+  }
+  if (!response.ok) {
+    const reason = data && data.detail && typeof data.detail === "object" ? data.detail.reason : undefined;
+    throw new ApiError(response.status, reason, errorMessage(response.status, data, text));
+  }
+  return data;
+}
+
+/**
+ * Fetch `url` whenever it changes (or `reload()` is called); null skips fetching.
+ * Returns {data, error, loading, reload}. A late answer to an older URL is dropped.
+ */
+function useFetch(url) {
+  const [result, setResult] = useState({ data: null, error: null, loading: Boolean(url) });
+  const [generation, reload] = useReducer((n) => n + 1, 0);
+  useEffect(() => {
+    if (!url) {
+      setResult({ data: null, error: null, loading: false });
+      return undefined;
+    }
+    let current = true;
+    setResult((previous) => ({ ...previous, loading: true }));
+    request("GET", url).then(
+      (data) => current && setResult({ data, error: null, loading: false }),
+      (error) => current && setResult({ data: null, error, loading: false }),
+    );
+    return () => {
+      current = false;
+    };
+  }, [url, generation]);
+  return { ...result, reload };
+}
+
+/** `value`, once it has stopped changing for `delay` ms (typing in a filter box). */
+function useDebounced(value, delay) {
+  const [settled, setSettled] = useState(value);
+  useEffect(() => {
+    const timer = setTimeout(() => setSettled(value), delay);
+    return () => clearTimeout(timer);
+  }, [value, delay]);
+  return settled;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scopes: where a table's entries live, and the URLs of their operations. Keyed calls always use
+// the `stateEntry?key=` form: a key may hold `/`, `.` or `..`, which a URL path would mangle.
+
+const enc = encodeURIComponent;
+
+function taskScope(dagId, runId, taskId, mapIndex) {
+  const base = `${STATE_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/taskInstances/${enc(taskId)}`;
+  const map_index = mapIndex === undefined || mapIndex === null ? -1 : Number(mapIndex);
+  return {
+    id: JSON.stringify(["task", dagId, runId, taskId, map_index]),
+    noun: map_index >= 0 ? `task instance (map index ${map_index})` : "task instance",
+    listUrl: (params) => `${base}/state${queryString({ map_index, ...params })}`,
+    entryUrl: (key) => `${base}/stateEntry${queryString({ key, map_index })}`,
+    clearUrl: () => `${base}/state${queryString({ map_index })}`,
+  };
+}
+
+function assetScope(assetId) {
+  const base = `${STATE_API}/assets/${enc(assetId)}`;
+  return {
+    id: JSON.stringify(["asset", assetId]),
+    noun: "asset",
+    listUrl: (params) => `${base}/state${queryString(params)}`,
+    entryUrl: (key) => `${base}/stateEntry${queryString({ key })}`,
+    clearUrl: () => `${base}/state`,
+  };
+}
+
+/** The path (for the host's router) of a task instance's State tab. */
+function taskTabPath(dagId, runId, taskId, mapIndex) {
+  const mapped = mapIndex !== undefined && mapIndex !== null && Number(mapIndex) >= 0 ? `/mapped/${mapIndex}` : "";
+  return `/dags/${enc(dagId)}/runs/${enc(runId)}/tasks/${enc(taskId)}${mapped}/plugin/${TASK_TAB_ROUTE}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formatting
+
+/** The time zone the user chose in Airflow's UI (its localStorage "timezone"), else the browser's. */
+function selectedTimeZone() {
+  try {
+    const chosen = JSON.parse(globalThis.localStorage.getItem("timezone"));
+    if (typeof chosen === "string" && chosen) return chosen;
+  } catch {
+    // Not set, or not JSON: use the browser's zone, as Airflow's UI does.
+  }
+  return Intl.DateTimeFormat().resolvedOptions().timeZone;
+}
+
+/** "2026-11-30 17:02:03 UTC", in the user's time zone, like the rest of Airflow's UI. */
+function formatTime(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  let parts;
+  try {
+    parts = new Intl.DateTimeFormat("en-US", {
+      timeZone: selectedTimeZone(), hourCycle: "h23", timeZoneName: "short",
+      year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    }).formatToParts(date);
+  } catch {
+    return iso; // An unknown time zone name.
+  }
+  const part = Object.fromEntries(parts.map(({ type, value }) => [type, value]));
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+}
+
+function prettyJson(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation, done in the browser so that nothing invalid is sent (the server checks again).
+
+/** Why `key` cannot be stored, or null. */
+function keyProblem(key) {
+  if (key.length === 0) return "Enter a key.";
+  if ([...key].length > MAX_KEY_LENGTH) return `Keys are at most ${MAX_KEY_LENGTH} characters.`;
+  if (key.includes("\u0000")) return "Keys cannot contain the NUL character.";
+  if (/[\uD800-\uDFFF]/u.test(key)) return "Keys must be valid Unicode text.";
+  return null;
+}
+
+/** {value} parsed from the editor's text, or {problem} saying why it cannot be stored. */
+function parseValue(text) {
+  if (text.trim() === "") return { problem: "Enter a JSON value, for example 42, \"text\" or {\"a\": 1}." };
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    return { problem: `Invalid JSON: ${error.message}` };
+  }
+  if (value === null) return { problem: "null cannot be stored: delete the key instead." };
+  return { value };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small shared pieces
+
+function ErrorAlert({ error, title }) {
+  if (!error) return null;
+  const message = typeof error === "string" ? error : error.message;
+  return h(
+    Alert.Root,
+    { status: "error", "data-testid": "state-error", my: 2 },
+    h(Alert.Indicator),
+    h(
+      Alert.Content,
+      null,
+      title ? h(Alert.Title, null, title) : null,
+      h(Alert.Description, null, message),
+    ),
+  );
+}
+
+/** A modal dialog: the caller mounts it to open it and unmounts it (onClose) to close it. */
+function Modal({ title, children, footer, onClose, size, testId, role }) {
+  return h(
+    Dialog.Root,
+    { open: true, onOpenChange: (event) => !event.open && onClose(), size: size || "md", role: role || "dialog" },
+    h(
+      Portal,
+      null,
+      h(Dialog.Backdrop),
+      h(
+        Dialog.Positioner,
+        null,
+        h(
+          Dialog.Content,
+          { "data-testid": testId },
+          h(Dialog.Header, null, h(Dialog.Title, null, title)),
+          h(Dialog.Body, null, children),
+          h(Dialog.Footer, null, footer),
+        ),
+      ),
+    ),
+  );
+}
+
+/** "Are you sure?" before a delete or a clear; shows the API's message if the call fails. */
+function ConfirmDialog({ title, message, confirmLabel, action, onDone, onClose }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  const confirm = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      await action();
+      onDone();
+    } catch (failure) {
+      setError(failure);
+      setBusy(false);
+    }
+  };
+  const footer = h(
+    HStack,
+    null,
+    h(Button, { variant: "outline", onClick: onClose, disabled: busy }, "Cancel"),
+    h(Button, { colorPalette: "red", onClick: confirm, loading: busy, "data-testid": "state-confirm" }, confirmLabel),
+  );
+  return h(
+    Modal,
+    { title, footer, onClose, testId: "state-confirm-dialog", role: "alertdialog" },
+    h(Text, null, message),
+    h(ErrorAlert, { error }),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adding and editing an entry
+
+/**
+ * The add/edit dialog. The value is JSON text, validated as the user types: while it is invalid,
+ * the reason shows under it and Save stays disabled, so nothing invalid reaches the server.
+ */
+function EntryDialog({ scope, entry, onSaved, onClose }) {
+  const adding = !entry;
+  const [key, setKey] = useState(adding ? "" : entry.key);
+  const [text, setText] = useState(adding ? "" : prettyJson(entry.value));
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  const problemOfKey = adding ? keyProblem(key) : null;
+  const parsed = parseValue(text);
+  const canSave = !busy && !problemOfKey && !parsed.problem;
+
+  const save = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      if (adding) await refuseExistingKey(scope, key);
+      await request("PUT", scope.entryUrl(key), { value: parsed.value });
+      onSaved(key);
+    } catch (failure) {
+      setError(failure);
+      setBusy(false);
+    }
+  };
+
+  const footer = h(
+    HStack,
+    null,
+    h(Button, { variant: "outline", onClick: onClose, disabled: busy }, "Cancel"),
+    h(Button, { colorPalette: "blue", onClick: save, disabled: !canSave, loading: busy, "data-testid": "state-save" }, "Save"),
+  );
+  return h(
+    Modal,
+    { title: adding ? "Add a key" : `Edit ${entry.key}`, footer, onClose, size: "lg", testId: "state-entry-dialog" },
+    h(
+      Stack,
+      { gap: 4 },
+      h(
+        Field.Root,
+        { invalid: Boolean(problemOfKey) && key !== "", readOnly: !adding },
+        h(Field.Label, null, "Key"),
+        h(Input, {
+          value: key, readOnly: !adding, autoFocus: adding, fontFamily: "mono", "data-testid": "state-key-input",
+          onChange: (event) => setKey(event.target.value),
+        }),
+        problemOfKey && key !== "" ? h(Field.ErrorText, null, problemOfKey) : null,
+      ),
+      h(
+        Field.Root,
+        { invalid: Boolean(parsed.problem) && text !== "" },
+        h(Field.Label, null, "Value (JSON)"),
+        h(Textarea, {
+          value: text, rows: 10, fontFamily: "mono", fontSize: "sm", spellCheck: false, autoFocus: !adding,
+          "data-testid": "state-value-input", onChange: (event) => setText(event.target.value),
+        }),
+        parsed.problem && text !== ""
+          ? h(Field.ErrorText, { "data-testid": "state-value-problem" }, parsed.problem)
+          : h(Field.HelperText, null, "Any JSON value but null: a number, \"a string\", true, [1, 2] or {\"a\": 1}."),
+      ),
+      h(ErrorAlert, { error, title: "Not saved" }),
+    ),
+  );
+}
+
+/** Adding must not silently overwrite: fail when the key already holds a value. */
+async function refuseExistingKey(scope, key) {
+  try {
+    await request("GET", scope.entryUrl(key));
+  } catch (error) {
+    if (error.status === 404 && error.reason === "key_not_found") return;
+    throw error;
+  }
+  throw new ApiError(409, "key_exists", `The key "${key}" already exists: edit it in the table instead.`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The entries of one scope: the table, its toolbar and its dialogs
+
+function EntriesTable({ entries, editable, deletable, onEdit, onDelete }) {
+  const header = h(
+    Table.Row,
+    null,
+    h(Table.ColumnHeader, null, "Key"),
+    h(Table.ColumnHeader, null, "Value"),
+    h(Table.ColumnHeader, { whiteSpace: "nowrap" }, "Updated at"),
+    h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The try of the task that wrote the value; empty when an operator wrote it" }, "Updated by try"),
+    editable || deletable ? h(Table.ColumnHeader, { textAlign: "end" }, "Actions") : null,
+  );
+  const rows = entries.map((entry) =>
+    h(
+      Table.Row,
+      { key: entry.key, "data-testid": "state-row", "data-key": entry.key },
+      h(Table.Cell, { fontFamily: "mono", verticalAlign: "top", wordBreak: "break-all", minW: "10rem" }, entry.key),
+      h(
+        Table.Cell,
+        { verticalAlign: "top", width: "100%" },
+        h(
+          Box,
+          {
+            as: "pre", "data-testid": "state-value", fontFamily: "mono", fontSize: "sm", whiteSpace: "pre-wrap",
+            wordBreak: "break-word", bg: "bg.subtle", color: "fg", borderRadius: "md", px: 2, py: 1, maxH: "16rem", overflow: "auto", m: 0,
+          },
+          prettyJson(entry.value),
+        ),
+      ),
+      h(Table.Cell, { verticalAlign: "top", whiteSpace: "nowrap", title: entry.updated_at || "" }, formatTime(entry.updated_at)),
+      h(Table.Cell, { verticalAlign: "top", textAlign: "center" }, entry.updated_by_try ?? ""),
+      editable || deletable
+        ? h(
+            Table.Cell,
+            { verticalAlign: "top", textAlign: "end" },
+            h(
+              HStack,
+              { justify: "flex-end", gap: 1 },
+              editable ? h(Button, { size: "xs", variant: "outline", onClick: () => onEdit(entry), "data-testid": "state-edit" }, "Edit") : null,
+              deletable
+                ? h(Button, { size: "xs", variant: "outline", colorPalette: "red", onClick: () => onDelete(entry), "data-testid": "state-delete" }, "Delete")
+                : null,
+            ),
+          )
+        : null,
+    ),
+  );
+  return h(
+    Table.ScrollArea,
+    { borderWidth: "1px", borderRadius: "md" },
+    h(Table.Root, { size: "sm", "data-testid": "state-table" }, h(Table.Header, null, header), h(Table.Body, null, rows)),
+  );
+}
+
+function Pager({ offset, shown, total, onPage }) {
+  if (total <= PAGE_SIZE) return null;
+  return h(
+    HStack,
+    { justify: "flex-end", mt: 2, gap: 2 },
+    h(Text, { fontSize: "sm", color: "fg.muted" }, `${offset + 1}–${offset + shown} of ${total}`),
+    h(Button, { size: "xs", variant: "outline", disabled: offset === 0, onClick: () => onPage(offset - PAGE_SIZE) }, "Previous"),
+    h(Button, { size: "xs", variant: "outline", disabled: offset + PAGE_SIZE >= total, onClick: () => onPage(offset + PAGE_SIZE) }, "Next"),
+  );
+}
+
+/**
+ * The entries of one scope (a task instance or an asset), with Add / Edit / Delete / Clear all
+ * for users whose rights allow them (the list answer's `can_edit` / `can_delete`); others get
+ * the table alone, with no edit controls at all.
+ */
+function StateEntries({ scope, onChange }) {
+  const [filter, setFilter] = useState("");
+  const prefix = useDebounced(filter, 300);
+  const [offset, setOffset] = useState(0);
+  const [dialog, setDialog] = useState(null); // {kind: "add" | "edit" | "delete" | "clear", entry}
+  const [notice, setNotice] = useState(null);
+  useEffect(() => setOffset(0), [prefix, scope.id]);
+
+  const { data, error, loading, reload } = useFetch(
+    scope.listUrl({ limit: PAGE_SIZE, offset, key_prefix: prefix }),
+  );
+  const entries = data ? data.entries : [];
+  const total = data ? data.total_entries : 0;
+  const editable = Boolean(data && data.can_edit);
+  const deletable = Boolean(data && data.can_delete);
+
+  const closeDialog = useCallback(() => setDialog(null), []);
+  const changed = (message) => {
+    setDialog(null);
+    setNotice(message);
+    reload();
+    if (onChange) onChange();
+  };
+
+  const toolbar = h(
+    HStack,
+    { gap: 2, mb: 3, wrap: "wrap" },
+    h(Input, {
+      size: "sm", maxW: "20rem", placeholder: "Filter by key prefix", value: filter, "data-testid": "state-filter",
+      onChange: (event) => setFilter(event.target.value),
+    }),
+    h(Button, { size: "sm", variant: "outline", onClick: () => { setNotice(null); reload(); }, loading, "data-testid": "state-refresh" }, "Refresh"),
+    h(Box, { flex: 1 }),
+    editable ? h(Button, { size: "sm", colorPalette: "blue", onClick: () => setDialog({ kind: "add" }), "data-testid": "state-add" }, "Add key") : null,
+    deletable && total > 0 && !prefix
+      ? h(Button, { size: "sm", variant: "outline", colorPalette: "red", onClick: () => setDialog({ kind: "clear" }), "data-testid": "state-clear" }, "Clear all")
+      : null,
+  );
+
+  let body;
+  if (error) body = h(ErrorAlert, { error, title: "Could not load the state" });
+  else if (!data) body = h(Spinner, { size: "sm" });
+  else if (entries.length === 0)
+    body = h(Text, { color: "fg.muted", py: 4, "data-testid": "state-empty" }, prefix ? `No key starts with "${prefix}".` : `This ${scope.noun} holds no state.`);
+  else
+    body = h(
+      Fragment,
+      null,
+      h(EntriesTable, {
+        entries, editable, deletable,
+        onEdit: (entry) => setDialog({ kind: "edit", entry }),
+        onDelete: (entry) => setDialog({ kind: "delete", entry }),
+      }),
+      h(Pager, { offset, shown: entries.length, total, onPage: setOffset }),
+    );
+
+  return h(
+    Box,
+    { "data-testid": "state-entries", "data-scope": scope.id },
+    toolbar,
+    data && !editable && !deletable
+      ? h(Text, { fontSize: "sm", color: "fg.muted", mb: 2, "data-testid": "state-read-only" }, "Read only: your role may view this state but not change it.")
+      : null,
+    notice ? h(Text, { fontSize: "sm", color: "fg.success", mb: 2, "data-testid": "state-notice" }, notice) : null,
+    body,
+    renderDialog(dialog, scope, total, changed, closeDialog),
+  );
+}
+
+/** The open dialog of a StateEntries, if any. */
+function renderDialog(dialog, scope, total, changed, close) {
+  if (!dialog) return null;
+  if (dialog.kind === "add" || dialog.kind === "edit") {
+    return h(EntryDialog, {
+      scope, entry: dialog.entry, onClose: close,
+      onSaved: (key) => changed(`Saved "${key}".`),
+    });
+  }
+  if (dialog.kind === "delete") {
+    const { key } = dialog.entry;
+    return h(ConfirmDialog, {
+      title: "Delete this key?",
+      message: `The key "${key}" and its value will be deleted from this ${scope.noun}. This cannot be undone.`,
+      confirmLabel: "Delete",
+      action: () => request("DELETE", scope.entryUrl(key)),
+      onDone: () => changed(`Deleted "${key}".`),
+      onClose: close,
+    });
+  }
+  return h(ConfirmDialog, {
+    title: "Clear all state?",
+    message: `All ${total} key${total === 1 ? "" : "s"} of this ${scope.noun} will be deleted. This cannot be undone.`,
+    confirmLabel: "Clear all",
+    action: () => request("DELETE", scope.clearUrl()),
+    onDone: () => changed("Cleared all keys."),
+    onClose: close,
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The task instance tab
+
+/**
+ * The State tab. A mapped task's page without a map index has no single task instance: offer
+ * the map indices of this run that hold state instead.
+ */
+function TaskInstanceState({ dagId, runId, taskId, mapIndex }) {
+  const scope = useMemo(() => taskScope(dagId, runId, taskId, mapIndex), [dagId, runId, taskId, mapIndex]);
+  const probe = useFetch(mapIndex === undefined ? scope.listUrl({ limit: 1 }) : null);
+  const mappedParent = probe.error && probe.error.reason === "task_instance_not_found";
+  return h(
+    Box,
+    { p: 2, "data-testid": "state-task-tab" },
+    h(Heading, { size: "md", mb: 1 }, "Task state"),
+    h(
+      Text,
+      { fontSize: "sm", color: "fg.muted", mb: 3 },
+      "What this task instance keeps between tries with task_state: read by its next try, kept until cleared.",
+    ),
+    mappedParent ? h(MappedInstances, { dagId, runId, taskId }) : h(StateEntries, { scope }),
+  );
+}
+
+/** The map indices of a mapped task that hold state, each opening its own State tab. */
+function MappedInstances({ dagId, runId, taskId }) {
+  const { data, error } = useFetch(`${STATE_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/state`);
+  if (error) return h(ErrorAlert, { error });
+  if (!data) return h(Spinner, { size: "sm" });
+  const mapped = data.task_instances.filter((ti) => ti.task_id === taskId && ti.map_index >= 0);
+  if (mapped.length === 0) return h(Text, { color: "fg.muted" }, "No mapped instance of this task holds state.");
+  return h(
+    Stack,
+    { gap: 2 },
+    h(Text, null, "This task is mapped: each mapped instance has its own state."),
+    h(
+      HStack,
+      { wrap: "wrap" },
+      mapped.map((ti) =>
+        h(RouterLink, { key: ti.map_index, to: taskTabPath(dagId, runId, taskId, ti.map_index) }, `Map index ${ti.map_index} (${ti.key_count} keys)`),
+      ),
+    ),
+  );
+}
+
+/** A link inside Airflow's UI (client-side navigation through the host's router). */
+function RouterLink({ to, children }) {
+  return h(Link, { asChild: true, colorPalette: "blue", variant: "underline" }, h(RouterDOM.Link, { to }, children));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The State page (Browse menu): asset state, and task state found by DAG and run
+
+function StatePage() {
+  return h(
+    Box,
+    { p: 4, "data-testid": "state-page" },
+    h(Heading, { size: "lg", mb: 1 }, "State"),
+    h(
+      Text,
+      { color: "fg.muted", mb: 6 },
+      "Durable state kept by tasks: per asset (asset_state) and per task instance (task_state).",
+    ),
+    h(AssetStateSection),
+    h(Box, { h: 8 }),
+    h(TaskStateSection),
+  );
+}
+
+/** Selection kept in the page's query string, so that a reload or a shared link shows the same. */
+function useQueryParam(name) {
+  const [params, setParams] = RouterDOM.useSearchParams();
+  const value = params.get(name) || "";
+  const set = useCallback(
+    (next, clear = []) =>
+      setParams(
+        (current) => {
+          const updated = new URLSearchParams(current);
+          for (const other of clear) updated.delete(other);
+          if (next === "" || next === null || next === undefined) updated.delete(name);
+          else updated.set(name, String(next));
+          return updated;
+        },
+        { replace: true },
+      ),
+    [name, setParams],
+  );
+  return [value, set];
+}
+
+function AssetStateSection() {
+  const [offset, setOffset] = useState(0);
+  const [selected, setSelected] = useQueryParam("asset");
+  const { data, error, reload } = useFetch(`${STATE_API}/assets${queryString({ limit: PAGE_SIZE, offset })}`);
+  let body;
+  if (error) body = h(ErrorAlert, { error, title: "Could not list the assets" });
+  else if (!data) body = h(Spinner, { size: "sm" });
+  else if (data.assets.length === 0) body = h(Text, { color: "fg.muted", "data-testid": "state-no-assets" }, "No asset holds state.");
+  else
+    body = h(
+      Fragment,
+      null,
+      h(AssetTable, { assets: data.assets, selected, onSelect: setSelected, onChange: reload }),
+      h(Pager, { offset, shown: data.assets.length, total: data.total_entries, onPage: setOffset }),
+    );
+  return h(
+    Box,
+    { as: "section", "data-testid": "state-assets" },
+    h(Heading, { size: "md", mb: 3 }, "Asset state"),
+    body,
+  );
+}
+
+/** The assets holding state; the selected one unfolds into its entries under its row. */
+function AssetTable({ assets, selected, onSelect, onChange }) {
+  const rows = [];
+  for (const asset of assets) {
+    const id = String(asset.asset_id);
+    const open = id === selected;
+    rows.push(
+      h(
+        Table.Row,
+        {
+          key: id, "data-testid": "state-asset-row", "data-asset": asset.name, cursor: "pointer",
+          "aria-expanded": open, bg: open ? "bg.muted" : undefined, onClick: () => onSelect(open ? "" : id),
+        },
+        h(Table.Cell, { width: "2rem" }, open ? "▾" : "▸"),
+        h(Table.Cell, { fontWeight: "medium" }, asset.name),
+        h(Table.Cell, { fontFamily: "mono", fontSize: "sm", wordBreak: "break-all" }, asset.uri),
+        h(Table.Cell, null, asset.group),
+        h(Table.Cell, { textAlign: "end" }, h(Badge, null, `${asset.key_count} key${asset.key_count === 1 ? "" : "s"}`)),
+      ),
+    );
+    if (open) {
+      rows.push(
+        h(
+          Table.Row,
+          { key: `${id}-entries` },
+          h(Table.Cell, { colSpan: 5, p: 3 }, h(StateEntries, { scope: assetScope(asset.asset_id), onChange })),
+        ),
+      );
+    }
+  }
+  return h(
+    Table.Root,
+    { size: "sm", borderWidth: "1px", "data-testid": "state-asset-table" },
+    h(
+      Table.Header,
+      null,
+      h(
+        Table.Row,
+        null,
+        h(Table.ColumnHeader, null, ""),
+        h(Table.ColumnHeader, null, "Asset"),
+        h(Table.ColumnHeader, null, "URI"),
+        h(Table.ColumnHeader, null, "Group"),
+        h(Table.ColumnHeader, { textAlign: "end" }, "Keys"),
+      ),
+    ),
+    h(Table.Body, null, rows),
+  );
+}
+
+/** A labelled native <select>: light, keyboard-friendly, and themed by Chakra. */
+function Picker({ label, value, options, onChange, placeholder, testId, disabled }) {
+  return h(
+    Field.Root,
+    { maxW: "24rem", disabled },
+    h(Field.Label, null, label),
+    h(
+      NativeSelect.Root,
+      { size: "sm" },
+      h(
+        NativeSelect.Field,
+        { value, placeholder, "data-testid": testId, onChange: (event) => onChange(event.target.value) },
+        options.map((option) => h("option", { key: option.value, value: option.value }, option.label)),
+      ),
+      h(NativeSelect.Indicator),
+    ),
+  );
+}
+
+/** DAG and run pickers (Airflow's public API, so only DAGs the user may read), then the run's task instances holding state. */
+function TaskStateSection() {
+  const [dagFilter, setDagFilter] = useState("");
+  const pattern = useDebounced(dagFilter, 300);
+  const [dagId, setDagId] = useQueryParam("dag_id");
+  const [runId, setRunId] = useQueryParam("run_id");
+
+  const dags = useFetch(`${AIRFLOW_API}/dags${queryString({ limit: 100, order_by: "dag_id", dag_id_pattern: pattern })}`);
+  const runs = useFetch(
+    dagId ? `${AIRFLOW_API}/dags/${enc(dagId)}/dagRuns${queryString({ limit: 100, order_by: "-run_after" })}` : null,
+  );
+  const dagOptions = (dags.data ? dags.data.dags : []).map((dag) => ({ value: dag.dag_id, label: dag.dag_id }));
+  // Keep a DAG chosen through the URL listed even when the filter hides it.
+  if (dagId && !dagOptions.some((option) => option.value === dagId)) dagOptions.unshift({ value: dagId, label: dagId });
+  const runOptions = (runs.data ? runs.data.dag_runs : []).map((run) => ({
+    value: run.dag_run_id,
+    label: `${run.dag_run_id} (${run.state})`,
+  }));
+
+  return h(
+    Box,
+    { as: "section", "data-testid": "state-tasks" },
+    h(Heading, { size: "md", mb: 3 }, "Task state"),
+    h(
+      Flex,
+      { gap: 4, wrap: "wrap", align: "flex-end", mb: 4 },
+      h(
+        Field.Root,
+        { maxW: "16rem" },
+        h(Field.Label, null, "Find DAGs"),
+        h(Input, { size: "sm", placeholder: "part of a DAG id", value: dagFilter, onChange: (event) => setDagFilter(event.target.value), "data-testid": "state-dag-filter" }),
+      ),
+      h(Picker, {
+        label: "DAG", value: dagId, options: dagOptions, placeholder: "Choose a DAG", testId: "state-dag-select",
+        onChange: (value) => setDagId(value, ["run_id", "task_id", "map_index"]),
+      }),
+      h(Picker, {
+        label: "Run", value: runId, options: runOptions, placeholder: dagId ? "Choose a run" : "Choose a DAG first",
+        testId: "state-run-select", disabled: !dagId, onChange: (value) => setRunId(value, ["task_id", "map_index"]),
+      }),
+    ),
+    h(ErrorAlert, { error: dags.error, title: "Could not list the DAGs" }),
+    h(ErrorAlert, { error: runs.error, title: "Could not list the runs" }),
+    dagId && runId ? h(RunTaskInstances, { dagId, runId }) : null,
+  );
+}
+
+/** The task instances of a run that hold state; choosing one shows its entries. */
+function RunTaskInstances({ dagId, runId }) {
+  const [taskId, setTaskId] = useQueryParam("task_id");
+  const [mapIndex, setMapIndex] = useQueryParam("map_index");
+  const { data, error, reload } = useFetch(`${STATE_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/state`);
+  if (error) return h(ErrorAlert, { error, title: "Could not list the run's task instances" });
+  if (!data) return h(Spinner, { size: "sm" });
+  if (data.task_instances.length === 0)
+    return h(Text, { color: "fg.muted", "data-testid": "state-no-task-instances" }, "No task instance of this run holds state.");
+
+  const choose = (ti) => {
+    setTaskId(ti.task_id);
+    setMapIndex(String(ti.map_index));
+  };
+  const isSelected = (ti) => ti.task_id === taskId && String(ti.map_index) === (mapIndex || "-1");
+  const selected = data.task_instances.find(isSelected);
+  return h(
+    Stack,
+    { gap: 4 },
+    h(
+      Table.Root,
+      { size: "sm", borderWidth: "1px", "data-testid": "state-ti-table" },
+      h(
+        Table.Header,
+        null,
+        h(
+          Table.Row,
+          null,
+          h(Table.ColumnHeader, null, "Task"),
+          h(Table.ColumnHeader, null, "Map index"),
+          h(Table.ColumnHeader, null, "Keys"),
+          h(Table.ColumnHeader, { textAlign: "end" }, ""),
+        ),
+      ),
+      h(
+        Table.Body,
+        null,
+        data.task_instances.map((ti) =>
+          h(
+            Table.Row,
+            {
+              key: `${ti.task_id}/${ti.map_index}`, "data-testid": "state-ti-row", "data-task": ti.task_id,
+              "data-map-index": ti.map_index, cursor: "pointer", bg: isSelected(ti) ? "bg.muted" : undefined,
+              onClick: () => choose(ti),
+            },
+            h(Table.Cell, { fontFamily: "mono" }, ti.task_id),
+            h(Table.Cell, null, ti.map_index >= 0 ? ti.map_index : ""),
+            h(Table.Cell, null, h(Badge, null, String(ti.key_count))),
+            h(
+              Table.Cell,
+              { textAlign: "end", onClick: (event) => event.stopPropagation() },
+              h(RouterLink, { to: taskTabPath(dagId, runId, ti.task_id, ti.map_index) }, "Open task instance"),
+            ),
+          ),
+        ),
+      ),
+    ),
+    selected
+      ? h(
+          Box,
+          { borderWidth: "1px", borderRadius: "md", p: 3 },
+          h(Heading, { size: "sm", mb: 3, fontFamily: "mono" }, selected.map_index >= 0 ? `${selected.task_id} [${selected.map_index}]` : selected.task_id),
+          h(StateEntries, { scope: taskScope(dagId, runId, selected.task_id, selected.map_index), onChange: reload }),
+        )
+      : h(Text, { color: "fg.muted", fontSize: "sm" }, "Choose a task instance to see its state."),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+
+/** The component of both apps: the task instance tab when the route names a task, else the page. */
+function StatePlugin(props) {
+  const { dagId, runId, taskId, mapIndex } = props || {};
+  if (dagId && runId && taskId) return h(TaskInstanceState, { dagId, runId, taskId, mapIndex });
+  return h(StatePage);
+}
+
+// Airflow 3.2 reads `globalThis[<app name>]` first and falls back to `globalThis.AirflowPlugin`;
+// set the name (plugin.UI_APP_NAME) so that a cached module still resolves when the fallback was reset.
+globalThis.State = StatePlugin;
+globalThis.AirflowPlugin = StatePlugin;
