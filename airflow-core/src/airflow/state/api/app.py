@@ -11,12 +11,13 @@ log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
-    from airflow.state.api.errors import database_unavailable, misconfigured, validation_error
+    from airflow.state.api.errors import database_unavailable, misconfigured, not_found, validation_error
     from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.operator.routes import router as operator_router
     from airflow.state.api.routes import router
     from airflow.state.api.ui.static import router as ui_router
     from airflow.state.exceptions import StateConfigurationError
+    from airflow.state.manage import NotFound
     from fastapi.exceptions import RequestValidationError
     from sqlalchemy.exc import DBAPIError
 
@@ -44,6 +45,7 @@ def create_app() -> FastAPI:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(DBAPIError, database_unavailable)
     app.add_exception_handler(StateConfigurationError, misconfigured)
+    app.add_exception_handler(NotFound, not_found)
     return app
 
 

@@ -36,6 +36,28 @@ DOCUMENTED: dict[int | str, dict[str, Any]] = {
 }
 
 
+# The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
+OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No Airflow token, or an expired one (reason `unauthenticated`)"},
+    403: {"description": "Invalid token, or the user lacks the permission the message names (`forbidden`)"},
+    404: {
+        "description": "No such dag run, task instance, asset or key (`dag_run_not_found`, "
+        "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
+    },
+    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
+    503: {"description": "Metadata database or state backend unreachable, or server misconfigured"},
+}
+
+
+async def not_found(request: Request, error: Exception) -> JSONResponse:
+    """What an operator named (a dag run, task instance, asset or key) does not exist: 404 with its reason."""
+    from airflow.state.manage import NotFound
+
+    assert isinstance(error, NotFound)
+    body = {"detail": {"reason": error.reason.value, "message": error.message}}
+    return JSONResponse(body, status_code=status.HTTP_404_NOT_FOUND)
+
+
 async def validation_error(request: Request, error: Exception) -> JSONResponse:
     """FastAPI's own request validation errors (e.g. no ``key`` parameter), in the same shape."""
     assert isinstance(error, RequestValidationError)

@@ -1,0 +1,149 @@
+"""
+Who may do what with the operators' REST API: Airflow's own security dependencies, answered in the
+state API's error shape.
+
+Authentication and every decision are Airflow's: the user comes from Airflow's ``get_user`` (the
+bearer token of ``/api/v2``, or the UI's ``_token`` cookie), and access from its
+``requires_access_dag`` and ``requires_access_asset``, so any auth manager (Simple, FAB, Keycloak)
+decides exactly as it does for Airflow's REST API. Those raise ``HTTPException``s whose detail is a
+bare string (``"Not authenticated"``, ``"Forbidden"``); the dependencies here call them and only
+reshape what they raise into ``{"detail": {"reason", "message"}}``, with a message that names the
+permission that is missing. They sit in this module rather than in an exception handler because
+only here is it known which permission a refusal was about.
+
+``AuthManagerDep`` is never used: it reads ``request.app.state``, which belongs to Airflow's root
+app, not to this mounted sub-app; ``get_auth_manager()`` is the same process-wide instance.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+from airflow.api_fastapi.auth.managers.models.resource_details import (
+    AssetDetails,
+    DagAccessEntity,
+    DagDetails,
+)
+from airflow.api_fastapi.core_api.security import (
+    bearer_scheme,
+    get_user,
+    oauth2_scheme,
+    requires_access_asset,
+    requires_access_dag,
+)
+from airflow.state.api.errors import refusal
+from airflow.state.protocol import Reason
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+Method = Literal["GET", "PUT", "DELETE"]
+
+# What each method does to state, and the permission it needs, for the messages of refusals.
+_DOING = {"GET": "reading", "PUT": "editing", "DELETE": "deleting"}
+_PERMISSION = {"GET": "read", "PUT": "edit", "DELETE": "delete"}
+_LOG_IN = (
+    "log in again, or send a new Airflow API token (POST /auth/token) as 'Authorization: Bearer <token>'"
+)
+
+
+def _unauthenticated(airflow_detail: Any) -> HTTPException:
+    # Airflow answers 401 for no token at all ("Not authenticated") and for an expired one.
+    return refusal(
+        status.HTTP_401_UNAUTHORIZED,
+        Reason.UNAUTHENTICATED,
+        f"{airflow_detail}: {_LOG_IN}",
+        {"WWW-Authenticate": "Bearer"},
+    )
+
+
+def _forbidden(message: str) -> HTTPException:
+    return refusal(status.HTTP_403_FORBIDDEN, Reason.FORBIDDEN, message)
+
+
+async def operator_user(
+    request: Request,
+    oauth_token: Annotated[str | None, Depends(oauth2_scheme)],
+    bearer_credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> BaseUser:
+    """
+    The Airflow user making the request, found by Airflow's ``get_user``: 401 ``unauthenticated``
+    without a token or with an expired one, 403 ``forbidden`` for one that is not valid (Airflow's
+    own split between the two).
+    """
+    try:
+        return await get_user(request, oauth_token, bearer_credentials)
+    except HTTPException as error:
+        if error.status_code == status.HTTP_401_UNAUTHORIZED:
+            raise _unauthenticated(error.detail) from None
+        if error.status_code == status.HTTP_403_FORBIDDEN:
+            raise _forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
+        raise
+
+
+OperatorUser = Annotated[BaseUser, Depends(operator_user)]
+
+
+def _decided(airflow_check: Any, request: Request, user: BaseUser, refused: str) -> None:
+    """Run one of Airflow's access dependencies; its 403 becomes ours, saying what was *refused*."""
+    try:
+        airflow_check(request, user)
+    except HTTPException as error:
+        if error.status_code == status.HTTP_403_FORBIDDEN:
+            raise _forbidden(refused) from None
+        raise
+
+
+def task_state_access(method: Method) -> Any:
+    """
+    A route dependency: the caller may *method* the task instances of the path's ``dag_id``
+    (``requires_access_dag(method, DagAccessEntity.TASK_INSTANCE)``, as Airflow's task instance
+    routes use).
+    """
+    airflow_check = requires_access_dag(method, DagAccessEntity.TASK_INSTANCE)
+
+    def check(request: Request, user: OperatorUser) -> None:
+        dag_id = request.path_params.get("dag_id")
+        refused = (
+            f"{_DOING[method]} task state of DAG {dag_id!r} needs {_PERMISSION[method]} permission "
+            "on its task instances"
+        )
+        _decided(airflow_check, request, user, refused)
+
+    return Depends(check)
+
+
+def asset_state_access(method: Method) -> Any:
+    """A route dependency: the caller may *method* the path's ``asset_id`` (``requires_access_asset``)."""
+    airflow_check = requires_access_asset(method)
+
+    def check(request: Request, user: OperatorUser) -> None:
+        asset_id = request.path_params.get("asset_id")
+        what = "asset state" if asset_id is None else f"the state of asset {asset_id}"
+        refused = f"{_DOING[method]} {what} needs {_PERMISSION[method]} permission on assets"
+        _decided(airflow_check, request, user, refused)
+
+    return Depends(check)
+
+
+# --- what the caller may do, for the UI to offer only that ------------------------------------
+
+
+def may_change_task_state(user: BaseUser, dag_id: str, method: Method, session: Session) -> bool:
+    """Whether *user* may *method* (PUT, DELETE) the task instances of *dag_id*: what the route asks."""
+    from airflow.models.dag import DagModel
+
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id, session=session))
+    return get_auth_manager().is_authorized_dag(
+        method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
+    )
+
+
+def may_access_asset(user: BaseUser, method: Method, asset_id: int | None = None) -> bool:
+    """Whether *user* may *method* the state of *asset_id* (of assets in general when None)."""
+    details = AssetDetails(id=None if asset_id is None else str(asset_id))
+    return get_auth_manager().is_authorized_asset(method=method, details=details, user=user)

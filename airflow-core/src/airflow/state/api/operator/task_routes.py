@@ -1,0 +1,273 @@
+"""
+Task state, as operators see it: the task instances of a dag run that hold state, and each one's
+keys. Access is Airflow's for the DAG's task instances (GET read, PUT write, DELETE delete).
+
+Every keyed operation exists twice: with the key at the end of the path (``.../state/{key}``) for
+ordinary keys, and with it as the ``key`` query parameter (``.../stateEntry?key=``), which takes
+every key, ``.`` and ``..`` included; the UI always uses the second.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+from airflow.state import manage
+from airflow.state.api.errors import OPERATOR_DOCUMENTED
+from airflow.state.api.operator.auth import OperatorUser, may_change_task_state, task_state_access
+from airflow.state.api.operator.datamodels import (
+    WRITE_BODY,
+    StateEntryResponse,
+    TaskInstancesWithStateResponse,
+    TaskInstanceWithState,
+    TaskStateEntriesResponse,
+)
+from airflow.state.api.operator.params import (
+    KeyPrefix,
+    Limit,
+    MapIndex,
+    NewValue,
+    Offset,
+    PathKey,
+    QueryKey,
+)
+from airflow.state.protocol import Reason
+from airflow_shared.state import TaskScope
+from fastapi import APIRouter, Query, Response, status
+
+router = APIRouter(tags=["Task state"], responses=OPERATOR_DOCUMENTED)
+
+RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
+TASK_STATE = RUN + "/taskInstances/{task_id}/state"
+TASK_STATE_KEY = TASK_STATE + "/{key:path}"
+TASK_STATE_ENTRY = RUN + "/taskInstances/{task_id}/stateEntry"
+
+READ, WRITE, DELETE = task_state_access("GET"), task_state_access("PUT"), task_state_access("DELETE")
+
+
+def _scope(dag_id: str, dag_run_id: str, task_id: str, map_index: int) -> TaskScope:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return manage.task_scope(dag_id, dag_run_id, task_id, map_index, session)
+
+
+def _scope_of_every_map_index(dag_id: str, dag_run_id: str, task_id: str) -> TaskScope:
+    """
+    A scope of the task in the run whatever its map indices, for clearing them all: the task must
+    have a task instance there, but which map index does not matter.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        uid = manage.dag_run_uid(dag_id, dag_run_id, session)
+        map_index = session.scalar(
+            select(TaskInstance.map_index)
+            .where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == dag_run_id,
+                TaskInstance.task_id == task_id,
+            )
+            .limit(1)
+        )
+    if map_index is None:
+        raise manage.NotFound(
+            Reason.TASK_INSTANCE_NOT_FOUND, f"dag run {dag_id!r}/{dag_run_id!r} has no task {task_id!r}"
+        )
+    return TaskScope(dag_id, dag_run_id, task_id, map_index, dag_run_uid=uid)
+
+
+def _permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {
+            "can_edit": may_change_task_state(user, dag_id, "PUT", session),
+            "can_delete": may_change_task_state(user, dag_id, "DELETE", session),
+        }
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+@router.get(RUN + "/state", dependencies=[READ], summary="Task instances of a dag run that hold state")
+def list_task_instances_with_state(
+    dag_id: str, dag_run_id: str, user: OperatorUser
+) -> TaskInstancesWithStateResponse:
+    """
+    The task instances of the dag run whose state holds at least one key, with how many, sorted by
+    task id and map index. 404 `dag_run_not_found` for a dag run that does not exist.
+    """
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        found = manage.task_instances_with_state(dag_id, dag_run_id, session)
+    return TaskInstancesWithStateResponse(
+        task_instances=[
+            TaskInstanceWithState(task_id=ti.task_id, map_index=ti.map_index, key_count=ti.key_count)
+            for ti in found
+        ],
+        total_entries=len(found),
+        **_permissions(user, dag_id),
+    )
+
+
+# --- one task instance ---------------------------------------------------------------------------
+
+
+@router.get(TASK_STATE, dependencies=[READ], summary="A task instance's state")
+def list_task_state(
+    dag_id: str,
+    dag_run_id: str,
+    task_id: str,
+    user: OperatorUser,
+    map_index: MapIndex = -1,
+    limit: Limit = 100,
+    offset: Offset = 0,
+    key_prefix: KeyPrefix = None,
+) -> TaskStateEntriesResponse:
+    """
+    A page of the task instance's keys with their values, sorted by key (code point), optionally
+    only those starting with `key_prefix`. 404 for a dag run or task instance that does not exist.
+    """
+    scope = _scope(dag_id, dag_run_id, task_id, map_index)
+    entries, total = manage.entries(scope, key_prefix=key_prefix or None, offset=offset, limit=limit)
+    return TaskStateEntriesResponse(
+        entries=[StateEntryResponse.of(entry) for entry in entries],
+        total_entries=total,
+        **_permissions(user, dag_id),
+    )
+
+
+@router.delete(
+    TASK_STATE, dependencies=[DELETE], status_code=status.HTTP_204_NO_CONTENT, summary="Clear task state"
+)
+def clear_task_state(
+    dag_id: str,
+    dag_run_id: str,
+    task_id: str,
+    map_index: MapIndex = -1,
+    all_map_indices: Annotated[
+        bool, Query(description="Clear every map index of the task in this run, not only `map_index`")
+    ] = False,
+) -> Response:
+    """
+    Remove every key of the task instance's state; with `all_map_indices=true`, of every map index
+    of the task in this dag run (then `map_index` is ignored).
+    """
+    if all_map_indices:
+        scope = _scope_of_every_map_index(dag_id, dag_run_id, task_id)
+    else:
+        scope = _scope(dag_id, dag_run_id, task_id, map_index)
+    manage.clear(scope, all_map_indices=all_map_indices)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# --- one key: the path form and the query form, one implementation -----------------------------
+
+
+def _get(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str) -> StateEntryResponse:
+    return StateEntryResponse.of(manage.entry(_scope(dag_id, dag_run_id, task_id, map_index), key))
+
+
+def _put(
+    dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str, value: object
+) -> StateEntryResponse:
+    return StateEntryResponse.of(manage.put(_scope(dag_id, dag_run_id, task_id, map_index), key, value))
+
+
+def _delete(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str) -> Response:
+    manage.delete(_scope(dag_id, dag_run_id, task_id, map_index), key)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+_GET_DESCRIPTION = "One key of the task instance's state. 404 `key_not_found` when it holds no such key."
+_PUT_DESCRIPTION = (
+    'Store `{"value": <any JSON but null>}` under the key, as an operator (`updated_by_try` becomes '
+    "null); returns the entry as stored. 413 `body_too_large`, 422 `invalid_value` past the size limit."
+)
+_DELETE_DESCRIPTION = "Remove the key from the task instance's state; not an error when it is not there."
+_PATH_FORM = (
+    " Keys with an empty, `.` or `..` path segment are refused (422 `invalid_key`): use `stateEntry?key=`."
+)
+
+
+@router.get(
+    TASK_STATE_KEY,
+    dependencies=[READ],
+    summary="Get a task state key",
+    description=_GET_DESCRIPTION + _PATH_FORM,
+)
+def get_task_state_key(
+    dag_id: str, dag_run_id: str, task_id: str, key: PathKey, map_index: MapIndex = -1
+) -> StateEntryResponse:
+    return _get(dag_id, dag_run_id, task_id, map_index, key)
+
+
+@router.put(
+    TASK_STATE_KEY,
+    dependencies=[WRITE],
+    openapi_extra=WRITE_BODY,
+    summary="Set a task state key",
+    description=_PUT_DESCRIPTION + _PATH_FORM,
+)
+def put_task_state_key(
+    dag_id: str, dag_run_id: str, task_id: str, key: PathKey, value: NewValue, map_index: MapIndex = -1
+) -> StateEntryResponse:
+    return _put(dag_id, dag_run_id, task_id, map_index, key, value)
+
+
+@router.delete(
+    TASK_STATE_KEY,
+    dependencies=[DELETE],
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a task state key",
+    description=_DELETE_DESCRIPTION + _PATH_FORM,
+)
+def delete_task_state_key(
+    dag_id: str, dag_run_id: str, task_id: str, key: PathKey, map_index: MapIndex = -1
+) -> Response:
+    return _delete(dag_id, dag_run_id, task_id, map_index, key)
+
+
+_QUERY_FORM = " The key is the `key` query parameter, so any key can be named."
+
+
+@router.get(
+    TASK_STATE_ENTRY,
+    dependencies=[READ],
+    summary="Get a task state key (key as query parameter)",
+    description=_GET_DESCRIPTION + _QUERY_FORM,
+)
+def get_task_state_entry(
+    dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, map_index: MapIndex = -1
+) -> StateEntryResponse:
+    return _get(dag_id, dag_run_id, task_id, map_index, key)
+
+
+@router.put(
+    TASK_STATE_ENTRY,
+    dependencies=[WRITE],
+    openapi_extra=WRITE_BODY,
+    summary="Set a task state key (key as query parameter)",
+    description=_PUT_DESCRIPTION + _QUERY_FORM,
+)
+def put_task_state_entry(
+    dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, value: NewValue, map_index: MapIndex = -1
+) -> StateEntryResponse:
+    return _put(dag_id, dag_run_id, task_id, map_index, key, value)
+
+
+@router.delete(
+    TASK_STATE_ENTRY,
+    dependencies=[DELETE],
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a task state key (key as query parameter)",
+    description=_DELETE_DESCRIPTION + _QUERY_FORM,
+)
+def delete_task_state_entry(
+    dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, map_index: MapIndex = -1
+) -> Response:
+    return _delete(dag_id, dag_run_id, task_id, map_index, key)

@@ -1,0 +1,729 @@
+"""
+The operators' REST API (``/api/v1`` of the state app), in-process against the metadata database
+of the run, on the metastore backend and on Redis, with Airflow tokens of SimpleAuthManager users
+of every role.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+V1 = "/api/v1"
+JWT_SECRET = "operator-api-test-jwt-secret-" + "s" * 48
+ROLES = ("viewer", "user", "op", "admin")
+
+
+# --- the app and who calls it ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _airflow_token_secret() -> Iterator[None]:
+    """A fixed [api_auth] jwt_secret, so that Airflow does not write a generated one into the config."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__API_AUTH__JWT_SECRET", JWT_SECRET)
+        yield
+
+
+@pytest.fixture(scope="module")
+def mint(_airflow_token_secret, airflow_db) -> Callable[..., str]:
+    """``mint(role, **generate_jwt_options)``: an Airflow token of a SimpleAuthManager user of *role*."""
+    from airflow.api_fastapi.app import get_auth_manager, init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    init_auth_manager()
+
+    def mint(role: str, **options) -> str:
+        return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role, role=role), **options)
+
+    return mint
+
+
+@pytest.fixture(scope="module")
+def as_role(mint) -> dict[str, dict[str, str]]:
+    """The request headers of each role: ``as_role["viewer"]``."""
+    return {role: {"Authorization": f"Bearer {mint(role)}"} for role in ROLES}
+
+
+@pytest.fixture(scope="module")
+def api(mint) -> Iterator[TestClient]:
+    from airflow.state.api.app import create_app
+
+    with TestClient(create_app()) as client:
+        yield client
+
+
+# --- the backend: the same tests on the metastore and on Redis ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    from state_testing.dbservers import have_redis_server, redis_server
+
+    if not have_redis_server():
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["metastore", "redis"])
+def backend(request, monkeypatch):
+    """The configured state backend ([state] backend), which the API uses."""
+    from airflow.state import get_state_backend
+    from airflow.state.configured_backend import reset_state_backend
+
+    if request.param == "redis":
+        monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "airflow_state_redis.RedisStateBackend")
+        monkeypatch.setenv("AIRFLOW__STATE_REDIS__URL", request.getfixturevalue("redis_url"))
+    reset_state_backend()
+    yield get_state_backend()
+    reset_state_backend()
+
+
+def records_writes(backend) -> bool:
+    """
+    Whether the backend records when and by which try a key was written: those that override
+    ``entries()`` (the metastore; Redis once its metadata is in); the default knows neither.
+    """
+    from airflow_shared.state import BaseStateBackend
+
+    return type(backend).entries is not BaseStateBackend.entries
+
+
+# --- a dag run with task instances, and assets ---------------------------------------------------
+
+
+@dataclass
+class Run:
+    dag_id: str
+    run_id: str
+
+    def ti(self, task_id: str, suffix: str = "") -> str:
+        """The URL of a task instance's state (``.../state``), or of *suffix* after the task id."""
+        return f"{V1}/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/{task_id}/{suffix or 'state'}"
+
+    @property
+    def url(self) -> str:
+        return f"{V1}/dags/{self.dag_id}/dagRuns/{self.run_id}/state"
+
+    def scope(self, task_id: str, map_index: int = -1):
+        from airflow.state.manage import task_scope
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return task_scope(self.dag_id, self.run_id, task_id, map_index, session)
+
+
+# The run's task instances: `submit` and `quiet` are not mapped, `partition` has map indices 0 and 1.
+TASK_INSTANCES = (("submit", -1), ("partition", 0), ("partition", 1), ("quiet", -1))
+
+
+@pytest.fixture
+def run(backend, make_dag_run, unique) -> Iterator[Run]:
+    """A dag run of its own with four task instances (no state yet); their state is cleared after."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, insert
+
+    made = Run(f"operator_api_{unique}", "manual_1")
+    make_dag_run(made.dag_id, made.run_id)
+    with create_session() as session:
+        for task_id, map_index in TASK_INSTANCES:
+            session.execute(
+                insert(TaskInstance).values(
+                    task_id=task_id,
+                    dag_id=made.dag_id,
+                    run_id=made.run_id,
+                    map_index=map_index,
+                    try_number=2,
+                    pool="default_pool",
+                    state="success",
+                )
+            )
+    yield made
+    for task_id in {task_id for task_id, _ in TASK_INSTANCES}:
+        backend.clear(made.scope(task_id, 0 if task_id == "partition" else -1), all_map_indices=True)
+    with create_session() as session:
+        session.execute(delete(TaskInstance).where(TaskInstance.dag_id == made.dag_id))
+
+
+@pytest.fixture
+def asset(backend, make_asset) -> Iterator[int]:
+    """An asset of its own (no state yet); its state is cleared after."""
+    from airflow_shared.state import AssetScope
+
+    made = make_asset(1)
+    yield made
+    backend.clear(AssetScope(made))
+
+
+def asset_url(asset_id: int, suffix: str = "state") -> str:
+    return f"{V1}/assets/{asset_id}/{suffix}"
+
+
+def detail(response) -> dict:
+    body = response.json()
+    assert set(body) == {"detail"} and set(body["detail"]) == {"reason", "message"}, body
+    return body["detail"]
+
+
+def refused(response, status: int, reason: str) -> str:
+    """Assert the response is a refusal with *status* and *reason*; return its message."""
+    assert response.status_code == status, (response.status_code, response.text)
+    found = detail(response)
+    assert found["reason"] == reason, found
+    return found["message"]
+
+
+# --- task state ----------------------------------------------------------------------------------
+
+VALUES = [
+    "plain text",
+    "naïve ☃ 日本語 🚀",
+    {"pages": [1, 2, {"deep": {"deeper": [True, False, 0.5]}}], "note": "ünïcode"},
+    [],
+    0,
+    -12.5,
+    False,
+    "",
+]
+
+
+def test_task_state_round_trips_every_value_in_both_key_forms(api, as_role, run, backend):
+    user = as_role["user"]
+    for number, value in enumerate(VALUES):
+        key = f"key/{number}"
+        put = api.put(run.ti("submit", f"state/{key}"), json={"value": value}, headers=user)
+        assert put.status_code == 200, put.text
+        stored = put.json()
+        assert stored["key"] == key and stored["value"] == value and stored["updated_by_try"] is None
+        assert (stored["updated_at"] is not None) == records_writes(backend)
+        assert api.get(run.ti("submit", f"state/{key}"), headers=user).json() == stored
+        by_query = api.get(run.ti("submit", "stateEntry"), params={"key": key}, headers=user)
+        assert by_query.json() == stored
+    # The query form takes every key, and writes the same entries.
+    for key in (".", "..", "a/../b", "/lead", "trail/", "ключ", "k" * 512):
+        put = api.put(run.ti("submit", "stateEntry"), params={"key": key}, json={"value": key}, headers=user)
+        assert put.status_code == 200 and put.json()["key"] == key, put.text
+        assert (
+            api.get(run.ti("submit", "stateEntry"), params={"key": key}, headers=user).json()["value"] == key
+        )
+    listed = api.get(run.ti("submit"), params={"limit": 1000}, headers=user).json()
+    assert listed["total_entries"] == len(VALUES) + 7
+    assert [entry["key"] for entry in listed["entries"]] == sorted(
+        entry["key"] for entry in listed["entries"]
+    )
+    # Delete, in both forms; a key that is not there is not an error.
+    assert api.delete(run.ti("submit", "state/key/0"), headers=user).status_code == 204
+    assert api.delete(run.ti("submit", "stateEntry"), params={"key": ".."}, headers=user).status_code == 204
+    assert api.delete(run.ti("submit", "state/key/0"), headers=user).status_code == 204
+    assert (
+        api.delete(run.ti("submit", "stateEntry"), params={"key": "never"}, headers=user).status_code == 204
+    )
+    refused(api.get(run.ti("submit", "state/key/0"), headers=user), 404, "key_not_found")
+    refused(api.get(run.ti("submit", "stateEntry"), params={"key": ".."}, headers=user), 404, "key_not_found")
+    assert backend.get(run.scope("submit"), ".") == '"."'
+
+
+def test_path_keys_are_percent_decoded(api, as_role, run):
+    user = as_role["user"]
+    key = "a b/ü?#%"
+    put = api.put(run.ti("submit", "state/" + quote(key, safe="/")), json={"value": 1}, headers=user)
+    assert put.status_code == 200 and put.json()["key"] == key
+    assert api.get(run.ti("submit", "stateEntry"), params={"key": key}, headers=user).json()["value"] == 1
+
+
+def test_value_at_the_size_limit_is_stored_and_one_byte_more_is_refused(api, as_role, run, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
+    user = as_role["user"]
+    at_limit = "é" * 49  # 98 bytes of UTF-8 and two quotes: exactly 100 bytes of JSON
+    put = api.put(run.ti("submit", "state/big"), json={"value": at_limit}, headers=user)
+    assert put.status_code == 200 and put.json()["value"] == at_limit
+    message = refused(
+        api.put(run.ti("submit", "state/big"), json={"value": at_limit + "a"}, headers=user),
+        422,
+        "invalid_value",
+    )
+    assert "101 bytes" in message and "max_value_bytes" in message
+    assert api.get(run.ti("submit", "state/big"), headers=user).json()["value"] == at_limit
+
+
+def test_a_huge_body_is_refused_before_it_is_parsed(api, as_role, run, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
+    body = json.dumps({"value": "x" * 5000})
+    for url, params in (
+        (run.ti("submit", "state/big"), {}),
+        (run.ti("submit", "stateEntry"), {"key": "big"}),
+    ):
+        response = api.put(
+            url, params=params, content=body, headers={**as_role["user"], "Content-Type": "application/json"}
+        )
+        assert "max_value_bytes" in refused(response, 413, "body_too_large")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"value": None},
+        {},
+        {"value": 1, "other": 2},
+        [1],
+        "NaN-as-text",
+    ],
+    ids=["null", "missing", "extra-field", "not-an-object", "not-json"],
+)
+def test_a_value_that_is_not_a_json_document_but_null_is_refused(api, as_role, run, body):
+    user = {**as_role["user"], "Content-Type": "application/json"}
+    content = "{" if body == "NaN-as-text" else json.dumps(body)
+    refused(api.put(run.ti("submit", "state/k"), content=content, headers=user), 422, "invalid_value")
+    refused(
+        api.put(run.ti("submit", "stateEntry?key=k"), content=content, headers=user), 422, "invalid_value"
+    )
+    nan = api.put(run.ti("submit", "state/k"), content='{"value": NaN}', headers=user)
+    assert "NaN" in refused(nan, 422, "invalid_value")
+    refused(api.get(run.ti("submit", "state/k"), headers=user), 404, "key_not_found")
+
+
+@pytest.mark.parametrize(
+    ("path_key", "query_key"),
+    [
+        ("nul%00key", "nul\x00key"),
+        ("k" * 513, "k" * 513),
+        ("%2E%2E", None),
+        ("%2e", None),
+        ("a/%2E%2E/b", None),
+        ("a/%2E/b", None),
+        ("a//b", None),
+        ("trail/", None),
+        ("", ""),
+        ("%FF", None),
+    ],
+    ids=[
+        "nul",
+        "513-chars",
+        "dot-dot",
+        "dot",
+        "inner-dot-dot",
+        "inner-dot",
+        "empty-segment",
+        "trailing-slash",
+        "empty",
+        "bad-utf8",
+    ],
+)
+def test_bad_keys_are_refused_and_never_become_another_key(api, as_role, run, path_key, query_key):
+    user = as_role["user"]
+    api.put(run.ti("submit", "stateEntry"), params={"key": "a/b"}, json={"value": "kept"}, headers=user)
+    for method in ("GET", "PUT", "DELETE"):
+        body = {"json": {"value": 1}} if method == "PUT" else {}
+        path_form = api.request(method, run.ti("submit", "state/") + path_key, headers=user, **body)
+        message = refused(path_form, 422, "invalid_key")
+        if "." in path_key or "/" in path_key or path_key in ("", "%FF"):
+            assert "stateEntry" in message
+        if query_key is not None:
+            query_form = api.request(
+                method, run.ti("submit", "stateEntry"), params={"key": query_key}, headers=user, **body
+            )
+            refused(query_form, 422, "invalid_key")
+    assert [e["key"] for e in api.get(run.ti("submit"), headers=user).json()["entries"]] == ["a/b"]
+
+
+def test_clients_normalise_dot_segments_which_is_why_the_query_form_exists(api, as_role, run):
+    """httpx (like browsers) resolves a literal `a/./b` to `a/b` before sending: no server can tell."""
+    user = as_role["user"]
+    api.put(run.ti("submit", "stateEntry"), params={"key": "a/b"}, json={"value": "a/b"}, headers=user)
+    assert api.get(run.ti("submit", "state/a/./b"), headers=user).json()["key"] == "a/b"
+    refused(
+        api.get(run.ti("submit", "stateEntry"), params={"key": "a/./b"}, headers=user), 404, "key_not_found"
+    )
+
+
+def test_query_key_must_be_given_once_and_be_utf8(api, as_role, run):
+    user = as_role["user"]
+    refused(api.get(run.ti("submit", "stateEntry"), headers=user), 422, "invalid_request")
+    refused(api.get(run.ti("submit", "stateEntry?key=a&key=b"), headers=user), 422, "invalid_key")
+    refused(api.get(run.ti("submit", "stateEntry?key=%FF"), headers=user), 422, "invalid_key")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"map_index": -2}, {"limit": "ten"}],
+    ids=["limit-0", "limit-1001", "offset-negative", "map-index-minus-2", "limit-not-a-number"],
+)
+def test_bad_query_parameters_are_refused(api, as_role, run, params):
+    refused(api.get(run.ti("submit"), params=params, headers=as_role["viewer"]), 422, "invalid_request")
+
+
+def test_unknown_run_task_instance_and_map_index_are_404(api, as_role, run):
+    admin = as_role["admin"]
+    missing_run = Run(run.dag_id, "no_such_run")
+    missing_dag = Run("no_such_dag_" + run.dag_id, run.run_id)
+    for target in (missing_run, missing_dag):
+        assert "no dag run" in refused(api.get(target.url, headers=admin), 404, "dag_run_not_found")
+        for method in ("GET", "PUT", "DELETE"):
+            body = {"json": {"value": 1}} if method == "PUT" else {}
+            refused(
+                api.request(method, target.ti("submit", "state/k"), headers=admin, **body),
+                404,
+                "dag_run_not_found",
+            )
+            refused(
+                api.request(method, target.ti("submit", "stateEntry?key=k"), headers=admin, **body),
+                404,
+                "dag_run_not_found",
+            )
+        refused(api.get(target.ti("submit"), headers=admin), 404, "dag_run_not_found")
+    refused(api.get(run.ti("nope"), headers=admin), 404, "task_instance_not_found")
+    refused(
+        api.put(run.ti("nope", "state/k"), json={"value": 1}, headers=admin), 404, "task_instance_not_found"
+    )
+    refused(api.delete(run.ti("nope"), headers=admin), 404, "task_instance_not_found")
+    refused(
+        api.delete(run.ti("nope"), params={"all_map_indices": "true"}, headers=admin),
+        404,
+        "task_instance_not_found",
+    )
+    # `partition` is mapped: it has no map index -1, nor 7; `submit` has no map index 0.
+    message = refused(api.get(run.ti("partition"), headers=admin), 404, "task_instance_not_found")
+    assert "'partition'" in message
+    missing_index = api.get(run.ti("partition", "state/k"), params={"map_index": 7}, headers=admin)
+    assert "map_index=7" in refused(missing_index, 404, "task_instance_not_found")
+    refused(api.get(run.ti("submit"), params={"map_index": 0}, headers=admin), 404, "task_instance_not_found")
+    refused(api.get(run.ti("submit", "state/k"), headers=admin), 404, "key_not_found")
+
+
+def test_listing_pages_and_filters_by_prefix(api, as_role, run, backend):
+    user = as_role["user"]
+    keys = [f"job/{n:02d}" for n in range(12)] + ["other", "jobless"]
+    for key in keys:
+        api.put(run.ti("submit", "stateEntry"), params={"key": key}, json={"value": key}, headers=user)
+    everything = api.get(run.ti("submit"), headers=user).json()
+    assert everything["total_entries"] == 14 and [e["key"] for e in everything["entries"]] == sorted(keys)
+    page = api.get(
+        run.ti("submit"), params={"limit": 5, "offset": 5, "key_prefix": "job/"}, headers=user
+    ).json()
+    assert page["total_entries"] == 12
+    assert [e["key"] for e in page["entries"]] == [f"job/{n:02d}" for n in range(5, 10)]
+    assert [e["value"] for e in page["entries"]] == [f"job/{n:02d}" for n in range(5, 10)]
+    last = api.get(run.ti("submit"), params={"offset": 10, "key_prefix": "job/"}, headers=user).json()
+    assert [e["key"] for e in last["entries"]] == ["job/10", "job/11"]
+    beyond = api.get(run.ti("submit"), params={"offset": 100}, headers=user).json()
+    assert beyond == {**beyond, "entries": [], "total_entries": 14}
+    # The prefix is plain text, not a pattern.
+    assert api.get(run.ti("submit"), params={"key_prefix": "job%"}, headers=user).json()["total_entries"] == 0
+    assert api.get(run.ti("submit"), params={"key_prefix": "job"}, headers=user).json()["total_entries"] == 13
+    assert api.get(run.ti("submit"), params={"key_prefix": ""}, headers=user).json()["total_entries"] == 14
+
+
+def test_updated_by_try_is_the_tasks_for_task_writes_and_null_for_operator_writes(api, as_role, run, backend):
+    user = as_role["user"]
+    backend.set_by_try(run.scope("submit"), "written_by_task", '{"job":"app_001"}', try_number=2)
+    by_task = api.get(run.ti("submit", "state/written_by_task"), headers=user).json()
+    if records_writes(backend):
+        assert by_task["updated_by_try"] == 2 and by_task["updated_at"].endswith("Z")
+    assert by_task["value"] == {"job": "app_001"}
+    listed = api.get(run.ti("submit"), headers=user).json()["entries"]
+    assert listed == [by_task]
+    overwritten = api.put(run.ti("submit", "state/written_by_task"), json={"value": 3}, headers=user).json()
+    assert overwritten["updated_by_try"] is None and overwritten["value"] == 3
+
+
+def test_clear_one_map_index_or_every_map_index(api, as_role, run, backend):
+    user = as_role["user"]
+    for map_index in (0, 1):
+        for key in ("offset", "rows"):
+            url = run.ti("partition", f"state/{key}")
+            assert (
+                api.put(
+                    url, params={"map_index": map_index}, json={"value": map_index}, headers=user
+                ).status_code
+                == 200
+            )
+    api.put(run.ti("submit", "state/job"), json={"value": "kept"}, headers=user)
+
+    assert api.delete(run.ti("partition"), params={"map_index": 0}, headers=user).status_code == 204
+    assert api.get(run.ti("partition"), params={"map_index": 0}, headers=user).json()["total_entries"] == 0
+    assert api.get(run.ti("partition"), params={"map_index": 1}, headers=user).json()["total_entries"] == 2
+
+    api.put(run.ti("partition", "state/offset"), params={"map_index": 0}, json={"value": 0}, headers=user)
+    cleared = api.delete(run.ti("partition"), params={"all_map_indices": "true"}, headers=user)
+    assert cleared.status_code == 204
+    for map_index in (0, 1):
+        assert (
+            api.get(run.ti("partition"), params={"map_index": map_index}, headers=user).json()[
+                "total_entries"
+            ]
+            == 0
+        )
+    # Other tasks keep their state.
+    assert api.get(run.ti("submit", "state/job"), headers=user).json()["value"] == "kept"
+
+
+def test_the_run_listing_counts_keys_per_task_instance(api, as_role, run):
+    user = as_role["user"]
+    empty = api.get(run.url, headers=as_role["viewer"])
+    assert empty.status_code == 200
+    assert empty.json() == {"task_instances": [], "total_entries": 0, "can_edit": False, "can_delete": False}
+    for key in ("a", "b", "c"):
+        api.put(run.ti("submit", f"state/{key}"), json={"value": 1}, headers=user)
+    api.put(run.ti("partition", "state/offset"), params={"map_index": 1}, json={"value": 1000}, headers=user)
+    listing = api.get(run.url, headers=user).json()
+    assert listing == {
+        "task_instances": [
+            {"task_id": "partition", "map_index": 1, "key_count": 1},
+            {"task_id": "submit", "map_index": -1, "key_count": 3},
+        ],
+        "total_entries": 2,
+        "can_edit": True,
+        "can_delete": True,
+    }
+
+
+# --- asset state ---------------------------------------------------------------------------------
+
+
+def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend):
+    op = as_role["op"]
+    for number, value in enumerate(VALUES):
+        put = api.put(asset_url(asset, f"state/w/{number}"), json={"value": value}, headers=op)
+        assert put.status_code == 200, put.text
+        assert put.json()["value"] == value and put.json()["updated_by_try"] is None
+        assert (
+            api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
+            == put.json()
+        )
+    assert (
+        api.put(
+            asset_url(asset, "stateEntry"), params={"key": ".."}, json={"value": 1}, headers=op
+        ).status_code
+        == 200
+    )
+    listed = api.get(asset_url(asset), headers=op).json()
+    assert listed["total_entries"] == len(VALUES) + 1
+    assert listed["asset"] == {
+        "asset_id": asset,
+        "name": listed["asset"]["name"],
+        "uri": listed["asset"]["uri"],
+        "group": "asset",
+    }
+    assert listed["asset"]["name"].startswith("state_") and listed["can_edit"] and listed["can_delete"]
+    page = api.get(asset_url(asset), params={"key_prefix": "w/", "limit": 2, "offset": 1}, headers=op).json()
+    assert [e["key"] for e in page["entries"]] == ["w/1", "w/2"] and page["total_entries"] == len(VALUES)
+
+    assert api.delete(asset_url(asset, "state/w/0"), headers=op).status_code == 204
+    assert api.delete(asset_url(asset, "stateEntry"), params={"key": ".."}, headers=op).status_code == 204
+    refused(api.get(asset_url(asset, "state/w/0"), headers=op), 404, "key_not_found")
+    assert api.delete(asset_url(asset), headers=op).status_code == 204
+    assert api.get(asset_url(asset), headers=op).json()["total_entries"] == 0
+
+
+def test_unknown_asset_is_404_and_bad_asset_ids_are_refused(api, as_role, asset):
+    admin = as_role["admin"]
+    missing = asset + 10_000_000
+    for method, suffix in (
+        ("GET", "state"),
+        ("DELETE", "state"),
+        ("GET", "state/k"),
+        ("PUT", "state/k"),
+        ("DELETE", "state/k"),
+        ("GET", "stateEntry?key=k"),
+        ("PUT", "stateEntry?key=k"),
+        ("DELETE", "stateEntry?key=k"),
+    ):
+        body = {"json": {"value": 1}} if method == "PUT" else {}
+        response = api.request(method, asset_url(missing, suffix), headers=admin, **body)
+        assert f"id={missing}" in refused(response, 404, "asset_not_found")
+    refused(api.get(asset_url(asset, "state/k"), headers=admin), 404, "key_not_found")
+    refused(api.get(f"{V1}/assets/not-a-number/state", headers=admin), 422, "invalid_request")
+    refused(api.get(f"{V1}/assets", params={"limit": 0}, headers=admin), 422, "invalid_request")
+
+
+def test_the_asset_listing_shows_assets_with_state(api, as_role, make_asset, backend):
+    from airflow_shared.state import AssetScope
+
+    op = as_role["op"]
+    first, second, stateless = make_asset(1), make_asset(2), make_asset(3)
+    try:
+        api.put(asset_url(first, "state/a"), json={"value": 1}, headers=op)
+        for key in ("a", "b"):
+            api.put(asset_url(second, f"state/{key}"), json={"value": 1}, headers=op)
+        listing = api.get(f"{V1}/assets", params={"limit": 1000}, headers=as_role["viewer"]).json()
+        assert listing["can_edit"] is False and listing["total_entries"] == len(listing["assets"])
+        ours = {a["asset_id"]: a for a in listing["assets"] if a["asset_id"] in (first, second, stateless)}
+        assert {asset_id: a["key_count"] for asset_id, a in ours.items()} == {first: 1, second: 2}
+        assert set(ours[first]) == {"asset_id", "name", "uri", "group", "key_count"}
+        names = [(a["name"], a["uri"]) for a in listing["assets"]]
+        assert names == sorted(names)
+        # Pages of one asset each walk the same list.
+        walked = [
+            api.get(f"{V1}/assets", params={"limit": 1, "offset": n}, headers=op).json()["assets"][0]
+            for n in range(listing["total_entries"])
+        ]
+        assert walked == listing["assets"]
+        assert api.get(f"{V1}/assets", headers=op).json()["can_edit"] is True
+    finally:
+        for asset_id in (first, second):
+            backend.clear(AssetScope(asset_id))
+
+
+# --- who may do what -----------------------------------------------------------------------------
+
+
+def every_route(run: Run, asset_id: int) -> list[tuple[str, str]]:
+    """(method, URL) of every operator route, for the given run's `submit` task and asset."""
+    return [
+        ("GET", run.url),
+        ("GET", run.ti("submit")),
+        ("DELETE", run.ti("submit")),
+        ("GET", run.ti("submit", "state/k")),
+        ("PUT", run.ti("submit", "state/k")),
+        ("DELETE", run.ti("submit", "state/k")),
+        ("GET", run.ti("submit", "stateEntry?key=k")),
+        ("PUT", run.ti("submit", "stateEntry?key=k")),
+        ("DELETE", run.ti("submit", "stateEntry?key=k")),
+        ("GET", f"{V1}/assets"),
+        ("GET", asset_url(asset_id)),
+        ("DELETE", asset_url(asset_id)),
+        ("GET", asset_url(asset_id, "state/k")),
+        ("PUT", asset_url(asset_id, "state/k")),
+        ("DELETE", asset_url(asset_id, "state/k")),
+        ("GET", asset_url(asset_id, "stateEntry?key=k")),
+        ("PUT", asset_url(asset_id, "stateEntry?key=k")),
+        ("DELETE", asset_url(asset_id, "stateEntry?key=k")),
+    ]
+
+
+def call(api, method: str, url: str, headers: dict[str, str] | None = None, **kwargs):
+    body = {"json": {"value": "v"}} if method == "PUT" else {}
+    return api.request(method, url, headers=headers or {}, **body, **kwargs)
+
+
+def test_a_viewer_reads_everything_and_may_change_nothing(api, as_role, run, asset):
+    as_role_admin = as_role["admin"]
+    api.put(run.ti("submit", "state/k"), json={"value": "v"}, headers=as_role_admin)
+    api.put(asset_url(asset, "state/k"), json={"value": "v"}, headers=as_role_admin)
+    for method, url in every_route(run, asset):
+        response = call(api, method, url, as_role["viewer"])
+        if method == "GET":
+            assert response.status_code == 200, (url, response.text)
+        else:
+            message = refused(response, 403, "forbidden")
+            verb = "editing" if method == "PUT" else "deleting"
+            permission = "edit" if method == "PUT" else "delete"
+            if "/dags/" in url:
+                assert message == (
+                    f"{verb} task state of DAG {run.dag_id!r} needs {permission} permission"
+                    " on its task instances"
+                )
+            else:
+                assert message == f"{verb} the state of asset {asset} needs {permission} permission on assets"
+    # Nothing changed.
+    assert api.get(run.ti("submit", "state/k"), headers=as_role["viewer"]).json()["value"] == "v"
+    listing = api.get(run.ti("submit"), headers=as_role["viewer"]).json()
+    assert (listing["can_edit"], listing["can_delete"]) == (False, False)
+    assets = api.get(asset_url(asset), headers=as_role["viewer"]).json()
+    assert (assets["can_edit"], assets["can_delete"]) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("role", "task_writes", "asset_writes"),
+    [("user", True, False), ("op", True, True), ("admin", True, True)],
+)
+def test_roles_that_edit_task_state_and_asset_state(
+    api, as_role, run, asset, role, task_writes, asset_writes
+):
+    headers = as_role[role]
+    for method, url in every_route(run, asset):
+        if method == "GET":
+            continue
+        allowed = task_writes if "/dags/" in url else asset_writes
+        response = call(api, method, url, headers)
+        if allowed:
+            assert response.status_code in (200, 204), (url, response.text)
+        else:
+            assert "permission on assets" in refused(response, 403, "forbidden")
+    for url, allowed in ((run.ti("submit"), task_writes), (asset_url(asset), asset_writes)):
+        listing = api.get(url, headers=headers).json()
+        assert (listing["can_edit"], listing["can_delete"]) == (allowed, allowed)
+
+
+def test_without_a_token_every_route_is_401(api, run, asset):
+    for method, url in every_route(run, asset):
+        response = call(api, method, url)
+        message = refused(response, 401, "unauthenticated")
+        assert "Not authenticated" in message and "POST /auth/token" in message
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_write_without_a_token_is_refused_before_its_body_is_read(api, run, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "10")
+    response = api.put(run.ti("submit", "state/k"), content="x" * 100_000)
+    refused(response, 401, "unauthenticated")
+
+
+def test_expired_garbage_and_forged_tokens_are_refused(api, mint, run, asset):
+    import jwt
+
+    expired = mint("admin", expiration_time_in_seconds=-3600)
+    forged = jwt.encode(
+        {"sub": "admin", "role": "admin", "aud": "apache-airflow", "exp": 2_000_000_000},
+        "not-the-secret-" + "x" * 50,
+        algorithm="HS512",
+    )
+    for method, url in every_route(run, asset):
+        message = refused(
+            call(api, method, url, {"Authorization": f"Bearer {expired}"}), 401, "unauthenticated"
+        )
+        assert "Token Expired" in message
+        for bad in ("garbage", forged):
+            response = call(api, method, url, {"Authorization": f"Bearer {bad}"})
+            assert "not valid" in refused(response, 403, "forbidden")
+
+
+def test_the_ui_cookie_authenticates_like_the_bearer_token(api, mint, run, asset):
+    cookies = {"_token": mint("user")}
+    put = api.put(run.ti("submit", "state/k"), json={"value": "from the UI"}, cookies=cookies)
+    assert put.status_code == 200
+    assert api.get(run.ti("submit", "stateEntry?key=k"), cookies=cookies).json()["value"] == "from the UI"
+    refused(api.put(asset_url(asset, "state/k"), json={"value": 1}, cookies=cookies), 403, "forbidden")
+    refused(api.get(run.ti("submit"), cookies={"_token": "garbage"}), 403, "forbidden")
+    api.cookies.clear()
+
+
+# --- the schema ----------------------------------------------------------------------------------
+
+
+def test_the_openapi_schema_documents_every_operator_route(api):
+    paths = api.get("/openapi.json").json()["paths"]
+    run = "/api/v1/dags/{dag_id}/dagRuns/{dag_run_id}"
+    ti = run + "/taskInstances/{task_id}"
+    expected = {
+        run + "/state": {"get"},
+        ti + "/state": {"get", "delete"},
+        ti + "/state/{key}": {"get", "put", "delete"},
+        ti + "/stateEntry": {"get", "put", "delete"},
+        "/api/v1/assets": {"get"},
+        "/api/v1/assets/{asset_id}/state": {"get", "delete"},
+        "/api/v1/assets/{asset_id}/state/{key}": {"get", "put", "delete"},
+        "/api/v1/assets/{asset_id}/stateEntry": {"get", "put", "delete"},
+    }
+    for path, methods in expected.items():
+        assert set(paths[path]) == methods, path
+        for method in methods:
+            operation = paths[path][method]
+            assert operation["summary"] and operation["description"], (path, method)
+            assert {"401", "403", "404", "422"} <= set(operation["responses"]), (path, method)
+            if method == "put":
+                body = operation["requestBody"]["content"]["application/json"]["schema"]
+                assert body["required"] == ["value"]
+            if path.endswith("stateEntry"):
+                assert "key" in [p["name"] for p in operation["parameters"] if p["in"] == "query"]
+    listing = paths[ti + "/state"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {"map_index", "limit", "offset", "key_prefix"}
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["StateEntryResponse"]["properties"]["updated_by_try"]["description"]
