@@ -1,0 +1,276 @@
+"""
+``airflow state import``: the rows of an export (:mod:`.transfer_format`) into the configured
+backend.
+
+Every line is checked before anything is written: that it is a valid row, that its dag run, task
+instance or asset exists here, that no key is given twice, and what happens to keys that already
+exist (``-a/--action-on-existing-key overwrite|fail|skip``, as ``airflow variables import``). One
+refused row and nothing is written. Writes keep the row's ``updated_by_try`` (``set_by_try``), so
+which try wrote a value survives the move. On the metastore the writes are one transaction.
+
+The file is read twice (check, then write) rather than held in memory; stdin is spooled to a
+temporary file for that.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from argparse import Namespace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from airflow.state import manage
+from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
+from airflow.state.cli.scope_options import describe_asset, describe_task
+from airflow.state.cli.transfer_format import AssetTarget, ImportRow, RowError, TaskTarget, parse_row
+from airflow.utils import cli as cli_utils
+from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+from airflow.utils.session import create_session
+from airflow_shared.state import AssetScope, BaseStateBackend, StateScope
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+#: Refusals listed before "... and N more": enough to see the pattern, not a flood.
+SHOWN_REFUSALS = 50
+
+OVERWRITE, FAIL, SKIP = "overwrite", "fail", "skip"
+
+Lines = Callable[[], Iterator[tuple[int, str | None]]]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the import does with one valid row."""
+
+    line: int
+    scope: StateScope
+    description: str
+    key: str
+    updated_by_try: int | None
+    exists: bool
+
+
+@dataclass
+class Plan:
+    """Every valid row with what happens to it, and the refusals, after the first read."""
+
+    action: str
+    rows: list[Planned] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    row_count: int = 0
+
+    def skips(self, row: Planned) -> bool:
+        return row.exists and self.action == SKIP
+
+    @property
+    def writes(self) -> list[Planned]:
+        return [row for row in self.rows if not self.skips(row)]
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def import_state(args: Namespace) -> None:
+    backend = configured_backend()
+    from_stdin = args.file == "-"
+    with _numbered_lines(args.file) as lines:
+        plan = _check(lines, backend, action=args.action_on_existing_key)
+        if plan.refusals:
+            _report_refusals(plan)
+            raise fail(
+                f"refused {_count(len(plan.refusals), 'row')} of {plan.row_count}; nothing was imported"
+                f"{' (dry run)' if args.dry_run else ''}"
+            )
+        writes = plan.writes
+        overwriting = sum(row.exists for row in writes)
+        skipped = len(plan.rows) - len(writes)
+        if args.dry_run:
+            for row in plan.rows:
+                verb = "skip" if plan.skips(row) else "overwrite" if row.exists else "write"
+                print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}")
+            print(
+                f"Dry run: would import {_count(len(writes), 'key')} ({overwriting} overwritten), "
+                f"skip {skipped}; nothing was written"
+            )
+            return
+        if overwriting and not args.yes:
+            if from_stdin:
+                raise fail(
+                    f"{_count(overwriting, 'key')} already exist; the rows come from stdin, so there is "
+                    "no one to ask: pass -y to overwrite them, or -a skip or -a fail"
+                )
+            question = f"{_count(overwriting, 'key')} of {len(writes)} already exist and will be overwritten."
+            if not confirmed(f"{question} Proceed?", yes=False):
+                print("Cancelled, nothing was imported.")
+                return
+        _write(lines, backend, writes)
+    print(
+        f"Imported {_count(len(writes), 'key')} ({len(writes) - overwriting} new, {overwriting} overwritten)"
+        f"{f', skipped {skipped} that already exist' if skipped else ''}"
+    )
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
+# --- reading the file -------------------------------------------------------------------------
+
+
+@contextmanager
+def _numbered_lines(path: str) -> Iterator[Lines]:
+    """
+    A function that reads the file (again) from the start: ``(line number, text)``, the text
+    ``None`` for a line that is not UTF-8. Lines are split on ``\\n`` only: JSON escapes it inside
+    strings, while a text-mode reader would also split on characters such as U+2028 that
+    ``export`` leaves unescaped.
+    """
+    if path == "-":
+        with tempfile.TemporaryFile() as spool:
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is not None:
+                for chunk in iter(lambda: stdin.read(1 << 16), b""):
+                    spool.write(chunk)
+            else:  # a text stream without bytes under it (tests replace sys.stdin)
+                spool.write(sys.stdin.read().encode("utf-8"))
+            yield lambda: _decoded(spool, rewind=True)
+        return
+    try:
+        open(path, "rb").close()
+    except OSError as error:
+        raise fail(f"cannot read {path}: {error.strerror}") from None
+
+    def read() -> Iterator[tuple[int, str | None]]:
+        with open(path, "rb") as file:
+            yield from _decoded(file)
+
+    yield read
+
+
+def _decoded(file: IO[bytes], *, rewind: bool = False) -> Iterator[tuple[int, str | None]]:
+    if rewind:
+        file.seek(0)
+    for number, raw in enumerate(file, start=1):
+        try:
+            # utf-8-sig on the first line: a byte-order mark is not part of the first row.
+            yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            yield number, None
+
+
+# --- checking every row -----------------------------------------------------------------------
+
+
+def _check(lines: Lines, backend: BaseStateBackend, *, action: str) -> Plan:
+    plan = Plan(action)
+    resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str] = {}
+    first_line_of: dict[tuple[StateScope, str], int] = {}
+    with create_session() as session:
+        for number, text in lines():
+            if text is not None and not text.strip():
+                continue  # blank lines (a trailing newline, a hand-edited file) are not rows
+            plan.row_count += 1
+            problem = _check_row(number, text, session, backend, resolved, first_line_of, plan, action)
+            if problem:
+                plan.refusals.append(f"line {number}: {problem}")
+    return plan
+
+
+def _check_row(
+    number: int,
+    text: str | None,
+    session: Session,
+    backend: BaseStateBackend,
+    resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str],
+    first_line_of: dict[tuple[StateScope, str], int],
+    plan: Plan,
+    action: str,
+) -> str | None:
+    """What is wrong with the row on line *number*, or ``None`` after adding it to *plan*."""
+    if text is None:
+        return "not UTF-8 text"
+    try:
+        row = parse_row(text)
+    except RowError as error:
+        return str(error)
+    if row.target not in resolved:
+        resolved[row.target] = _resolve(row.target, session)
+    found = resolved[row.target]
+    if isinstance(found, str):
+        return found
+    scope, description = found
+    earlier = first_line_of.setdefault((scope, row.key), number)
+    if earlier != number:
+        return f"key {row.key!r} of {description} is also on line {earlier}"
+    exists = backend.get(scope, row.key) is not None
+    if exists and action == FAIL:
+        return f"key {row.key!r} of {description} already exists (-a fail)"
+    plan.rows.append(Planned(number, scope, description, row.key, row.updated_by_try, exists))
+    return None
+
+
+def _resolve(target: TaskTarget | AssetTarget, session: Session) -> tuple[StateScope, str] | str:
+    """The scope here of what a row names, with its description; or what is missing, as text."""
+    try:
+        if isinstance(target, TaskTarget):
+            scope = manage.task_scope(target.dag_id, target.run_id, target.task_id, target.map_index, session)
+            return scope, describe_task(target.dag_id, target.run_id, target.task_id, target.map_index)
+        asset = manage.find_asset(session, name=target.name, uri=target.uri)
+        return AssetScope(asset.asset_id), describe_asset(asset.name, asset.uri)
+    except manage.NotFound as missing:
+        return missing.message
+
+
+def _report_refusals(plan: Plan) -> None:
+    for refusal in plan.refusals[:SHOWN_REFUSALS]:
+        print(refusal, file=sys.stderr)
+    if len(plan.refusals) > SHOWN_REFUSALS:
+        print(f"... and {len(plan.refusals) - SHOWN_REFUSALS} more", file=sys.stderr)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> None:
+    """
+    Write the planned rows, reading their values from the file again. One session: the metastore
+    joins it, so its writes commit together or not at all; other backends write as they go.
+    """
+    planned = {row.line: row for row in writes}
+    written = 0
+    number = 0
+    try:
+        with create_session() as session:
+            for number, text in lines():
+                row = planned.get(number)
+                if row is None or text is None:
+                    continue
+                value_text = _value_text(text)
+                backend.set_by_try(
+                    row.scope, row.key, value_text, try_number=row.updated_by_try, session=session
+                )
+                written += 1
+    except Exception as error:
+        kept = (
+            "nothing was imported"
+            if _transactional(backend)
+            else f"the {_count(written, 'key')} written before it stay"
+        )
+        # The first line only: a database error goes on with the statement and its parameters.
+        reason = (str(error).splitlines() or [""])[0]
+        raise fail(f"line {number}: writing failed: {type(error).__name__}: {reason}; {kept}") from None
+
+
+def _value_text(text: str) -> str:
+    parsed: ImportRow = parse_row(text)  # checked in the first pass: parses the same way again
+    return parsed.value_text
+
+
+def _transactional(backend: BaseStateBackend) -> bool:
+    from airflow.state.metastore import MetastoreStateBackend
+
+    return isinstance(backend, MetastoreStateBackend)

@@ -1,0 +1,105 @@
+"""
+Which state a command works on: the task instance (``--dag-id --run-id --task-id [--map-index]``)
+or the asset (``--asset-name | --asset-uri | --asset-id``) its options name, checked against the
+database so that a typo is an error rather than an empty scope read or written.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow.state import manage
+from airflow.state.cli.errors import fail, refusing
+from airflow.state.protocol import Reason
+from airflow_shared.state import AssetScope, StateScope, TaskScope
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+TASK_OPTIONS = {"dag_id": "--dag-id", "run_id": "--run-id", "task_id": "--task-id"}
+ASSET_OPTIONS = {"asset_name": "--asset-name", "asset_uri": "--asset-uri", "asset_id": "--asset-id"}
+
+
+@dataclass(frozen=True)
+class NamedScope:
+    """A scope that exists, and how messages name it."""
+
+    scope: StateScope
+    description: str
+
+    @property
+    def is_task(self) -> bool:
+        return isinstance(self.scope, TaskScope)
+
+
+def describe_task(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
+    index = "" if map_index is None or map_index == -1 else f", map_index={map_index}"
+    return f"task instance (dag_id={dag_id!r}, run_id={run_id!r}, task_id={task_id!r}{index})"
+
+
+def describe_asset(name: str, uri: str) -> str:
+    return f"asset {name!r} (uri={uri!r})"
+
+
+def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = False) -> NamedScope:
+    """
+    The scope the options of *args* name. Exactly one kind must be named, completely; with
+    *all_map_indices* (``clear --all-map-indices``) the task scope stands for every map index.
+    """
+    task_given = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is not None]
+    # --map-index defaults to None (not -1) so that giving it beside an asset option is noticed.
+    if args.map_index is not None:
+        task_given.append("--map-index")
+    asset_given = [flag for name, flag in ASSET_OPTIONS.items() if getattr(args, name) is not None]
+    if task_given and asset_given:
+        raise fail(
+            f"give either a task instance or an asset, not both ({', '.join(task_given + asset_given)}); "
+            "see `airflow state --help`"
+        )
+    if asset_given:
+        if all_map_indices:
+            raise fail("--all-map-indices is for task state; an asset has no map indices")
+        asset = manage.find_asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)
+        return NamedScope(AssetScope(asset.asset_id), describe_asset(asset.name, asset.uri))
+    if not task_given:
+        raise fail(
+            "name the state: --dag-id, --run-id and --task-id (and --map-index for a mapped task) "
+            "for a task instance's, or --asset-name, --asset-uri or --asset-id for an asset's"
+        )
+    missing = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is None]
+    if missing:
+        raise fail(f"task state needs --dag-id, --run-id and --task-id; missing {', '.join(missing)}")
+    if all_map_indices:
+        if args.map_index is not None:
+            raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
+        return _every_map_index(args.dag_id, args.run_id, args.task_id, session)
+    map_index = -1 if args.map_index is None else args.map_index
+    with refusing():
+        scope = manage.task_scope(args.dag_id, args.run_id, args.task_id, map_index, session)
+    return NamedScope(scope, describe_task(args.dag_id, args.run_id, args.task_id, map_index))
+
+
+def _every_map_index(dag_id: str, run_id: str, task_id: str, session: Session) -> NamedScope:
+    """
+    The task scope ``clear(all_map_indices=True)`` takes. A mapped task has no instance with map
+    index -1, so the check is that the run has the task at any index.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    uid = manage.dag_run_uid(dag_id, run_id, session)
+    found = session.scalar(
+        select(TaskInstance.map_index)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
+        .limit(1)
+    )
+    if found is None:
+        raise manage.NotFound(
+            Reason.TASK_INSTANCE_NOT_FOUND, f"dag run {dag_id!r}/{run_id!r} has no task instance {task_id!r}"
+        )
+    return NamedScope(
+        TaskScope(dag_id, run_id, task_id, -1, dag_run_uid=uid),
+        f"every map index of {describe_task(dag_id, run_id, task_id, None)}",
+    )

@@ -1,0 +1,114 @@
+"""
+``airflow state get|set|delete|list|clear``: one scope's state on the configured backend, in this
+process (like ``airflow variables``, the CLI has the metadata database at hand).
+
+Read commands are decorated as Airflow's read commands are (no log lines in the output), write
+commands as its write commands (action logging). Writes name no try: ``updated_by_try`` stays empty.
+"""
+
+from __future__ import annotations
+
+import sys
+from argparse import Namespace
+
+from airflow.state import codec, manage
+from airflow.state.cli.errors import configured_backend, confirmed, one_line_errors, refusing
+from airflow.state.cli.output import print_entries
+from airflow.state.cli.scope_options import NamedScope, named_scope
+from airflow.utils import cli as cli_utils
+from airflow.utils.cli import suppress_logs_and_warning
+from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+from airflow.utils.session import create_session
+from airflow_shared.state import TaskScope, validate_key
+
+
+def _resolve(args: Namespace, *, all_map_indices: bool = False) -> NamedScope:
+    configured_backend()  # a misconfigured [state] backend is reported before anything else
+    with create_session() as session:
+        return named_scope(args, session, all_map_indices=all_map_indices)
+
+
+def _checked_key(key: str) -> str:
+    with refusing("invalid key"):
+        validate_key(key)
+    return key
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+@one_line_errors
+def get(args: Namespace) -> None:
+    key = _checked_key(args.key)
+    named = _resolve(args)
+    print_entries([manage.entry(named.scope, key)], args.output, with_try=named.is_task)
+
+
+@suppress_logs_and_warning
+@providers_configuration_loaded
+@one_line_errors
+def list_entries(args: Namespace) -> None:
+    named = _resolve(args)
+    with refusing():
+        entries, total = manage.entries(
+            named.scope, key_prefix=args.key_prefix, offset=args.offset, limit=args.limit
+        )
+    print_entries(entries, args.output, with_try=named.is_task)
+    if entries and (args.offset or len(entries) < total):
+        # On stderr: the rows on stdout stay exactly what the format says.
+        first = args.offset + 1
+        print(f"keys {first}-{args.offset + len(entries)} of {total}", file=sys.stderr)
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def set_value(args: Namespace) -> None:
+    key = _checked_key(args.key)
+    with refusing("invalid value"):
+        value = manage.parse_json_value(args.value)
+        codec.encode(value)  # null, NaN, too large: refused before any lookup
+    named = _resolve(args)
+    with refusing("invalid value"):
+        manage.put(named.scope, key, value)
+    print(f"Stored key {key!r} of {named.description}")
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def delete(args: Namespace) -> None:
+    key = _checked_key(args.key)
+    named = _resolve(args)
+    manage.entry(named.scope, key)  # a key that is not there is an error, not a silent no-op
+    if not confirmed(f"Delete key {key!r} of {named.description}?", yes=args.yes):
+        print("Cancelled, nothing was deleted.")
+        return
+    manage.delete(named.scope, key)
+    print(f"Deleted key {key!r} of {named.description}")
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def clear(args: Namespace) -> None:
+    named = _resolve(args, all_map_indices=args.all_map_indices)
+    count = _keys_to_clear(named, all_map_indices=args.all_map_indices)
+    if not count:
+        print(f"Nothing to clear: no state stored for {named.description}")
+        return
+    question = f"Delete all {count} key{'s' if count != 1 else ''} of {named.description}?"
+    if not confirmed(question, yes=args.yes):
+        print("Cancelled, nothing was cleared.")
+        return
+    manage.clear(named.scope, all_map_indices=args.all_map_indices)
+    print(f"Cleared {count} key{'s' if count != 1 else ''} of {named.description}")
+
+
+def _keys_to_clear(named: NamedScope, *, all_map_indices: bool) -> int:
+    """How many keys the clear deletes, for the question and the report."""
+    scope = named.scope
+    if all_map_indices and isinstance(scope, TaskScope):
+        with create_session() as session:
+            holding = manage.task_instances_with_state(scope.dag_id, scope.run_id, session)
+        return sum(ti.key_count for ti in holding if ti.task_id == scope.task_id)
+    return configured_backend().key_counts([scope])[0]

@@ -1,0 +1,207 @@
+"""
+The ``airflow state`` command group: its arguments and help. The commands themselves are loaded
+only when run (``lazy_load_command``), so ``airflow --help`` imports none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from airflow.cli.cli_config import (
+    ARG_OUTPUT,
+    ARG_VERBOSE,
+    ARG_YES,
+    ActionCommand,
+    Arg,
+    GroupCommand,
+    lazy_load_command,
+)
+
+
+def _int_at_least(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be {minimum} or more, not {number}")
+        return number
+
+    return parse
+
+
+# --- which state: a task instance, or an asset ----------------------------------------------------
+
+ARG_DAG_ID = Arg(("--dag-id",), help="Task state: the DAG of the task instance", metavar="DAG_ID")
+ARG_RUN_ID = Arg(("--run-id",), help="Task state: the run of the task instance", metavar="RUN_ID")
+ARG_TASK_ID = Arg(("--task-id",), help="Task state: the task of the task instance", metavar="TASK_ID")
+ARG_MAP_INDEX = Arg(
+    ("--map-index",),
+    help="Task state: the map index of a mapped task instance (default: -1, not mapped)",
+    type=_int_at_least(-1, "--map-index"),
+    metavar="INDEX",
+)
+ARG_ASSET_NAME = Arg(("--asset-name",), help="Asset state: the asset's name", metavar="NAME")
+ARG_ASSET_URI = Arg(("--asset-uri",), help="Asset state: the asset's URI", metavar="URI")
+ARG_ASSET_ID = Arg(
+    ("--asset-id",), help="Asset state: the asset's id", type=_int_at_least(1, "--asset-id"), metavar="ID"
+)
+SCOPE_ARGS = (ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_ASSET_NAME, ARG_ASSET_URI, ARG_ASSET_ID)
+
+# --- what --------------------------------------------------------------------------------------
+
+ARG_KEY = Arg(("key",), help="The state key", metavar="KEY")
+ARG_VALUE = Arg(
+    ("value",),
+    help="The value, as JSON: 42, true, '{\"id\": 1}', '[1, 2]'; a string needs JSON quotes: '\"text\"'",
+    metavar="VALUE",
+)
+ARG_KEY_PREFIX = Arg(("--key-prefix",), help="Only keys that start with this text", metavar="PREFIX")
+ARG_LIMIT = Arg(
+    ("--limit",), help="At most this many keys (default: all)", type=_int_at_least(1, "--limit"), metavar="N"
+)
+ARG_OFFSET = Arg(
+    ("--offset",),
+    help="Skip this many keys first, in key order (default: 0)",
+    type=_int_at_least(0, "--offset"),
+    default=0,
+    metavar="N",
+)
+ARG_ALL_MAP_INDICES = Arg(
+    ("--all-map-indices",),
+    help="Clear the state of every map index of the task, not of one task instance",
+    action="store_true",
+)
+
+# --- export and import ----------------------------------------------------------------------------
+
+ARG_EXPORT_FILE = Arg(("--file",), help="Write to this file instead of stdout ('-': stdout)", metavar="PATH")
+ARG_EXPORT_DAG_ID = Arg(("--dag-id",), help="Only the task state of this DAG's runs", metavar="DAG_ID")
+ARG_EXPORT_RUN_ID = Arg(("--run-id",), help="Only the task state of runs with this run id", metavar="RUN_ID")
+ARG_EXPORT_ASSET_NAME = Arg(
+    ("--asset-name",), help="Only the state of the asset(s) with this name", metavar="NAME"
+)
+ARG_EXPORT_ASSET_URI = Arg(("--asset-uri",), help="Only the state of the asset with this URI", metavar="URI")
+ARG_TASKS_ONLY = Arg(("--tasks-only",), help="Only task state, no asset state", action="store_true")
+ARG_ASSETS_ONLY = Arg(("--assets-only",), help="Only asset state, no task state", action="store_true")
+ARG_IMPORT_FILE = Arg(
+    ("file",), help="The file to import, as written by `export` ('-': stdin)", metavar="FILE"
+)
+ARG_DRY_RUN = Arg(
+    ("--dry-run",),
+    help="Check every row and print what would be written; write nothing",
+    action="store_true",
+)
+ARG_ACTION_ON_EXISTING_KEY = Arg(
+    ("-a", "--action-on-existing-key"),
+    help=(
+        "What to do with keys that already exist: overwrite them (asks first, unless -y), "
+        "fail (import nothing) or skip them (default: overwrite)"
+    ),
+    choices=("overwrite", "fail", "skip"),
+    default="overwrite",
+)
+
+# Help texts go through rich_argparse, which reads "[...]" as markup: "\\[" keeps the bracket.
+SCOPE_HELP = (
+    "Commands work on the state of one task instance (--dag-id, --run-id, --task-id, and --map-index "
+    "for a mapped one) or of one asset (--asset-name, --asset-uri or --asset-id), on the backend set "
+    "by \\[state] backend. Values are JSON. Writes made here record no try (updated_by_try is empty)."
+)
+
+
+def _command(name: str, function: str, help: str, args: tuple[Arg, ...], description: str) -> ActionCommand:
+    return ActionCommand(
+        name=name,
+        help=help,
+        # The commands that name one task instance or asset say how; export and import do not.
+        description=f"{description}\n\n{SCOPE_HELP}" if ARG_DAG_ID in args else description,
+        func=lazy_load_command(f"airflow.state.cli.{function}"),
+        args=args,
+    )
+
+
+STATE_COMMANDS = (
+    _command(
+        "get",
+        "state_commands.get",
+        "Print the value stored under a key",
+        (ARG_KEY, *SCOPE_ARGS, ARG_OUTPUT, ARG_VERBOSE),
+        "Print one key's value, when it was written and (task state) by which try. Exits 1 when the "
+        "key is not set. json and yaml show the value as it is; table and plain as JSON text.",
+    ),
+    _command(
+        "set",
+        "state_commands.set_value",
+        "Store a value under a key",
+        (ARG_KEY, ARG_VALUE, *SCOPE_ARGS, ARG_VERBOSE),
+        "Store VALUE (JSON, not null, at most \\[state] max_value_bytes) under KEY, replacing any "
+        "value there. Example: airflow state set job_id '\"app_001\"' --dag-id d --run-id r --task-id t",
+    ),
+    _command(
+        "delete",
+        "state_commands.delete",
+        "Delete one key",
+        (ARG_KEY, *SCOPE_ARGS, ARG_YES, ARG_VERBOSE),
+        "Delete KEY; asks first unless -y. Exits 1 when the key is not set.",
+    ),
+    _command(
+        "list",
+        "state_commands.list_entries",
+        "List keys with their values",
+        (*SCOPE_ARGS, ARG_KEY_PREFIX, ARG_LIMIT, ARG_OFFSET, ARG_OUTPUT, ARG_VERBOSE),
+        "List the keys (sorted by code point) with their values, when they were written and (task "
+        "state) by which try. With --limit/--offset, which keys of how many is said on stderr.",
+    ),
+    _command(
+        "clear",
+        "state_commands.clear",
+        "Delete every key of a task instance or an asset",
+        (*SCOPE_ARGS, ARG_ALL_MAP_INDICES, ARG_YES, ARG_VERBOSE),
+        "Delete every key of the task instance or asset; asks first unless -y. With "
+        "--all-map-indices (and no --map-index), every map index of the task in that run.",
+    ),
+    _command(
+        "export",
+        "export_command.export_state",
+        "Write stored state as JSON lines",
+        (
+            ARG_EXPORT_FILE,
+            ARG_EXPORT_DAG_ID,
+            ARG_EXPORT_RUN_ID,
+            ARG_EXPORT_ASSET_NAME,
+            ARG_EXPORT_ASSET_URI,
+            ARG_TASKS_ONLY,
+            ARG_ASSETS_ONLY,
+            ARG_VERBOSE,
+        ),
+        "Write every stored key as one JSON object per line, for `airflow state import` here or in "
+        "another deployment (or on another backend): task state as {scope: task, dag_id, run_id, "
+        "task_id, map_index, key, value, updated_at, updated_by_try}, asset state as {scope: asset, "
+        "asset_name, asset_uri, key, value, updated_at}. Filters say what to export: with only "
+        "--dag-id/--run-id no asset state, with only --asset-name/--asset-uri no task state.",
+    ),
+    _command(
+        "import",
+        "import_command.import_state",
+        "Store the state of an export file",
+        (ARG_IMPORT_FILE, ARG_ACTION_ON_EXISTING_KEY, ARG_DRY_RUN, ARG_YES, ARG_VERBOSE),
+        "Store every row of FILE (written by `airflow state export`). Every row is checked first: "
+        "valid JSON, fields, key and value, and its dag run, task instance or asset must exist here "
+        "(assets are found by name and URI). If any row is refused, the refusals are listed with "
+        "their line numbers and nothing is written. Rows keep the try that wrote them "
+        "(updated_by_try); updated_at becomes the time of the import. On the metastore the import is "
+        "one transaction.",
+    ),
+)
+
+STATE_GROUP = GroupCommand(
+    name="state",
+    help="Read and change task and asset state",
+    description=(
+        "Read, change, export and import durable task and asset state (AIP-103) on the configured "
+        "backend. " + SCOPE_HELP
+    ),
+    subcommands=STATE_COMMANDS,
+)

@@ -1,0 +1,196 @@
+"""
+The JSON-lines format of ``airflow state export`` and ``import``: one object per stored key.
+
+Task state::
+
+    {"scope": "task", "dag_id": ..., "run_id": ..., "task_id": ..., "map_index": -1,
+     "key": ..., "value": <JSON>, "updated_at": "2026-01-02T03:04:05.123456+00:00", "updated_by_try": 2}
+
+Asset state::
+
+    {"scope": "asset", "asset_name": ..., "asset_uri": ..., "key": ..., "value": <JSON>,
+     "updated_at": ...}
+
+Assets are named by name and URI, not id: ids differ between deployments. ``updated_at`` is what
+the source recorded, for the reader; the target stamps its own time when it writes.
+``updated_by_try`` is kept (the import writes with that try). Both may be null or left out, and so
+may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``, for files written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow.state import codec
+from airflow.state.manage import AssetInfo, Entry
+from airflow_shared.state import TaskScope, validate_key
+
+TASK = "task"
+ASSET = "asset"
+
+# updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
+_COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try"}
+_TASK_FIELDS = _COMMON_FIELDS | {"dag_id", "run_id", "task_id", "map_index"}
+_ASSET_FIELDS = _COMMON_FIELDS | {"asset_name", "asset_uri"}
+
+
+def _timestamp(entry: Entry) -> str | None:
+    return None if entry.updated_at is None else entry.updated_at.isoformat()
+
+
+def task_row(scope: TaskScope, entry: Entry) -> dict[str, Any]:
+    return {
+        "scope": TASK,
+        "dag_id": scope.dag_id,
+        "run_id": scope.run_id,
+        "task_id": scope.task_id,
+        "map_index": scope.map_index,
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": _timestamp(entry),
+        "updated_by_try": entry.updated_by_try,
+    }
+
+
+def asset_row(asset: AssetInfo, entry: Entry) -> dict[str, Any]:
+    return {
+        "scope": ASSET,
+        "asset_name": asset.name,
+        "asset_uri": asset.uri,
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": _timestamp(entry),
+    }
+
+
+def dump_row(row: dict[str, Any]) -> str:
+    """One line of the file. Non-ASCII stays as it is (the file is UTF-8): readable, and exact."""
+    return json.dumps(row, ensure_ascii=False, allow_nan=False)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+class RowError(ValueError):
+    """What is wrong with one line of an import file (the caller adds the line number)."""
+
+
+@dataclass(frozen=True)
+class TaskTarget:
+    """The task instance a row names, as the source deployment named it."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+
+
+@dataclass(frozen=True)
+class AssetTarget:
+    """The asset a row names: by name and/or URI."""
+
+    name: str | None
+    uri: str | None
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    """A valid row: where it goes, the key, the value as the JSON text to store, and the writing try."""
+
+    target: TaskTarget | AssetTarget
+    key: str
+    value_text: str
+    updated_by_try: int | None
+
+
+def parse_row(text: str) -> ImportRow:
+    """The row on one line of an import file; :class:`RowError` says what is wrong with it."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RowError(f"not JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(row, dict):
+        raise RowError(f"a row must be a JSON object, not {type(row).__name__}")
+    kind = row.get("scope")
+    if kind == TASK:
+        target: TaskTarget | AssetTarget = _task_target(row)
+    elif kind == ASSET:
+        target = _asset_target(row)
+    else:
+        raise RowError(f'"scope" must be "task" or "asset", not {kind!r}')
+    unknown = sorted(set(row) - (_TASK_FIELDS if kind == TASK else _ASSET_FIELDS))
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise RowError(f"unknown field{plural} for {kind} state: {', '.join(unknown)}")
+    return ImportRow(target, _key(row), _value_text(row), _updated_by_try(row, kind))
+
+
+def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = row.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RowError(f'"{name}" must be a non-empty string, got {value!r}')
+    return value
+
+
+def _task_target(row: dict[str, Any]) -> TaskTarget:
+    dag_id, run_id, task_id = (_text_field(row, name) for name in ("dag_id", "run_id", "task_id"))
+    map_index = row.get("map_index", -1)
+    if map_index is None:
+        map_index = -1
+    if not isinstance(map_index, int) or isinstance(map_index, bool) or map_index < -1:
+        raise RowError(f'"map_index" must be -1 (not mapped) or an index >= 0, got {map_index!r}')
+    assert dag_id and run_id and task_id  # required text fields are never None
+    return TaskTarget(dag_id, run_id, task_id, map_index)
+
+
+def _asset_target(row: dict[str, Any]) -> AssetTarget:
+    name = _text_field(row, "asset_name", required=False)
+    uri = _text_field(row, "asset_uri", required=False)
+    if name is None and uri is None:
+        raise RowError('an asset row needs "asset_name" or "asset_uri" (export writes both)')
+    return AssetTarget(name, uri)
+
+
+def _key(row: dict[str, Any]) -> str:
+    if "key" not in row:
+        raise RowError('"key" is missing')
+    key = row["key"]
+    try:
+        validate_key(key)
+    except (ValueError, TypeError) as error:
+        raise RowError(f"invalid key: {error}") from None
+    return key
+
+
+def _value_text(row: dict[str, Any]) -> str:
+    if "value" not in row:
+        raise RowError('"value" is missing')
+    try:
+        # The codec's checks, the target's [state] max_value_bytes included.
+        return codec.encode(row["value"])
+    except (ValueError, TypeError) as error:
+        raise RowError(f"invalid value: {error}") from None
+
+
+def _updated_by_try(row: dict[str, Any], kind: str) -> int | None:
+    updated_at = row.get("updated_at")
+    if updated_at is not None:
+        try:
+            datetime.fromisoformat(updated_at)
+        except (TypeError, ValueError):
+            raise RowError(
+                f'"updated_at" must be an ISO 8601 timestamp or null, not {updated_at!r}'
+            ) from None
+    try_number = row.get("updated_by_try")
+    if try_number is None:
+        return None
+    if kind == ASSET:
+        raise RowError('asset state records no try: "updated_by_try" must be null or left out')
+    if not isinstance(try_number, int) or isinstance(try_number, bool) or try_number < 0:
+        raise RowError(f'"updated_by_try" must be a try number (an integer >= 0) or null, got {try_number!r}')
+    return try_number

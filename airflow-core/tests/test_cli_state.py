@@ -1,0 +1,464 @@
+"""
+`airflow state get|set|delete|list|clear`, through Airflow's real CLI parser in this process (and
+once as a real `airflow` process), against real dag runs, task instances and assets in the
+database of the test run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+import yaml
+from state_testing.airflow_cli import run_airflow
+
+# --- fixtures and helpers ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parser():
+    from airflow.cli import cli_parser
+
+    return cli_parser.get_parser()
+
+
+@pytest.fixture
+def cli(parser, capsys) -> Callable[..., str]:
+    """``cli("get", "k", ...)`` runs `airflow state get k ...` in-process and returns its stdout."""
+
+    def run(*argv: str) -> str:
+        capsys.readouterr()
+        args = parser.parse_args(["state", *argv])
+        args.func(args)
+        return capsys.readouterr().out
+
+    return run
+
+
+@pytest.fixture
+def refused(parser, capsys) -> Callable[..., str]:
+    """``refused(...)``: the command exits 1 with a one-line message, which is returned."""
+
+    def run(*argv: str) -> str:
+        args = parser.parse_args(["state", *argv])
+        with pytest.raises(SystemExit) as exited:
+            args.func(args)
+        message = exited.value.code
+        assert isinstance(message, str), f"exit status {message!r}, not a message"
+        assert message and "\n" not in message, message
+        capsys.readouterr()
+        return message
+
+    return run
+
+
+@pytest.fixture
+def answer(monkeypatch) -> Callable[[str], None]:
+    """``answer("n")``: what the operator types at the next confirmation ("" for a closed stdin)."""
+
+    def type_in(text: str) -> None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+
+    return type_in
+
+
+@pytest.fixture
+def make_task_instances(make_dag_run) -> Iterator[Callable[..., None]]:
+    """``make(dag_id, run_id, ("task", -1), ("mapped", 0), ...)``: a dag run with these task instances."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, insert
+
+    made: list[tuple[str, str]] = []
+
+    def make(dag_id: str, run_id: str, *task_instances: tuple[str, int]) -> None:
+        make_dag_run(dag_id, run_id)
+        made.append((dag_id, run_id))
+        with create_session() as session:
+            for task_id, map_index in task_instances:
+                session.execute(
+                    insert(TaskInstance).values(
+                        dag_id=dag_id,
+                        run_id=run_id,
+                        task_id=task_id,
+                        map_index=map_index,
+                        pool="default_pool",
+                    )
+                )
+
+    yield make
+    with create_session() as session:
+        for dag_id, run_id in made:
+            session.execute(
+                delete(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+            )
+
+
+@pytest.fixture
+def ti(unique, make_task_instances) -> list[str]:
+    """The options naming a real, unmapped task instance (its run also has a task mapped over 0..2)."""
+    dag_id, run_id = f"cli_{unique}", "manual__run"
+    make_task_instances(dag_id, run_id, ("extract", -1), ("mapped", 0), ("mapped", 1), ("mapped", 2))
+    return ["--dag-id", dag_id, "--run-id", run_id, "--task-id", "extract"]
+
+
+def mapped(ti: list[str], index: int) -> list[str]:
+    return [*ti[:-1], "mapped", "--map-index", str(index)]
+
+
+@pytest.fixture
+def asset(make_asset, unique) -> dict[str, str]:
+    asset_id = make_asset(1)
+    return {"id": str(asset_id), "name": f"state_{unique}_1", "uri": f"s3://state-tests/{unique}/1"}
+
+
+def state_of(scope_args: list[str], cli) -> dict:
+    """Every key of the scope with its value, read through `list -o json`."""
+    return {row["key"]: row["value"] for row in json.loads(cli("list", *scope_args, "-o", "json"))}
+
+
+# --- set and get --------------------------------------------------------------------------------
+
+VALUES = {
+    "int": 42,
+    "float": 2.5,
+    "string": "app_001",
+    "numeric_string": "3",
+    "bool": True,
+    "list": [1, "two", None, {"three": 3}],
+    "dict": {"id": "app_001", "attempts": [1, 2], "nested": {"ok": False}},
+    "unicode": "Zürich ✓ 東京",
+}
+
+
+def test_set_then_get_keeps_the_json_type_in_json_and_yaml(cli, ti):
+    for key, value in VALUES.items():
+        stored = cli("set", key, json.dumps(value), *ti)
+        assert stored.startswith(f"Stored key {key!r} of task instance (")
+    for key, value in VALUES.items():
+        [as_json] = json.loads(cli("get", key, *ti, "-o", "json"))
+        assert as_json["key"] == key and as_json["value"] == value
+        assert type(as_json["value"]) is type(value)
+        [as_yaml] = yaml.safe_load(cli("get", key, *ti, "-o", "yaml"))
+        assert as_yaml["value"] == value and type(as_yaml["value"]) is type(value)
+
+
+def test_table_and_plain_show_values_as_json_text(cli, ti):
+    cli("set", "numeric_string", '"3"', *ti)
+    cli("set", "number", "3", *ti)
+    cli("set", "dict", '{"a": [1, true]}', *ti)
+    cli("set", "markup", '"[red]x[/red] :smile:"', *ti)
+    for output in ("table", "plain"):
+        shown = cli("get", "numeric_string", *ti, "-o", output)
+        assert '"3"' in shown
+        shown = cli("get", "number", *ti, "-o", output)
+        assert "3" in shown and '"3"' not in shown
+        shown = cli("get", "dict", *ti, "-o", output)
+        assert '{"a": [1, true]}' in shown  # JSON, not the Python repr {'a': [1, True]}
+        # Keys and values are data: never rich markup or emoji codes.
+        assert '"[red]x[/red] :smile:"' in cli("get", "markup", *ti, "-o", output)
+    listed = cli("list", *ti)  # table is the default
+    for header in ("key", "value", "updated_at", "updated_by_try"):
+        assert header in listed.splitlines()[0]
+
+
+def test_get_reports_when_and_by_which_try_and_cli_writes_name_no_try(cli, ti):
+    from airflow.state import get_state_backend, task_scope
+
+    dag_id, run_id, task_id = ti[1], ti[3], ti[5]
+    get_state_backend().set_by_try(task_scope(dag_id, run_id, task_id), "by_task", '"t"', try_number=3)
+    [written_by_task] = json.loads(cli("get", "by_task", *ti, "-o", "json"))
+    assert written_by_task["updated_by_try"] == 3
+    assert written_by_task["updated_at"]  # ISO 8601, from the metastore
+    cli("set", "by_task", '"overwritten by an operator"', *ti)
+    [written_by_cli] = json.loads(cli("get", "by_task", *ti, "-o", "json"))
+    assert written_by_cli["updated_by_try"] is None
+    assert written_by_cli["value"] == "overwritten by an operator"
+
+
+def test_get_of_a_missing_key_exits_1(refused, ti, asset):
+    assert refused("get", "nope", *ti) == "no state stored under key 'nope'"
+    assert refused("get", "nope", "--asset-id", asset["id"]) == "no state stored under key 'nope'"
+
+
+def test_a_value_that_is_not_json_says_to_quote_strings(refused, cli, ti):
+    message = refused("set", "k", "app_001", *ti)
+    assert message.startswith("invalid value: the value must be JSON (a string needs quotes")
+    assert refused("set", "k", "{bad", *ti).startswith("invalid value: the value must be JSON")
+    assert state_of(ti, cli) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("null", "invalid value: state values cannot be None; to remove a key call delete()"),
+        ("NaN", "invalid value: state values must be JSON; NaN and Infinity are not"),
+        ("[Infinity]", "invalid value: state values must be JSON; NaN and Infinity are not"),
+    ],
+)
+def test_values_json_cannot_carry_are_refused(refused, cli, ti, value, message):
+    assert refused("set", "k", value, *ti).startswith(message)
+    assert state_of(ti, cli) == {}
+
+
+def test_an_oversize_value_is_refused_with_the_limit(refused, cli, ti, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
+    cli("set", "fits", json.dumps("x" * 98), *ti)  # 100 bytes with its quotes
+    message = refused("set", "too_big", json.dumps("x" * 99), *ti)
+    assert (
+        message
+        == "invalid value: state value is 101 bytes as JSON; the limit is 100 ([state] max_value_bytes)"
+    )
+    assert set(state_of(ti, cli)) == {"fits"}
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "invalid key: state key must not be empty"),
+        ("x" * 513, "invalid key: state key is 513 characters long; the limit is 512"),
+        ("nul\x00key", "invalid key: state key must not contain NUL"),
+    ],
+)
+def test_bad_keys_are_refused_by_every_command_that_takes_one(refused, cli, ti, key, message):
+    for command in (["get", key], ["set", key, "1"], ["delete", key, "-y"]):
+        assert refused(*command, *ti).startswith(message)
+    assert state_of(ti, cli) == {}
+
+
+def test_keys_are_any_text_up_to_512_characters(cli, ti):
+    keys = ["a/b/c", "dots.in.key", "with spaces", "ünïcödé ✓", "x" * 512, "."]
+    for key in keys:
+        cli("set", key, json.dumps(key), *ti)
+    # A key that looks like an option comes after "--", the options before it.
+    cli("set", *ti, "--", "-dash", "-1")
+    assert json.loads(cli("get", *ti, "-o", "json", "--", "-dash"))[0]["value"] == -1
+    assert state_of(ti, cli) == {**{key: key for key in keys}, "-dash": -1}
+
+
+# --- scopes -------------------------------------------------------------------------------------
+
+
+def test_task_state_is_per_map_index(cli, ti):
+    cli("set", "k", '"unmapped"', *ti)
+    for index in (0, 1):
+        cli("set", "k", json.dumps(f"index {index}"), *mapped(ti, index))
+    assert state_of(ti, cli) == {"k": "unmapped"}
+    assert state_of(mapped(ti, 0), cli) == {"k": "index 0"}
+    assert state_of(mapped(ti, 1), cli) == {"k": "index 1"}
+    assert state_of(mapped(ti, 2), cli) == {}
+    assert "map_index=1" in cli("set", "other", "1", *mapped(ti, 1))
+
+
+def test_an_asset_is_named_by_its_id_its_name_or_its_uri(cli, asset):
+    assert cli("set", "watermark", '"2026-01-01"', "--asset-name", asset["name"]).startswith(
+        f"Stored key 'watermark' of asset {asset['name']!r}"
+    )
+    for options in (
+        ["--asset-id", asset["id"]],
+        ["--asset-uri", asset["uri"]],
+        ["--asset-name", asset["name"], "--asset-uri", asset["uri"]],
+    ):
+        [row] = json.loads(cli("get", "watermark", *options, "-o", "json"))
+        assert row == {"key": "watermark", "value": "2026-01-01", "updated_at": row["updated_at"]}
+        assert "updated_by_try" not in row  # asset state records no try
+    assert "updated_by_try" not in cli("list", "--asset-id", asset["id"], "-o", "plain")
+
+
+NEEDS_ALL_THREE = "task state needs --dag-id, --run-id and --task-id"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--dag-id", "d", "--asset-name", "a"],
+            "give either a task instance or an asset, not both (--dag-id, --asset-name); "
+            "see `airflow state --help`",
+        ),
+        (["--map-index", "0", "--asset-id", "1"], "give either a task instance or an asset, not both"),
+        ([], "name the state: --dag-id, --run-id and --task-id"),
+        (
+            ["--dag-id", "d", "--run-id", "r"],
+            "task state needs --dag-id, --run-id and --task-id; missing --task-id",
+        ),
+        (["--task-id", "t"], "task state needs --dag-id, --run-id and --task-id; missing --dag-id, --run-id"),
+    ],
+)
+def test_scope_options_mixed_or_incomplete_are_refused(refused, options, message):
+    for command in (["get", "k"], ["set", "k", "1"], ["delete", "k", "-y"], ["list"], ["clear", "-y"]):
+        assert refused(*command, *options).startswith(message)
+
+
+def test_missing_dag_run_task_instance_and_asset_are_named(refused, ti, unique):
+    dag_id, run_id = ti[1], ti[3]
+    no_run = ["--dag-id", dag_id, "--run-id", "nope", "--task-id", "extract"]
+    no_ti = ["--dag-id", dag_id, "--run-id", run_id, "--task-id", "nope"]
+    no_index = ["--dag-id", dag_id, "--run-id", run_id, "--task-id", "mapped", "--map-index", "7"]
+    expected = [
+        (no_run, f"no dag run with dag_id={dag_id!r} and run_id='nope'"),
+        (no_ti, f"dag run {dag_id!r}/{run_id!r} has no task instance 'nope'"),
+        (no_index, f"dag run {dag_id!r}/{run_id!r} has no task instance 'mapped' with map_index=7"),
+        (["--asset-name", f"nope_{unique}"], f"no asset with name='nope_{unique}'"),
+        (["--asset-uri", "s3://nope"], "no asset with uri='s3://nope'"),
+        (["--asset-id", "999999999"], "no asset with id=999999999"),
+    ]
+    for options, message in expected:
+        for command in (["get", "k"], ["set", "k", "1"], ["delete", "k", "-y"], ["list"], ["clear", "-y"]):
+            assert refused(*command, *options) == message
+
+
+def test_map_index_below_minus_one_is_a_usage_error(parser, capsys, ti):
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["state", "get", "k", *ti, "--map-index", "-2"])
+    assert exited.value.code == 2
+    assert "--map-index must be -1 or more, not -2" in capsys.readouterr().err
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+def test_list_filters_by_prefix_and_pages_in_key_order(cli, ti, capsys, parser):
+    for key in ("job/b", "job/a", "job/c", "other", "jobless"):
+        cli("set", key, json.dumps(key), *ti)
+    assert list(state_of(ti, cli)) == ["job/a", "job/b", "job/c", "jobless", "other"]
+    assert list(state_of([*ti, "--key-prefix", "job/"], cli)) == ["job/a", "job/b", "job/c"]
+
+    args = parser.parse_args(["state", "list", *ti, "--key-prefix", "job", "--limit", "2", "--offset", "1"])
+    capsys.readouterr()
+    args.func(args)
+    shown = capsys.readouterr()
+    assert [line.split()[0] for line in shown.out.splitlines()[2:] if line.strip()] == ["job/b", "job/c"]
+    assert shown.err.strip() == "keys 2-3 of 4"
+
+    assert state_of([*ti, "--key-prefix", "nothing"], cli) == {}
+    assert cli("list", *ti, "--key-prefix", "nothing").strip() == "No data found"
+
+
+@pytest.mark.parametrize("option", [["--limit", "0"], ["--offset", "-1"], ["--limit", "x"]])
+def test_list_paging_options_are_checked(parser, ti, option, capsys):
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["state", "list", *ti, *option])
+    assert exited.value.code == 2
+
+
+def test_list_in_every_format(cli, asset):
+    cli("set", "n", "3", "--asset-id", asset["id"])
+    cli("set", "s", '"3"', "--asset-id", asset["id"])
+    scope = ["--asset-id", asset["id"]]
+    as_json = json.loads(cli("list", *scope, "-o", "json"))
+    as_yaml = yaml.safe_load(cli("list", *scope, "-o", "yaml"))
+    for rows in (as_json, as_yaml):
+        assert [(row["key"], row["value"]) for row in rows] == [("n", 3), ("s", "3")]
+    table = cli("list", *scope, "-o", "table").splitlines()
+    plain = cli("list", *scope, "-o", "plain").splitlines()
+    for lines in (table, plain):
+        cells = [[cell for cell in line.split() if cell != "|"] for line in lines]
+        rows = [row for row in cells if row and row[0] in ("n", "s")]
+        assert [row[:2] for row in rows] == [["n", "3"], ["s", '"3"']]
+
+
+# --- delete and clear ask first -------------------------------------------------------------------
+
+
+def test_delete_asks_and_no_changes_nothing(cli, ti, answer):
+    cli("set", "k", "1", *ti)
+    answer("n\n")
+    out = cli("delete", "k", *ti)
+    assert "Delete key 'k' of task instance (" in out and "Cancelled, nothing was deleted." in out
+    answer("")  # stdin closed: a script that forgot -y
+    assert "Cancelled, nothing was deleted." in cli("delete", "k", *ti)
+    assert state_of(ti, cli) == {"k": 1}
+    answer("maybe\ny\n")
+    out = cli("delete", "k", *ti)
+    assert "Please respond with y/yes or n/no." in out and "Deleted key 'k'" in out
+    assert state_of(ti, cli) == {}
+
+
+def test_delete_with_yes_does_not_ask(cli, ti, monkeypatch):
+    cli("set", "k", "1", *ti)
+    cli("set", "kept", "2", *ti)
+    monkeypatch.setattr("builtins.input", lambda *_: pytest.fail("asked despite -y"))
+    assert cli("delete", "k", *ti, "--yes").startswith("Deleted key 'k' of task instance")
+    assert state_of(ti, cli) == {"kept": 2}
+
+
+def test_delete_of_a_missing_key_exits_1_without_asking(refused, ti, monkeypatch):
+    monkeypatch.setattr("builtins.input", lambda *_: pytest.fail("asked about a key that is not there"))
+    assert refused("delete", "nope", *ti) == "no state stored under key 'nope'"
+
+
+def test_clear_asks_and_no_changes_nothing(cli, ti, asset, answer):
+    for scope in (ti, ["--asset-uri", asset["uri"]]):
+        cli("set", "a", "1", *scope)
+        cli("set", "b", "2", *scope)
+        answer("n\n")
+        out = cli("clear", *scope)
+        assert "Delete all 2 keys of " in out and "Cancelled, nothing was cleared." in out
+        assert state_of(scope, cli) == {"a": 1, "b": 2}
+        answer("yes\n")
+        assert "Cleared 2 keys of " in cli("clear", *scope)
+        assert state_of(scope, cli) == {}
+        assert "Nothing to clear: no state stored for " in cli("clear", *scope)
+
+
+def test_clear_one_map_index_or_all_of_them(cli, ti):
+    cli("set", "unmapped", "1", *ti)
+    for index in (0, 1, 2):
+        cli("set", "k", str(index), *mapped(ti, index))
+    assert "Cleared 1 key of " in cli("clear", *mapped(ti, 1), "-y")
+    assert [state_of(mapped(ti, index), cli) for index in (0, 1, 2)] == [{"k": 0}, {}, {"k": 2}]
+    every_index = [*ti[:-1], "mapped"]
+    out = cli("clear", *every_index, "--all-map-indices", "-y")
+    assert out.startswith("Cleared 2 keys of every map index of task instance (")
+    assert [state_of(mapped(ti, index), cli) for index in (0, 1, 2)] == [{}, {}, {}]
+    assert state_of(ti, cli) == {"unmapped": 1}  # another task of the run
+
+
+def test_clear_all_map_indices_is_for_one_task_of_a_run(refused, ti, asset):
+    every_index = [*ti[:-1], "mapped"]
+    assert refused("clear", *every_index, "--map-index", "0", "--all-map-indices", "-y") == (
+        "--all-map-indices clears every map index of the task; leave out --map-index"
+    )
+    assert refused("clear", "--asset-id", asset["id"], "--all-map-indices", "-y") == (
+        "--all-map-indices is for task state; an asset has no map indices"
+    )
+    assert refused("clear", *ti[:-1], "nope", "--all-map-indices", "-y") == (
+        f"dag run {ti[1]!r}/{ti[3]!r} has no task instance 'nope'"
+    )
+
+
+# --- help, and the real `airflow` command --------------------------------------------------------
+
+
+def test_help_describes_every_command_and_option(parser, capsys):
+    with pytest.raises(SystemExit):
+        parser.parse_args(["state", "--help"])
+    shown = capsys.readouterr().out
+    for command in ("get", "set", "delete", "list", "clear", "export", "import"):
+        assert f"\n    {command} " in shown
+    assert "[state] backend" in shown  # not eaten as rich markup
+    from airflow.state.cli.state_definition import STATE_COMMANDS
+
+    for command in STATE_COMMANDS:
+        assert command.help and command.description
+        for arg in command.args:
+            assert arg.kwargs.get("help"), f"{command.name}: {arg.flags} has no help"
+
+
+def test_the_provider_hook_registers_the_group_in_the_real_airflow_command(ti):
+    # Each `airflow` process takes seconds to start: four of them, for what only they can show.
+    shown = run_airflow("state", "--help").stdout
+    for command in ("get", "set", "delete", "list", "clear", "export", "import"):
+        assert command in shown
+
+    run_airflow("state", "set", "job", '{"id": "app_001", "n": 3}', *ti)
+    shown = run_airflow("state", "get", "job", *ti, "-o", "json").stdout
+    assert json.loads(shown)[0]["value"] == {"id": "app_001", "n": 3}
+
+    missing = run_airflow("state", "get", "nope", *ti, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines()[-1] == "no state stored under key 'nope'"
+    assert "Traceback" not in missing.stderr
