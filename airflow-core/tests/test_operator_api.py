@@ -352,11 +352,32 @@ def test_query_key_must_be_given_once_and_be_utf8(api, as_role, run):
 
 @pytest.mark.parametrize(
     "params",
-    [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"map_index": -2}, {"limit": "ten"}],
-    ids=["limit-0", "limit-1001", "offset-negative", "map-index-minus-2", "limit-not-a-number"],
+    [
+        {"limit": 0},
+        {"limit": 1001},
+        {"offset": -1},
+        {"map_index": -2},
+        {"limit": "ten"},
+        {"map_index": 2**40},
+        {"offset": 2**70},
+        {"key_prefix": "nul\x00"},
+    ],
+    ids=[
+        "limit-0",
+        "limit-1001",
+        "offset-negative",
+        "map-index-minus-2",
+        "limit-not-a-number",
+        "map-index-beyond-the-column",
+        "offset-beyond-any-database",
+        "prefix-with-nul",
+    ],
 )
-def test_bad_query_parameters_are_refused(api, as_role, run, params):
-    refused(api.get(run.ti("submit"), params=params, headers=as_role["viewer"]), 422, "invalid_request")
+def test_bad_query_parameters_are_refused(api, as_role, run, asset, params):
+    viewer = as_role["viewer"]
+    refused(api.get(run.ti("submit"), params=params, headers=viewer), 422, "invalid_request")
+    if "map_index" not in params:
+        refused(api.get(asset_url(asset), params=params, headers=viewer), 422, "invalid_request")
 
 
 def test_unknown_run_task_instance_and_map_index_are_404(api, as_role, run):
@@ -540,6 +561,7 @@ def test_unknown_asset_is_404_and_bad_asset_ids_are_refused(api, as_role, asset)
         assert f"id={missing}" in refused(response, 404, "asset_not_found")
     refused(api.get(asset_url(asset, "state/k"), headers=admin), 404, "key_not_found")
     refused(api.get(f"{V1}/assets/not-a-number/state", headers=admin), 422, "invalid_request")
+    refused(api.get(f"{V1}/assets/{2**40}/state", headers=admin), 422, "invalid_request")
     refused(api.get(f"{V1}/assets", params={"limit": 0}, headers=admin), 422, "invalid_request")
 
 

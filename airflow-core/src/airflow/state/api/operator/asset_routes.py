@@ -19,7 +19,7 @@ from airflow.state.api.operator.datamodels import (
     AssetWithState,
     StateEntryResponse,
 )
-from airflow.state.api.operator.params import KeyPrefix, Limit, NewValue, Offset, PathKey, QueryKey
+from airflow.state.api.operator.params import AssetId, KeyPrefix, Limit, NewValue, Offset, PathKey, QueryKey
 from airflow_shared.state import AssetScope
 from fastapi import APIRouter, Response, status
 
@@ -72,11 +72,11 @@ def list_assets_with_state(
 
 @router.get(ASSET_STATE, dependencies=[READ], summary="An asset's state")
 def list_asset_state(
-    asset_id: int,
+    asset_id: AssetId,
     user: OperatorUser,
+    key_prefix: KeyPrefix,
     limit: Limit = 100,
     offset: Offset = 0,
-    key_prefix: KeyPrefix = None,
 ) -> AssetStateEntriesResponse:
     """
     A page of the asset's keys with their values, sorted by key (code point), optionally only those
@@ -84,7 +84,7 @@ def list_asset_state(
     """
     asset = _asset(asset_id)
     entries, total = manage.entries(
-        AssetScope(asset.asset_id), key_prefix=key_prefix or None, offset=offset, limit=limit
+        AssetScope(asset.asset_id), key_prefix=key_prefix, offset=offset, limit=limit
     )
     return AssetStateEntriesResponse(
         entries=[StateEntryResponse.of(entry) for entry in entries],
@@ -98,7 +98,7 @@ def list_asset_state(
 @router.delete(
     ASSET_STATE, dependencies=[DELETE], status_code=status.HTTP_204_NO_CONTENT, summary="Clear asset state"
 )
-def clear_asset_state(asset_id: int) -> Response:
+def clear_asset_state(asset_id: AssetId) -> Response:
     """Remove every key of the asset's state."""
     manage.clear(_scope(asset_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -138,7 +138,7 @@ _QUERY_FORM = " The key is the `key` query parameter, so any key can be named."
     summary="Get an asset state key",
     description=_GET_DESCRIPTION + _PATH_FORM,
 )
-def get_asset_state_key(asset_id: int, key: PathKey) -> StateEntryResponse:
+def get_asset_state_key(asset_id: AssetId, key: PathKey) -> StateEntryResponse:
     return _get(asset_id, key)
 
 
@@ -149,7 +149,7 @@ def get_asset_state_key(asset_id: int, key: PathKey) -> StateEntryResponse:
     summary="Set an asset state key",
     description=_PUT_DESCRIPTION + _PATH_FORM,
 )
-def put_asset_state_key(asset_id: int, key: PathKey, value: NewValue) -> StateEntryResponse:
+def put_asset_state_key(asset_id: AssetId, key: PathKey, value: NewValue) -> StateEntryResponse:
     return _put(asset_id, key, value)
 
 
@@ -160,7 +160,7 @@ def put_asset_state_key(asset_id: int, key: PathKey, value: NewValue) -> StateEn
     summary="Delete an asset state key",
     description=_DELETE_DESCRIPTION + _PATH_FORM,
 )
-def delete_asset_state_key(asset_id: int, key: PathKey) -> Response:
+def delete_asset_state_key(asset_id: AssetId, key: PathKey) -> Response:
     return _delete(asset_id, key)
 
 
@@ -170,7 +170,7 @@ def delete_asset_state_key(asset_id: int, key: PathKey) -> Response:
     summary="Get an asset state key (key as query parameter)",
     description=_GET_DESCRIPTION + _QUERY_FORM,
 )
-def get_asset_state_entry(asset_id: int, key: QueryKey) -> StateEntryResponse:
+def get_asset_state_entry(asset_id: AssetId, key: QueryKey) -> StateEntryResponse:
     return _get(asset_id, key)
 
 
@@ -181,7 +181,7 @@ def get_asset_state_entry(asset_id: int, key: QueryKey) -> StateEntryResponse:
     summary="Set an asset state key (key as query parameter)",
     description=_PUT_DESCRIPTION + _QUERY_FORM,
 )
-def put_asset_state_entry(asset_id: int, key: QueryKey, value: NewValue) -> StateEntryResponse:
+def put_asset_state_entry(asset_id: AssetId, key: QueryKey, value: NewValue) -> StateEntryResponse:
     return _put(asset_id, key, value)
 
 
@@ -192,5 +192,5 @@ def put_asset_state_entry(asset_id: int, key: QueryKey, value: NewValue) -> Stat
     summary="Delete an asset state key (key as query parameter)",
     description=_DELETE_DESCRIPTION + _QUERY_FORM,
 )
-def delete_asset_state_entry(asset_id: int, key: QueryKey) -> Response:
+def delete_asset_state_entry(asset_id: AssetId, key: QueryKey) -> Response:
     return _delete(asset_id, key)

@@ -19,19 +19,38 @@ from airflow.state.protocol import Reason
 from airflow_shared.state import validate_key
 from fastapi import Depends, Path, Query, Request
 
-__all__ = ["KeyPrefix", "Limit", "MapIndex", "NewValue", "Offset", "PathKey", "QueryKey"]
+__all__ = ["AssetId", "KeyPrefix", "Limit", "MapIndex", "NewValue", "Offset", "PathKey", "QueryKey"]
 
 QueryKey = Key
 
+# Airflow's map_index and asset id columns are 32-bit integers: a larger number names nothing, and
+# some databases (SQLite) cannot even compare with it. Offsets get the same bound.
+LARGEST_INTEGER = 2**31 - 1
+
 MapIndex = Annotated[
     int,
-    Query(ge=-1, description="The task instance's map index; -1 (the default) for a task that is not mapped"),
+    Query(
+        ge=-1,
+        le=LARGEST_INTEGER,
+        description="The task instance's map index; -1 (the default) for a task that is not mapped",
+    ),
 ]
+AssetId = Annotated[int, Path(ge=0, le=LARGEST_INTEGER, description="The asset's id")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many entries (1 to 1000)")]
-Offset = Annotated[int, Query(ge=0, description="Skip this many entries first")]
-KeyPrefix = Annotated[
-    str | None, Query(description="Only keys that start with this text (plain text, not a pattern)")
-]
+Offset = Annotated[int, Query(ge=0, le=LARGEST_INTEGER, description="Skip this many entries first")]
+
+
+def _key_prefix(
+    key_prefix: Annotated[
+        str | None, Query(description="Only keys that start with this text (plain text, not a pattern)")
+    ] = None,
+) -> str | None:
+    if key_prefix and "\x00" in key_prefix:
+        raise unprocessable(Reason.INVALID_REQUEST, "key_prefix must not contain NUL (\\x00) characters")
+    return key_prefix or None
+
+
+KeyPrefix = Annotated[str | None, Depends(_key_prefix)]
 
 _USE_QUERY_FORM = "give such a key as the `key` query parameter of the `stateEntry` route instead"
 

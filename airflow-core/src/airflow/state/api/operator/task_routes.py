@@ -123,17 +123,17 @@ def list_task_state(
     dag_run_id: str,
     task_id: str,
     user: OperatorUser,
+    key_prefix: KeyPrefix,
     map_index: MapIndex = -1,
     limit: Limit = 100,
     offset: Offset = 0,
-    key_prefix: KeyPrefix = None,
 ) -> TaskStateEntriesResponse:
     """
     A page of the task instance's keys with their values, sorted by key (code point), optionally
     only those starting with `key_prefix`. 404 for a dag run or task instance that does not exist.
     """
     scope = _scope(dag_id, dag_run_id, task_id, map_index)
-    entries, total = manage.entries(scope, key_prefix=key_prefix or None, offset=offset, limit=limit)
+    entries, total = manage.entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
     return TaskStateEntriesResponse(
         entries=[StateEntryResponse.of(entry) for entry in entries],
         total_entries=total,
