@@ -138,7 +138,7 @@ def test_set_then_get_keeps_the_json_type_in_json_and_yaml(cli, ti):
         stored = cli("set", key, json.dumps(value), *ti)
         assert stored.startswith(f"Stored key {key!r} of task instance (")
     for key, value in VALUES.items():
-        [as_json] = json.loads(cli("get", key, *ti, "-o", "json"))
+        [as_json] = json.loads(cli("get", key, *ti, "-o", "json", "--verbose"))
         assert as_json["key"] == key and as_json["value"] == value
         assert type(as_json["value"]) is type(value)
         [as_yaml] = yaml.safe_load(cli("get", key, *ti, "-o", "yaml"))

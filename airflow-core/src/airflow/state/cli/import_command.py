@@ -82,7 +82,7 @@ def import_state(args: Namespace) -> None:
         if plan.refusals:
             _report_refusals(plan)
             raise fail(
-                f"refused {_count(len(plan.refusals), 'row')} of {plan.row_count}; nothing was imported"
+                f"refused {len(plan.refusals)} of {_count(plan.row_count, 'row')}; nothing was imported"
                 f"{' (dry run)' if args.dry_run else ''}"
             )
         writes = plan.writes
@@ -125,9 +125,8 @@ def _count(number: int, thing: str) -> str:
 def _numbered_lines(path: str) -> Iterator[Lines]:
     """
     A function that reads the file (again) from the start: ``(line number, text)``, the text
-    ``None`` for a line that is not UTF-8. Lines are split on ``\\n`` only: JSON escapes it inside
-    strings, while a text-mode reader would also split on characters such as U+2028 that
-    ``export`` leaves unescaped.
+    ``None`` for a line that is not UTF-8. Lines are split on ``\\n`` only (JSON escapes it inside
+    strings), so a hand-made file with a raw U+2028 in a string still reads as one row per line.
     """
     if path == "-":
         with tempfile.TemporaryFile() as spool:

@@ -66,9 +66,17 @@ def asset_row(asset: AssetInfo, entry: Entry) -> dict[str, Any]:
     }
 
 
+#: Characters JSON may leave raw that line readers such as ``str.splitlines`` break lines at.
+_LINE_BREAKING = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def dump_row(row: dict[str, Any]) -> str:
-    """One line of the file. Non-ASCII stays as it is (the file is UTF-8): readable, and exact."""
-    return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    """
+    One line of the file. Non-ASCII stays as it is (the file is UTF-8): readable, and exact. The
+    few characters other readers take for line breaks are escaped, so every reader sees one row per
+    line; they can only occur inside strings, where the escape means the same character.
+    """
+    return json.dumps(row, ensure_ascii=False, allow_nan=False).translate(_LINE_BREAKING)
 
 
 # --- reading ------------------------------------------------------------------------------------
