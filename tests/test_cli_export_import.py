@@ -380,11 +380,12 @@ def test_rows_for_what_does_not_exist_are_refused_with_line_numbers_and_nothing_
         json.dumps({"scope": "dag", "key": "k", "value": 1}),
         asset_line(deployment, "k", 1, updated_by_try=2),
         task_line(deployment, "k", 1, updated_by_try=-1),
+        task_line(deployment, "k", 1, map_index=2**31),
     ]
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     message, listed = refused("import", str(path), "-y")
-    assert message == "refused 13 of 15 rows; nothing was imported"
+    assert message == "refused 14 of 16 rows; nothing was imported"
     run = f"dag_id={deployment.dag_id!r}"
     assert listed.splitlines() == [
         f"line 2: no dag run with {run} and run_id='no_such_run'",
@@ -400,7 +401,8 @@ def test_rows_for_what_does_not_exist_are_refused_with_line_numbers_and_nothing_
         "task_id='extract') is also on line 1",
         'line 14: "scope" must be "task" or "asset", not \'dag\'',
         'line 15: asset state records no try: "updated_by_try" must be null or left out',
-        'line 16: "updated_by_try" must be a try number (an integer >= 0) or null, got -1',
+        'line 16: "updated_by_try" must be a try number (0 to 2147483647) or null, got -1',
+        'line 17: "map_index" must be -1 (not mapped) or an index from 0 to 2147483647, got 2147483648',
     ]
     assert stored_now(deployment) == {}
 

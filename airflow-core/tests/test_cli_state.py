@@ -310,11 +310,22 @@ def test_missing_dag_run_task_instance_and_asset_are_named(refused, ti, unique):
             assert refused(*command, *options) == message
 
 
-def test_map_index_below_minus_one_is_a_usage_error(parser, capsys, ti):
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--map-index", "-2"], "--map-index must be from -1 to 2147483647, not -2"),
+        # Airflow's columns are 32-bit: SQLite could not even compare a larger number.
+        (["--map-index", "2147483648"], "--map-index must be from -1 to 2147483647, not 2147483648"),
+        (["--asset-id", "0"], "--asset-id must be from 1 to 2147483647, not 0"),
+        (["--asset-id", "9" * 20], "--asset-id must be from 1 to 2147483647, not 99999999999999999999"),
+        (["--map-index", "one"], "--map-index must be an integer, not 'one'"),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors(parser, capsys, option, message):
     with pytest.raises(SystemExit) as exited:
-        parser.parse_args(["state", "get", "k", *ti, "--map-index", "-2"])
+        parser.parse_args(["state", "get", "k", *option])
     assert exited.value.code == 2
-    assert "--map-index must be -1 or more, not -2" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -337,7 +348,9 @@ def test_list_filters_by_prefix_and_pages_in_key_order(cli, ti, capsys, parser):
     assert cli("list", *ti, "--key-prefix", "nothing").strip() == "No data found"
 
 
-@pytest.mark.parametrize("option", [["--limit", "0"], ["--offset", "-1"], ["--limit", "x"]])
+@pytest.mark.parametrize(
+    "option", [["--limit", "0"], ["--offset", "-1"], ["--limit", "x"], ["--offset", "2147483648"]]
+)
 def test_list_paging_options_are_checked(parser, ti, option, capsys):
     with pytest.raises(SystemExit) as exited:
         parser.parse_args(["state", "list", *ti, *option])

@@ -17,6 +17,10 @@ from airflow.cli.cli_config import (
     lazy_load_command,
 )
 
+#: Airflow's map_index and asset id columns are 32-bit: a larger number names nothing, and SQLite
+#: cannot even compare with it. Offsets and limits get the same bound.
+LARGEST_INTEGER = 2**31 - 1
+
 
 def _int_at_least(minimum: int, what: str):
     def parse(text: str) -> int:
@@ -24,8 +28,10 @@ def _int_at_least(minimum: int, what: str):
             number = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be an integer, not {text!r}") from None
-        if number < minimum:
-            raise argparse.ArgumentTypeError(f"{what} must be {minimum} or more, not {number}")
+        if not minimum <= number <= LARGEST_INTEGER:
+            raise argparse.ArgumentTypeError(
+                f"{what} must be from {minimum} to {LARGEST_INTEGER}, not {number}"
+            )
         return number
 
     return parse

@@ -31,6 +31,9 @@ from airflow_shared.state import TaskScope, validate_key
 TASK = "task"
 ASSET = "asset"
 
+#: Map indexes and try numbers are 32-bit columns in Airflow (and in the metastore).
+LARGEST_INTEGER = 2**31 - 1
+
 # updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
 _COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try"}
 _TASK_FIELDS = _COMMON_FIELDS | {"dag_id", "run_id", "task_id", "map_index"}
@@ -136,6 +139,11 @@ def parse_row(text: str) -> ImportRow:
     return ImportRow(target, _key(row), _value_text(row), _updated_by_try(row, kind))
 
 
+def _integer_between(number: object, low: int, high: int) -> bool:
+    # bool is an int subclass, and true is never a map index or a try number.
+    return isinstance(number, int) and not isinstance(number, bool) and low <= number <= high
+
+
 def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> str | None:
     value = row.get(name)
     if value is None and not required:
@@ -150,8 +158,10 @@ def _task_target(row: dict[str, Any]) -> TaskTarget:
     map_index = row.get("map_index", -1)
     if map_index is None:
         map_index = -1
-    if not isinstance(map_index, int) or isinstance(map_index, bool) or map_index < -1:
-        raise RowError(f'"map_index" must be -1 (not mapped) or an index >= 0, got {map_index!r}')
+    if not _integer_between(map_index, -1, LARGEST_INTEGER):
+        raise RowError(
+            f'"map_index" must be -1 (not mapped) or an index from 0 to {LARGEST_INTEGER}, got {map_index!r}'
+        )
     assert dag_id and run_id and task_id  # required text fields are never None
     return TaskTarget(dag_id, run_id, task_id, map_index)
 
@@ -199,6 +209,8 @@ def _updated_by_try(row: dict[str, Any], kind: str) -> int | None:
         return None
     if kind == ASSET:
         raise RowError('asset state records no try: "updated_by_try" must be null or left out')
-    if not isinstance(try_number, int) or isinstance(try_number, bool) or try_number < 0:
-        raise RowError(f'"updated_by_try" must be a try number (an integer >= 0) or null, got {try_number!r}')
+    if not _integer_between(try_number, 0, LARGEST_INTEGER):
+        raise RowError(
+            f'"updated_by_try" must be a try number (0 to {LARGEST_INTEGER}) or null, got {try_number!r}'
+        )
     return try_number
