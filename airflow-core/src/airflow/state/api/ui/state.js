@@ -27,7 +27,7 @@ if (!React || !Chakra || !RouterDOM) {
 
 const { createElement: h, Fragment, useCallback, useEffect, useMemo, useReducer, useState } = React;
 const {
-  Alert, Badge, Box, Button, Code, Dialog, Field, Flex, HStack, Heading, Input, Link, NativeSelect,
+  Alert, Badge, Box, Button, Dialog, Field, Flex, HStack, Heading, Input, Link,
   Portal, Spinner, Stack, Table, Text, Textarea,
 } = Chakra;
 
@@ -256,6 +256,21 @@ function ErrorAlert({ error, title }) {
   );
 }
 
+/** A failed load, with a way to try again (the server may have been restarting, say). */
+function LoadError({ error, retry }) {
+  return h(
+    Stack,
+    { align: "flex-start", gap: 0 },
+    h(ErrorAlert, { error, title: "Could not load the state" }),
+    h(Button, { size: "sm", variant: "outline", onClick: retry }, "Try again"),
+  );
+}
+
+/** "1 key", "2 keys". */
+function keys(count) {
+  return `${count} key${count === 1 ? "" : "s"}`;
+}
+
 /** A modal dialog: the caller mounts it to open it and unmounts it (onClose) to close it. */
 function Modal({ title, children, footer, onClose, size, testId, role }) {
   return h(
@@ -378,15 +393,15 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
   );
 }
 
-/** Adding must not silently overwrite: fail when the key already holds a value. */
+/**
+ * Adding must not silently overwrite: fail when the key already holds a value. Asks the list for
+ * keys starting with the key (the key itself sorts first), so a missing key is not a 404.
+ */
 async function refuseExistingKey(scope, key) {
-  try {
-    await request("GET", scope.entryUrl(key));
-  } catch (error) {
-    if (error.status === 404 && error.reason === "key_not_found") return;
-    throw error;
+  const page = await request("GET", scope.listUrl({ key_prefix: key, limit: 1 }));
+  if (page.entries.some((entry) => entry.key === key)) {
+    throw new ApiError(409, "key_exists", `The key "${key}" already exists: edit it in the table instead.`);
   }
-  throw new ApiError(409, "key_exists", `The key "${key}" already exists: edit it in the table instead.`);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,9 +473,10 @@ function Pager({ offset, shown, total, onPage }) {
 /**
  * The entries of one scope (a task instance or an asset), with Add / Edit / Delete / Clear all
  * for users whose rights allow them (the list answer's `can_edit` / `can_delete`); others get
- * the table alone, with no edit controls at all.
+ * the table alone, with no edit controls at all. `renderError(error)` may show something better
+ * than the error's message; `onChange()` is called after every change.
  */
-function StateEntries({ scope, onChange }) {
+function StateEntries({ scope, onChange, renderError }) {
   const [filter, setFilter] = useState("");
   const prefix = useDebounced(filter, 300);
   const [offset, setOffset] = useState(0);
@@ -500,7 +516,7 @@ function StateEntries({ scope, onChange }) {
   );
 
   let body;
-  if (error) body = h(ErrorAlert, { error, title: "Could not load the state" });
+  if (error) body = (renderError && renderError(error)) || h(LoadError, { error, retry: reload });
   else if (!data) body = h(Spinner, { size: "sm" });
   else if (entries.length === 0)
     body = h(Text, { color: "fg.muted", py: 4, "data-testid": "state-empty" }, prefix ? `No key starts with "${prefix}".` : `This ${scope.noun} holds no state.`);
@@ -519,7 +535,8 @@ function StateEntries({ scope, onChange }) {
   return h(
     Box,
     { "data-testid": "state-entries", "data-scope": scope.id },
-    toolbar,
+    // No toolbar before the first answer: nothing to filter, add to or clear yet.
+    data ? toolbar : null,
     data && !editable && !deletable
       ? h(Text, { fontSize: "sm", color: "fg.muted", mb: 2, "data-testid": "state-read-only" }, "Read only: your role may view this state but not change it.")
       : null,
@@ -551,7 +568,7 @@ function renderDialog(dialog, scope, total, changed, close) {
   }
   return h(ConfirmDialog, {
     title: "Clear all state?",
-    message: `All ${total} key${total === 1 ? "" : "s"} of this ${scope.noun} will be deleted. This cannot be undone.`,
+    message: `All ${keys(total)} of this ${scope.noun} will be deleted. This cannot be undone.`,
     confirmLabel: "Clear all",
     action: () => request("DELETE", scope.clearUrl()),
     onDone: () => changed("Cleared all keys."),
@@ -568,8 +585,8 @@ function renderDialog(dialog, scope, total, changed, close) {
  */
 function TaskInstanceState({ dagId, runId, taskId, mapIndex }) {
   const scope = useMemo(() => taskScope(dagId, runId, taskId, mapIndex), [dagId, runId, taskId, mapIndex]);
-  const probe = useFetch(mapIndex === undefined ? scope.listUrl({ limit: 1 }) : null);
-  const mappedParent = probe.error && probe.error.reason === "task_instance_not_found";
+  const renderError = (error) =>
+    error.reason === "task_instance_not_found" && mapIndex === undefined ? h(MappedInstances, { dagId, runId, taskId }) : null;
   return h(
     Box,
     { p: 2, "data-testid": "state-task-tab" },
@@ -579,7 +596,7 @@ function TaskInstanceState({ dagId, runId, taskId, mapIndex }) {
       { fontSize: "sm", color: "fg.muted", mb: 3 },
       "What this task instance keeps between tries with task_state: read by its next try, kept until cleared.",
     ),
-    mappedParent ? h(MappedInstances, { dagId, runId, taskId }) : h(StateEntries, { scope }),
+    h(StateEntries, { scope, renderError }),
   );
 }
 
@@ -598,7 +615,7 @@ function MappedInstances({ dagId, runId, taskId }) {
       HStack,
       { wrap: "wrap" },
       mapped.map((ti) =>
-        h(RouterLink, { key: ti.map_index, to: taskTabPath(dagId, runId, taskId, ti.map_index) }, `Map index ${ti.map_index} (${ti.key_count} keys)`),
+        h(RouterLink, { key: ti.map_index, to: taskTabPath(dagId, runId, taskId, ti.map_index) }, `Map index ${ti.map_index} (${keys(ti.key_count)})`),
       ),
     ),
   );
@@ -628,30 +645,36 @@ function StatePage() {
   );
 }
 
-/** Selection kept in the page's query string, so that a reload or a shared link shows the same. */
-function useQueryParam(name) {
+/**
+ * The selection, kept in the page's query string so that a reload or a shared link shows the
+ * same. Returns [params, select], where select({name: value}) sets several at once (null or ""
+ * removes one): React Router's functional updates are not queued, so two calls in a row would
+ * lose the first.
+ */
+function useSelection() {
   const [params, setParams] = RouterDOM.useSearchParams();
-  const value = params.get(name) || "";
-  const set = useCallback(
-    (next, clear = []) =>
+  const select = useCallback(
+    (changes) =>
       setParams(
         (current) => {
           const updated = new URLSearchParams(current);
-          for (const other of clear) updated.delete(other);
-          if (next === "" || next === null || next === undefined) updated.delete(name);
-          else updated.set(name, String(next));
+          for (const [name, value] of Object.entries(changes)) {
+            if (value === "" || value === null || value === undefined) updated.delete(name);
+            else updated.set(name, String(value));
+          }
           return updated;
         },
         { replace: true },
       ),
-    [name, setParams],
+    [setParams],
   );
-  return [value, set];
+  return [params, select];
 }
 
 function AssetStateSection() {
   const [offset, setOffset] = useState(0);
-  const [selected, setSelected] = useQueryParam("asset");
+  const [params, select] = useSelection();
+  const selected = params.get("asset") || "";
   const { data, error, reload } = useFetch(`${STATE_API}/assets${queryString({ limit: PAGE_SIZE, offset })}`);
   let body;
   if (error) body = h(ErrorAlert, { error, title: "Could not list the assets" });
@@ -661,7 +684,7 @@ function AssetStateSection() {
     body = h(
       Fragment,
       null,
-      h(AssetTable, { assets: data.assets, selected, onSelect: setSelected, onChange: reload }),
+      h(AssetTable, { assets: data.assets, selected, onSelect: (asset) => select({ asset }), onChange: reload }),
       h(Pager, { offset, shown: data.assets.length, total: data.total_entries, onPage: setOffset }),
     );
   return h(
@@ -689,7 +712,7 @@ function AssetTable({ assets, selected, onSelect, onChange }) {
         h(Table.Cell, { fontWeight: "medium" }, asset.name),
         h(Table.Cell, { fontFamily: "mono", fontSize: "sm", wordBreak: "break-all" }, asset.uri),
         h(Table.Cell, null, asset.group),
-        h(Table.Cell, { textAlign: "end" }, h(Badge, null, `${asset.key_count} key${asset.key_count === 1 ? "" : "s"}`)),
+        h(Table.Cell, { textAlign: "end" }, h(Badge, null, keys(asset.key_count))),
       ),
     );
     if (open) {
@@ -722,42 +745,63 @@ function AssetTable({ assets, selected, onSelect, onChange }) {
   );
 }
 
-/** A labelled native <select>: light, keyboard-friendly, and themed by Chakra. */
-function Picker({ label, value, options, onChange, placeholder, testId, disabled }) {
+/**
+ * A text field with suggestions (a native <datalist>, themed like any input): pick a suggestion,
+ * or type a value and press Enter. Typing matters: suggestions are only the first matches, and
+ * some auth managers refuse to list DAGs to a user who may still read some of them.
+ */
+function ComboBox({ label, value, placeholder, suggestions, onType, onCommit, hint, testId, disabled }) {
+  const [text, setText] = useState(value);
+  const listId = React.useId();
+  useEffect(() => setText(value), [value]);
+  const commit = (next) => next.trim() !== value && onCommit(next.trim());
+  const onChange = (event) => {
+    const next = event.target.value;
+    setText(next);
+    onType(next);
+    // A pick from the list is an input without an inputType (or a replacement): commit at once.
+    const { inputType } = event.nativeEvent;
+    if ((!inputType || inputType === "insertReplacementText") && suggestions.some((option) => option.value === next)) {
+      commit(next);
+    }
+  };
   return h(
     Field.Root,
     { maxW: "24rem", disabled },
     h(Field.Label, null, label),
-    h(
-      NativeSelect.Root,
-      { size: "sm" },
-      h(
-        NativeSelect.Field,
-        { value, placeholder, "data-testid": testId, onChange: (event) => onChange(event.target.value) },
-        options.map((option) => h("option", { key: option.value, value: option.value }, option.label)),
-      ),
-      h(NativeSelect.Indicator),
-    ),
+    h(Input, {
+      size: "sm", value: text, placeholder, list: listId, autoComplete: "off", "data-testid": testId, onChange,
+      onKeyDown: (event) => event.key === "Enter" && commit(text),
+      onBlur: () => commit(text),
+    }),
+    h("datalist", { id: listId }, suggestions.map((option) => h("option", { key: option.value, value: option.value }, option.label))),
+    hint ? h(Field.HelperText, null, hint) : null,
   );
 }
 
-/** DAG and run pickers (Airflow's public API, so only DAGs the user may read), then the run's task instances holding state. */
+/**
+ * The task state of a run: a DAG and a run (suggested by Airflow's public API, so only what the
+ * user may read), then the run's task instances holding state.
+ */
 function TaskStateSection() {
-  const [dagFilter, setDagFilter] = useState("");
-  const pattern = useDebounced(dagFilter, 300);
-  const [dagId, setDagId] = useQueryParam("dag_id");
-  const [runId, setRunId] = useQueryParam("run_id");
+  const [params, select] = useSelection();
+  const dagId = params.get("dag_id") || "";
+  const runId = params.get("run_id") || "";
+  const [dagText, setDagText] = useState(dagId);
+  const [runText, setRunText] = useState(runId);
+  const dagPattern = useDebounced(dagText === dagId ? "" : dagText, 300);
+  const runPattern = useDebounced(runText === runId ? "" : runText, 300);
 
-  const dags = useFetch(`${AIRFLOW_API}/dags${queryString({ limit: 100, order_by: "dag_id", dag_id_pattern: pattern })}`);
+  const dags = useFetch(`${AIRFLOW_API}/dags${queryString({ limit: 50, order_by: "dag_id", dag_id_pattern: dagPattern })}`);
   const runs = useFetch(
-    dagId ? `${AIRFLOW_API}/dags/${enc(dagId)}/dagRuns${queryString({ limit: 100, order_by: "-run_after" })}` : null,
+    dagId
+      ? `${AIRFLOW_API}/dags/${enc(dagId)}/dagRuns${queryString({ limit: 50, order_by: "-run_after", run_id_pattern: runPattern })}`
+      : null,
   );
-  const dagOptions = (dags.data ? dags.data.dags : []).map((dag) => ({ value: dag.dag_id, label: dag.dag_id }));
-  // Keep a DAG chosen through the URL listed even when the filter hides it.
-  if (dagId && !dagOptions.some((option) => option.value === dagId)) dagOptions.unshift({ value: dagId, label: dagId });
-  const runOptions = (runs.data ? runs.data.dag_runs : []).map((run) => ({
+  const dagSuggestions = (dags.data ? dags.data.dags : []).map((dag) => ({ value: dag.dag_id, label: dag.dag_display_name || dag.dag_id }));
+  const runSuggestions = (runs.data ? runs.data.dag_runs : []).map((run) => ({
     value: run.dag_run_id,
-    label: `${run.dag_run_id} (${run.state})`,
+    label: `${run.state} · ${formatTime(run.run_after)}`,
   }));
 
   return h(
@@ -766,23 +810,19 @@ function TaskStateSection() {
     h(Heading, { size: "md", mb: 3 }, "Task state"),
     h(
       Flex,
-      { gap: 4, wrap: "wrap", align: "flex-end", mb: 4 },
-      h(
-        Field.Root,
-        { maxW: "16rem" },
-        h(Field.Label, null, "Find DAGs"),
-        h(Input, { size: "sm", placeholder: "part of a DAG id", value: dagFilter, onChange: (event) => setDagFilter(event.target.value), "data-testid": "state-dag-filter" }),
-      ),
-      h(Picker, {
-        label: "DAG", value: dagId, options: dagOptions, placeholder: "Choose a DAG", testId: "state-dag-select",
-        onChange: (value) => setDagId(value, ["run_id", "task_id", "map_index"]),
+      { gap: 4, wrap: "wrap", align: "flex-start", mb: 4 },
+      h(ComboBox, {
+        label: "DAG", value: dagId, placeholder: "DAG id", suggestions: dagSuggestions, testId: "state-dag-input",
+        onType: setDagText,
+        onCommit: (value) => select({ dag_id: value, run_id: null, task_id: null, map_index: null }),
+        hint: dags.error ? `No suggestions (${dags.error.message}): type a DAG id and press Enter.` : null,
       }),
-      h(Picker, {
-        label: "Run", value: runId, options: runOptions, placeholder: dagId ? "Choose a run" : "Choose a DAG first",
-        testId: "state-run-select", disabled: !dagId, onChange: (value) => setRunId(value, ["task_id", "map_index"]),
+      h(ComboBox, {
+        label: "Run", value: runId, placeholder: dagId ? "Run id" : "Choose a DAG first", suggestions: runSuggestions,
+        testId: "state-run-input", disabled: !dagId, onType: setRunText,
+        onCommit: (value) => select({ run_id: value, task_id: null, map_index: null }),
       }),
     ),
-    h(ErrorAlert, { error: dags.error, title: "Could not list the DAGs" }),
     h(ErrorAlert, { error: runs.error, title: "Could not list the runs" }),
     dagId && runId ? h(RunTaskInstances, { dagId, runId }) : null,
   );
@@ -790,18 +830,16 @@ function TaskStateSection() {
 
 /** The task instances of a run that hold state; choosing one shows its entries. */
 function RunTaskInstances({ dagId, runId }) {
-  const [taskId, setTaskId] = useQueryParam("task_id");
-  const [mapIndex, setMapIndex] = useQueryParam("map_index");
+  const [params, select] = useSelection();
+  const taskId = params.get("task_id") || "";
+  const mapIndex = params.get("map_index") || "";
   const { data, error, reload } = useFetch(`${STATE_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/state`);
   if (error) return h(ErrorAlert, { error, title: "Could not list the run's task instances" });
   if (!data) return h(Spinner, { size: "sm" });
   if (data.task_instances.length === 0)
     return h(Text, { color: "fg.muted", "data-testid": "state-no-task-instances" }, "No task instance of this run holds state.");
 
-  const choose = (ti) => {
-    setTaskId(ti.task_id);
-    setMapIndex(String(ti.map_index));
-  };
+  const choose = (ti) => select({ task_id: ti.task_id, map_index: ti.map_index });
   const isSelected = (ti) => ti.task_id === taskId && String(ti.map_index) === (mapIndex || "-1");
   const selected = data.task_instances.find(isSelected);
   return h(
@@ -835,7 +873,7 @@ function RunTaskInstances({ dagId, runId }) {
             },
             h(Table.Cell, { fontFamily: "mono" }, ti.task_id),
             h(Table.Cell, null, ti.map_index >= 0 ? ti.map_index : ""),
-            h(Table.Cell, null, h(Badge, null, String(ti.key_count))),
+            h(Table.Cell, null, h(Badge, null, keys(ti.key_count))),
             h(
               Table.Cell,
               { textAlign: "end", onClick: (event) => event.stopPropagation() },
