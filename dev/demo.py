@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import airflow.state.example_dags as example_dags
+import httpx
 from state_testing.deployment import Deployment, airflow_deployment
 
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
@@ -57,7 +58,10 @@ def main() -> None:
     say("== Starting Airflow: db migrate, api-server, scheduler, dag-processor (LocalExecutor, SQLite)")
     started = time.monotonic()
     with airflow_deployment(
-        EXAMPLE_DAGS, extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)}, database="sqlite"
+        EXAMPLE_DAGS,
+        extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)},
+        database="sqlite",
+        users={"admin": "admin"},
     ) as deployment:
         say(
             f"   up in {time.monotonic() - started:.0f}s; [state] backend = "
@@ -106,7 +110,41 @@ def main() -> None:
                 "SELECT s.value FROM asset_state s JOIN asset a ON a.id = s.asset_id WHERE a.name = 'orders'"
             )
             say(f"   after {run_id}: asset 'orders' watermark = {row['value']}")
+        operate(deployment)
     say("\n== Done; the deployment is stopped and its files removed.")
+
+
+def operate(deployment: Deployment) -> None:
+    """What operators see: the same state through the `airflow state` CLI and the REST API."""
+    say("\n6. Operators see and fix the state: `airflow state` on the CLI, /state/api/v1 over HTTP")
+    run_1 = ("--dag-id", "example_resumable_job", "--run-id", "run_1", "--task-id", "run_job")
+    say(f"   $ airflow state list {' '.join(run_1)}")
+    for line in deployment.airflow("state", "list", *run_1).strip().splitlines():
+        say(f"     {line}")
+
+    token = deployment.token("admin")  # POST /auth/token, as for Airflow's own REST API
+
+    def get(path: str) -> httpx.Response:
+        url = deployment.api_url + "/state/api/v1" + path
+        return httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    path = "/dags/example_mapped_state/dagRuns/mapped_1/state"
+    say(f"   GET /state/api/v1{path}")
+    for instance in get(path).raise_for_status().json()["task_instances"]:
+        say(f"     {instance['task_id']}[{instance['map_index']}]: {instance['key_count']} keys")
+    path = "/dags/example_resumable_job/dagRuns/run_1/taskInstances/run_job/state"
+    say(f"   GET /state/api/v1{path}")
+    for entry in get(path).raise_for_status().json()["entries"]:
+        say(f"     {entry['key']} = {json.dumps(entry['value'])} (try {entry['updated_by_try']})")
+
+    say(f"   $ airflow state delete remote_job_id {' '.join(run_1)} -y")
+    # The last line: Airflow's write commands check the database first, and its migration tool
+    # logs to stdout while doing so.
+    deleted = deployment.airflow("state", "delete", "remote_job_id", *run_1, "-y").strip().splitlines()[-1]
+    say(f"     {deleted}")
+    response = get(path + "/remote_job_id")
+    say(f"   GET .../state/remote_job_id: {response.status_code} {response.json()['detail']['reason']}")
+    say("   (a new try of run_job would now submit a fresh job instead of reconnecting)")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,9 @@ def test_demo_shows_the_crash_the_retry_the_reconnect_and_the_state_kept(db_kind
     assert "process[1]: offset = 1000" in out
     assert 'crawl: checkpoint = {"page":3}' in out
     assert "after watermark_2: asset 'orders' watermark = 200" in out
+    # The operator side: the CLI and the REST API show what the tasks wrote, and the CLI fixes it.
+    assert re.search(rf"remote_job_id\s.*{job}", out), out  # airflow state list, a table row
+    for index in (0, 1, 2):
+        assert f"process[{index}]: 2 keys" in out
+    assert f'remote_job_id = "{job}" (try 1)' in out
+    assert "GET .../state/remote_job_id: 404 key_not_found" in out

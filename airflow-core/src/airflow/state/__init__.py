@@ -4,9 +4,11 @@ Durable task and asset state for Apache Airflow (AIP-103).
 Folders say who runs the code: ``worker/`` runs in task processes (the accessors, the HTTP
 client, the resumable-job mixin; it imports neither FastAPI nor the ORM), ``api/`` on the API
 server (the state API, the handshake and the credentials it issues, the keys only API servers
-hold, and the plugin that mounts it), ``metastore/`` is the default storage (the
-backend, its SQL and engine, models, migrations, DB manager), ``cli/`` the ``airflow state-db``
-commands. The modules beside this file are the floor both sides share: ``protocol`` (paths and
+hold, the operators' REST API in ``api/operator/``, the UI module in ``api/ui/``, and the plugin
+that mounts it all), ``metastore/`` is the default storage (the backend, its SQL and engine,
+models, migrations, DB manager), ``cli/`` the ``airflow state`` and ``airflow state-db``
+commands; ``manage`` is what operators do to state, shared by the REST API and the CLI.
+The other modules beside this file are the floor both sides share: ``protocol`` (paths and
 error reasons, the handshake's proof), ``codec`` (values as JSON text), ``configured_backend``, ``config``
 (every setting read, defaults in ``provider_info``) and ``exceptions`` (``StateError`` and its
 subclasses, exported here).
