@@ -482,7 +482,7 @@ def test_existing_keys_overwrite_after_asking_or_skip_or_fail(cli, refused, answ
 
     answer("n\n")
     out = cli("import", str(path))
-    assert "1 key of 2 already exist and will be overwritten. Proceed? [y/n]" in out
+    assert "Importing 2 keys: 1 key already exists and will be overwritten. Proceed? [y/n]" in out
     assert "Cancelled, nothing was imported." in out
     assert (backend.get(scope, "exists"), backend.get(scope, "fresh")) == ('"old"', None)
 
@@ -507,7 +507,7 @@ def test_import_from_stdin(cli, refused, deployment, monkeypatch):
     # Overwriting asks, and stdin is taken by the rows: -y, or another -a, is needed.
     monkeypatch.setattr("sys.stdin", io.StringIO(line))
     assert refused("import", "-")[0] == (
-        "1 key already exist; the rows come from stdin, so there is no one to ask: "
+        "1 key already exists; the rows come from stdin, so there is no one to ask: "
         "pass -y to overwrite them, or -a skip or -a fail"
     )
     monkeypatch.setattr("sys.stdin", io.StringIO(line))

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 #: Refusals listed before "... and N more": enough to see the pattern, not a flood.
 SHOWN_REFUSALS = 50
 
-OVERWRITE, FAIL, SKIP = "overwrite", "fail", "skip"
+FAIL, SKIP = "fail", "skip"
 
 Lines = Callable[[], Iterator[tuple[int, str | None]]]
 
@@ -63,12 +63,20 @@ class Plan:
     refusals: list[str] = field(default_factory=list)
     row_count: int = 0
 
-    def skips(self, row: Planned) -> bool:
+    def skipped(self, row: Planned) -> bool:
         return row.exists and self.action == SKIP
 
     @property
     def writes(self) -> list[Planned]:
-        return [row for row in self.rows if not self.skips(row)]
+        return [row for row in self.rows if not self.skipped(row)]
+
+    @property
+    def overwrites(self) -> int:
+        return sum(row.exists for row in self.writes)
+
+    @property
+    def skips(self) -> int:
+        return sum(self.skipped(row) for row in self.rows)
 
 
 @cli_utils.action_cli
@@ -76,41 +84,48 @@ class Plan:
 @one_line_errors
 def import_state(args: Namespace) -> None:
     backend = configured_backend()
-    from_stdin = args.file == "-"
     with _numbered_lines(args.file) as lines:
-        plan = _check(lines, backend, action=args.action_on_existing_key)
+        plan = RowChecker(backend, args.action_on_existing_key).check(lines)
         if plan.refusals:
             _report_refusals(plan)
             raise fail(
                 f"refused {len(plan.refusals)} of {_count(plan.row_count, 'row')}; nothing was imported"
                 f"{' (dry run)' if args.dry_run else ''}"
             )
-        writes = plan.writes
-        overwriting = sum(row.exists for row in writes)
-        skipped = len(plan.rows) - len(writes)
         if args.dry_run:
-            for row in plan.rows:
-                verb = "skip" if plan.skips(row) else "overwrite" if row.exists else "write"
-                print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}")
-            print(
-                f"Dry run: would import {_count(len(writes), 'key')} ({overwriting} overwritten), "
-                f"skip {skipped}; nothing was written"
-            )
+            _report_dry_run(plan)
             return
-        if overwriting and not args.yes:
-            if from_stdin:
-                raise fail(
-                    f"{_count(overwriting, 'key')} already exist; the rows come from stdin, so there is "
-                    "no one to ask: pass -y to overwrite them, or -a skip or -a fail"
-                )
-            question = f"{_count(overwriting, 'key')} of {len(writes)} already exist and will be overwritten."
-            if not confirmed(f"{question} Proceed?", yes=False):
-                print("Cancelled, nothing was imported.")
-                return
-        _write(lines, backend, writes)
+        if not _overwriting_confirmed(plan, args):
+            print("Cancelled, nothing was imported.")
+            return
+        _write(lines, backend, plan.writes)
+    overwritten = plan.overwrites
     print(
-        f"Imported {_count(len(writes), 'key')} ({len(writes) - overwriting} new, {overwriting} overwritten)"
-        f"{f', skipped {skipped} that already exist' if skipped else ''}"
+        f"Imported {_count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
+        f"{overwritten} overwritten){f', skipped {plan.skips} that already exist' if plan.skips else ''}"
+    )
+
+
+def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
+    if not plan.overwrites or args.yes:
+        return True
+    existing = f"{_count(plan.overwrites, 'key')} already {'exists' if plan.overwrites == 1 else 'exist'}"
+    if args.file == "-":
+        raise fail(
+            f"{existing}; the rows come from stdin, so there is no one to ask: "
+            "pass -y to overwrite them, or -a skip or -a fail"
+        )
+    importing = _count(len(plan.writes), "key")
+    return confirmed(f"Importing {importing}: {existing} and will be overwritten. Proceed?", yes=False)
+
+
+def _report_dry_run(plan: Plan) -> None:
+    for row in plan.rows:
+        verb = "skip" if plan.skipped(row) else "overwrite" if row.exists else "write"
+        print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}")
+    print(
+        f"Dry run: would import {_count(len(plan.writes), 'key')} ({plan.overwrites} overwritten), "
+        f"skip {plan.skips}; nothing was written"
     )
 
 
@@ -164,52 +179,51 @@ def _decoded(file: IO[bytes], *, rewind: bool = False) -> Iterator[tuple[int, st
 # --- checking every row -----------------------------------------------------------------------
 
 
-def _check(lines: Lines, backend: BaseStateBackend, *, action: str) -> Plan:
-    plan = Plan(action)
-    resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str] = {}
-    first_line_of: dict[tuple[StateScope, str], int] = {}
-    with create_session() as session:
-        for number, text in lines():
-            if text is not None and not text.strip():
-                continue  # blank lines (a trailing newline, a hand-edited file) are not rows
-            plan.row_count += 1
-            problem = _check_row(number, text, session, backend, resolved, first_line_of, plan, action)
-            if problem:
-                plan.refusals.append(f"line {number}: {problem}")
-    return plan
+class RowChecker:
+    """
+    Checks the rows of a file in order, remembering what it found: the scope of each task instance
+    or asset named (or why there is none), and the first line of each key, to refuse it twice.
+    """
 
+    def __init__(self, backend: BaseStateBackend, action: str) -> None:
+        self.backend = backend
+        self.plan = Plan(action)
+        self.resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str] = {}
+        self.first_line_of: dict[tuple[StateScope, str], int] = {}
 
-def _check_row(
-    number: int,
-    text: str | None,
-    session: Session,
-    backend: BaseStateBackend,
-    resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str],
-    first_line_of: dict[tuple[StateScope, str], int],
-    plan: Plan,
-    action: str,
-) -> str | None:
-    """What is wrong with the row on line *number*, or ``None`` after adding it to *plan*."""
-    if text is None:
-        return "not UTF-8 text"
-    try:
-        row = parse_row(text)
-    except RowError as error:
-        return str(error)
-    if row.target not in resolved:
-        resolved[row.target] = _resolve(row.target, session)
-    found = resolved[row.target]
-    if isinstance(found, str):
-        return found
-    scope, description = found
-    earlier = first_line_of.setdefault((scope, row.key), number)
-    if earlier != number:
-        return f"key {row.key!r} of {description} is also on line {earlier}"
-    exists = backend.get(scope, row.key) is not None
-    if exists and action == FAIL:
-        return f"key {row.key!r} of {description} already exists (-a fail)"
-    plan.rows.append(Planned(number, scope, description, row.key, row.updated_by_try, exists))
-    return None
+    def check(self, lines: Lines) -> Plan:
+        with create_session() as session:
+            for number, text in lines():
+                if text is not None and not text.strip():
+                    continue  # blank lines (a trailing newline, a hand-edited file) are not rows
+                self.plan.row_count += 1
+                problem = self._check_row(number, text, session)
+                if problem:
+                    self.plan.refusals.append(f"line {number}: {problem}")
+        return self.plan
+
+    def _check_row(self, number: int, text: str | None, session: Session) -> str | None:
+        """What is wrong with the row on line *number*, or ``None`` after adding it to the plan."""
+        if text is None:
+            return "not UTF-8 text"
+        try:
+            row = parse_row(text)
+        except RowError as error:
+            return str(error)
+        if row.target not in self.resolved:
+            self.resolved[row.target] = _resolve(row.target, session)
+        found = self.resolved[row.target]
+        if isinstance(found, str):
+            return found
+        scope, description = found
+        earlier = self.first_line_of.setdefault((scope, row.key), number)
+        if earlier != number:
+            return f"key {row.key!r} of {description} is also on line {earlier}"
+        exists = self.backend.get(scope, row.key) is not None
+        if exists and self.plan.action == FAIL:
+            return f"key {row.key!r} of {description} already exists (-a fail)"
+        self.plan.rows.append(Planned(number, scope, description, row.key, row.updated_by_try, exists))
+        return None
 
 
 def _resolve(target: TaskTarget | AssetTarget, session: Session) -> tuple[StateScope, str] | str:
