@@ -153,6 +153,7 @@ function taskScope(dagId, runId, taskId, mapIndex) {
   return {
     id: JSON.stringify(["task", dagId, runId, taskId, map_index]),
     noun: map_index >= 0 ? `task instance (map index ${map_index})` : "task instance",
+    hasTries: true,
     listUrl: (params) => `${base}/state${queryString({ map_index, ...params })}`,
     entryUrl: (key) => `${base}/stateEntry${queryString({ key, map_index })}`,
     clearUrl: () => `${base}/state${queryString({ map_index })}`,
@@ -164,6 +165,8 @@ function assetScope(assetId) {
   return {
     id: JSON.stringify(["asset", assetId]),
     noun: "asset",
+    // Asset state is shared by every task that writes it: no try is recorded.
+    hasTries: false,
     listUrl: (params) => `${base}/state${queryString(params)}`,
     entryUrl: (key) => `${base}/stateEntry${queryString({ key })}`,
     clearUrl: () => `${base}/state`,
@@ -407,14 +410,16 @@ async function refuseExistingKey(scope, key) {
 // ---------------------------------------------------------------------------------------------
 // The entries of one scope: the table, its toolbar and its dialogs
 
-function EntriesTable({ entries, editable, deletable, onEdit, onDelete }) {
+function EntriesTable({ entries, showTry, editable, deletable, onEdit, onDelete }) {
   const header = h(
     Table.Row,
     null,
     h(Table.ColumnHeader, null, "Key"),
     h(Table.ColumnHeader, null, "Value"),
     h(Table.ColumnHeader, { whiteSpace: "nowrap" }, "Updated at"),
-    h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The try of the task that wrote the value; empty when an operator wrote it" }, "Updated by try"),
+    showTry
+      ? h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The try of the task that wrote the value; empty when an operator wrote it" }, "Updated by try")
+      : null,
     editable || deletable ? h(Table.ColumnHeader, { textAlign: "end" }, "Actions") : null,
   );
   const rows = entries.map((entry) =>
@@ -435,7 +440,7 @@ function EntriesTable({ entries, editable, deletable, onEdit, onDelete }) {
         ),
       ),
       h(Table.Cell, { verticalAlign: "top", whiteSpace: "nowrap", title: entry.updated_at || "" }, formatTime(entry.updated_at)),
-      h(Table.Cell, { verticalAlign: "top", textAlign: "center" }, entry.updated_by_try ?? ""),
+      showTry ? h(Table.Cell, { verticalAlign: "top", textAlign: "center", "data-testid": "state-try" }, entry.updated_by_try ?? "") : null,
       editable || deletable
         ? h(
             Table.Cell,
@@ -525,7 +530,7 @@ function StateEntries({ scope, onChange, renderError }) {
       Fragment,
       null,
       h(EntriesTable, {
-        entries, editable, deletable,
+        entries, editable, deletable, showTry: scope.hasTries,
         onEdit: (entry) => setDialog({ kind: "edit", entry }),
         onDelete: (entry) => setDialog({ kind: "delete", entry }),
       }),

@@ -1,0 +1,472 @@
+"""
+The State tab of the task instance page and the State page, in a real browser (Debian's chromium,
+driven by Playwright) against the real API server of the operator deployment (tests/conftest.py).
+
+The deployment is shared with the REST API's tests: these tests change only keys they create, on
+the ``load`` task instance of ``operator_alpha``/``first`` (whose task holds asset state, not task
+state), and leave it as they found it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
+VIEWPORT = {"width": 1400, "height": 900}
+# How long a page may take to show something (two cores, an API server and a scheduler).
+TIMEOUT_MS = 20_000
+
+DAG, RUN = "operator_alpha", "first"
+TAB_ROUTE = "plugin/task-state"
+PAGE_ROUTE = "plugin/state"
+# A task instance that holds no task state of its own: the tests' keys go there.
+SCRATCH_TASK = "load"
+
+
+def ti_path(task_id: str) -> str:
+    return f"/dags/{DAG}/runs/{RUN}/tasks/{task_id}"
+
+
+def is_known_noise(text: str, url: str) -> bool:
+    """
+    Airflow 3.2.1's own index.html preloads a chunk by a wrong relative path and logs this on every
+    page. The same message for our module (its URL under /state/ui/) is a real failure.
+    """
+    return text.startswith("Failed to load module script") and "/assets/chunk-" in url
+
+
+# -- the browser ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing: dev/setup installs Debian's chromium for the UI tests"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # Debian's browser: Playwright's own download is not reachable. No sandbox: tests run as root.
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
+        )
+        yield browser
+        browser.close()
+
+
+class UI:
+    """Opens pages of the deployment's UI as one of its users, and checks them for errors."""
+
+    def __init__(self, browser: Any, deployment: Any) -> None:
+        from playwright.sync_api import expect
+
+        expect.set_options(timeout=TIMEOUT_MS)
+        self.browser = browser
+        self.deployment = deployment
+        self.base = deployment.api_url
+        self._tokens: dict[str, str] = {}
+        # One context per user for the whole module: its HTTP cache spares each page Airflow's
+        # 5 MB bundle, which dominates a page load on two busy cores.
+        self._contexts: dict[str, Any] = {}
+
+    def token(self, user: str) -> str:
+        if user not in self._tokens:
+            self._tokens[user] = self.deployment.token(user)
+        return self._tokens[user]
+
+    def new_context(self, user: str | None, *, dark: bool = False) -> Any:
+        """
+        A browser context logged in as *user* (the ``_token`` cookie the login form sets; None:
+        not logged in), in dark mode if asked.
+        """
+        context = self.browser.new_context(viewport=VIEWPORT, base_url=self.base)
+        context.set_default_timeout(TIMEOUT_MS)
+        if user is not None:
+            context.add_cookies([{"name": "_token", "value": self.token(user), "url": self.base}])
+        if dark:
+            # Airflow's UI keeps the chosen colour mode in localStorage (next-themes, key "theme").
+            # The script also runs in frames that may not use localStorage (about:blank).
+            context.add_init_script("try { localStorage.setItem('theme', 'dark') } catch (error) {}")
+        return context
+
+    @contextlib.contextmanager
+    def page(self, user: str | None, path: str, *, dark: bool = False, allowed_errors: str | None = None):
+        """
+        A page at *path* as *user* (in the user's shared context, or in one of its own when
+        logged out or dark). Any console or page error but Airflow's known one, or those
+        matching *allowed_errors* (a regex over "message (url)"), fails the test.
+        """
+        shared = user is not None and not dark
+        if shared and user not in self._contexts:
+            self._contexts[user] = self.new_context(user)
+        context = self._contexts[user] if shared else self.new_context(user, dark=dark)
+        page = context.new_page()
+        errors: list[str] = []
+
+        def on_console(message: Any) -> None:
+            if message.type != "error":
+                return
+            url = message.location.get("url", "")
+            if not is_known_noise(message.text, url):
+                errors.append(f"{message.text} ({url})")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+        try:
+            # The assertions wait for what they need: no need to wait for every resource here.
+            page.goto(path, wait_until="commit")
+            yield page
+        finally:
+            page.close()
+            if not shared:
+                context.close()
+        unexpected = [e for e in errors if not (allowed_errors and re.search(allowed_errors, e))]
+        assert not unexpected, "errors in the browser:\n" + "\n".join(unexpected)
+
+    def close(self) -> None:
+        for context in self._contexts.values():
+            context.close()
+
+    # -- the REST API, to seed and check what the browser did -----------------------------------
+
+    def api(self, method: str, path: str, user: str = "admin", **kwargs: Any) -> httpx.Response:
+        return httpx.request(
+            method,
+            f"{self.base}/state/api/v1{path}",
+            headers={"Authorization": f"Bearer {self.token(user)}"},
+            timeout=30,
+            **kwargs,
+        )
+
+    def entry_url(self, task_id: str) -> str:
+        return f"/dags/{DAG}/dagRuns/{RUN}/taskInstances/{task_id}/stateEntry"
+
+    def put(self, task_id: str, key: str, value: Any) -> None:
+        response = self.api("PUT", self.entry_url(task_id), params={"key": key}, json={"value": value})
+        assert response.status_code == 200, response.text
+
+    def get(self, task_id: str, key: str) -> httpx.Response:
+        return self.api("GET", self.entry_url(task_id), params={"key": key})
+
+    def delete(self, task_id: str, key: str) -> None:
+        response = self.api("DELETE", self.entry_url(task_id), params={"key": key})
+        assert response.status_code == 204, response.text
+
+    def entries(self, task_id: str) -> dict[str, Any]:
+        """Every key of the task instance's state and its value."""
+        response = self.api(
+            "GET", f"/dags/{DAG}/dagRuns/{RUN}/taskInstances/{task_id}/state", params={"limit": 1000}
+        )
+        assert response.status_code == 200, response.text
+        return {entry["key"]: entry["value"] for entry in response.json()["entries"]}
+
+
+@pytest.fixture(scope="module")
+def ui(browser, operator_deployment) -> Iterator[UI]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    ui = UI(browser, operator_deployment)
+    yield ui
+    ui.close()
+
+
+@pytest.fixture
+def scratch(ui: UI) -> Iterator[Callable[[str, Any], str]]:
+    """
+    Put keys on the scratch task instance. Afterwards its state is as before: keys the test added
+    are deleted, and keys it changed or removed (a clear removes all) are put back.
+    """
+    before = ui.entries(SCRATCH_TASK)
+
+    def put(key: str, value: Any) -> str:
+        ui.put(SCRATCH_TASK, key, value)
+        return key
+
+    yield put
+    after = ui.entries(SCRATCH_TASK)
+    for key in after.keys() - before.keys():
+        ui.delete(SCRATCH_TASK, key)
+    for key, value in before.items():
+        if key not in after or after[key] != value:
+            ui.put(SCRATCH_TASK, key, value)
+
+
+def row(page: Any, key: str) -> Any:
+    return page.locator(f'[data-testid="state-row"][data-key="{key}"]')
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_viewer_logs_in_and_reads_the_state_tab_without_edit_controls(ui: UI) -> None:
+    """Through the real login form; the tab is reached from the task instance page's tab bar."""
+    from playwright.sync_api import expect
+
+    # Before the login, Airflow's UI asks for its config and is refused: that sends it to the form.
+    with ui.page(None, ti_path("submit"), allowed_errors=r"status of 401 .*/ui/config\)$") as page:
+        page.wait_for_url(re.compile(r"/auth/login"))
+        page.locator("input[name=username]").fill("viewer")
+        page.locator("input[name=password]").fill(state_password())
+        page.locator("input[name=password]").press("Enter")
+        page.wait_for_url(re.compile(re.escape(ti_path("submit")) + r"$"))
+
+        page.get_by_role("link", name="State", exact=True).click()
+        page.wait_for_url(re.compile(re.escape(f"{ti_path('submit')}/{TAB_ROUTE}") + "$"))
+        expect(row(page, "remote_job_id")).to_contain_text('"operator_alpha-job-001"')
+        progress = row(page, "progress").get_by_test_id("state-value")
+        # Pretty-printed, non-ASCII text as is.
+        expect(progress).to_have_text('{\n  "pages": 3,\n  "done": false,\n  "note": "naïve ☃"\n}')
+        expect(row(page, "progress")).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+        # Written by the task's first try.
+        expect(row(page, "progress").get_by_test_id("state-try")).to_have_text("1")
+
+        expect(page.get_by_test_id("state-read-only")).to_be_visible()
+        for control in ("state-add", "state-clear", "state-edit", "state-delete"):
+            expect(page.get_by_test_id(control)).to_have_count(0)
+
+
+def state_password() -> str:
+    from state_testing.deployment import PASSWORD
+
+    return PASSWORD
+
+
+def test_editor_edits_a_value_and_invalid_json_is_refused_before_sending(ui: UI, scratch) -> None:
+    from playwright.sync_api import expect
+
+    key = scratch("ui_edit_me", {"n": 1})
+    with ui.page("editor", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}") as page:
+        writes: list[str] = []
+        page.on("request", lambda request: request.method != "GET" and writes.append(request.url))
+
+        row(page, key).get_by_test_id("state-edit").click()
+        dialog = page.get_by_test_id("state-entry-dialog")
+        value = dialog.get_by_test_id("state-value-input")
+        expect(value).to_have_value('{\n  "n": 1\n}')
+        value.fill('{"n": 2,}')
+        expect(dialog.get_by_test_id("state-value-problem")).to_contain_text("Invalid JSON")
+        expect(dialog.get_by_test_id("state-save")).to_be_disabled()
+        value.fill("null")
+        expect(dialog.get_by_test_id("state-value-problem")).to_contain_text("delete the key instead")
+        expect(dialog.get_by_test_id("state-save")).to_be_disabled()
+        assert writes == [], "nothing is sent while the JSON is invalid"
+
+        value.fill('{"n": 2, "ok": true}')
+        expect(dialog.get_by_test_id("state-save")).to_be_enabled()
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog).to_have_count(0)
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
+        assert len(writes) == 1 and "stateEntry?key=ui_edit_me" in writes[0]
+
+        page.reload()
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
+        # An operator's write: no try wrote it.
+        expect(row(page, key).get_by_test_id("state-try")).to_have_text("")
+
+    stored = ui.get(SCRATCH_TASK, key).json()
+    assert stored["value"] == {"n": 2, "ok": True}
+    assert stored["updated_by_try"] is None
+
+
+def test_editor_adds_and_deletes_a_key_and_sees_the_apis_refusals(ui: UI, scratch) -> None:
+    from playwright.sync_api import expect
+
+    existing = scratch("ui_existing", "keep")
+    # A key that a URL path would mangle: the UI sends keys as a query parameter.
+    key = "ui/added/../key"
+    # The value over [state] max_value_bytes below is refused with 413, which the browser logs.
+    with ui.page(
+        "editor", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}", allowed_errors=r"status of 413 .*/stateEntry\?key="
+    ) as page:
+        expect(row(page, existing)).to_be_visible()
+
+        # Adding must not overwrite a key that exists.
+        page.get_by_test_id("state-add").click()
+        dialog = page.get_by_test_id("state-entry-dialog")
+        dialog.get_by_test_id("state-key-input").fill(existing)
+        dialog.get_by_test_id("state-value-input").fill('"other"')
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog.get_by_test_id("state-error")).to_contain_text("already exists")
+        assert ui.get(SCRATCH_TASK, existing).json()["value"] == "keep"
+
+        # Valid JSON the browser cannot judge: the server refuses it, and its message shows.
+        dialog.get_by_test_id("state-key-input").fill(key)
+        dialog.get_by_test_id("state-value-input").fill('"' + "x" * 70_000 + '"')
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog.get_by_test_id("state-error")).to_contain_text("max_value_bytes")
+        assert ui.get(SCRATCH_TASK, key).status_code == 404
+
+        dialog.get_by_test_id("state-value-input").fill('[1, 2.5, "three"]')
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog).to_have_count(0)
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('[\n  1,\n  2.5,\n  "three"\n]')
+        assert ui.get(SCRATCH_TASK, key).json()["value"] == [1, 2.5, "three"]
+
+        row(page, key).get_by_test_id("state-delete").click()
+        confirm = page.get_by_test_id("state-confirm-dialog")
+        expect(confirm).to_contain_text(key)
+        confirm.get_by_test_id("state-confirm").click()
+        expect(row(page, key)).to_have_count(0)
+        expect(row(page, existing)).to_be_visible()
+    assert ui.get(SCRATCH_TASK, key).status_code == 404
+
+
+def test_clear_all_asks_for_confirmation(ui: UI, scratch) -> None:
+    from playwright.sync_api import expect
+
+    scratch("ui_clear_a", 1)
+    scratch("ui_clear_b", 2)
+    count = len(ui.entries(SCRATCH_TASK))
+    with ui.page("editor", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}") as page:
+        expect(page.get_by_test_id("state-row")).to_have_count(count)
+
+        page.get_by_test_id("state-clear").click()
+        confirm = page.get_by_test_id("state-confirm-dialog")
+        expect(confirm).to_contain_text(f"All {count} keys of this task instance will be deleted")
+        confirm.get_by_role("button", name="Cancel").click()
+        expect(confirm).to_have_count(0)
+        expect(page.get_by_test_id("state-row")).to_have_count(count)
+        assert len(ui.entries(SCRATCH_TASK)) == count
+
+        page.get_by_test_id("state-clear").click()
+        page.get_by_test_id("state-confirm-dialog").get_by_test_id("state-confirm").click()
+        expect(page.get_by_test_id("state-empty")).to_be_visible()
+        expect(page.get_by_test_id("state-clear")).to_have_count(0)
+    assert ui.entries(SCRATCH_TASK) == {}
+
+
+def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI) -> None:
+    from playwright.sync_api import expect
+
+    with ui.page("ops", "/dags") as page:
+        # Reached through the Browse menu.
+        page.get_by_role("button", name="Browse").click()
+        page.get_by_role("menuitem", name="State").click()
+        page.wait_for_url(re.compile(PAGE_ROUTE + "$"))
+
+        assets = page.get_by_test_id("state-asset-row")
+        expect(assets.filter(has_text="operator_alpha_orders")).to_be_visible()
+        expect(assets.filter(has_text="operator_beta_orders")).to_be_visible()
+        assets.filter(has_text="operator_alpha_orders").click()
+        expect(row(page, "watermark")).to_contain_text('"2026-11-30T00:00:00+00:00"')
+        # Asset state records no try: no such column.
+        expect(row(page, "watermark").get_by_test_id("state-try")).to_have_count(0)
+        # op may edit asset state.
+        expect(row(page, "watermark").get_by_test_id("state-edit")).to_be_visible()
+
+        tasks = page.get_by_test_id("state-tasks")
+        choose(tasks, DAG, RUN)
+        instances = tasks.get_by_test_id("state-ti-row")
+        expect(instances).to_have_count(3)
+        expect(instances.nth(0)).to_contain_text("partition")
+        expect(instances.nth(0)).to_contain_text("0")
+        expect(instances.nth(1)).to_contain_text("1")
+        expect(instances.nth(2)).to_contain_text("submit")
+        instances.nth(2).click()
+        expect(row(tasks, "remote_job_id")).to_contain_text('"operator_alpha-job-001"')
+
+        page.screenshot(path=str(SCREENSHOTS / "state-page.png"))
+
+        # The selection is in the URL: a reload shows the same.
+        page.reload()
+        expect(row(page.get_by_test_id("state-tasks"), "progress")).to_be_visible()
+        expect(row(page.get_by_test_id("state-assets"), "watermark")).to_be_visible()
+
+        # And each task instance links to its own State tab.
+        instances.nth(0).get_by_role("link", name="Open task instance").click()
+        page.wait_for_url(re.compile(re.escape(f"{ti_path('partition')}/mapped/0/{TAB_ROUTE}") + "$"))
+        expect(row(page, "offset").get_by_test_id("state-value")).to_have_text("0")
+
+
+def test_rights_follow_the_user(ui: UI) -> None:
+    """
+    editor may change task state but not asset state; alice, granted operator_alpha only, finds
+    its task state and is refused operator_beta's, with the API's message.
+    """
+    from playwright.sync_api import expect
+
+    with ui.page("editor", f"/{PAGE_ROUTE}") as page:
+        page.get_by_test_id("state-asset-row").filter(has_text="operator_alpha_orders").click()
+        expect(row(page, "watermark")).to_be_visible()
+        expect(page.get_by_test_id("state-assets").get_by_test_id("state-read-only")).to_be_visible()
+        expect(page.get_by_test_id("state-assets").get_by_test_id("state-edit")).to_have_count(0)
+
+    # The test auth manager refuses alice the DAG list (no DAG named), so the DAG is typed.
+    with ui.page("alice", f"/{PAGE_ROUTE}", allowed_errors=r"status of 403 ") as page:
+        tasks = page.get_by_test_id("state-tasks")
+        choose(tasks, "operator_beta", RUN)
+        expect(tasks.get_by_test_id("state-error").filter(has_text="operator_beta")).to_contain_text(
+            "needs read permission"
+        )
+        expect(tasks.get_by_test_id("state-ti-row")).to_have_count(0)
+        choose(tasks, DAG, RUN)
+        expect(tasks.get_by_test_id("state-ti-row")).to_have_count(3)
+        tasks.get_by_test_id("state-ti-row").filter(has_text="submit").click()
+        expect(row(tasks, "remote_job_id")).to_be_visible()
+
+
+def choose(tasks: Any, dag_id: str, run_id: str) -> None:
+    """Type a DAG id and a run id into the State page's pickers."""
+    for field, value in (("state-dag-input", dag_id), ("state-run-input", run_id)):
+        tasks.get_by_test_id(field).fill(value)
+        tasks.get_by_test_id(field).press("Enter")
+
+
+def test_mapped_task_tab_offers_its_map_indices(ui: UI) -> None:
+    from playwright.sync_api import expect
+
+    # The host asks for the task instance of map index -1 and gets a 404, as does our list.
+    with ui.page("viewer", f"{ti_path('partition')}/{TAB_ROUTE}", allowed_errors=r"status of 404") as page:
+        page.get_by_role("link", name="Map index 1 (1 key)").click()
+        page.wait_for_url(re.compile(re.escape(f"{ti_path('partition')}/mapped/1/{TAB_ROUTE}") + "$"))
+        expect(row(page, "offset").get_by_test_id("state-value")).to_have_text("1000")
+
+
+def test_light_and_dark_screenshots(ui: UI) -> None:
+    from playwright.sync_api import expect
+
+    for dark, name in ((False, "state-tab.png"), (True, "state-tab-dark.png")):
+        with ui.page("editor", f"{ti_path('submit')}/{TAB_ROUTE}", dark=dark) as page:
+            expect(row(page, "progress")).to_be_visible()
+            expect(page.locator("html")).to_have_class(re.compile("dark" if dark else "light"))
+            background = page.get_by_test_id("state-table").evaluate(background_of)
+            assert (luminance(background) < 0.2) == dark, background
+            page.screenshot(path=str(SCREENSHOTS / name))
+
+
+# The first opaque background colour from an element up, as [r, g, b]. Chakra's colours may be
+# oklch(...): a canvas converts any CSS colour to RGB.
+background_of = """element => {
+    const rgb = colour => {
+        const canvas = document.createElement("canvas");
+        canvas.width = canvas.height = 1;
+        const context = canvas.getContext("2d");
+        context.fillStyle = colour;
+        context.fillRect(0, 0, 1, 1);
+        return Array.from(context.getImageData(0, 0, 1, 1).data);
+    };
+    for (let node = element; node; node = node.parentElement) {
+        const [red, green, blue, alpha] = rgb(getComputedStyle(node).backgroundColor);
+        if (alpha === 255) return [red, green, blue];
+    }
+    return rgb(getComputedStyle(document.body).backgroundColor).slice(0, 3);
+}"""
+
+
+def luminance(rgb: list[int]) -> float:
+    red, green, blue = (part / 255 for part in rgb)
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
