@@ -19,8 +19,6 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
@@ -50,18 +48,24 @@ def is_known_noise(text: str, url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def chromium() -> Path:
     if not CHROMIUM.exists():
         message = f"{CHROMIUM} is missing: dev/setup installs Debian's chromium for the UI tests"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Path, operator_deployment) -> Iterator[Any]:
+    """Started only once the deployment is there (it is skipped unless --db postgres)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         # Debian's browser: Playwright's own download is not reachable. No sandbox: tests run as root.
         browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
+            executable_path=str(chromium),
             headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
         )
@@ -205,6 +209,12 @@ def scratch(ui: UI) -> Iterator[Callable[[str, Any], str]]:
             ui.put(SCRATCH_TASK, key, value)
 
 
+def state_password() -> str:
+    from state_testing.deployment import PASSWORD
+
+    return PASSWORD
+
+
 def row(page: Any, key: str) -> Any:
     return page.locator(f'[data-testid="state-row"][data-key="{key}"]')
 
@@ -237,12 +247,6 @@ def test_viewer_logs_in_and_reads_the_state_tab_without_edit_controls(ui: UI) ->
         expect(page.get_by_test_id("state-read-only")).to_be_visible()
         for control in ("state-add", "state-clear", "state-edit", "state-delete"):
             expect(page.get_by_test_id(control)).to_have_count(0)
-
-
-def state_password() -> str:
-    from state_testing.deployment import PASSWORD
-
-    return PASSWORD
 
 
 def test_editor_edits_a_value_and_invalid_json_is_refused_before_sending(ui: UI, scratch) -> None:
