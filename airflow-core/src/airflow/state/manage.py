@@ -121,6 +121,27 @@ def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int, session: 
     return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
 
 
+def task_scope_of_every_map_index(dag_id: str, run_id: str, task_id: str, session: Session) -> TaskScope:
+    """
+    The scope ``clear(all_map_indices=True)`` takes: the task must have an instance in the run,
+    at any map index (a mapped task has none at -1), or :class:`NotFound`.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    uid = dag_run_uid(dag_id, run_id, session)
+    map_index = session.scalar(
+        select(TaskInstance.map_index)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
+        .limit(1)
+    )
+    if map_index is None:
+        raise NotFound(
+            Reason.TASK_INSTANCE_NOT_FOUND, f"dag run {dag_id!r}/{run_id!r} has no task instance {task_id!r}"
+        )
+    return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
+
+
 def find_asset(
     session: Session, *, asset_id: int | None = None, name: str | None = None, uri: str | None = None
 ) -> AssetInfo:

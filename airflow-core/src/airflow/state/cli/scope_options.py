@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from airflow.state import manage
 from airflow.state.cli.errors import fail, refusing
-from airflow.state.protocol import Reason
 from airflow_shared.state import AssetScope, StateScope, TaskScope
 
 if TYPE_CHECKING:
@@ -74,32 +73,11 @@ def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = Fa
     if all_map_indices:
         if args.map_index is not None:
             raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
-        return _every_map_index(args.dag_id, args.run_id, args.task_id, session)
+        scope = manage.task_scope_of_every_map_index(args.dag_id, args.run_id, args.task_id, session)
+        return NamedScope(
+            scope, f"every map index of {describe_task(args.dag_id, args.run_id, args.task_id, None)}"
+        )
     map_index = -1 if args.map_index is None else args.map_index
     with refusing():
         scope = manage.task_scope(args.dag_id, args.run_id, args.task_id, map_index, session)
     return NamedScope(scope, describe_task(args.dag_id, args.run_id, args.task_id, map_index))
-
-
-def _every_map_index(dag_id: str, run_id: str, task_id: str, session: Session) -> NamedScope:
-    """
-    The task scope ``clear(all_map_indices=True)`` takes. A mapped task has no instance with map
-    index -1, so the check is that the run has the task at any index.
-    """
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
-    uid = manage.dag_run_uid(dag_id, run_id, session)
-    found = session.scalar(
-        select(TaskInstance.map_index)
-        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
-        .limit(1)
-    )
-    if found is None:
-        raise manage.NotFound(
-            Reason.TASK_INSTANCE_NOT_FOUND, f"dag run {dag_id!r}/{run_id!r} has no task instance {task_id!r}"
-        )
-    return NamedScope(
-        TaskScope(dag_id, run_id, task_id, -1, dag_run_uid=uid),
-        f"every map index of {describe_task(dag_id, run_id, task_id, None)}",
-    )

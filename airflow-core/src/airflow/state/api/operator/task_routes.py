@@ -31,7 +31,6 @@ from airflow.state.api.operator.params import (
     PathKey,
     QueryKey,
 )
-from airflow.state.protocol import Reason
 from airflow_shared.state import TaskScope
 from fastapi import APIRouter, Query, Response, status
 
@@ -50,33 +49,6 @@ def _scope(dag_id: str, dag_run_id: str, task_id: str, map_index: int) -> TaskSc
 
     with create_session() as session:
         return manage.task_scope(dag_id, dag_run_id, task_id, map_index, session)
-
-
-def _scope_of_every_map_index(dag_id: str, dag_run_id: str, task_id: str) -> TaskScope:
-    """
-    A scope of the task in the run whatever its map indices, for clearing them all: the task must
-    have a task instance there, but which map index does not matter.
-    """
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        uid = manage.dag_run_uid(dag_id, dag_run_id, session)
-        map_index = session.scalar(
-            select(TaskInstance.map_index)
-            .where(
-                TaskInstance.dag_id == dag_id,
-                TaskInstance.run_id == dag_run_id,
-                TaskInstance.task_id == task_id,
-            )
-            .limit(1)
-        )
-    if map_index is None:
-        raise manage.NotFound(
-            Reason.TASK_INSTANCE_NOT_FOUND, f"dag run {dag_id!r}/{dag_run_id!r} has no task {task_id!r}"
-        )
-    return TaskScope(dag_id, dag_run_id, task_id, map_index, dag_run_uid=uid)
 
 
 def _permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
@@ -158,7 +130,10 @@ def clear_task_state(
     of the task in this dag run (then `map_index` is ignored).
     """
     if all_map_indices:
-        scope = _scope_of_every_map_index(dag_id, dag_run_id, task_id)
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            scope = manage.task_scope_of_every_map_index(dag_id, dag_run_id, task_id, session)
     else:
         scope = _scope(dag_id, dag_run_id, task_id, map_index)
     manage.clear(scope, all_map_indices=all_map_indices)
