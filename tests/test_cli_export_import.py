@@ -44,50 +44,6 @@ CORPUS = {
 # --- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def parser():
-    from airflow.cli import cli_parser
-
-    return cli_parser.get_parser()
-
-
-@pytest.fixture
-def cli(parser, capsys) -> Callable[..., str]:
-    """``cli("export", ...)`` runs `airflow state export ...` in-process and returns its stdout."""
-
-    def run(*argv: str) -> str:
-        capsys.readouterr()
-        args = parser.parse_args(["state", *argv])
-        args.func(args)
-        return capsys.readouterr().out
-
-    return run
-
-
-@pytest.fixture
-def refused(parser, capsys) -> Callable[..., tuple[str, str]]:
-    """``refused(...)``: the command exits 1; returns its one-line message and what it wrote to stderr."""
-
-    def run(*argv: str) -> tuple[str, str]:
-        capsys.readouterr()
-        args = parser.parse_args(["state", *argv])
-        with pytest.raises(SystemExit) as exited:
-            args.func(args)
-        message = exited.value.code
-        assert isinstance(message, str) and message and "\n" not in message, message
-        return message, capsys.readouterr().err
-
-    return run
-
-
-@pytest.fixture
-def answer(monkeypatch) -> Callable[[str], None]:
-    def type_in(text: str) -> None:
-        monkeypatch.setattr("sys.stdin", io.StringIO(text))
-
-    return type_in
-
-
 @pytest.fixture
 def backend_named(monkeypatch, redis_url) -> Iterator[Callable[[str], None]]:
     """``backend_named("redis" | "metastore")``: what [state] backend says from now on, in this process."""
@@ -274,9 +230,9 @@ def test_assets_are_found_by_name_and_uri_not_by_id(cli, deployment, backend_nam
     assert get_state_backend().get(AssetScope(new_id), "watermark") == '"2026-01-01"'
 
 
-def test_export_to_stdout_is_only_json_lines(parser, capsys, deployment):
+def test_export_to_stdout_is_only_json_lines(airflow_parser, capsys, deployment):
     get_state_backend().set(deployment.scopes["run2/extract/-1"], "k", "1")
-    args = parser.parse_args(["state", "export", "--dag-id", deployment.dag_id])
+    args = airflow_parser.parse_args(["state", "export", "--dag-id", deployment.dag_id])
     capsys.readouterr()
     args.func(args)
     shown = capsys.readouterr()
@@ -318,20 +274,18 @@ def test_export_filters(cli, deployment, tmp_path, refused):
     assert "in_run1" not in exported("--assets-only") and "in_asset" in exported("--assets-only")
 
     assert (
-        refused("export", "--tasks-only", "--assets-only")[0]
-        == "give --tasks-only or --assets-only, not both"
+        refused("export", "--tasks-only", "--assets-only") == "give --tasks-only or --assets-only, not both"
     )
-    assert refused("export", "--tasks-only", *asset)[0] == (
+    assert refused("export", "--tasks-only", *asset) == (
         "--tasks-only exports no asset state; leave out --asset-name"
     )
     assert (
-        refused("export", "--assets-only", *dag)[0]
-        == "--assets-only exports no task state; leave out --dag-id"
+        refused("export", "--assets-only", *dag) == "--assets-only exports no task state; leave out --dag-id"
     )
-    assert refused("export", "--asset-name", "no_such_asset_anywhere")[0] == (
+    assert refused("export", "--asset-name", "no_such_asset_anywhere") == (
         "no asset with name='no_such_asset_anywhere'"
     )
-    assert refused("export", "--file", str(tmp_path / "no" / "such" / "dir.jsonl"))[0].startswith(
+    assert refused("export", "--file", str(tmp_path / "no" / "such" / "dir.jsonl")).startswith(
         "cannot write "
     )
 
@@ -384,7 +338,8 @@ def test_rows_for_what_does_not_exist_are_refused_with_line_numbers_and_nothing_
     ]
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    message, listed = refused("import", str(path), "-y")
+    message = refused("import", str(path), "-y")
+    listed = message.stderr
     assert message == "refused 14 of 16 rows; nothing was imported"
     run = f"dag_id={deployment.dag_id!r}"
     assert listed.splitlines() == [
@@ -421,13 +376,14 @@ def test_an_oversize_value_and_a_file_that_is_not_utf8_are_refused(
         ).encode()
         + b'{"scope": "task", "key": "\xff"}\n'
     )
-    message, listed = refused("import", str(path))
+    message = refused("import", str(path))
+    listed = message.stderr
     assert message == "refused 2 of 3 rows; nothing was imported"
     assert listed.splitlines() == [
         "line 2: invalid value: state value is 11 bytes as JSON; the limit is 10 ([state] max_value_bytes)",
         "line 3: not UTF-8 text",
     ]
-    assert refused("import", str(tmp_path / "missing.jsonl"))[0] == (
+    assert refused("import", str(tmp_path / "missing.jsonl")) == (
         f"cannot read {tmp_path / 'missing.jsonl'}: No such file or directory"
     )
     assert stored_now(deployment) == {}
@@ -475,7 +431,8 @@ def test_existing_keys_overwrite_after_asking_or_skip_or_fail(cli, refused, answ
         encoding="utf-8",
     )
 
-    message, listed = refused("import", str(path), "-a", "fail")
+    message = refused("import", str(path), "-a", "fail")
+    listed = message.stderr
     assert message == "refused 1 of 2 rows; nothing was imported"
     assert listed.strip().endswith("task_id='extract') already exists (-a fail)")
     assert backend.get(scope, "fresh") is None
@@ -506,7 +463,7 @@ def test_import_from_stdin(cli, refused, deployment, monkeypatch):
     assert get_state_backend().get(scope, "from_stdin") == '{"ok":true}'
     # Overwriting asks, and stdin is taken by the rows: -y, or another -a, is needed.
     monkeypatch.setattr("sys.stdin", io.StringIO(line))
-    assert refused("import", "-")[0] == (
+    assert refused("import", "-") == (
         "1 key already exists; the rows come from stdin, so there is no one to ask: "
         "pass -y to overwrite them, or -a skip or -a fail"
     )
@@ -535,6 +492,6 @@ def test_a_write_that_fails_on_the_metastore_leaves_nothing_written(
         "\n".join(task_line(deployment, key, 1) for key in ("first", "second", "third")) + "\n",
         encoding="utf-8",
     )
-    message, _ = refused("import", str(path))
+    message = refused("import", str(path))
     assert message == "line 2: writing failed: RuntimeError: the database went away; nothing was imported"
     assert stored_now(deployment) == {}

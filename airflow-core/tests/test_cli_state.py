@@ -6,7 +6,6 @@ database of the test run.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Iterator
 
@@ -15,53 +14,6 @@ import yaml
 from state_testing.airflow_cli import run_airflow
 
 # --- fixtures and helpers ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def parser():
-    from airflow.cli import cli_parser
-
-    return cli_parser.get_parser()
-
-
-@pytest.fixture
-def cli(parser, capsys) -> Callable[..., str]:
-    """``cli("get", "k", ...)`` runs `airflow state get k ...` in-process and returns its stdout."""
-
-    def run(*argv: str) -> str:
-        capsys.readouterr()
-        args = parser.parse_args(["state", *argv])
-        args.func(args)
-        return capsys.readouterr().out
-
-    return run
-
-
-@pytest.fixture
-def refused(parser, capsys) -> Callable[..., str]:
-    """``refused(...)``: the command exits 1 with a one-line message, which is returned."""
-
-    def run(*argv: str) -> str:
-        args = parser.parse_args(["state", *argv])
-        with pytest.raises(SystemExit) as exited:
-            args.func(args)
-        message = exited.value.code
-        assert isinstance(message, str), f"exit status {message!r}, not a message"
-        assert message and "\n" not in message, message
-        capsys.readouterr()
-        return message
-
-    return run
-
-
-@pytest.fixture
-def answer(monkeypatch) -> Callable[[str], None]:
-    """``answer("n")``: what the operator types at the next confirmation ("" for a closed stdin)."""
-
-    def type_in(text: str) -> None:
-        monkeypatch.setattr("sys.stdin", io.StringIO(text))
-
-    return type_in
 
 
 @pytest.fixture
@@ -321,9 +273,9 @@ def test_missing_dag_run_task_instance_and_asset_are_named(refused, ti, unique):
         (["--map-index", "one"], "--map-index must be an integer, not 'one'"),
     ],
 )
-def test_numbers_out_of_range_are_usage_errors(parser, capsys, option, message):
+def test_numbers_out_of_range_are_usage_errors(airflow_parser, capsys, option, message):
     with pytest.raises(SystemExit) as exited:
-        parser.parse_args(["state", "get", "k", *option])
+        airflow_parser.parse_args(["state", "get", "k", *option])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -331,13 +283,15 @@ def test_numbers_out_of_range_are_usage_errors(parser, capsys, option, message):
 # --- list ---------------------------------------------------------------------------------------
 
 
-def test_list_filters_by_prefix_and_pages_in_key_order(cli, ti, capsys, parser):
+def test_list_filters_by_prefix_and_pages_in_key_order(cli, ti, capsys, airflow_parser):
     for key in ("job/b", "job/a", "job/c", "other", "jobless"):
         cli("set", key, json.dumps(key), *ti)
     assert list(state_of(ti, cli)) == ["job/a", "job/b", "job/c", "jobless", "other"]
     assert list(state_of([*ti, "--key-prefix", "job/"], cli)) == ["job/a", "job/b", "job/c"]
 
-    args = parser.parse_args(["state", "list", *ti, "--key-prefix", "job", "--limit", "2", "--offset", "1"])
+    args = airflow_parser.parse_args(
+        ["state", "list", *ti, "--key-prefix", "job", "--limit", "2", "--offset", "1"]
+    )
     capsys.readouterr()
     args.func(args)
     shown = capsys.readouterr()
@@ -351,9 +305,9 @@ def test_list_filters_by_prefix_and_pages_in_key_order(cli, ti, capsys, parser):
 @pytest.mark.parametrize(
     "option", [["--limit", "0"], ["--offset", "-1"], ["--limit", "x"], ["--offset", "2147483648"]]
 )
-def test_list_paging_options_are_checked(parser, ti, option, capsys):
+def test_list_paging_options_are_checked(airflow_parser, ti, option, capsys):
     with pytest.raises(SystemExit) as exited:
-        parser.parse_args(["state", "list", *ti, *option])
+        airflow_parser.parse_args(["state", "list", *ti, *option])
     assert exited.value.code == 2
 
 
@@ -446,9 +400,9 @@ def test_clear_all_map_indices_is_for_one_task_of_a_run(refused, ti, asset):
 # --- help, and the real `airflow` command --------------------------------------------------------
 
 
-def test_help_describes_every_command_and_option(parser, capsys):
+def test_help_describes_every_command_and_option(airflow_parser, capsys):
     with pytest.raises(SystemExit):
-        parser.parse_args(["state", "--help"])
+        airflow_parser.parse_args(["state", "--help"])
     shown = capsys.readouterr().out
     for command in ("get", "set", "delete", "list", "clear", "export", "import"):
         assert f"\n    {command} " in shown

@@ -18,6 +18,7 @@ import pytest
 
 from . import dbservers
 from .airflow_cli import run_airflow
+from .state_cli import airflow_parser, answer, cli, refused  # noqa: F401  (fixtures for every test)
 
 _servers = ExitStack()
 
