@@ -20,7 +20,9 @@ import httpx
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
+# The README's screenshots are rewritten only on request (STATE_UPDATE_SCREENSHOTS=1): a test run
+# must not leave the working tree changed. Otherwise they go to a temporary folder.
+README_SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
 # How long a page may take to show something (two cores, an API server and a scheduler).
 TIMEOUT_MS = 20_000
@@ -181,8 +183,15 @@ class UI:
 
 
 @pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    if os.environ.get("STATE_UPDATE_SCREENSHOTS") == "1":
+        README_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return README_SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
 def ui(browser, operator_deployment) -> Iterator[UI]:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     ui = UI(browser, operator_deployment)
     yield ui
     ui.close()
@@ -353,7 +362,7 @@ def test_clear_all_asks_for_confirmation(ui: UI, scratch) -> None:
     assert ui.entries(SCRATCH_TASK) == {}
 
 
-def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI) -> None:
+def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI, screenshots: Path) -> None:
     from playwright.sync_api import expect
 
     with ui.page("ops", "/dags") as page:
@@ -383,7 +392,7 @@ def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI) -> None
         instances.nth(2).click()
         expect(row(tasks, "remote_job_id")).to_contain_text('"operator_alpha-job-001"')
 
-        page.screenshot(path=str(SCREENSHOTS / "state-page.png"))
+        page.screenshot(path=str(screenshots / "state-page.png"))
 
         # The selection is in the URL: a reload shows the same.
         page.reload()
@@ -440,7 +449,7 @@ def test_mapped_task_tab_offers_its_map_indices(ui: UI) -> None:
         expect(row(page, "offset").get_by_test_id("state-value")).to_have_text("1000")
 
 
-def test_light_and_dark_screenshots(ui: UI) -> None:
+def test_light_and_dark_screenshots(ui: UI, screenshots: Path) -> None:
     from playwright.sync_api import expect
 
     for dark, name in ((False, "state-tab.png"), (True, "state-tab-dark.png")):
@@ -449,7 +458,7 @@ def test_light_and_dark_screenshots(ui: UI) -> None:
             expect(page.locator("html")).to_have_class(re.compile("dark" if dark else "light"))
             background = page.get_by_test_id("state-table").evaluate(background_of)
             assert (luminance(background) < 0.2) == dark, background
-            page.screenshot(path=str(SCREENSHOTS / name))
+            page.screenshot(path=str(screenshots / name))
 
 
 # The first opaque background colour from an element up, as [r, g, b]. Chakra's colours may be
