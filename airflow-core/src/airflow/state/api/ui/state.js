@@ -81,7 +81,8 @@ function errorMessage(status, body, text) {
 async function request(method, url, body) {
   const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
   if (body !== undefined) {
-    // The server requires JSON on writes: a cross-site HTML form cannot send it.
+    // Writes are PUT and DELETE with a JSON body: no cross-site HTML form can send those, and the
+    // session cookie (SameSite=Lax) is not sent with another site's fetch.
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
