@@ -749,3 +749,48 @@ def test_the_openapi_schema_documents_every_operator_route(api):
     assert {p["name"] for p in listing["parameters"]} >= {"map_index", "limit", "offset", "key_prefix"}
     schemas = api.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["StateEntryResponse"]["properties"]["updated_by_try"]["description"]
+
+
+# --- the two kinds of credential do not cross ----------------------------------------------------
+
+
+def test_a_task_credential_opens_no_operator_route_and_an_operator_token_no_task_route(
+    api, as_role, run, monkeypatch
+):
+    """
+    What task code holds (a state credential for its own task instance) is not an Airflow user:
+    it reads no state through the operators' API, even its own. And an operator's Airflow token,
+    even an admin's, is not a task's credential on the task-facing routes.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
+    from airflow.state.api.signing_keys import forget_configured_keys, signing_key
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "operator-api-test-session-key-" + "k" * 40)
+    forget_configured_keys()
+    with create_session() as session:
+        ti_id = str(
+            session.scalar(
+                select(TaskInstance.id).where(
+                    TaskInstance.dag_id == run.dag_id, TaskInstance.task_id == "submit"
+                )
+            )
+        )
+    claims = TaskInstanceClaims(ti_id, run.dag_id, run.run_id, "submit", -1, 2)
+    task_credential = {"Authorization": f"Bearer {issue_credential(claims, signing_key())}"}
+    try:
+        # The credential works where it belongs...
+        assert api.get(f"/task-instances/{ti_id}/keys", headers=task_credential).status_code == 200
+        # ...and nowhere on the operators' API.
+        refused(api.get(run.ti("submit"), headers=task_credential), 403, "forbidden")
+        refused(
+            api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=task_credential),
+            403,
+            "forbidden",
+        )
+        # An admin's Airflow token is no task credential.
+        refused(api.get(f"/task-instances/{ti_id}/keys", headers=as_role["admin"]), 401, "invalid_token")
+    finally:
+        forget_configured_keys()
