@@ -45,7 +45,7 @@ OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
     },
     422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database or state backend unreachable, or server misconfigured"},
+    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
 }
 
 
