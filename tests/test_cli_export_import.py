@@ -213,18 +213,26 @@ def test_assets_are_found_by_name_and_uri_not_by_id(cli, deployment, backend_nam
     """Ids differ between deployments: an asset created again (a new id) gets its state back."""
     from airflow.models.asset import AssetModel
     from airflow.utils.session import create_session
-    from sqlalchemy import delete
+    from sqlalchemy import delete, update
 
     get_state_backend().set(deployment.scopes["asset"], "watermark", '"2026-01-01"')
     path = tmp_path / "asset.jsonl"
     cli("export", "--asset-uri", deployment.asset_uri, "--file", str(path))
+    old_id = deployment.asset_id()
     with create_session() as session:
-        session.execute(delete(AssetModel).where(AssetModel.id == deployment.asset_id()))
+        # Renamed out of the way first and deleted only after the new row exists: SQLite gives a
+        # deleted highest row's id to the next insert, and the test needs a new id.
+        session.execute(
+            update(AssetModel)
+            .where(AssetModel.id == old_id)
+            .values(name=f"old_{old_id}", uri=f"s3://old/{old_id}")
+        )
         asset = AssetModel(name=deployment.asset_name, uri=deployment.asset_uri, group="asset")
         session.add(asset)
         session.flush()
         new_id = asset.id
-    assert new_id != deployment.asset_id()
+        session.execute(delete(AssetModel).where(AssetModel.id == old_id))
+    assert new_id != old_id
     deployment.scopes["asset"] = AssetScope(new_id)  # so that the fixture removes it
     cli("import", str(path))
     assert get_state_backend().get(AssetScope(new_id), "watermark") == '"2026-01-01"'
