@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.state import codec
@@ -44,10 +45,9 @@ class AssetInfo:
 
 @dataclass(frozen=True)
 class TaskInstanceState:
-    """A task instance of a run that holds state, and how many keys."""
+    """A task instance of a run that holds state (its complete scope), and how many keys."""
 
-    task_id: str
-    map_index: int
+    scope: TaskScope
     key_count: int
 
 
@@ -57,8 +57,13 @@ class Entry:
 
     key: str
     value: Any
-    updated_at: Any
+    updated_at: datetime | None
     updated_by_try: int | None
+
+    @property
+    def updated_at_text(self) -> str | None:
+        """``updated_at`` as ISO 8601 text, as the CLI and export files show it."""
+        return None if self.updated_at is None else self.updated_at.isoformat()
 
     @classmethod
     def of(cls, entry: StateEntry) -> Entry:
@@ -142,30 +147,50 @@ def task_scope_of_every_map_index(dag_id: str, run_id: str, task_id: str, sessio
     return TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
 
 
-def find_asset(
-    session: Session, *, asset_id: int | None = None, name: str | None = None, uri: str | None = None
-) -> AssetInfo:
-    """The asset with this id, or this name and/or URI; :class:`NotFound` when none (or several) match."""
+def matching_assets(
+    session: Session,
+    *,
+    asset_id: int | None = None,
+    name: str | None = None,
+    uri: str | None = None,
+    limit: int | None = None,
+) -> list[AssetInfo]:
+    """
+    The assets with this id, name and/or URI (at most *limit*); :class:`NotFound` when none match.
+    A name alone may match several assets.
+    """
     from airflow.models.asset import AssetModel
     from sqlalchemy import select
 
-    query = select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.group)
+    query = select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetModel.group).limit(limit)
     wanted = {"id": asset_id, "name": name, "uri": uri}
     if all(value is None for value in wanted.values()):
         raise ValueError("name the asset by its id, its name or its URI")
     for column, value in wanted.items():
         if value is not None:
             query = query.where(getattr(AssetModel, column) == value)
-    matches = session.execute(query.limit(2)).all()
-    described = " and ".join(f"{column}={value!r}" for column, value in wanted.items() if value is not None)
+    matches = [AssetInfo(row.id, row.name, row.uri, row.group) for row in session.execute(query)]
     if not matches:
-        raise NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {described}")
+        raise NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {_described(wanted)}")
+    return matches
+
+
+def _described(wanted: dict[str, Any]) -> str:
+    return " and ".join(f"{column}={value!r}" for column, value in wanted.items() if value is not None)
+
+
+def find_asset(
+    session: Session, *, asset_id: int | None = None, name: str | None = None, uri: str | None = None
+) -> AssetInfo:
+    """The asset with this id, or this name and/or URI; :class:`NotFound` when none (or several) match."""
+    matches = matching_assets(session, asset_id=asset_id, name=name, uri=uri, limit=2)
     if len(matches) > 1:
         raise NotFound(
-            Reason.ASSET_NOT_FOUND, f"{described} names several assets; give the asset's id or its URI too"
+            Reason.ASSET_NOT_FOUND,
+            f"{_described({'id': asset_id, 'name': name, 'uri': uri})} names several assets; "
+            "give the asset's id or its URI too",
         )
-    row = matches[0]
-    return AssetInfo(row.id, row.name, row.uri, row.group)
+    return matches[0]
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -203,11 +228,7 @@ def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> lis
     ).all()
     scopes = [TaskScope(dag_id, run_id, row.task_id, row.map_index, dag_run_uid=uid) for row in rows]
     counts = backend().key_counts(scopes)
-    return [
-        TaskInstanceState(scope.task_id, scope.map_index, count)
-        for scope, count in zip(scopes, counts, strict=True)
-        if count
-    ]
+    return [TaskInstanceState(scope, count) for scope, count in zip(scopes, counts, strict=True) if count]
 
 
 def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 from airflow.state import manage
 from airflow.state.cli.errors import configured_backend, fail, one_line_errors
 from airflow.state.cli.transfer_format import asset_row, dump_row, task_row
-from airflow.state.protocol import Reason
 from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
@@ -134,12 +133,11 @@ def _task_scopes_with_state(dag_id: str | None, run_id: str | None) -> Iterator[
     for run_dag_id, run_run_id in _dag_runs(dag_id, run_id):
         with create_session() as session:
             try:
-                uid = manage.dag_run_uid(run_dag_id, run_run_id, session)
                 holding = manage.task_instances_with_state(run_dag_id, run_run_id, session)
             except manage.NotFound:
                 continue  # deleted since it was listed: its state went with it
         for ti in holding:
-            yield TaskScope(run_dag_id, run_run_id, ti.task_id, ti.map_index, dag_run_uid=uid)
+            yield ti.scope
 
 
 def _dag_runs(dag_id: str | None, run_id: str | None) -> Iterator[tuple[str, str]]:
@@ -166,27 +164,10 @@ def _dag_runs(dag_id: str | None, run_id: str | None) -> Iterator[tuple[str, str
 
 
 def _assets_with_state(name: str | None, uri: str | None) -> list[manage.AssetInfo]:
+    """The assets holding state, only those the filters name; a filter that names none is an error."""
     with create_session() as session:
+        named = None
         if name is not None or uri is not None:
-            _require_asset(session, name, uri)
+            named = {asset.asset_id for asset in manage.matching_assets(session, name=name, uri=uri)}
         holding = manage.assets_with_state(session)
-    return [
-        asset
-        for asset, _ in holding
-        if (name is None or asset.name == name) and (uri is None or asset.uri == uri)
-    ]
-
-
-def _require_asset(session: Any, name: str | None, uri: str | None) -> None:
-    """A filter that names no asset is a typo, not an empty export. (A name may name several.)"""
-    from airflow.models.asset import AssetModel
-    from sqlalchemy import select
-
-    query = select(AssetModel.id).limit(1)
-    if name is not None:
-        query = query.where(AssetModel.name == name)
-    if uri is not None:
-        query = query.where(AssetModel.uri == uri)
-    if session.scalar(query) is None:
-        named = " and ".join(f"{field}={value!r}" for field, value in (("name", name), ("uri", uri)) if value)
-        raise manage.NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {named}")
+    return [asset for asset, _ in holding if named is None or asset.asset_id in named]

@@ -16,16 +16,12 @@ from typing import Any
 from airflow.state.manage import Entry
 
 
-def _timestamp(entry: Entry) -> str | None:
-    return None if entry.updated_at is None else entry.updated_at.isoformat()
-
-
 def entry_rows(entries: Sequence[Entry], *, with_try: bool, value_as_text: bool) -> list[dict[str, Any]]:
     """One dict per entry; ``updated_by_try`` only for task state (asset state records no try)."""
     rows = []
     for entry in entries:
         value = json.dumps(entry.value, ensure_ascii=False) if value_as_text else entry.value
-        row: dict[str, Any] = {"key": entry.key, "value": value, "updated_at": _timestamp(entry)}
+        row: dict[str, Any] = {"key": entry.key, "value": value, "updated_at": entry.updated_at_text}
         if with_try:
             row["updated_by_try"] = entry.updated_by_try
         rows.append(row)

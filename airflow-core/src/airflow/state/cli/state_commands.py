@@ -110,5 +110,5 @@ def _keys_to_clear(named: NamedScope, *, all_map_indices: bool) -> int:
     if all_map_indices and isinstance(scope, TaskScope):
         with create_session() as session:
             holding = manage.task_instances_with_state(scope.dag_id, scope.run_id, session)
-        return sum(ti.key_count for ti in holding if ti.task_id == scope.task_id)
+        return sum(ti.key_count for ti in holding if ti.scope.task_id == scope.task_id)
     return configured_backend().key_counts([scope])[0]

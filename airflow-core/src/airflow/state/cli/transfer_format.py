@@ -40,10 +40,6 @@ _TASK_FIELDS = _COMMON_FIELDS | {"dag_id", "run_id", "task_id", "map_index"}
 _ASSET_FIELDS = _COMMON_FIELDS | {"asset_name", "asset_uri"}
 
 
-def _timestamp(entry: Entry) -> str | None:
-    return None if entry.updated_at is None else entry.updated_at.isoformat()
-
-
 def task_row(scope: TaskScope, entry: Entry) -> dict[str, Any]:
     return {
         "scope": TASK,
@@ -53,7 +49,7 @@ def task_row(scope: TaskScope, entry: Entry) -> dict[str, Any]:
         "map_index": scope.map_index,
         "key": entry.key,
         "value": entry.value,
-        "updated_at": _timestamp(entry),
+        "updated_at": entry.updated_at_text,
         "updated_by_try": entry.updated_by_try,
     }
 
@@ -65,7 +61,7 @@ def asset_row(asset: AssetInfo, entry: Entry) -> dict[str, Any]:
         "asset_uri": asset.uri,
         "key": entry.key,
         "value": entry.value,
-        "updated_at": _timestamp(entry),
+        "updated_at": entry.updated_at_text,
     }
 
 

@@ -106,12 +106,11 @@ def entries(
 
 
 def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[int]:
-    for scope in scopes:
-        validate_scope(scope)
     counts: dict[tuple[Any, ...], int] = {}
     tasks_by_run: dict[tuple[str, str], set[str]] = defaultdict(set)
     asset_ids: set[int] = set()
     for scope in scopes:
+        validate_scope(scope)
         if isinstance(scope, TaskScope):
             tasks_by_run[(scope.dag_id, scope.run_id)].add(scope.task_id)
         else:

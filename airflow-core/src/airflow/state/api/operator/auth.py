@@ -17,7 +17,7 @@ app, not to this mounted sub-app; ``get_auth_manager()`` is the same process-wid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
@@ -37,9 +37,6 @@ from airflow.state.api.errors import refusal
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 Method = Literal["GET", "PUT", "DELETE"]
 
@@ -133,14 +130,21 @@ def asset_state_access(method: Method) -> Any:
 # --- what the caller may do, for the UI to offer only that ------------------------------------
 
 
-def may_change_task_state(user: BaseUser, dag_id: str, method: Method, session: Session) -> bool:
-    """Whether *user* may *method* (PUT, DELETE) the task instances of *dag_id*: what the route asks."""
+def task_state_permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
+    """
+    ``can_edit`` and ``can_delete``: whether *user* may PUT and DELETE the task instances of
+    *dag_id*, as the write routes will ask.
+    """
     from airflow.models.dag import DagModel
 
-    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id, session=session))
-    return get_auth_manager().is_authorized_dag(
-        method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
-    )
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+
+    def may(method: Method) -> bool:
+        return get_auth_manager().is_authorized_dag(
+            method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=user
+        )
+
+    return {"can_edit": may("PUT"), "can_delete": may("DELETE")}
 
 
 def may_access_asset(user: BaseUser, method: Method, asset_id: int | None = None) -> bool:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.state import manage
 from airflow.state.api.errors import OPERATOR_DOCUMENTED
-from airflow.state.api.operator.auth import OperatorUser, may_change_task_state, task_state_access
+from airflow.state.api.operator.auth import OperatorUser, task_state_access, task_state_permissions
 from airflow.state.api.operator.datamodels import (
     WRITE_BODY,
     StateEntryResponse,
@@ -51,16 +50,6 @@ def _scope(dag_id: str, dag_run_id: str, task_id: str, map_index: int) -> TaskSc
         return manage.task_scope(dag_id, dag_run_id, task_id, map_index, session)
 
 
-def _permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        return {
-            "can_edit": may_change_task_state(user, dag_id, "PUT", session),
-            "can_delete": may_change_task_state(user, dag_id, "DELETE", session),
-        }
-
-
 # --- the run -------------------------------------------------------------------------------------
 
 
@@ -78,11 +67,13 @@ def list_task_instances_with_state(
         found = manage.task_instances_with_state(dag_id, dag_run_id, session)
     return TaskInstancesWithStateResponse(
         task_instances=[
-            TaskInstanceWithState(task_id=ti.task_id, map_index=ti.map_index, key_count=ti.key_count)
+            TaskInstanceWithState(
+                task_id=ti.scope.task_id, map_index=ti.scope.map_index, key_count=ti.key_count
+            )
             for ti in found
         ],
         total_entries=len(found),
-        **_permissions(user, dag_id),
+        **task_state_permissions(user, dag_id),
     )
 
 
@@ -109,7 +100,7 @@ def list_task_state(
     return TaskStateEntriesResponse(
         entries=[StateEntryResponse.of(entry) for entry in entries],
         total_entries=total,
-        **_permissions(user, dag_id),
+        **task_state_permissions(user, dag_id),
     )
 
 
