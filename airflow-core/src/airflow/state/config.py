@@ -13,8 +13,10 @@ Task processes import this module: it imports nothing heavier than ``airflow.con
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 from airflow.configuration import conf
+from airflow.state.durations import parse_duration
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.protocol import URL_PREFIX
 from airflow.state.provider_info import STATE_OPTIONS
@@ -40,6 +42,26 @@ def max_value_bytes() -> int:
         return int(text)
     except ValueError:
         raise StateConfigurationError(f"[state] max_value_bytes must be an integer, not {text!r}") from None
+
+
+def default_task_retention() -> timedelta | None:
+    """``[state] default_task_retention``: how long task state lives after a write; ``None``: forever."""
+    text = _state_option("default_task_retention").strip()
+    try:
+        retention = parse_duration(text, bare_unit="d")
+    except ValueError as error:
+        raise StateConfigurationError(f"[state] default_task_retention: {error}") from None
+    return retention or None
+
+
+def clear_on_success() -> bool:
+    """``[state] clear_on_success``: clear every task instance's state when it succeeds."""
+    text = _state_option("clear_on_success").strip().lower()
+    if text in ("true", "t", "1", "yes", "on"):
+        return True
+    if text in ("false", "f", "0", "no", "off", ""):
+        return False
+    raise StateConfigurationError(f"[state] clear_on_success must be True or False, not {text!r}")
 
 
 # --- the key that signs task credentials: API servers only -------------------------------------

@@ -2,11 +2,14 @@
 The errors this package raises on purpose, all under ``StateError``.
 
 Each also derives from the built-in exception it used to be (``PermissionError``,
-``RuntimeError``, ``ValueError``), so code that caught those keeps working. Imports nothing: task
-processes, the API server and Airflow's start-up all import it.
+``RuntimeError``, ``ValueError``), so code that caught those keeps working. Imports only the
+dependency-free ``airflow_shared.state``: task processes, the API server and Airflow's start-up
+all import it.
 """
 
 from __future__ import annotations
+
+from airflow_shared.state import StateConflictError as _BackendConflict
 
 __all__ = [
     "InvalidStateError",
@@ -56,8 +59,9 @@ class InvalidStateError(StateError, ValueError):
     """
 
 
-class StateConflictError(StateError):
+class StateConflictError(StateError, _BackendConflict):
     """
-    Reserved for versioned writes (compare-and-set): the stored version is not the one the write
-    expected. Nothing raises it yet.
+    A versioned write (``set(..., if_version=n)``) found another version stored (the server
+    answered 409 ``version_conflict``): ``.stored`` is the version stored now (0: absent). It is
+    also the backends' :class:`airflow_shared.state.StateConflictError`, so either name catches it.
     """

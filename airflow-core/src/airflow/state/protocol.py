@@ -26,6 +26,18 @@ TASK_VALUE_PATH = "/task-instances/{task_instance_id}/value"
 # The same for an asset the task declares, named by the `name` and/or `uri` query parameters.
 ASSET_KEYS_PATH = "/assets/keys"
 ASSET_VALUE_PATH = "/assets/value"
+# Add to the integer stored under `key` in one atomic step (POST); the same for an asset.
+TASK_INCREMENT_PATH = "/task-instances/{task_instance_id}/increment"
+ASSET_INCREMENT_PATH = "/assets/increment"
+# Told by the task process once its try succeeded (POST): clears the task instance's state when
+# [state] clear_on_success or the task asks for it (see airflow.state.worker.listener).
+TASK_SUCCEEDED_PATH = "/task-instances/{task_instance_id}/succeeded"
+
+# Query parameter of a conditional write: store only if the key is at this version (0: absent).
+IF_VERSION_PARAMETER = "if_version"
+# Body field of a write: the key's time to live, in seconds, or NEVER_EXPIRES; absent: the default.
+TTL_FIELD = "ttl"
+NEVER_EXPIRES = "never"
 
 KEY_PARAMETER = "key"
 
@@ -54,6 +66,8 @@ class Reason(StrEnum):
     """Why the state API refused a request: the ``reason`` beside the human ``message``."""
 
     KEY_NOT_FOUND = "key_not_found"
+    VERSION_CONFLICT = "version_conflict"
+    UNSUPPORTED = "unsupported"
     DAG_RUN_NOT_FOUND = "dag_run_not_found"
     TASK_INSTANCE_NOT_FOUND = "task_instance_not_found"
     ASSET_NOT_FOUND = "asset_not_found"
@@ -77,3 +91,11 @@ def task_keys_path(task_instance_id: str) -> str:
 
 def task_value_path(task_instance_id: str) -> str:
     return TASK_VALUE_PATH.format(task_instance_id=task_instance_id)
+
+
+def task_increment_path(task_instance_id: str) -> str:
+    return TASK_INCREMENT_PATH.format(task_instance_id=task_instance_id)
+
+
+def task_succeeded_path(task_instance_id: str) -> str:
+    return TASK_SUCCEEDED_PATH.format(task_instance_id=task_instance_id)

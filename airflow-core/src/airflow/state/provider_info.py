@@ -75,6 +75,30 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         "example": None,
         "default": "65536",
     },
+    "default_task_retention": {
+        "description": (
+            "How long task state lives after each write unless the write gives its own ``ttl``:\n"
+            "a number of days, or a duration such as ``12h``, ``90m``, ``7d`` or ``2w``.\n"
+            "``0`` keeps task state until its dag run is deleted. Asset state never expires unless\n"
+            "a write asks for it. Expired keys are never returned; ``airflow state clean`` removes\n"
+            "them from storage.\n"
+        ),
+        "version_added": "0.2.0",
+        "type": "string",
+        "example": "7d",
+        "default": "30",
+    },
+    "clear_on_success": {
+        "description": (
+            "Clear a task instance's state when it succeeds, for every task. Off: only tasks that\n"
+            "set ``clear_task_state_on_success = True`` are cleared; a task can also set it to\n"
+            "``False`` to keep its state when this is on.\n"
+        ),
+        "version_added": "0.2.0",
+        "type": "boolean",
+        "example": None,
+        "default": "False",
+    },
 }
 
 _STATE_CONFIG: dict[str, Any] = {

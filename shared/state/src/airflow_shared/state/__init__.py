@@ -11,17 +11,45 @@ from .backend import BaseStateBackend
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
+from .writes import (
+    API_WRITER,
+    CLI_WRITER,
+    MAX_COUNTER,
+    MIN_COUNTER,
+    StateCapabilityError,
+    StateConflictError,
+    StateWriter,
+    VersionedValue,
+    WriterKind,
+    counter_value,
+    incremented,
+    validate_increment,
+    validate_write_options,
+)
 
 __all__ = [
+    "API_WRITER",
+    "CLI_WRITER",
+    "MAX_COUNTER",
     "MAX_KEY_LENGTH",
+    "MIN_COUNTER",
     "AssetScope",
     "BaseStateBackend",
+    "StateCapabilityError",
+    "StateConflictError",
     "StateEntry",
     "StateEntryPage",
     "StateScope",
+    "StateWriter",
     "TaskScope",
+    "VersionedValue",
+    "WriterKind",
+    "counter_value",
+    "incremented",
+    "validate_increment",
     "validate_key",
     "validate_listing",
     "validate_scope",
     "validate_value",
+    "validate_write_options",
 ]

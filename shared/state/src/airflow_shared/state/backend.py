@@ -5,10 +5,20 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .scopes import StateScope
+from .writes import (
+    StateCapabilityError,
+    StateConflictError,
+    StateWriter,
+    VersionedValue,
+    incremented,
+    validate_increment,
+    validate_write_options,
+)
 
 
 class BaseStateBackend(ABC):
@@ -30,7 +40,24 @@ class BaseStateBackend(ABC):
     Implementations validate their input before any I/O with the helpers in
     :mod:`airflow_shared.state.validation`, and :mod:`airflow_shared.state.testing` is a pytest
     suite that checks a backend against this contract.
+
+    **Capabilities.** Beyond the four methods, a backend may support versioned writes
+    (:meth:`get_versioned`, :meth:`write` with ``if_version``), per-key expiry (:meth:`write` with
+    ``expires_at``, :meth:`cleanup`) and atomic increments (:meth:`increment`). It says which with
+    the class attributes below, which callers and the conformance kit read; asking a backend for
+    one it lacks raises :class:`StateCapabilityError`, never a silent fallback.
+
+    **Expiry.** A key whose ``expires_at`` has passed is gone for every read (``get``,
+    ``get_versioned``, ``keys``, ``entries``, ``key_counts``), for ``if_version=0`` and for
+    ``increment`` (it starts again from 0), even before :meth:`cleanup` removes it physically.
     """
+
+    #: :meth:`get_versioned`, ``if_version`` and a version on every stored key.
+    supports_versions: ClassVar[bool] = False
+    #: ``expires_at`` on writes, and :meth:`cleanup`.
+    supports_expiry: ClassVar[bool] = False
+    #: :meth:`increment` in one atomic step.
+    supports_increment: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
@@ -64,6 +91,112 @@ class BaseStateBackend(ABC):
         the writer override this method (and :meth:`aset_by_try`), and validate like :meth:`set`.
         """
         self.set(scope, key, value, session=session)
+
+    def write(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Any = None,
+    ) -> int | None:
+        """
+        Store *value* under *key*, with everything a write can carry; return the key's new version
+        (``None`` from a backend that does not keep versions).
+
+        :param writer: who writes (``None``: not known). Task state records ``writer.try_number``
+            as :meth:`set_by_try` does; asset state records the whole writer where the backend can.
+        :param expires_at: when the key expires (timezone-aware); ``None``: never. Each write
+            replaces the key's expiry.
+        :param if_version: write only if the stored version is this one (0: only if the key is
+            absent or expired); otherwise raise :class:`StateConflictError` with the stored version.
+
+        The default serves backends without versions or expiry: it refuses ``if_version`` and
+        ``expires_at`` with :class:`StateCapabilityError` and calls :meth:`set_by_try`. Backends
+        that declare a capability override this method.
+        """
+        validate_write_options(expires_at, if_version)
+        if if_version is not None:
+            raise StateCapabilityError(self, "versioned writes (if_version)")
+        if expires_at is not None:
+            raise StateCapabilityError(self, "expiry (expires_at)")
+        try_number = writer.try_number if writer is not None else None
+        self.set_by_try(scope, key, value, try_number=try_number, session=session)
+        return None
+
+    def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
+        """Return the value stored under *key* with its version, or ``None`` when there is none."""
+        raise StateCapabilityError(self, "versions (get_versioned)")
+
+    def increment(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> int:
+        """
+        Add *by* to the JSON integer stored under *key* (an absent or expired key counts as 0) in
+        one atomic step, and return the result. Concurrent increments never lose one another.
+
+        The value must be a JSON integer and stay within 64 bits, else ``ValueError`` and nothing is
+        written. *writer* and *expires_at* are as for :meth:`write`.
+
+        The default, for backends with versions but no native increment, retries a versioned
+        write until no other writer came in between; without versions it raises
+        :class:`StateCapabilityError`.
+        """
+        validate_increment(by)
+        validate_write_options(expires_at, None)
+        if not self.supports_versions:
+            raise StateCapabilityError(self, "atomic increments")
+        while True:
+            stored = self.get_versioned(scope, key, session=session)
+            result = incremented(key, stored.value if stored else None, by)
+            try:
+                self.write(
+                    scope,
+                    key,
+                    str(result),
+                    writer=writer,
+                    expires_at=expires_at,
+                    if_version=stored.version if stored else 0,
+                    session=session,
+                )
+            except StateConflictError:
+                continue
+            return result
+
+    def cleanup(
+        self,
+        *,
+        now: datetime,
+        updated_before: datetime | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        session: Any = None,
+    ) -> int:
+        """
+        Remove, physically, every key that expired at or before *now* and, when *updated_before*
+        is given, every key last written before it (task and asset state alike); return how many
+        were removed, or with *dry_run* how many would be.
+
+        Work in batches of at most *batch_size* keys, each its own short transaction, so that
+        reads and writes of other keys carry on meanwhile. Expired keys are already invisible to
+        reads: this only reclaims their space.
+
+        The default serves backends without expiry: nothing of theirs can expire, so without
+        *updated_before* there is nothing to remove (0); with it, :class:`StateCapabilityError`.
+        """
+        if updated_before is not None:
+            raise StateCapabilityError(self, "removing keys by age (cleanup with updated_before)")
+        return 0
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         """
@@ -133,6 +266,50 @@ class BaseStateBackend(ABC):
             await asyncio.to_thread(
                 self.set_by_try, scope, key, value, try_number=try_number, session=session
             )
+
+    async def awrite(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Any = None,
+    ) -> int | None:
+        """Async :meth:`write`."""
+        return await asyncio.to_thread(
+            self.write,
+            scope,
+            key,
+            value,
+            writer=writer,
+            expires_at=expires_at,
+            if_version=if_version,
+            session=session,
+        )
+
+    async def aget_versioned(
+        self, scope: StateScope, key: str, *, session: Any = None
+    ) -> VersionedValue | None:
+        """Async :meth:`get_versioned`."""
+        return await asyncio.to_thread(self.get_versioned, scope, key, session=session)
+
+    async def aincrement(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> int:
+        """Async :meth:`increment`."""
+        return await asyncio.to_thread(
+            self.increment, scope, key, by, writer=writer, expires_at=expires_at, session=session
+        )
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         """Async :meth:`delete`."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from .writes import StateWriter
+
 
 @dataclass(frozen=True)
 class StateEntry:
@@ -18,12 +20,21 @@ class StateEntry:
     :param updated_by_try: the try of the task instance that last wrote it; ``None`` for asset
         state, for writes made outside a task try (the CLI, the REST API, server code), and when the
         backend does not record it.
+    :param version: the key's version (see :class:`~airflow_shared.state.VersionedValue`);
+        ``None`` when the backend does not keep versions.
+    :param expires_at: when the key expires; ``None`` when it never does (or the backend does not
+        support expiry). Listings never include an expired key.
+    :param writer: who last wrote it, for asset state (task state records the try only);
+        ``None`` when not known.
     """
 
     key: str
     value: str
     updated_at: datetime | None = None
     updated_by_try: int | None = None
+    version: int | None = None
+    expires_at: datetime | None = None
+    writer: StateWriter | None = None
 
 
 @dataclass(frozen=True)

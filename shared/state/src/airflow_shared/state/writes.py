@@ -1,0 +1,155 @@
+"""
+What a write carries beside the value (who writes it, until when it lives, which version it
+expects), and the errors of versioned writes and atomic increments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+#: Increments work on 64-bit signed integers, the widest integer every SQL database stores exactly.
+MIN_COUNTER = -(2**63)
+MAX_COUNTER = 2**63 - 1
+
+
+class WriterKind(StrEnum):
+    """Who made a write: a task try, an operator through the REST API, or one on the command line."""
+
+    TASK = "task"
+    API = "api"
+    CLI = "cli"
+
+
+@dataclass(frozen=True)
+class StateWriter:
+    """
+    Who writes a value. Task state records the try (``updated_by_try``); asset state records the
+    whole writer, so operators can see which task instance (or person) last moved a watermark.
+
+    :param kind: a task try, the REST API or the CLI.
+    :param dag_id, run_id, task_id, map_index, try_number: the task instance and its try, for
+        ``kind=task``; ``None`` otherwise.
+    """
+
+    kind: WriterKind
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+    try_number: int | None = None
+
+    @classmethod
+    def task_try(cls, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> StateWriter:
+        return cls(WriterKind.TASK, dag_id, run_id, task_id, map_index, try_number)
+
+    def __str__(self) -> str:
+        if self.kind is not WriterKind.TASK:
+            return self.kind.value
+        index = "" if self.map_index in (None, -1) else f"[{self.map_index}]"
+        return f"{self.dag_id}/{self.run_id}/{self.task_id}{index} try {self.try_number}"
+
+
+#: Writes by the REST API and the CLI.
+API_WRITER = StateWriter(WriterKind.API)
+CLI_WRITER = StateWriter(WriterKind.CLI)
+
+
+@dataclass(frozen=True)
+class VersionedValue:
+    """A stored value and its version: 1 when the key was created, one more on every write since."""
+
+    value: str
+    version: int
+
+
+class StateConflictError(Exception):
+    """
+    A conditional write (``if_version``) found another version stored: someone wrote in between.
+    Read the key again and retry (``update()`` does).
+
+    :param key: the key written.
+    :param expected: the version the write was conditional on (0: the key had to be absent).
+    :param stored: the version stored now (0: the key is absent, or expired).
+    """
+
+    def __init__(self, key: str, expected: int, stored: int) -> None:
+        self.key = key
+        self.expected = expected
+        self.stored = stored
+        now = "absent" if stored == 0 else f"at version {stored}"
+        wanted = "absent (if_version=0)" if expected == 0 else f"at version {expected}"
+        super().__init__(
+            f"state key {key!r} is {now}, not {wanted}: it was written in between; read it again and retry"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes, like other exceptions
+        return (type(self), (self.key, self.expected, self.stored))
+
+
+class StateCapabilityError(NotImplementedError):
+    """A backend was asked for something it does not support (versions, expiry, increments, clean-up)."""
+
+    def __init__(self, backend: object, capability: str) -> None:
+        self.capability = capability
+        super().__init__(
+            f"{type(backend).__name__} does not support {capability}; use a backend that does (the "
+            "metastore and Redis backends support every capability), or leave the option out"
+        )
+
+
+def validate_write_options(expires_at: object, if_version: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless *expires_at* and *if_version* make sense."""
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime):
+            raise TypeError(f"expires_at must be a datetime or None, got {type(expires_at).__name__}")
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at must be timezone-aware (UTC)")
+    if if_version is not None:
+        if not isinstance(if_version, int) or isinstance(if_version, bool):
+            raise TypeError(f"if_version must be an int or None, got {type(if_version).__name__}")
+        if not 0 <= if_version <= MAX_COUNTER:
+            raise ValueError(f"if_version must be 0 (key absent) or a stored version, got {if_version}")
+
+
+def validate_increment(by: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless *by* is an integer an increment can add."""
+    if not isinstance(by, int) or isinstance(by, bool):
+        raise TypeError(f"by must be an int, got {type(by).__name__}: {by!r}")
+    if not MIN_COUNTER <= by <= MAX_COUNTER:
+        raise ValueError(f"by must be a 64-bit integer ({MIN_COUNTER} to {MAX_COUNTER}), got {by}")
+
+
+def counter_value(key: str, stored: str | None) -> int:
+    """
+    The integer an increment starts from: 0 for an absent key, else the stored JSON integer.
+
+    :raises ValueError: when the stored value is not a JSON integer within 64 bits (nothing is
+        written then).
+    """
+    if stored is None:
+        return 0
+    text = stored.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not digits.isascii() or not digits.isdigit():
+        raise ValueError(
+            f"state key {key!r} holds {stored[:40]!r}, not an integer: increment works only on keys "
+            "that hold a JSON integer (or are absent)"
+        )
+    number = int(text)
+    if not MIN_COUNTER <= number <= MAX_COUNTER:
+        raise ValueError(f"state key {key!r} holds {number}, beyond the 64-bit range increments work in")
+    return number
+
+
+def incremented(key: str, stored: str | None, by: int) -> int:
+    """*stored* (see :func:`counter_value`) plus *by*, refused when it leaves the 64-bit range."""
+    result = counter_value(key, stored) + by
+    if not MIN_COUNTER <= result <= MAX_COUNTER:
+        raise ValueError(
+            f"incrementing state key {key!r} by {by} would leave the 64-bit range ({MIN_COUNTER} to "
+            f"{MAX_COUNTER}); nothing was written"
+        )
+    return result
