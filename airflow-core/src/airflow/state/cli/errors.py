@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.state.exceptions import StateError
 from airflow.state.manage import NotFound
+from airflow_shared.state import StateCapabilityError, StateConflictError
 
 if TYPE_CHECKING:
     from airflow_shared.state import BaseStateBackend
@@ -45,7 +46,9 @@ def refusing(what: str | None = None) -> Iterator[None]:
 def one_line_errors(command: F) -> F:
     """
     Exit with the message of a missing dag run, task instance, asset or key (``manage.NotFound``),
-    and of the errors ``airflow.state`` raises on purpose (``StateError``: an unusable backend).
+    of the errors ``airflow.state`` raises on purpose (``StateError``: an unusable backend), of a
+    conditional write that lost (``StateConflictError``: its message names the stored version) and
+    of a backend asked for what it cannot do (``StateCapabilityError``: its message says which).
     """
 
     @functools.wraps(command)
@@ -54,7 +57,7 @@ def one_line_errors(command: F) -> F:
             return command(*args, **kwargs)
         except NotFound as missing:
             raise fail(missing.message) from None
-        except StateError as error:
+        except (StateError, StateConflictError, StateCapabilityError) as error:
             raise fail(str(error)) from None
 
     return run  # type: ignore[return-value]

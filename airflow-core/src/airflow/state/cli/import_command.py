@@ -5,8 +5,10 @@ backend.
 Every line is checked before anything is written: that it is a valid row, that its dag run, task
 instance or asset exists here, that no key is given twice, and what happens to keys that already
 exist (``-a/--action-on-existing-key overwrite|fail|skip``, as ``airflow variables import``). One
-refused row and nothing is written. Writes keep the row's ``updated_by_try`` (``set_by_try``), so
-which try wrote a value survives the move. On the metastore the writes are one transaction.
+refused row and nothing is written. Writes keep the row's writer (``updated_by_try`` of task state,
+``updated_by`` of asset state) and expiry (``expires_at``), so which try wrote a value and when it
+goes survive the move; a row that has already expired is skipped (and counted). Versions restart:
+they are the target's. On the metastore the writes are one transaction.
 
 The file is read twice (check, then write) rather than held in memory; stdin is spooled to a
 temporary file for that.
@@ -20,12 +22,14 @@ from argparse import Namespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import IO, TYPE_CHECKING
 
+from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
 from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
 from airflow.state.cli.scope_options import describe_asset, describe_task
-from airflow.state.cli.transfer_format import AssetTarget, ImportRow, RowError, TaskTarget, parse_row
+from airflow.state.cli.transfer_format import AssetTarget, RowError, TaskTarget, parse_row
 from airflow.utils import cli as cli_utils
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
@@ -50,8 +54,9 @@ class Planned:
     scope: StateScope
     description: str
     key: str
-    updated_by_try: int | None
     exists: bool
+    #: When the row's key expired, if it had by the time of the check: the row is skipped.
+    expired_at: datetime | None = None
 
 
 @dataclass
@@ -64,7 +69,7 @@ class Plan:
     row_count: int = 0
 
     def skipped(self, row: Planned) -> bool:
-        return row.exists and self.action == SKIP
+        return row.expired_at is not None or (row.exists and self.action == SKIP)
 
     @property
     def writes(self) -> list[Planned]:
@@ -76,7 +81,13 @@ class Plan:
 
     @property
     def skips(self) -> int:
-        return sum(self.skipped(row) for row in self.rows)
+        """Rows skipped because their key exists (``-a skip``)."""
+        return sum(row.exists and self.action == SKIP for row in self.rows)
+
+    @property
+    def expired(self) -> int:
+        """Rows skipped because their key had expired by the time of the import."""
+        return sum(row.expired_at is not None for row in self.rows)
 
 
 @cli_utils.action_cli
@@ -102,8 +113,15 @@ def import_state(args: Namespace) -> None:
     overwritten = plan.overwrites
     print(
         f"Imported {_count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
-        f"{overwritten} overwritten){f', skipped {plan.skips} that already exist' if plan.skips else ''}"
+        f"{overwritten} overwritten){_skipped(plan)}"
     )
+
+
+def _skipped(plan: Plan) -> str:
+    skipped = [f", skipped {plan.skips} that already exist"] if plan.skips else []
+    if plan.expired:
+        skipped.append(f", skipped {plan.expired} already expired")
+    return "".join(skipped)
 
 
 def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
@@ -122,10 +140,12 @@ def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
 def _report_dry_run(plan: Plan) -> None:
     for row in plan.rows:
         verb = "skip" if plan.skipped(row) else "overwrite" if row.exists else "write"
-        print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}")
+        why = "" if row.expired_at is None else f" (expired at {row.expired_at.isoformat()})"
+        print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}{why}")
     print(
         f"Dry run: would import {_count(len(plan.writes), 'key')} ({plan.overwrites} overwritten), "
-        f"skip {plan.skips}; nothing was written"
+        f"skip {plan.skips + plan.expired}{f' ({plan.expired} expired)' if plan.expired else ''}; "
+        "nothing was written"
     )
 
 
@@ -190,6 +210,8 @@ class RowChecker:
         self.plan = Plan(action)
         self.resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str] = {}
         self.first_line_of: dict[tuple[StateScope, str], int] = {}
+        #: What "already expired" is measured against: the start of the import.
+        self.now = utcnow()
 
     def check(self, lines: Lines) -> Plan:
         with create_session() as session:
@@ -219,10 +241,20 @@ class RowChecker:
         earlier = self.first_line_of.setdefault((scope, row.key), number)
         if earlier != number:
             return f"key {row.key!r} of {description} is also on line {earlier}"
+        if row.expires_at is not None:
+            if row.expires_at <= self.now:
+                self.plan.rows.append(Planned(number, scope, description, row.key, False, row.expires_at))
+                return None
+            if not self.backend.supports_expiry:
+                return (
+                    f"key {row.key!r} expires at {row.expires_at.isoformat()}, and "
+                    f"{type(self.backend).__name__} does not support expiry: import into a backend "
+                    'that does, or set "expires_at" to null (never) in the file'
+                )
         exists = self.backend.get(scope, row.key) is not None
         if exists and self.plan.action == FAIL:
             return f"key {row.key!r} of {description} already exists (-a fail)"
-        self.plan.rows.append(Planned(number, scope, description, row.key, row.updated_by_try, exists))
+        self.plan.rows.append(Planned(number, scope, description, row.key, exists))
         return None
 
 
@@ -262,9 +294,14 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
                 row = planned.get(number)
                 if row is None or text is None:
                     continue
-                value_text = _value_text(text)
-                backend.set_by_try(
-                    row.scope, row.key, value_text, try_number=row.updated_by_try, session=session
+                parsed = parse_row(text)  # checked in the first pass: parses the same way again
+                backend.write(
+                    row.scope,
+                    row.key,
+                    parsed.value_text,
+                    writer=parsed.writer,
+                    expires_at=parsed.expires_at,
+                    session=session,
                 )
                 written += 1
     except Exception as error:
@@ -276,11 +313,6 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
         # The first line only: a database error goes on with the statement and its parameters.
         reason = (str(error).splitlines() or [""])[0]
         raise fail(f"line {number}: writing failed: {type(error).__name__}: {reason}; {kept}") from None
-
-
-def _value_text(text: str) -> str:
-    parsed: ImportRow = parse_row(text)  # checked in the first pass: parses the same way again
-    return parsed.value_text
 
 
 def _transactional(backend: BaseStateBackend) -> bool:

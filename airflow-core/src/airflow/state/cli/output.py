@@ -13,17 +13,30 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.state.cli.writer_fields import writer_fields
 from airflow.state.manage import Entry
 
 
 def entry_rows(entries: Sequence[Entry], *, with_try: bool, value_as_text: bool) -> list[dict[str, Any]]:
-    """One dict per entry; ``updated_by_try`` only for task state (asset state records no try)."""
+    """
+    One dict per entry. Task state records the try that wrote it (``updated_by_try``), asset state
+    the whole writer (``updated_by``): as text in table and plain ("cli", "dag/run/task try 2"), as
+    an object in json and yaml.
+    """
     rows = []
     for entry in entries:
         value = json.dumps(entry.value, ensure_ascii=False) if value_as_text else entry.value
-        row: dict[str, Any] = {"key": entry.key, "value": value, "updated_at": entry.updated_at_text}
+        row: dict[str, Any] = {
+            "key": entry.key,
+            "value": value,
+            "version": entry.version,
+            "updated_at": entry.updated_at_text,
+            "expires_at": entry.expires_at_text,
+        }
         if with_try:
             row["updated_by_try"] = entry.updated_by_try
+        else:
+            row["updated_by"] = entry.writer if value_as_text else writer_fields(entry.updated_by)
         rows.append(row)
     return rows
 

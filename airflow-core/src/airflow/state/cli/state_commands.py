@@ -1,9 +1,10 @@
 """
-``airflow state get|set|delete|list|clear``: one scope's state on the configured backend, in this
-process (like ``airflow variables``, the CLI has the metadata database at hand).
+``airflow state get|set|increment|delete|list|clear``: one scope's state on the configured backend,
+in this process (like ``airflow variables``, the CLI has the metadata database at hand).
 
 Read commands are decorated as Airflow's read commands are (no log lines in the output), write
-commands as its write commands (action logging). Writes name no try: ``updated_by_try`` stays empty.
+commands as its write commands (action logging). Writes are the CLI's (``CLI_WRITER``): task state
+records no try (``updated_by_try`` stays empty), asset state records ``cli`` as its last writer.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import sys
 from argparse import Namespace
 
 from airflow.state import codec, manage
-from airflow.state.cli.errors import configured_backend, confirmed, one_line_errors, refusing
+from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors, refusing
 from airflow.state.cli.output import print_entries
 from airflow.state.cli.scope_options import NamedScope, named_scope
 from airflow.utils import cli as cli_utils
 from airflow.utils.cli import suppress_logs_and_warning
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
-from airflow_shared.state import TaskScope, validate_key
+from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
 
 
 def _resolve(args: Namespace, *, all_map_indices: bool = False) -> NamedScope:
@@ -67,10 +68,37 @@ def set_value(args: Namespace) -> None:
     with refusing("invalid value"):
         value = manage.parse_json_value(args.value)
         codec.encode(value)  # null, NaN, too large: refused before any lookup
+    ttl = _checked_ttl(args.ttl)
     named = _resolve(args)
-    with refusing("invalid value"):
-        manage.put(named.scope, key, value)
-    print(f"Stored key {key!r} of {named.description}")
+    with refusing():  # the value was checked above: what is left is the ttl against the backend
+        version = manage.put(named.scope, key, value, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER)
+    # A lost --if-version race is a StateConflictError: one_line_errors exits 1 with its message,
+    # which names the stored version.
+    at_version = "" if version is None else f", now at version {version}"
+    print(f"Stored key {key!r} of {named.description}{at_version}")
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def increment(args: Namespace) -> None:
+    key = _checked_key(args.key)
+    ttl = _checked_ttl(args.ttl)
+    named = _resolve(args)
+    with refusing():  # a stored value that is no integer, a result beyond 64 bits
+        value = manage.increment(named.scope, key, args.by, ttl=ttl, writer=CLI_WRITER)
+    # Only the number, so that scripts can take it: n=$(airflow state increment ...).
+    print(value)
+
+
+def _checked_ttl(text: str | None) -> manage.Ttl:
+    if text is None:
+        return None
+    with refusing("invalid --ttl"):
+        ttl = manage.parse_ttl(text)
+    if ttl != manage.NEVER and ttl > manage.LONGEST_TTL:
+        raise fail(f"invalid --ttl: at most {manage.LONGEST_TTL.days} days; for no expiry, say 'never'")
+    return ttl
 
 
 @cli_utils.action_cli

@@ -37,6 +37,33 @@ def _int_at_least(minimum: int, what: str):
     return parse
 
 
+#: Versions and counters are 64-bit (airflow_shared.state.writes.MAX_COUNTER).
+LARGEST_COUNTER = 2**63 - 1
+
+
+def _version(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--if-version must be an integer, not {text!r}") from None
+    if not 0 <= number <= LARGEST_COUNTER:
+        raise argparse.ArgumentTypeError(
+            f"--if-version must be 0 (the key must be absent) or a version from 1 to {LARGEST_COUNTER}, "
+            f"not {number}"
+        )
+    return number
+
+
+def _step(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--by must be an integer, not {text!r}") from None
+    if not -LARGEST_COUNTER - 1 <= number <= LARGEST_COUNTER:
+        raise argparse.ArgumentTypeError(f"--by must be a 64-bit integer, not {number}")
+    return number
+
+
 # --- which state: a task instance, or an asset ----------------------------------------------------
 
 ARG_DAG_ID = Arg(("--dag-id",), help="Task state: the DAG of the task instance", metavar="DAG_ID")
@@ -62,6 +89,27 @@ ARG_VALUE = Arg(
     ("value",),
     help="The value, as JSON: 42, true, '{\"id\": 1}', '[1, 2]'; a string needs JSON quotes: '\"text\"'",
     metavar="VALUE",
+)
+ARG_TTL = Arg(
+    ("--ttl",),
+    help=(
+        "How long the key lives from this write: a duration (90s, 30m, 12h, 7d, 2w; a bare number is "
+        "seconds) or 'never' (default: \\[state] default_task_retention for task state, never for "
+        "asset state)"
+    ),
+    metavar="DURATION|never",
+)
+ARG_IF_VERSION = Arg(
+    ("--if-version",),
+    help=(
+        "Write only if the key is still at this version (see `get`); 0: only if it does not exist. "
+        "Otherwise nothing is written and the command exits 1 naming the stored version"
+    ),
+    type=_version,
+    metavar="N",
+)
+ARG_BY = Arg(
+    ("--by",), help="What to add (default: 1; negative to subtract)", type=_step, default=1, metavar="N"
 )
 ARG_KEY_PREFIX = Arg(("--key-prefix",), help="Only keys that start with this text", metavar="PREFIX")
 ARG_LIMIT = Arg(
@@ -109,11 +157,33 @@ ARG_ACTION_ON_EXISTING_KEY = Arg(
     default="overwrite",
 )
 
+# --- clean ------------------------------------------------------------------------------------------
+
+ARG_CLEAN_DRY_RUN = Arg(
+    ("--dry-run",), help="Count the keys that would be removed; remove nothing", action="store_true"
+)
+ARG_BATCH_SIZE = Arg(
+    ("--batch-size",),
+    help="Remove at most this many keys per transaction (default: 1000)",
+    type=_int_at_least(1, "--batch-size"),
+    default=1000,
+    metavar="N",
+)
+ARG_OLDER_THAN = Arg(
+    ("--older-than",),
+    help=(
+        "Also remove keys last written before this: a duration back from now (30d, 12h, 2w) or an "
+        "ISO 8601 timestamp (2026-01-31, 2026-01-31T12:00:00+02:00; UTC when no offset is given)"
+    ),
+    metavar="DURATION|TIMESTAMP",
+)
+
 # Help texts go through rich_argparse, which reads "[...]" as markup: "\\[" keeps the bracket.
 SCOPE_HELP = (
     "Commands work on the state of one task instance (--dag-id, --run-id, --task-id, and --map-index "
     "for a mapped one) or of one asset (--asset-name, --asset-uri or --asset-id), on the backend set "
-    "by \\[state] backend. Values are JSON. Writes made here record no try (updated_by_try is empty)."
+    "by \\[state] backend. Values are JSON. Writes made here record no try (updated_by_try is empty); "
+    "asset state records them as written by 'cli'."
 )
 
 
@@ -134,16 +204,29 @@ STATE_COMMANDS = (
         "state_commands.get",
         "Print the value stored under a key",
         (ARG_KEY, *SCOPE_ARGS, ARG_OUTPUT, ARG_VERBOSE),
-        "Print one key's value, when it was written and (task state) by which try. Exits 1 when the "
-        "key is not set. json and yaml show the value as it is; table and plain as JSON text.",
+        "Print one key's value, its version, when it was written and expires, and who wrote it (task "
+        "state: the try; asset state: the task instance, 'api' or 'cli'). Exits 1 when the key is not "
+        "set (an expired key is not set). json and yaml show the value as it is; table and plain as "
+        "JSON text.",
     ),
     _command(
         "set",
         "state_commands.set_value",
         "Store a value under a key",
-        (ARG_KEY, ARG_VALUE, *SCOPE_ARGS, ARG_VERBOSE),
+        (ARG_KEY, ARG_VALUE, *SCOPE_ARGS, ARG_TTL, ARG_IF_VERSION, ARG_VERBOSE),
         "Store VALUE (JSON, not null, at most \\[state] max_value_bytes) under KEY, replacing any "
-        "value there. Example: airflow state set job_id '\"app_001\"' --dag-id d --run-id r --task-id t",
+        "value there, and print the key's new version. With --if-version N only if nobody wrote it "
+        "since version N (0: only if it is not set). "
+        "Example: airflow state set job_id '\"app_001\"' --dag-id d --run-id r --task-id t --ttl 7d",
+    ),
+    _command(
+        "increment",
+        "state_commands.increment",
+        "Add to the integer stored under a key, atomically",
+        (ARG_KEY, *SCOPE_ARGS, ARG_BY, ARG_TTL, ARG_VERBOSE),
+        "Add --by (default 1) to the JSON integer stored under KEY (a key that is not set counts as "
+        "0) in one atomic step, and print the new value. Exits 1, writing nothing, when the key holds "
+        "anything but an integer or the result leaves the 64-bit range.",
     ),
     _command(
         "delete",
@@ -157,8 +240,9 @@ STATE_COMMANDS = (
         "state_commands.list_entries",
         "List keys with their values",
         (*SCOPE_ARGS, ARG_KEY_PREFIX, ARG_LIMIT, ARG_OFFSET, ARG_OUTPUT, ARG_VERBOSE),
-        "List the keys (sorted by code point) with their values, when they were written and (task "
-        "state) by which try. With --limit/--offset, which keys of how many is said on stderr.",
+        "List the keys (sorted by code point) with their values, versions, when they were written and "
+        "expire, and who wrote them (task state: the try; asset state: the writer). Expired keys are "
+        "not listed. With --limit/--offset, which keys of how many is said on stderr.",
     ),
     _command(
         "clear",
@@ -167,6 +251,17 @@ STATE_COMMANDS = (
         (*SCOPE_ARGS, ARG_ALL_MAP_INDICES, ARG_YES, ARG_VERBOSE),
         "Delete every key of the task instance or asset; asks first unless -y. With "
         "--all-map-indices (and no --map-index), every map index of the task in that run.",
+    ),
+    _command(
+        "clean",
+        "clean_command.clean",
+        "Remove expired keys for good (and, with --older-than, keys not written since)",
+        (ARG_CLEAN_DRY_RUN, ARG_BATCH_SIZE, ARG_OLDER_THAN, ARG_YES, ARG_VERBOSE),
+        "Physically remove every expired key, task and asset state alike, on the configured backend "
+        "(expired keys are already invisible to every read: this reclaims their space), and with "
+        "--older-than also every key last written before then. Works in batches of --batch-size keys, "
+        "each its own short transaction, so tasks keep reading and writing meanwhile. Asks first "
+        "unless -y; --dry-run only counts. Run it from cron or a DAG, as `airflow db clean`.",
     ),
     _command(
         "export",

@@ -4,17 +4,30 @@ The JSON-lines format of ``airflow state export`` and ``import``: one object per
 Task state::
 
     {"scope": "task", "dag_id": ..., "run_id": ..., "task_id": ..., "map_index": -1,
-     "key": ..., "value": <JSON>, "updated_at": "2026-01-02T03:04:05.123456+00:00", "updated_by_try": 2}
+     "key": ..., "value": <JSON>, "updated_at": "2026-01-02T03:04:05.123456+00:00", "updated_by_try": 2,
+     "expires_at": "2026-02-01T03:04:05.123456+00:00"}
 
 Asset state::
 
     {"scope": "asset", "asset_name": ..., "asset_uri": ..., "key": ..., "value": <JSON>,
-     "updated_at": ...}
+     "updated_at": ..., "expires_at": null,
+     "updated_by": {"kind": "task", "dag_id": ..., "run_id": ..., "task_id": ..., "map_index": -1,
+                    "try_number": 1}}
 
 Assets are named by name and URI, not id: ids differ between deployments. ``updated_at`` is what
 the source recorded, for the reader; the target stamps its own time when it writes.
-``updated_by_try`` is kept (the import writes with that try). Both may be null or left out, and so
-may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``, for files written by hand.
+``updated_by_try`` (task state) and ``updated_by`` (asset state: ``{"kind": "cli"}``, ``"api"``, or
+a task try as above; see :mod:`.writer_fields`) are kept: the import writes as that writer.
+``expires_at`` is kept too: the key expires when it would have at the source, and a row already
+expired when it is imported is skipped. Versions are not carried: a key the import creates starts
+at version 1, one it overwrites goes on from its own version.
+
+There is no format version field. The file of an export before expiry existed (``airflow state``
+of issue 11) is the same format without ``expires_at`` and ``updated_by``, and still imports: a row
+without ``expires_at`` never expires (as the state it came from never did), one without
+``updated_by`` has no known writer. Every field but ``scope``, the key and the value, and what names
+the scope, may be null or left out, and so may ``map_index`` (-1) and one of
+``asset_name``/``asset_uri``, for files written by hand.
 """
 
 from __future__ import annotations
@@ -25,8 +38,9 @@ from datetime import datetime
 from typing import Any
 
 from airflow.state import codec
+from airflow.state.cli.writer_fields import writer_fields, writer_from_fields
 from airflow.state.manage import AssetInfo, Entry
-from airflow_shared.state import TaskScope, validate_key
+from airflow_shared.state import StateWriter, TaskScope, validate_key
 
 TASK = "task"
 ASSET = "asset"
@@ -35,9 +49,9 @@ ASSET = "asset"
 LARGEST_INTEGER = 2**31 - 1
 
 # updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
-_COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try"}
+_COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try", "expires_at"}
 _TASK_FIELDS = _COMMON_FIELDS | {"dag_id", "run_id", "task_id", "map_index"}
-_ASSET_FIELDS = _COMMON_FIELDS | {"asset_name", "asset_uri"}
+_ASSET_FIELDS = _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"}
 
 
 def task_row(scope: TaskScope, entry: Entry) -> dict[str, Any]:
@@ -51,6 +65,7 @@ def task_row(scope: TaskScope, entry: Entry) -> dict[str, Any]:
         "value": entry.value,
         "updated_at": entry.updated_at_text,
         "updated_by_try": entry.updated_by_try,
+        "expires_at": entry.expires_at_text,
     }
 
 
@@ -62,6 +77,8 @@ def asset_row(asset: AssetInfo, entry: Entry) -> dict[str, Any]:
         "key": entry.key,
         "value": entry.value,
         "updated_at": entry.updated_at_text,
+        "expires_at": entry.expires_at_text,
+        "updated_by": writer_fields(entry.updated_by),
     }
 
 
@@ -105,12 +122,29 @@ class AssetTarget:
 
 @dataclass(frozen=True)
 class ImportRow:
-    """A valid row: where it goes, the key, the value as the JSON text to store, and the writing try."""
+    """
+    A valid row: where it goes, the key, the value as the JSON text to store, the writing try (task
+    state) or writer (asset state), and when it expires.
+    """
 
     target: TaskTarget | AssetTarget
     key: str
     value_text: str
     updated_by_try: int | None
+    expires_at: datetime | None = None
+    updated_by: StateWriter | None = None
+
+    @property
+    def writer(self) -> StateWriter | None:
+        """Who the import writes as: the row's task try, or asset writer; ``None`` when not known."""
+        target = self.target
+        if isinstance(target, TaskTarget):
+            if self.updated_by_try is None:
+                return None
+            return StateWriter.task_try(
+                target.dag_id, target.run_id, target.task_id, target.map_index, self.updated_by_try
+            )
+        return self.updated_by
 
 
 def parse_row(text: str) -> ImportRow:
@@ -132,7 +166,14 @@ def parse_row(text: str) -> ImportRow:
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
         raise RowError(f"unknown field{plural} for {kind} state: {', '.join(unknown)}")
-    return ImportRow(target, _key(row), _value_text(row), _updated_by_try(row, kind))
+    return ImportRow(
+        target,
+        _key(row),
+        _value_text(row),
+        _updated_by_try(row, kind),
+        expires_at=_expires_at(row),
+        updated_by=_updated_by(row),
+    )
 
 
 def _integer_between(number: object, low: int, high: int) -> bool:
@@ -210,3 +251,24 @@ def _updated_by_try(row: dict[str, Any], kind: str) -> int | None:
             f'"updated_by_try" must be a try number (0 to {LARGEST_INTEGER}) or null, got {try_number!r}'
         )
     return try_number
+
+
+def _expires_at(row: dict[str, Any]) -> datetime | None:
+    text = row.get("expires_at")
+    if text is None:
+        return None
+    try:
+        expires_at = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise RowError(f'"expires_at" must be an ISO 8601 timestamp or null (never), not {text!r}') from None
+    if expires_at.tzinfo is None:
+        # Which zone a bare time is in is a guess; export always writes the offset.
+        raise RowError(f'"expires_at" must name its UTC offset (e.g. {text}+00:00), not {text!r}')
+    return expires_at
+
+
+def _updated_by(row: dict[str, Any]) -> StateWriter | None:
+    try:
+        return writer_from_fields(row.get("updated_by"))
+    except ValueError as error:
+        raise RowError(f'"updated_by": {error}') from None

@@ -1,0 +1,88 @@
+"""
+``airflow state clean``: physically remove expired keys (and, with ``--older-than``, keys last
+written before a point in time) through the configured backend's ``cleanup()``.
+
+Expired keys are already invisible to every read; this reclaims their space. The backend works in
+batches of ``--batch-size`` keys, each its own short transaction, so tasks keep reading and writing
+meanwhile. A backend that cannot do what is asked (``--older-than`` on one without expiry) says so
+(``StateCapabilityError``, turned into a one-line exit by :func:`.errors.one_line_errors`).
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from datetime import UTC, datetime, timedelta
+
+from airflow._shared.timezones.timezone import utcnow
+from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
+from airflow.state.durations import parse_duration
+from airflow.utils import cli as cli_utils
+from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+
+
+@cli_utils.action_cli
+@providers_configuration_loaded
+@one_line_errors
+def clean(args: Namespace) -> None:
+    backend = configured_backend()
+    now = utcnow()
+    updated_before = None if args.older_than is None else older_than(args.older_than, now=now)
+    what = "expired keys" + (
+        "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
+    )
+    if not args.dry_run and not confirmed(
+        f"Remove {what} from {type(backend).__name__}? (--dry-run counts them first)", yes=args.yes
+    ):
+        print("Cancelled, nothing was removed.")
+        return
+    count = backend.cleanup(
+        now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
+    )
+    keys = f"{count} key{'' if count == 1 else 's'}"
+    if args.dry_run:
+        print(f"Dry run: would remove {keys} ({what}); nothing was removed")
+    else:
+        print(f"Removed {keys} ({what})")
+    if not backend.supports_expiry:
+        # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.
+        print(f"Note: {type(backend).__name__} does not support expiry, so none of its keys ever expire")
+
+
+def older_than(text: str, *, now: datetime) -> datetime:
+    """
+    The cut-off ``--older-than`` names: ``now`` minus a duration ("30d", "12h"), or an ISO 8601
+    timestamp (UTC when it names no offset). A bare number is refused rather than guessed at (30
+    seconds and 30 days differ by every key written this month), and so is a cut-off that is not in
+    the past (it would remove every key).
+    """
+    text = text.strip()
+    if text.isdigit():
+        raise fail(
+            f"--older-than {text}: say the unit, e.g. {text}d for {text} days or {text}h for {text} hours"
+        )
+    try:
+        cutoff = now - _positive(parse_duration(text), text)
+    except OverflowError:
+        raise fail(f"--older-than {text!r} reaches back before the year 1: give a shorter duration") from None
+    except ValueError as not_a_duration:
+        try:
+            cutoff = datetime.fromisoformat(text)
+        except ValueError:
+            raise fail(
+                f"--older-than {text!r} is neither a duration (a number followed by s, m, h, d or w: "
+                f"30d, 12h) nor an ISO 8601 timestamp (2026-01-31 or 2026-01-31T12:00:00+00:00)"
+            ) from not_a_duration
+        if cutoff.tzinfo is None:
+            cutoff = cutoff.replace(tzinfo=UTC)
+    if cutoff > now:
+        raise fail(
+            f"--older-than {text!r} is in the future ({cutoff.isoformat()}): it would remove every key; "
+            "give a time in the past"
+        )
+    return cutoff
+
+
+def _positive(duration: timedelta, text: str) -> timedelta:
+    if duration <= timedelta(0):
+        raise fail(f"--older-than {text!r} is no time at all: it would remove every key; give e.g. 30d")
+    return duration
