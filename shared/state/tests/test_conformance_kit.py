@@ -12,6 +12,7 @@ from airflow_shared.state.testing import MemoryStateBackend, StateBackendConform
 
 class TestMemoryBackendConforms(StateBackendConformance):
     records_writes = True
+    records_asset_writers = True
 
     @pytest.fixture
     def backend(self):
@@ -123,6 +124,15 @@ class IgnoresDagRunUid(MemoryStateBackend):
 
     def set_by_try(self, scope, key, value, *, try_number, session=None):
         super().set_by_try(forget_uid(scope), key, value, try_number=try_number)
+
+    def write(self, scope, key, value, **options):
+        return super().write(forget_uid(scope), key, value, **options)
+
+    def get_versioned(self, scope, key, *, session=None):
+        return super().get_versioned(forget_uid(scope), key)
+
+    def increment(self, scope, key, by=1, **options):
+        return super().increment(forget_uid(scope), key, by, **options)
 
     def entries(self, scope, **listing):
         return super().entries(forget_uid(scope), **listing)

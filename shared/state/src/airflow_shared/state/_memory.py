@@ -2,9 +2,10 @@
 A dict-backed reference backend: the smallest correct implementation of the contract.
 
 Import it from :mod:`airflow_shared.state.testing`. Backend authors can read it as a worked example
-(validation before any I/O, task state keyed on ``dag_run_uid``, ``clear(all_map_indices=True)``),
-and use it in their own tests as a stand-in that behaves like a real backend. It keeps state in this
-process only: never configure it as ``[state] backend`` of a deployment.
+(validation before any I/O, task state keyed on ``dag_run_uid``, ``clear(all_map_indices=True)``,
+versions, expiry, atomic increments, clean-up in batches), and use it in their own tests as a
+stand-in that behaves like a real backend. It keeps state in this process only: never configure it
+as ``[state] backend`` of a deployment.
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ from typing import Any
 from airflow_shared.state import (
     AssetScope,
     BaseStateBackend,
+    StateConflictError,
     StateEntry,
     StateEntryPage,
     StateScope,
+    StateWriter,
     TaskScope,
+    VersionedValue,
+    incremented,
+    validate_increment,
     validate_key,
     validate_listing,
     validate_scope,
     validate_value,
+    validate_write_options,
 )
 from airflow_shared.state.entries import page_of_keys
 
@@ -38,44 +45,51 @@ def _check(scope: object) -> None:
         )
 
 
+def _check_moment(name: str, moment: object, *, optional: bool) -> None:
+    if moment is None and optional:
+        return
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a timezone-aware datetime, got {type(moment).__name__}")
+    if moment.tzinfo is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC)")
+
+
+def _live(entry: StateEntry | None, now: datetime) -> StateEntry | None:
+    """*entry* unless it has expired: an expired key is gone for every read, cleaned up or not."""
+    if entry is None or (entry.expires_at is not None and entry.expires_at <= now):
+        return None
+    return entry
+
+
 class MemoryStateBackend(BaseStateBackend):
     """Task and asset state in a dict of this process, safe to share between threads."""
 
+    supports_versions = True
+    supports_expiry = True
+    supports_increment = True
+
     def __init__(self) -> None:
+        # Every stored key, expired ones included until cleanup() removes them: the version of an
+        # expired key that is written again continues from the old one, as in the metastore.
         self._data: dict[tuple[StateScope, str], StateEntry] = {}
+        # One lock makes each read-check-write (if_version, increment) a single atomic step.
         self._lock = threading.Lock()
 
+    # --- reads -------------------------------------------------------------------------------
+
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
+        stored = self.get_versioned(scope, key)
+        return None if stored is None else stored.value
+
+    def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
         _check(scope)
         validate_key(key)
-        entry = self._data.get((scope, key))
-        return None if entry is None else entry.value
-
-    def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        self.set_by_try(scope, key, value, try_number=None)
-
-    def set_by_try(
-        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
-    ) -> None:
-        _check(scope)
-        validate_key(key)
-        validate_value(value)
-        writer = try_number if isinstance(scope, TaskScope) else None
-        with self._lock:
-            self._data[(scope, key)] = StateEntry(key, value, datetime.now(UTC), writer)
-
-    def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        _check(scope)
-        validate_key(key)
-        with self._lock:
-            self._data.pop((scope, key), None)
+        entry = _live(self._data.get((scope, key)), datetime.now(UTC))
+        return None if entry is None else VersionedValue(entry.value, entry.version or 0)
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _check(scope)
-        # Under the lock: iterating a dict that another thread is growing raises RuntimeError.
-        with self._lock:
-            found = [key for stored_scope, key in self._data if stored_scope == scope]
-        return sorted(found)
+        return sorted(self._live_entries(scope))
 
     def entries(
         self,
@@ -88,12 +102,114 @@ class MemoryStateBackend(BaseStateBackend):
     ) -> StateEntryPage:
         _check(scope)
         validate_listing(key_prefix, offset, limit)
-        with self._lock:
-            stored = {
-                key: entry for (stored_scope, key), entry in self._data.items() if stored_scope == scope
-            }
+        stored = self._live_entries(scope)
         keys, total = page_of_keys(list(stored), key_prefix, offset, limit)
         return StateEntryPage([stored[key] for key in keys], total)
+
+    def _live_entries(self, scope: StateScope) -> dict[str, StateEntry]:
+        now = datetime.now(UTC)
+        # Under the lock: iterating a dict that another thread is growing raises RuntimeError.
+        with self._lock:
+            return {
+                key: entry
+                for (stored_scope, key), entry in self._data.items()
+                if stored_scope == scope and _live(entry, now) is not None
+            }
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
+        self.write(scope, key, value)
+
+    def set_by_try(
+        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
+    ) -> None:
+        _check(scope)
+        validate_key(key)
+        validate_value(value)
+        with self._lock:
+            self._store(scope, key, value, try_number=try_number, writer=None, expires_at=None)
+
+    def write(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Any = None,
+    ) -> int:
+        _check(scope)
+        validate_key(key)
+        validate_value(value)
+        validate_write_options(expires_at, if_version)
+        try_number = writer.try_number if writer is not None else None
+        with self._lock:
+            if if_version is not None:
+                live = _live(self._data.get((scope, key)), datetime.now(UTC))
+                stored = 0 if live is None else live.version or 0
+                if stored != if_version:
+                    raise StateConflictError(key, if_version, stored)
+            return self._store(scope, key, value, try_number=try_number, writer=writer, expires_at=expires_at)
+
+    def increment(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> int:
+        _check(scope)
+        validate_key(key)
+        validate_increment(by)
+        validate_write_options(expires_at, None)
+        try_number = writer.try_number if writer is not None else None
+        with self._lock:
+            live = _live(self._data.get((scope, key)), datetime.now(UTC))
+            # Raises ValueError before anything is stored when the value is not a 64-bit integer.
+            result = incremented(key, None if live is None else live.value, by)
+            self._store(scope, key, str(result), try_number=try_number, writer=writer, expires_at=expires_at)
+        return result
+
+    def _store(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        try_number: int | None,
+        writer: StateWriter | None,
+        expires_at: datetime | None,
+    ) -> int:
+        """Store one key (the caller holds the lock); return its new version."""
+        previous = self._data.get((scope, key))
+        version = 1 if previous is None else (previous.version or 0) + 1
+        is_task = isinstance(scope, TaskScope)
+        self._data[(scope, key)] = StateEntry(
+            key,
+            value,
+            updated_at=datetime.now(UTC),
+            # Task state records the try; asset state the whole writer.
+            updated_by_try=try_number if is_task else None,
+            version=version,
+            expires_at=expires_at,
+            writer=None if is_task else writer,
+        )
+        return version
+
+    # --- removal -----------------------------------------------------------------------------
+
+    def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
+        _check(scope)
+        validate_key(key)
+        with self._lock:
+            # Gone for good: a key written again after a delete starts at version 1.
+            self._data.pop((scope, key), None)
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _check(scope)
@@ -101,6 +217,45 @@ class MemoryStateBackend(BaseStateBackend):
             for stored_scope, key in list(self._data):
                 if self._covers(scope, stored_scope, all_map_indices):
                     del self._data[(stored_scope, key)]
+
+    def cleanup(
+        self,
+        *,
+        now: datetime,
+        updated_before: datetime | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        session: Any = None,
+    ) -> int:
+        _check_moment("now", now, optional=False)
+        _check_moment("updated_before", updated_before, optional=True)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+
+        def removable(entry: StateEntry) -> bool:
+            if entry.expires_at is not None and entry.expires_at <= now:
+                return True
+            return (
+                updated_before is not None
+                and entry.updated_at is not None
+                and (entry.updated_at < updated_before)
+            )
+
+        with self._lock:
+            doomed = [(slot, entry) for slot, entry in self._data.items() if removable(entry)]
+        if dry_run:
+            return len(doomed)
+        removed = 0
+        # One batch per lock hold, so readers and writers get in between batches, as a database
+        # backend's short transactions let them.
+        for start in range(0, len(doomed), batch_size):
+            with self._lock:
+                for slot, seen in doomed[start : start + batch_size]:
+                    # Only if untouched since it was picked: a key written meanwhile is live again.
+                    if self._data.get(slot) is seen:
+                        del self._data[slot]
+                        removed += 1
+        return removed
 
     @staticmethod
     def _covers(scope: StateScope, stored: StateScope, all_map_indices: bool) -> bool:

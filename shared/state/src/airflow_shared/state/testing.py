@@ -27,6 +27,16 @@ Fixtures a backend may override:
 Set the class attribute ``records_writes = True`` when :meth:`BaseStateBackend.entries` reports
 when each key was written and by which try; the kit then checks both.
 
+Set ``records_asset_writers = True`` when ``entries()`` of asset state reports the
+:class:`~airflow_shared.state.StateWriter` given to the last ``write()``/``increment()``.
+
+Versions, expiry and increments are tested as the backend's own flags declare them
+(``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
+default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
+refuses the capability with ``StateCapabilityError`` and writes nothing. The contention tests use
+``contention_threads`` threads of ``contention_operations`` operations (8 x 50); a slow store may
+lower them, never to fewer than 2 threads.
+
 Set the class attribute ``task_state_cascades_with_dag_run = True`` only if the store itself
 deletes task state with the ``dag_run`` row (a foreign key, as in the metastore); such a backend
 may ignore ``dag_run_uid``, and the kit skips the two tests that require keying on it. Every
@@ -46,6 +56,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ._kit_capabilities import CapabilityConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
 from .entries import StateEntryPage
@@ -65,7 +76,7 @@ def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | Non
         return None
 
 
-class StateBackendConformance:
+class StateBackendConformance(CapabilityConformance):
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign

@@ -1,0 +1,580 @@
+"""
+The conformance kit's tests of the optional capabilities: versions, expiry, increments, clean-up,
+the writer of asset state. Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
+
+Each capability is tested where the backend declares it (``supports_versions``,
+``supports_expiry``, ``supports_increment``); where it does not, the kit checks that asking for it
+raises :class:`StateCapabilityError` and writes nothing, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from .backend import BaseStateBackend
+from .writes import (
+    API_WRITER,
+    CLI_WRITER,
+    MAX_COUNTER,
+    MIN_COUNTER,
+    StateCapabilityError,
+    StateConflictError,
+    StateWriter,
+    VersionedValue,
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _past() -> datetime:
+    return _now() - timedelta(hours=1)
+
+
+def _future() -> datetime:
+    return _now() + timedelta(hours=1)
+
+
+def _can_increment(backend: BaseStateBackend) -> bool:
+    # Without a native increment, the base class's default serves it with versioned writes.
+    return backend.supports_increment or backend.supports_versions
+
+
+def _require(condition: bool, backend: BaseStateBackend, what: str) -> None:
+    if not condition:
+        pytest.skip(f"{type(backend).__name__} does not support {what}")
+
+
+def _listed(call: Callable[[], Any]) -> Any:
+    """The result of a listing call, or ``None`` when the backend does not list keys (optional)."""
+    try:
+        return call()
+    except NotImplementedError:
+        return None
+
+
+def _in_threads(count: int, work: Callable[[int], None]) -> None:
+    """Run ``work(n)`` in *count* threads started together; re-raise the first error."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def run(n: int) -> None:
+        try:
+            barrier.wait()
+            work(n)
+        except BaseException as error:  # re-raised in the test thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+class CapabilityConformance:
+    """Versions, expiry, increments, clean-up and writers, each where the backend declares it."""
+
+    #: True when ``entries()`` of asset state reports the :class:`StateWriter` of the last write.
+    records_asset_writers: bool = False
+
+    #: Threads, and operations per thread, of the contention tests (8 x 50 increments = 400).
+    contention_threads: int = 8
+    contention_operations: int = 50
+
+    #: Declared by :class:`StateBackendConformance`; read here to gate the entries tests.
+    records_writes: bool = False
+
+    # --- versions --------------------------------------------------------------------------
+
+    def test_versions_start_at_1_and_grow_on_every_kind_of_write(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_versions, backend, "versions")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            assert backend.get_versioned(scope, "k") is None
+            assert backend.write(scope, "k", "a") == 1
+            assert backend.get_versioned(scope, "k") == VersionedValue("a", 1)
+            backend.set(scope, "k", "b")
+            assert backend.get_versioned(scope, "k") == VersionedValue("b", 2)
+            backend.set_by_try(scope, "k", "c", try_number=None)
+            assert backend.get_versioned(scope, "k") == VersionedValue("c", 3)
+            assert backend.write(scope, "k", "d", if_version=3) == 4
+            assert backend.get_versioned(scope, "k") == VersionedValue("d", 4)
+            if _can_increment(backend):
+                assert backend.increment(scope, "n") == 1
+                assert backend.get_versioned(scope, "n") == VersionedValue("1", 1)
+                assert backend.write(scope, "n", "10") == 2
+                assert backend.increment(scope, "n", 5) == 15
+                assert backend.get_versioned(scope, "n") == VersionedValue("15", 3)
+            # Versions are per key.
+            assert backend.write(scope, "other", "x") == 1
+
+    def test_a_deleted_or_cleared_key_starts_again_at_version_1(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_versions, backend, "versions")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            for value in ("1", "2", "3"):
+                backend.write(scope, "k", value)
+            backend.delete(scope, "k")
+            assert backend.get_versioned(scope, "k") is None
+            assert backend.write(scope, "k", "again") == 1
+            backend.write(scope, "k", "twice")
+            backend.clear(scope)
+            assert backend.write(scope, "k", "after clear", if_version=0) == 1
+
+    def test_if_version_writes_only_over_the_version_read(self, backend, make_task_scope, make_asset_scope):
+        _require(backend.supports_versions, backend, "versions")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            assert backend.write(scope, "k", "created", if_version=0) == 1
+            assert backend.write(scope, "k", "second", if_version=1) == 2
+            with pytest.raises(StateConflictError) as conflict:
+                backend.write(scope, "k", "stale", if_version=1)
+            assert (conflict.value.key, conflict.value.expected, conflict.value.stored) == ("k", 1, 2)
+            assert "version 2" in str(conflict.value)
+            with pytest.raises(StateConflictError) as conflict:
+                backend.write(scope, "k", "create again", if_version=0)
+            assert (conflict.value.expected, conflict.value.stored) == (0, 2)
+            # A conflict writes nothing: value and version are the winner's.
+            assert backend.get_versioned(scope, "k") == VersionedValue("second", 2)
+            with pytest.raises(StateConflictError) as conflict:
+                backend.write(scope, "absent", "v", if_version=5)
+            assert (conflict.value.expected, conflict.value.stored) == (5, 0)
+            assert backend.get(scope, "absent") is None
+
+    @pytest.mark.parametrize(
+        ("options", "error"),
+        [
+            ({"if_version": -1}, ValueError),
+            ({"if_version": True}, TypeError),
+            ({"if_version": "1"}, TypeError),
+            ({"expires_at": datetime(2030, 1, 1)}, ValueError),  # naive: which time zone?
+            ({"expires_at": "2030-01-01"}, TypeError),
+        ],
+        ids=["negative-version", "bool-version", "str-version", "naive-expiry", "str-expiry"],
+    )
+    def test_write_refuses_bad_options_and_writes_nothing(
+        self, backend, make_task_scope, make_asset_scope, options, error
+    ):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "k", "kept")
+            with pytest.raises(error):
+                backend.write(scope, "k", "new", **options)
+            with pytest.raises(error):
+                asyncio.run(backend.awrite(scope, "k", "new", **options))
+            assert backend.get(scope, "k") == "kept"
+
+    @pytest.mark.parametrize(
+        ("key", "value", "error"),
+        [("", "v", ValueError), (None, "v", TypeError), ("k", None, TypeError), ("k", "nul\x00", ValueError)],
+        ids=["empty-key", "none-key", "none-value", "nul-value"],
+    )
+    def test_write_refuses_bad_keys_and_values_like_set(
+        self, backend, make_task_scope, make_asset_scope, key, value, error
+    ):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "k", "kept")
+            with pytest.raises(error):
+                backend.write(scope, key, value)
+            assert backend.get(scope, "k") == "kept"
+        with pytest.raises(TypeError, match="scope"):
+            backend.write("dag/run/task", "k", "v")
+
+    def test_without_versions_versioned_calls_are_refused(self, backend, make_task_scope):
+        if backend.supports_versions:
+            pytest.skip(f"{type(backend).__name__} supports versions")
+        scope = make_task_scope()
+        with pytest.raises(StateCapabilityError):
+            backend.write(scope, "k", "v", if_version=0)
+        with pytest.raises(StateCapabilityError):
+            asyncio.run(backend.awrite(scope, "k", "v", if_version=0))
+        assert backend.get(scope, "k") is None
+        with pytest.raises(StateCapabilityError):
+            backend.get_versioned(scope, "k")
+        with pytest.raises(StateCapabilityError):
+            asyncio.run(backend.aget_versioned(scope, "k"))
+        # A plain write still works, and says it has no version to report.
+        assert backend.write(scope, "k", "v") is None
+        assert backend.get(scope, "k") == "v"
+
+    # --- expiry ----------------------------------------------------------------------------
+
+    def test_without_expiry_expiring_writes_are_refused(self, backend, make_task_scope, make_asset_scope):
+        if backend.supports_expiry:
+            pytest.skip(f"{type(backend).__name__} supports expiry")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "k", "kept")
+            with pytest.raises(StateCapabilityError):
+                backend.write(scope, "k", "v", expires_at=_future())
+            with pytest.raises(StateCapabilityError):
+                asyncio.run(backend.awrite(scope, "new", "v", expires_at=_future()))
+            assert backend.get(scope, "k") == "kept"
+            assert backend.get(scope, "new") is None
+        # Nothing of this backend can expire, so there is nothing to clean up.
+        assert backend.cleanup(now=_now()) == 0
+        assert backend.get(make_task_scope(), "k") == "kept"
+
+    def test_expired_keys_are_invisible_to_every_read(self, backend, make_task_scope, make_asset_scope):
+        _require(backend.supports_expiry, backend, "expiry")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.write(scope, "expired", "old", expires_at=_past())
+            backend.write(scope, "later", "v", expires_at=_future())
+            backend.write(scope, "forever", "v")
+            assert backend.get(scope, "expired") is None
+            assert asyncio.run(backend.aget(scope, "expired")) is None
+            assert backend.get(scope, "later") == "v"
+            if backend.supports_versions:
+                assert backend.get_versioned(scope, "expired") is None
+                assert asyncio.run(backend.aget_versioned(scope, "expired")) is None
+            assert _listed(lambda scope=scope: backend.keys(scope)) in (None, ["forever", "later"])
+            page = _listed(lambda scope=scope: backend.entries(scope))
+            if page is not None:
+                assert [entry.key for entry in page.entries] == ["forever", "later"]
+                assert page.total == 2
+            assert _listed(lambda scope=scope: backend.key_counts([scope])) in (None, [2])
+
+    def test_keys_expire_when_their_time_comes_and_a_rewrite_replaces_the_expiry(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_expiry, backend, "expiry")
+        task, asset = make_task_scope(), make_asset_scope(1)
+        soon = _now() + timedelta(seconds=1)
+        for scope in (task, asset):
+            for key in ("expires", "rewritten", "set", "set_by_try", "counter"):
+                backend.write(scope, key, "1", expires_at=soon)
+            backend.write(scope, "rewritten", "2")  # expires_at=None: never expires any more
+            backend.set(scope, "set", "2")
+            backend.set_by_try(scope, "set_by_try", "2", try_number=None)
+            if _can_increment(backend):
+                backend.increment(scope, "counter")
+            assert backend.get(scope, "expires") == "1"
+        time.sleep(max(0.0, (soon - _now()).total_seconds()) + 0.2)
+        for scope in (task, asset):
+            assert backend.get(scope, "expires") is None
+            assert backend.get(scope, "rewritten") == "2"
+            assert backend.get(scope, "set") == "2"
+            assert backend.get(scope, "set_by_try") == "2"
+            if _can_increment(backend):
+                assert backend.get(scope, "counter") == "2"
+
+    def test_an_expired_key_counts_as_absent_for_if_version(self, backend, make_task_scope, make_asset_scope):
+        _require(backend.supports_expiry and backend.supports_versions, backend, "expiry with versions")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            stale = backend.write(scope, "k", "old", expires_at=_past())
+            assert stale is not None
+            with pytest.raises(StateConflictError) as conflict:
+                backend.write(scope, "k", "v", if_version=stale)
+            assert conflict.value.stored == 0
+            version = backend.write(scope, "k", "new", if_version=0)
+            assert version is not None and version >= 1
+            assert backend.get_versioned(scope, "k") == VersionedValue("new", version)
+
+    # --- clean-up --------------------------------------------------------------------------
+
+    def test_cleanup_removes_only_expired_keys_and_dry_run_nothing(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_expiry, backend, "expiry")
+        backend.cleanup(now=_now())  # whatever earlier tests left expired in a shared store
+        task, asset = make_task_scope(), make_asset_scope(1)
+        for scope in (task, asset):
+            backend.write(scope, "expired", "old", expires_at=_past())
+            backend.write(scope, "later", "v", expires_at=_future())
+            backend.write(scope, "forever", "v")
+        backend.write(task, "expired_too", "old", expires_at=_past())
+        now = _now()
+        assert backend.cleanup(now=now, dry_run=True) == 3
+        assert backend.cleanup(now=now, dry_run=True) == 3  # a dry run removed nothing
+        assert backend.cleanup(now=now) == 3
+        assert backend.cleanup(now=now) == 0
+        for scope in (task, asset):
+            assert backend.get(scope, "later") == "v"
+            assert backend.get(scope, "forever") == "v"
+            assert backend.get(scope, "expired") is None
+            if backend.supports_versions:
+                # Physically gone: written again, the key starts over at version 1.
+                assert backend.write(scope, "expired", "new") == 1
+
+    def test_cleanup_in_batches_smaller_than_the_work_removes_everything(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_expiry, backend, "expiry")
+        backend.cleanup(now=_now())
+        scopes = [make_task_scope(map_index=n) for n in range(3)] + [make_asset_scope(1)]
+        for scope in scopes:
+            for n in range(2):
+                backend.write(scope, f"expired_{n}", "v", expires_at=_past())
+            backend.write(scope, "kept", "v")
+        assert backend.cleanup(now=_now(), batch_size=3, dry_run=True) == 8
+        assert backend.cleanup(now=_now(), batch_size=3) == 8
+        assert backend.cleanup(now=_now(), batch_size=3) == 0
+        assert [backend.get(scope, "kept") for scope in scopes] == ["v"] * 4
+
+    def test_cleanup_removes_keys_last_written_before_updated_before(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(backend.supports_expiry, backend, "expiry")
+        task, asset = make_task_scope(), make_asset_scope(1)
+        backend.write(task, "old", "v")
+        backend.write(asset, "old", "v")
+        backend.write(task, "rewritten", "v")
+        time.sleep(0.1)
+        cut = _now()
+        # Everything written before the cut, here and anywhere else in a shared store, goes.
+        assert backend.cleanup(now=cut, updated_before=cut, dry_run=True) >= 3
+        time.sleep(0.1)
+        backend.write(task, "rewritten", "again")
+        backend.write(task, "new", "v")
+        assert backend.cleanup(now=_now(), updated_before=cut, dry_run=True) >= 2
+        removed = backend.cleanup(now=_now(), updated_before=cut)
+        assert removed >= 2
+        assert backend.cleanup(now=_now(), updated_before=cut) == 0
+        assert backend.get(task, "old") is None
+        assert backend.get(asset, "old") is None
+        assert backend.get(task, "rewritten") == "again"
+        assert backend.get(task, "new") == "v"
+
+    # --- increments ------------------------------------------------------------------------
+
+    def test_without_increments_increment_is_refused(self, backend, make_task_scope):
+        if _can_increment(backend):
+            pytest.skip(f"{type(backend).__name__} supports increments")
+        scope = make_task_scope()
+        with pytest.raises(StateCapabilityError):
+            backend.increment(scope, "n")
+        with pytest.raises(StateCapabilityError):
+            asyncio.run(backend.aincrement(scope, "n"))
+        assert backend.get(scope, "n") is None
+
+    def test_increment_counts_from_an_absent_key(self, backend, make_task_scope, make_asset_scope):
+        _require(_can_increment(backend), backend, "increments")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            assert backend.increment(scope, "n") == 1
+            assert backend.increment(scope, "n", 5) == 6
+            assert backend.increment(scope, "n", -10) == -4
+            assert backend.increment(scope, "n", 0) == -4
+            assert backend.get(scope, "n") == "-4"
+            backend.set(scope, "set_by_hand", "41")
+            assert backend.increment(scope, "set_by_hand") == 42
+            assert backend.increment(scope, "down", -3) == -3
+
+    @pytest.mark.parametrize(
+        "stored",
+        ['"7"', "1.5", "1e3", '{"n": 1}', "[1]", "true", "null", "", str(MAX_COUNTER + 1)],
+        ids=["string", "float", "exponent", "object", "list", "bool", "null", "empty", "beyond-int64"],
+    )
+    def test_increment_refuses_a_value_that_is_not_an_integer(self, backend, make_task_scope, stored):
+        _require(_can_increment(backend), backend, "increments")
+        scope = make_task_scope()
+        backend.set(scope, "n", stored)
+        before = backend.get_versioned(scope, "n") if backend.supports_versions else None
+        with pytest.raises(ValueError, match="'n'"):
+            backend.increment(scope, "n")
+        with pytest.raises(ValueError, match="'n'"):
+            asyncio.run(backend.aincrement(scope, "n"))
+        assert backend.get(scope, "n") == stored
+        if before is not None:
+            assert backend.get_versioned(scope, "n") == before
+
+    def test_increment_refuses_to_leave_the_64_bit_range(self, backend, make_task_scope):
+        _require(_can_increment(backend), backend, "increments")
+        scope = make_task_scope()
+        backend.set(scope, "top", str(MAX_COUNTER))
+        backend.set(scope, "bottom", str(MIN_COUNTER))
+        with pytest.raises(ValueError, match="64-bit"):
+            backend.increment(scope, "top")
+        with pytest.raises(ValueError, match="64-bit"):
+            backend.increment(scope, "bottom", -1)
+        assert backend.get(scope, "top") == str(MAX_COUNTER)
+        assert backend.get(scope, "bottom") == str(MIN_COUNTER)
+        assert backend.increment(scope, "top", -1) == MAX_COUNTER - 1
+        with pytest.raises(ValueError, match="64-bit"):
+            backend.increment(scope, "fresh", MAX_COUNTER + 1)
+        assert backend.get(scope, "fresh") is None
+
+    @pytest.mark.parametrize("by", [True, 1.0, "1", None], ids=["bool", "float", "str", "none"])
+    def test_increment_refuses_a_by_that_is_not_an_int(self, backend, make_task_scope, by):
+        _require(_can_increment(backend), backend, "increments")
+        scope = make_task_scope()
+        with pytest.raises(TypeError, match="by"):
+            backend.increment(scope, "n", by)
+        with pytest.raises(TypeError, match="by"):
+            asyncio.run(backend.aincrement(scope, "n", by))
+        assert backend.get(scope, "n") is None
+
+    def test_increment_of_an_expired_key_starts_again_from_0(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require(_can_increment(backend) and backend.supports_expiry, backend, "increments with expiry")
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.write(scope, "n", "41", expires_at=_past())
+            assert backend.increment(scope, "n") == 1
+            # An expired non-integer does not block the counter either: it is gone.
+            backend.write(scope, "text", '"words"', expires_at=_past())
+            assert backend.increment(scope, "text", 2) == 2
+
+    # --- what operators see: version, expiry, writer -----------------------------------------
+
+    def test_entries_carry_version_and_expiry(self, backend, make_task_scope, make_asset_scope):
+        if not self.records_writes:
+            pytest.skip(f"{type(backend).__name__} does not record writes in entries()")
+        expires_at = _future()
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "plain", "v")
+            backend.set(scope, "plain", "v2")
+            if backend.supports_expiry:
+                backend.write(scope, "expiring", "v", expires_at=expires_at)
+            entries = {entry.key: entry for entry in backend.entries(scope).entries}
+            assert entries["plain"].expires_at is None
+            if backend.supports_versions:
+                assert entries["plain"].version == 2
+            if backend.supports_expiry:
+                stored = entries["expiring"].expires_at
+                assert stored is not None and stored.tzinfo is not None
+                assert abs((stored - expires_at).total_seconds()) < 0.01
+                if backend.supports_versions:
+                    assert entries["expiring"].version == 1
+
+    def test_entries_name_the_writer_of_asset_state(self, backend, make_task_scope, make_asset_scope):
+        if not self.records_asset_writers:
+            pytest.skip(f"{type(backend).__name__} does not record the writer of asset state")
+        asset, task = make_asset_scope(1), make_task_scope()
+        by_task = StateWriter.task_try("etl", "manual__2026", "load", 3, 2)
+        backend.write(asset, "by_task", "1", writer=by_task)
+        backend.write(asset, "by_api", "1", writer=API_WRITER)
+        backend.write(asset, "by_task_then_cli", "1", writer=by_task)
+        backend.write(asset, "by_task_then_cli", "2", writer=CLI_WRITER)
+        backend.write(asset, "unknown", "1", writer=by_task)
+        backend.set(asset, "unknown", "2")  # a write that does not say who: no stale writer left
+        asyncio.run(backend.awrite(asset, "async", "1", writer=StateWriter.task_try("d", "r", "t", -1, 1)))
+        if _can_increment(backend):
+            backend.increment(asset, "counter", writer=by_task)
+        writers = {entry.key: entry.writer for entry in backend.entries(asset).entries}
+        expected = {
+            "async": StateWriter.task_try("d", "r", "t", -1, 1),
+            "by_api": API_WRITER,
+            "by_task": by_task,
+            "by_task_then_cli": CLI_WRITER,
+            "unknown": None,
+        }
+        if _can_increment(backend):
+            expected["counter"] = by_task
+        assert writers == expected
+        # Task state records the writing try, as set_by_try does.
+        backend.write(task, "k", "v", writer=StateWriter.task_try("etl", "r", "t", -1, 4))
+        (entry,) = backend.entries(task).entries
+        assert entry.updated_by_try == 4
+
+    # --- async parity ----------------------------------------------------------------------
+
+    def test_async_capabilities_match_sync(self, backend, make_task_scope, make_asset_scope):
+        _require(backend.supports_versions, backend, "versions")
+        scope = make_task_scope(map_index=4)
+
+        async def scenario() -> None:
+            assert await backend.awrite(scope, "k", "a", if_version=0) == 1
+            assert await backend.aget_versioned(scope, "k") == VersionedValue("a", 1)
+            with pytest.raises(StateConflictError) as conflict:
+                await backend.awrite(scope, "k", "b", if_version=0)
+            assert conflict.value.stored == 1
+            if _can_increment(backend):
+                assert await backend.aincrement(scope, "n", 3) == 3
+                assert await backend.aincrement(scope, "n") == 4
+            if backend.supports_expiry:
+                await backend.awrite(scope, "gone", "v", expires_at=_past())
+                assert await backend.aget_versioned(scope, "gone") is None
+
+        asyncio.run(scenario())
+        assert backend.get_versioned(scope, "k") == VersionedValue("a", 1)
+        if _can_increment(backend):
+            assert backend.get(scope, "n") == "4"
+            assert backend.increment(scope, "n") == 5
+
+    # --- contention ------------------------------------------------------------------------
+
+    def test_concurrent_increments_lose_nothing(self, backend, make_task_scope, make_asset_scope):
+        _require(_can_increment(backend), backend, "increments")
+        threads, operations = self.contention_threads, self.contention_operations
+        task, asset = make_task_scope(), make_asset_scope(1)
+        returned: list[int] = []
+
+        def count(n: int) -> None:
+            scope = task if n % 2 == 0 else asset
+            mine = [backend.increment(scope, "hits") for _ in range(operations)]
+            returned.extend(mine)
+
+        _in_threads(threads, count)
+        even, odd = (threads + 1) // 2, threads // 2
+        assert backend.get(task, "hits") == str(even * operations)
+        assert backend.get(asset, "hits") == str(odd * operations)
+        # Every increment saw its own result: no two returned the same number in one scope.
+        assert sorted(returned) == sorted([*range(1, even * operations + 1), *range(1, odd * operations + 1)])
+
+    def test_concurrent_compare_and_set_appends_lose_nothing(self, backend, make_task_scope):
+        _require(backend.supports_versions, backend, "versions")
+        scope = make_task_scope()
+        appends = max(1, self.contention_operations // 5)
+
+        def append(n: int) -> None:
+            for i in range(appends):
+                while True:  # what update(key, fn) does: read, change, write if unchanged, else retry
+                    stored = backend.get_versioned(scope, "log")
+                    items = json.loads(stored.value) if stored else []
+                    try:
+                        backend.write(
+                            scope,
+                            "log",
+                            json.dumps([*items, f"{n}-{i}"]),
+                            if_version=stored.version if stored else 0,
+                        )
+                        break
+                    except StateConflictError:
+                        continue
+
+        _in_threads(self.contention_threads, append)
+        final = backend.get_versioned(scope, "log")
+        assert final is not None
+        items = json.loads(final.value)
+        expected = [f"{n}-{i}" for n in range(self.contention_threads) for i in range(appends)]
+        assert sorted(items) == sorted(expected)
+        assert final.version == len(expected)  # one successful write per element, nothing else
+
+    def test_concurrent_if_version_writers_exactly_one_wins_each_round(self, backend, make_asset_scope):
+        _require(backend.supports_versions, backend, "versions")
+        scope = make_asset_scope(1)
+        version = backend.write(scope, "leader", "nobody")
+        assert version == 1
+        for _round in range(5):
+            wins: list[int] = []
+            losses: list[StateConflictError] = []
+
+            def contend(
+                n: int,
+                expected: int = version,
+                wins: list[int] = wins,
+                losses: list[StateConflictError] = losses,
+            ) -> None:
+                try:
+                    backend.write(scope, "leader", f"writer-{n}", if_version=expected)
+                    wins.append(n)
+                except StateConflictError as conflict:
+                    losses.append(conflict)
+
+            _in_threads(self.contention_threads, contend)
+            assert len(wins) == 1, wins
+            assert len(losses) == self.contention_threads - 1
+            assert {loss.stored for loss in losses} == {version + 1}
+            version += 1
+            assert backend.get_versioned(scope, "leader") == VersionedValue(f"writer-{wins[0]}", version)
