@@ -167,3 +167,156 @@ def test_kit_catches_a_backend_that_ignores_the_dag_run_incarnation(pytester):
         "test_a_recreated_dag_run_can_be_written",
         "test_scopes_differing_only_by_dag_run_uid_are_isolated",
     }, result.stdout.str()
+
+
+class VersionsWithoutNativeIncrement(MemoryStateBackend):
+    """Versions but no increment of its own: the base class's compare-and-set loop serves it."""
+
+    supports_increment = False
+    increment = BaseStateBackend.increment
+
+
+class TestDefaultIncrementConforms(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return VersionsWithoutNativeIncrement()
+
+
+class OnlyTheFourMethods(BaseStateBackend):
+    """No capability at all: the kit checks that it refuses each one, and passes it."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryStateBackend()
+
+    def get(self, scope, key, *, session=None):
+        return self._inner.get(scope, key)
+
+    def set(self, scope, key, value, *, session=None):
+        self._inner.set(scope, key, value)
+
+    def delete(self, scope, key, *, session=None):
+        self._inner.delete(scope, key)
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        self._inner.clear(scope, all_map_indices=all_map_indices)
+
+
+class TestBackendWithoutCapabilitiesConforms(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return OnlyTheFourMethods()
+
+
+# Each a MemoryStateBackend with one capability broken the way real backends get it wrong, and the
+# kit tests that must catch it (each of them has to fail).
+CAPABILITY_BUGS = {
+    "increment_not_atomic": (
+        """
+        def increment(self, scope, key, by=1, **options):
+            stored = self.get(scope, key)
+            time.sleep(0.0005)  # another thread gets in between the read and the write
+            result = int(stored or 0) + by
+            self.set(scope, key, str(result))
+            return result
+        """,
+        {"test_concurrent_increments_lose_nothing"},
+    ),
+    "returns_expired_keys": (
+        """
+        def get_versioned(self, scope, key, *, session=None):
+            entry = self._data.get((scope, key))  # expires_at never looked at
+            return None if entry is None else VersionedValue(entry.value, entry.version)
+        """,
+        {"test_expired_keys_are_invisible_to_every_read"},
+    ),
+    "ignores_if_version": (
+        """
+        def write(self, scope, key, value, *, if_version=None, **options):
+            return super().write(scope, key, value, **options)
+        """,
+        {"test_if_version_writes_only_over_the_version_read"},
+    ),
+    "compare_and_set_not_atomic": (
+        """
+        def write(self, scope, key, value, *, if_version=None, **options):
+            if if_version is not None:
+                stored = self.get_versioned(scope, key)
+                if (stored.version if stored else 0) != if_version:
+                    raise StateConflictError(key, if_version, stored.version if stored else 0)
+                time.sleep(0.001)  # checked, then written: another writer gets in between
+            return super().write(scope, key, value, **options)
+        """,
+        {
+            "test_concurrent_if_version_writers_exactly_one_wins_each_round",
+            "test_concurrent_compare_and_set_appends_lose_nothing",
+        },
+    ),
+    "silently_drops_expiry": (
+        """
+        supports_expiry = False
+
+        def write(self, scope, key, value, *, expires_at=None, **options):
+            return super().write(scope, key, value, **options)  # the expiry is quietly lost
+        """,
+        {"test_without_expiry_expiring_writes_are_refused"},
+    ),
+    "dry_run_removes": (
+        """
+        def cleanup(self, *, dry_run=False, **options):
+            return super().cleanup(**options)
+        """,
+        {"test_cleanup_removes_only_expired_keys_and_dry_run_nothing"},
+    ),
+    "increment_overwrites_text": (
+        """
+        def increment(self, scope, key, by=1, **options):
+            stored = self.get(scope, key)
+            result = (int(stored) if (stored or "").lstrip("-").isdigit() else 0) + by
+            self.set(scope, key, str(result))
+            return result
+        """,
+        {"test_increment_refuses_a_value_that_is_not_an_integer"},
+    ),
+    "version_survives_delete": (
+        """
+        def delete(self, scope, key, *, session=None):
+            super().write(scope, key, "", expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+        """,
+        {"test_a_deleted_or_cleared_key_starts_again_at_version_1"},
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(CAPABILITY_BUGS))
+def test_kit_catches_capability_bugs(pytester, bug):
+    code, must_fail = CAPABILITY_BUGS[bug]
+    pytester.makepyfile(
+        textwrap.dedent(
+            """
+            import time
+            from datetime import UTC, datetime
+
+            import pytest
+            from airflow_shared.state import StateConflictError, VersionedValue
+            from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
+
+            class Broken(MemoryStateBackend):
+            {code}
+
+            class TestBroken(StateBackendConformance):
+                records_writes = True
+                records_asset_writers = True
+
+                @pytest.fixture
+                def backend(self):
+                    return Broken()
+            """
+        ).format(code=textwrap.indent(textwrap.dedent(code), "    "))
+    )
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-rf", "-k", " or ".join(sorted(must_fail)))
+    failed = {
+        line.split("::")[-1].split(" ")[0].split("[")[0]
+        for line in result.stdout.lines
+        if line.startswith("FAILED ")
+    }
+    assert must_fail <= failed, result.stdout.str()

@@ -50,3 +50,26 @@ def test_keys_can_be_listed_while_other_threads_write():
     finally:
         sys.setswitchinterval(switch_interval)
     assert errors == []
+
+
+def test_cleanup_refuses_arguments_that_make_no_sense():
+    from datetime import UTC, datetime
+
+    import pytest
+
+    backend = MemoryStateBackend()
+    with pytest.raises(ValueError, match="timezone-aware"):
+        backend.cleanup(now=datetime(2030, 1, 1))
+    with pytest.raises(TypeError, match="now"):
+        backend.cleanup(now="2030-01-01")
+    with pytest.raises(ValueError, match="updated_before"):
+        backend.cleanup(now=datetime.now(UTC), updated_before=datetime(2030, 1, 1))
+    for batch_size in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="batch_size"):
+            backend.cleanup(now=datetime.now(UTC), batch_size=batch_size)
+
+
+def test_capabilities_are_all_declared():
+    assert MemoryStateBackend.supports_versions
+    assert MemoryStateBackend.supports_expiry
+    assert MemoryStateBackend.supports_increment
