@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import yaml
+from airflow_shared.state._memory import MemoryStateBackend
 from state_testing.airflow_cli import run_airflow
 
 # --- fixtures and helpers ---------------------------------------------------------------------------
@@ -214,7 +215,14 @@ def test_an_asset_is_named_by_its_id_its_name_or_its_uri(cli, asset):
         ["--asset-name", asset["name"], "--asset-uri", asset["uri"]],
     ):
         [row] = json.loads(cli("get", "watermark", *options, "-o", "json"))
-        assert row == {"key": "watermark", "value": "2026-01-01", "updated_at": row["updated_at"]}
+        assert row == {
+            "key": "watermark",
+            "value": "2026-01-01",
+            "version": 1,
+            "updated_at": row["updated_at"],
+            "expires_at": None,  # asset state never expires unless asked
+            "updated_by": {"kind": "cli"},
+        }
         assert "updated_by_try" not in row  # asset state records no try
     assert "updated_by_try" not in cli("list", "--asset-id", asset["id"], "-o", "plain")
 
@@ -404,8 +412,8 @@ def test_help_describes_every_command_and_option(airflow_parser, capsys):
     with pytest.raises(SystemExit):
         airflow_parser.parse_args(["state", "--help"])
     shown = capsys.readouterr().out
-    for command in ("get", "set", "delete", "list", "clear", "export", "import"):
-        assert f"\n    {command} " in shown
+    for command in ("get", "set", "increment", "delete", "list", "clear", "clean", "export", "import"):
+        assert f"\n    {command} " in shown or f"\n    {command}\n" in shown  # long names wrap
     assert "[state] backend" in shown  # not eaten as rich markup
     from airflow.state.cli.state_definition import STATE_COMMANDS
 
@@ -429,3 +437,267 @@ def test_the_provider_hook_registers_the_group_in_the_real_airflow_command(ti):
     assert missing.returncode == 1
     assert missing.stderr.strip().splitlines()[-1] == "no state stored under key 'nope'"
     assert "Traceback" not in missing.stderr
+
+
+# --- versions, expiry, increment (issue 12) ---------------------------------------------------------
+
+
+def as_json(cli, *argv: str) -> dict:
+    [row] = json.loads(cli(*argv, "-o", "json"))
+    return row
+
+
+def moment(text: str | None):
+    from datetime import datetime
+
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def test_set_prints_the_new_version_and_if_version_refuses_a_stale_one(cli, refused, ti):
+    assert cli("set", "k", "1", *ti).strip().endswith(", now at version 1")
+    assert cli("set", "k", "2", *ti, "--if-version", "1").strip().endswith(", now at version 2")
+    message = refused("set", "k", "3", *ti, "--if-version", "1")
+    assert message == (
+        "state key 'k' is at version 2, not at version 1: it was written in between; read it again and retry"
+    )
+    assert refused("set", "k", "3", *ti, "--if-version", "0").startswith(
+        "state key 'k' is at version 2, not absent (if_version=0)"
+    )
+    row = as_json(cli, "get", "k", *ti)
+    assert (row["value"], row["version"]) == (2, 2)  # the refused writes changed nothing
+    assert cli("set", "new", '"x"', *ti, "--if-version", "0").strip().endswith(", now at version 1")
+    assert refused("set", "absent", "1", *ti, "--if-version", "4").startswith(
+        "state key 'absent' is absent, not at version 4"
+    )
+    assert set(state_of(ti, cli)) == {"k", "new"}
+
+
+def test_set_ttl_sets_when_the_key_expires_and_never_clears_it(cli, refused, ti, asset):
+    from airflow._shared.timezones.timezone import utcnow
+
+    before = utcnow()
+    cli("set", "k", "1", *ti, "--ttl", "2h")
+    expires_at = moment(as_json(cli, "get", "k", *ti)["expires_at"])
+    assert timedelta_between(before, expires_at) == pytest.approx(7200, abs=60)
+    cli("set", "k", "1", *ti, "--ttl", "never")
+    assert as_json(cli, "get", "k", *ti)["expires_at"] is None
+    # Without --ttl: task state gets [state] default_task_retention (30 days), asset state never.
+    cli("set", "k", "1", *ti)
+    default = moment(as_json(cli, "get", "k", *ti)["expires_at"])
+    assert timedelta_between(before, default) == pytest.approx(30 * 86400, abs=60)
+    cli("set", "w", "1", "--asset-id", asset["id"])
+    assert as_json(cli, "get", "w", "--asset-id", asset["id"])["expires_at"] is None
+
+    assert refused("set", "k", "1", *ti, "--ttl", "soon").startswith(
+        "invalid --ttl: 'soon' is not a duration"
+    )
+    assert refused("set", "k", "1", *ti, "--ttl", "0").startswith(
+        "invalid --ttl: a ttl must be longer than 0"
+    )
+    assert refused("set", "k", "1", *ti, "--ttl", "99999w").startswith("invalid --ttl: at most 36500 days")
+
+
+def timedelta_between(start, end) -> float:
+    return (end - start).total_seconds()
+
+
+def test_an_expired_key_is_not_shown_or_counted(cli, refused, ti):
+    from datetime import timedelta
+
+    from airflow._shared.timezones.timezone import utcnow
+    from airflow.state import get_state_backend, task_scope
+
+    scope = task_scope(ti[1], ti[3], ti[5])
+    get_state_backend().write(scope, "gone", "1", expires_at=utcnow() - timedelta(seconds=1))
+    cli("set", "live", "1", *ti)
+    assert refused("get", "gone", *ti) == "no state stored under key 'gone'"
+    assert state_of(ti, cli) == {"live": 1}
+    assert "Cleared 1 key of " in cli("clear", *ti, "-y")
+
+
+def test_increment_prints_the_new_value_and_refuses_what_is_not_an_integer(cli, refused, ti):
+    assert cli("increment", "n", *ti).strip() == "1"  # absent counts as 0
+    assert cli("increment", "n", *ti, "--by", "41").strip() == "42"
+    assert cli("increment", "n", *ti, "--by", "-50").strip() == "-8"
+    row = as_json(cli, "get", "n", *ti)
+    assert (row["value"], row["version"]) == (-8, 3)
+    cli("increment", "short_lived", *ti, "--ttl", "90s")
+    assert as_json(cli, "get", "short_lived", *ti)["expires_at"] is not None
+
+    cli("set", "text", '"3"', *ti)
+    message = refused("increment", "text", *ti)
+    assert message.startswith("state key 'text' holds '\"3\"', not an integer")
+    cli("set", "big", str(2**63 - 1), *ti)
+    assert "would leave the 64-bit range" in refused("increment", "big", *ti)
+    assert state_of(ti, cli) == {"n": -8, "short_lived": 1, "text": "3", "big": 2**63 - 1}
+
+
+def test_increment_options_are_checked(airflow_parser, capsys, ti):
+    for option in (["--by", "x"], ["--by", str(2**63)]):
+        with pytest.raises(SystemExit) as exited:
+            airflow_parser.parse_args(["state", "increment", "n", *ti, *option])
+        assert exited.value.code == 2
+    assert "--by must be a 64-bit integer" in capsys.readouterr().err
+
+
+def test_asset_state_shows_its_last_writer(cli, asset):
+    from airflow.state import get_state_backend
+    from airflow_shared.state import AssetScope, StateWriter
+
+    scope = ["--asset-id", asset["id"]]
+    cli("set", "by_cli", "1", *scope)
+    row = as_json(cli, "get", "by_cli", *scope)
+    assert row["updated_by"] == {"kind": "cli"} and row["version"] == 1
+    assert "updated_by_try" not in row
+    writer = StateWriter.task_try("etl", "manual__1", "load", 3, 2)
+    get_state_backend().write(AssetScope(int(asset["id"])), "by_task", "2", writer=writer)
+    row = as_json(cli, "get", "by_task", *scope)
+    assert row["updated_by"] == {
+        "kind": "task",
+        "dag_id": "etl",
+        "run_id": "manual__1",
+        "task_id": "load",
+        "map_index": 3,
+        "try_number": 2,
+    }
+    table = cli("list", *scope, "-o", "plain")
+    assert "etl/manual__1/load[3] try 2" in table and " cli" in table
+    for header in ("version", "expires_at", "updated_by"):
+        assert header in cli("list", *scope).splitlines()[0]
+
+
+# --- clean ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def expired_keys(ti, asset) -> Callable[[int], list[tuple]]:
+    """
+    ``expired_keys(n)``: *n* keys that expired a minute ago (task and asset state), with nothing
+    else expired in the database; returns their (scope, key).
+    """
+    from datetime import timedelta
+
+    from airflow._shared.timezones.timezone import utcnow
+    from airflow.state import get_state_backend, task_scope
+    from airflow_shared.state import AssetScope
+
+    backend = get_state_backend()
+    backend.cleanup(now=utcnow())  # what earlier tests left expired would blur the counts
+    scopes = [task_scope(ti[1], ti[3], ti[5]), AssetScope(int(asset["id"]))]
+
+    def make(count: int) -> list[tuple]:
+        made = []
+        for number in range(count):
+            scope = scopes[number % 2]
+            backend.write(scope, f"expired_{number}", "1", expires_at=utcnow() - timedelta(minutes=1))
+            made.append((scope, f"expired_{number}"))
+        return made
+
+    return make
+
+
+def removable(**options) -> int:
+    """What the backend would remove now: the test's view of what is physically still there."""
+    from airflow._shared.timezones.timezone import utcnow
+    from airflow.state import get_state_backend
+
+    return get_state_backend().cleanup(now=utcnow(), dry_run=True, **options)
+
+
+def test_clean_removes_expired_keys_only_and_dry_run_removes_nothing(cli, ti, asset, expired_keys):
+    expired_keys(3)
+    cli("set", "live", "1", *ti, "--ttl", "1h")
+    cli("set", "forever", "1", "--asset-id", asset["id"])
+    assert (
+        cli("clean", "--dry-run").strip()
+        == "Dry run: would remove 3 keys (expired keys); nothing was removed"
+    )
+    assert removable() == 3
+    assert cli("clean", "-y").strip() == "Removed 3 keys (expired keys)"
+    assert removable() == 0
+    assert state_of(ti, cli) == {"live": 1}
+    assert state_of(["--asset-id", asset["id"]], cli) == {"forever": 1}
+    assert cli("clean", "-y").strip() == "Removed 0 keys (expired keys)"
+
+
+def test_clean_in_batches_smaller_than_the_count(cli, expired_keys):
+    expired_keys(7)
+    assert cli("clean", "--batch-size", "2", "-y").strip() == "Removed 7 keys (expired keys)"
+    assert removable() == 0
+
+
+def test_clean_asks_first_unless_yes(cli, expired_keys, answer, monkeypatch):
+    expired_keys(2)
+    answer("n\n")
+    out = cli("clean")
+    assert "Remove expired keys from " in out and "Cancelled, nothing was removed." in out
+    answer("")  # stdin closed: a script that forgot -y
+    assert "Cancelled, nothing was removed." in cli("clean")
+    assert removable() == 2
+    answer("y\n")
+    assert "Removed 2 keys (expired keys)" in cli("clean")
+    monkeypatch.setattr("builtins.input", lambda *_: pytest.fail("asked despite -y or --dry-run"))
+    cli("clean", "--dry-run")
+    cli("clean", "--yes")
+
+
+def test_clean_older_than_also_removes_keys_not_written_since(cli, ti, asset, expired_keys):
+    import time
+
+    from airflow._shared.timezones.timezone import utcnow
+
+    expired_keys(1)
+    cli("set", "old", "1", *ti, "--ttl", "never")
+    cli("set", "old", "1", "--asset-id", asset["id"])
+    time.sleep(0.05)
+    cutoff = utcnow()
+    time.sleep(0.05)
+    cli("set", "new", "1", *ti, "--ttl", "never")
+    # A duration: nothing here is a day old, so only the expired key goes.
+    assert removable(updated_before=utcnow()) >= 3
+    out = cli("clean", "--older-than", "1d", "--dry-run")
+    assert out.startswith("Dry run: would remove ") and "and keys last written before " in out
+    out = cli("clean", "--older-than", cutoff.isoformat(), "-y")
+    assert out.startswith("Removed ") and f"keys last written before {cutoff.isoformat()}" in out
+    assert int(out.split()[1]) >= 3
+    assert state_of(ti, cli) == {"new": 1}
+    assert state_of(["--asset-id", asset["id"]], cli) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("30", "--older-than 30: say the unit, e.g. 30d for 30 days"),
+        ("soon", "--older-than 'soon' is neither a duration"),
+        ("0d", "--older-than '0d' is no time at all"),
+        ("2999-01-01", "--older-than '2999-01-01' is in the future"),
+    ],
+)
+def test_clean_older_than_refuses_what_would_remove_everything_or_means_nothing(refused, value, message):
+    assert refused("clean", "--older-than", value, "-y").startswith(message)
+
+
+class WithoutExpiry(MemoryStateBackend):
+    """A backend that keeps no expiry, and so cleans up with the contract's default."""
+
+    supports_expiry = False
+
+    def cleanup(self, **options):
+        from airflow_shared.state import BaseStateBackend
+
+        return BaseStateBackend.cleanup(self, **options)
+
+
+def test_clean_on_a_backend_without_expiry_says_so(cli, refused, monkeypatch):
+    from airflow.state.configured_backend import reset_state_backend
+
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.WithoutExpiry")
+    reset_state_backend()
+    try:
+        out = cli("clean", "-y")
+        assert "Removed 0 keys" in out and "WithoutExpiry does not support expiry" in out
+        assert refused("clean", "--older-than", "30d", "-y").startswith(
+            "WithoutExpiry does not support removing keys by age"
+        )
+    finally:
+        reset_state_backend()
