@@ -9,7 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import airflow_state_redis.backend
 import pytest
-from airflow_shared.state import AssetScope, BaseStateBackend, StateEntry, StateEntryPage, TaskScope
+from airflow_shared.state import (
+    AssetScope,
+    BaseStateBackend,
+    StateEntry,
+    StateEntryPage,
+    TaskScope,
+    VersionedValue,
+)
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
 from redis.crc import key_slot
 from state_testing.dbservers import free_port
@@ -69,8 +76,9 @@ def test_key_layout_is_one_hash_per_task_instance_plus_an_index(make_backend, re
     (task_written,) = redis_client.hgetall(task_meta(key_prefix, "dag", run, "task", 2)).items()
     (asset_written,) = redis_client.hgetall(asset_meta(key_prefix, 7)).items()
     now = time.time_ns() // 1000
-    assert task_written[0] == b"k" and task_written[1].endswith(b":3")
-    assert asset_written[0] == b"watermark" and asset_written[1].endswith(b":")
+    # "<micros>:<try>:<version>:<expires micros, empty: never>"; asset state records no try.
+    assert task_written[0] == b"k" and task_written[1].split(b":")[1:] == [b"3", b"1", b""]
+    assert asset_written[0] == b"watermark" and asset_written[1].split(b":")[1:] == [b"", b"1", b""]
     for meta in (task_written[1], asset_written[1]):
         assert now - 60_000_000 < int(meta.split(b":")[0]) <= now
 
@@ -293,7 +301,8 @@ def test_entries_report_the_write_to_the_microsecond(make_backend, redis_client,
     raw = redis_client.hget(task_meta(key_prefix, "dag", "run_1", "task", -1), b"k")
     micros = int(raw.split(b":")[0])
     (entry,) = backend.entries(TASK).entries
-    assert entry == StateEntry("k", "v", datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros), 4)
+    written_at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    assert entry == StateEntry("k", "v", written_at, 4, version=1)
     assert entry.updated_at.utcoffset() == timedelta(0)
 
 
@@ -315,15 +324,20 @@ def test_values_written_before_the_metadata_are_listed_without_it(make_backend, 
     page = backend.entries(scope)
     assert page.total == 3
     old = {entry.key: entry for entry in page.entries}
-    assert old["old"] == StateEntry("old", "from before", None, None)
-    assert old["clé"] == StateEntry("clé", "1", None, None)
+    # What every key was before versions: version 1, never expiring.
+    assert old["old"] == StateEntry("old", "from before", None, None, version=1)
+    assert old["clé"] == StateEntry("clé", "1", None, None, version=1)
+    assert backend.get_versioned(scope, "old") == VersionedValue("from before", 1)
     assert old["new"].updated_at is not None
     assert backend.get(scope, "old") == "from before"
     assert backend.key_counts([scope]) == [3]
 
-    # Written again, an old key gains its metadata; deleted, it leaves nothing behind.
-    backend.set(scope, "old", "rewritten")
+    # Written again, an old key gains its metadata and its next version; deleted, it leaves
+    # nothing behind.
+    assert backend.write(scope, "old", "rewritten", if_version=1) == 2
     assert backend.entries(scope, key_prefix="old").entries[0].updated_at is not None
+    assert backend.increment(scope, "clé") == 2
+    assert backend.get_versioned(scope, "clé") == VersionedValue("2", 2)
     backend.delete(scope, "clé")
     backend.clear(scope)
     assert backend.entries(scope) == StateEntryPage([], 0)
@@ -353,7 +367,8 @@ def test_a_garbled_metadata_value_reads_as_unknown(make_backend, redis_client, k
     backend.set_by_try(TASK, "ok", "v", try_number=1)
     redis_client.hset(task_meta(key_prefix, "dag", "run_1", "task", -1), b"k", garbled)
     entries = backend.entries(TASK).entries
-    assert entries[0] == StateEntry("k", "v", None, None)
+    assert entries[0] == StateEntry("k", "v", None, None, version=1)
+    assert backend.get_versioned(TASK, "k") == VersionedValue("v", 1)
     assert entries[1].updated_by_try == 1 and entries[1].updated_at is not None
 
 
@@ -462,12 +477,16 @@ def test_listing_reads_only_the_page_and_never_scans(make_backend, redis_client)
     assert [entry.key for entry in page.entries] == ["k12", "k13", "k14"]
     assert page.total == 10
     stats = redis_client.info("commandstats")
+    # One script lists the keys that have not expired: HKEYS of the values, HGETALL of the
+    # metadata (small: no values in it). Then the page's values and metadata, nothing else.
+    assert stats["cmdstat_evalsha"]["calls"] == 1
     assert stats["cmdstat_hkeys"]["calls"] == 1
-    assert stats["cmdstat_hmget"]["calls"] == 2  # the page's values and their metadata
-    assert not {"cmdstat_hgetall", "cmdstat_hvals", "cmdstat_scan", "cmdstat_keys"} & set(stats)
+    assert stats["cmdstat_hgetall"]["calls"] == 1
+    assert stats["cmdstat_hmget"]["calls"] == 2
+    assert not {"cmdstat_hvals", "cmdstat_hget", "cmdstat_scan", "cmdstat_hscan", "cmdstat_keys"} & set(stats)
 
 
-def test_key_counts_is_one_round_trip_of_hlen(make_backend, redis_client):
+def test_key_counts_is_one_round_trip_of_one_script_per_scope(make_backend, redis_client):
     backend = make_backend()
     scopes = [TaskScope("dag", "run_1", "task", n, dag_run_uid=UID) for n in range(20)] + [AssetScope(1)]
     for n, scope in enumerate(scopes):
@@ -477,9 +496,11 @@ def test_key_counts_is_one_round_trip_of_hlen(make_backend, redis_client):
     assert backend.key_counts(scopes) == [n % 4 for n in range(21)]
     assert backend.key_counts(tuple(scopes[:2])) == [0, 1]
     stats = redis_client.info("commandstats")
-    assert stats["cmdstat_hlen"]["calls"] == 23
-    # A plain pipeline: no MULTI/EXEC, and nothing read but the lengths.
-    assert not {"cmdstat_multi", "cmdstat_exec", "cmdstat_hkeys", "cmdstat_hgetall", "cmdstat_scan"} & set(
+    # Each script takes the length and leaves out expired keys (from the metadata of non-empty
+    # hashes only); a plain pipeline, no MULTI/EXEC, never a value read or a scan.
+    assert stats["cmdstat_evalsha"]["calls"] == stats["cmdstat_hlen"]["calls"] == 23
+    assert stats["cmdstat_hgetall"]["calls"] == 15 + 1
+    assert not {"cmdstat_multi", "cmdstat_exec", "cmdstat_hkeys", "cmdstat_hvals", "cmdstat_scan"} & set(
         stats
     )
 

@@ -8,6 +8,7 @@ from airflow_shared.state.testing import StateBackendConformance
 
 class TestRedisConformance(StateBackendConformance):
     records_writes = True
+    records_asset_writers = True
 
     @pytest.fixture
     def backend(self, make_backend):
@@ -18,6 +19,7 @@ class TestRedisConformanceWithoutExpiry(StateBackendConformance):
     """The same contract holds with every TTL switched off (a different write path: PERSIST)."""
 
     records_writes = True
+    records_asset_writers = True
 
     @pytest.fixture
     def backend(self, make_backend):

@@ -34,6 +34,7 @@ cannot hold braces, and an asset id is an integer).
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from airflow_shared.state import AssetScope, TaskScope
@@ -48,6 +49,11 @@ META_SUFFIX = ":meta"
 
 def _encode(part: str) -> str:
     return quote(part, safe="")
+
+
+def _glob_escape(text: str) -> str:
+    """*text* as a literal in a SCAN MATCH pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def validate_prefix(prefix: str) -> None:
@@ -100,3 +106,33 @@ class KeyLayout:
     def asset_meta(self, scope: AssetScope) -> str:
         # The asset hash has no {...}: its whole name as this key's hash tag puts both on one slot.
         return f"{self.prefix}:asset-meta:{{{self.asset_hash(scope)}}}"
+
+    # --- finding every metadata hash (for cleanup, which is the only caller that scans) -------
+
+    def metadata_patterns(self) -> list[tuple[str, re.Pattern[str]]]:
+        """
+        ``(SCAN MATCH pattern, exact shape)`` of task and of asset metadata hash names. The glob
+        alone would also match keys of a deployment whose prefix merely starts with ours (or a
+        hand-made key): callers keep only names of the exact shape.
+        """
+        glob, literal = _glob_escape(self.prefix), re.escape(self.prefix)
+        return [
+            (
+                f"{glob}:task:{{*}}:*{META_SUFFIX}",
+                re.compile(rf"{literal}:task:\{{[^{{}}]*\}}:-?\d+{re.escape(META_SUFFIX)}"),
+            ),
+            (
+                f"{glob}:asset-meta:{{{glob}:asset:*}}",
+                re.compile(rf"{literal}:asset-meta:\{{{literal}:asset:\d+\}}"),
+            ),
+        ]
+
+    @staticmethod
+    def index_of_base(base: str) -> str:
+        """The map-index SET of the task whose :meth:`task_base` is *base*."""
+        return f"{base}:{MAP_INDEXES_SUFFIX}"
+
+    @staticmethod
+    def asset_hash_of_meta(meta_name: str) -> str:
+        """The asset HASH whose metadata HASH is *meta_name* (its name is the hash tag)."""
+        return meta_name[meta_name.index("{") + 1 : -1]

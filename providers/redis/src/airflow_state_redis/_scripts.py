@@ -1,11 +1,243 @@
 """
-Lua scripts for the writes whose effect depends on a read.
+Lua scripts: every operation whose effect depends on a read.
 
-Plain writes go through MULTI/EXEC; a script is used only where the server must read first and
-decide, so that no other client can slip in between the read and the write.
+A script runs atomically on the server, so no other client slips in between its read and its
+write. Since versions and per-key expiry, that is most of them: every write reads the stored
+version first, and every read must check the key's expiry in its metadata (layout in :mod:`._keys`).
+
+Numbers: Lua numbers are doubles, exact up to 2**53. Versions and epoch micro/milliseconds stay
+far below that; counters do not, so :data:`INCREMENT` never does arithmetic in Lua: Redis's own
+``HINCRBY`` adds in 64 bits and refuses overflow.
 """
 
 from __future__ import annotations
+
+# Helpers prepended to every script that reads metadata.
+#
+# A metadata value is "<micros>:<try>:<version>:<expires micros>[:<writer>]" (an older build wrote
+# "<micros>:<try>"). Anything that is not the new form, or no metadata at all, reads as version 1
+# that never expires: that is what the key was before versions existed.
+_META = """
+local function meta_of(meta)
+    if not meta then return '1', nil end
+    local version, expires, after = string.match(meta, '^%d+:%-?%d*:(%d+):(%d*)()')
+    if not version or (after <= #meta and string.sub(meta, after, after) ~= ':') then
+        return '1', nil
+    end
+    if expires == '' then return version, nil end
+    return version, tonumber(expires)
+end
+
+local function expired(expires, now)
+    return expires ~= nil and expires <= now
+end
+"""
+
+# What a write does after deciding to write: the value, its metadata with the next version, and the
+# expiry of the hashes. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
+# the ARGV positions are the same in WRITE and INCREMENT, see there.
+#
+# The hash-level TTL (ttl_ms) keeps every hash alive at least that long after a write, and never
+# cuts a key before its own expiry: the new TTL is the longest of what is left, ttl_ms, and the
+# written key's expiry. A hash that has no TTL although one is configured (written while the TTL
+# was switched off) gets one long enough for every key it holds.
+_STORE = """
+local function longest_expiry_ms(meta_key, now)
+    local longest = 0
+    for _, meta in ipairs(redis.call('HVALS', meta_key)) do
+        local _, expires = meta_of(meta)
+        if expires ~= nil and expires - now > longest then longest = expires - now end
+    end
+    return math.ceil(longest / 1000)
+end
+
+local function store(field, data, next_version, now)
+    local ttl_ms, expires_in_ms = ARGV[6], ARGV[7]
+    local left = {}
+    for i, name in ipairs(KEYS) do left[i] = redis.call('PTTL', name) end
+    redis.call('HSET', KEYS[1], field, data)
+    redis.call('HSET', KEYS[2], field, ARGV[4] .. next_version .. ARGV[5])
+    if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[8]) end
+    for i, name in ipairs(KEYS) do
+        if ttl_ms == '' then
+            redis.call('PERSIST', name)
+        else
+            local want = tonumber(ttl_ms)
+            if expires_in_ms ~= '' then want = math.max(want, tonumber(expires_in_ms)) end
+            if left[i] == -1 then want = math.max(want, longest_expiry_ms(KEYS[2], now)) end
+            if left[i] < want then redis.call('PEXPIRE', name, string.format('%d', want)) end
+        end
+    end
+    return next_version
+end
+"""
+
+# The ARGV shared by WRITE and INCREMENT:
+# ARGV[1] field, ARGV[2] value (WRITE) or increment (INCREMENT), ARGV[3] now (epoch micros),
+# ARGV[4] metadata before the version ("<micros>:<try>:"), ARGV[5] metadata after it
+# (":<expires micros or empty>[:<writer>]"), ARGV[6] hash TTL in ms ('' = none: PERSIST),
+# ARGV[7] ms until the written key expires ('' = never, or already past), ARGV[8] map index.
+
+# WRITE: ARGV[9] the expected version ('' = unconditional; '0' = absent or expired).
+# Returns {1, new version} or, on a version mismatch, {0, stored version} ('0' = absent/expired).
+WRITE = (
+    _META
+    + _STORE
+    + """
+local field, now = ARGV[1], tonumber(ARGV[3])
+local version, alive = '0', false
+if redis.call('HEXISTS', KEYS[1], field) == 1 then
+    local expires
+    version, expires = meta_of(redis.call('HGET', KEYS[2], field))
+    alive = not expired(expires, now)
+end
+if ARGV[9] ~= '' then
+    local stored = alive and version or '0'
+    if stored ~= ARGV[9] then return {0, stored} end
+end
+-- An expired key still stored continues its versions; a deleted one starts again at 1.
+local next_version = string.format('%d', tonumber(version) + 1)
+return {1, store(field, ARGV[2], next_version, now)}
+"""
+)
+
+# INCREMENT: the stored value must be a JSON integer within 64 bits (surrounding whitespace and
+# leading zeros allowed, as airflow_shared.state.counter_value reads it); absent or expired is 0.
+# Returns {0, new value as text} or {1, stored value} when the value is refused (not an integer,
+# out of range, or the sum would overflow): the caller builds the error message, nothing is written.
+INCREMENT = (
+    _META
+    + _STORE
+    + """
+local field, by, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local stored = redis.call('HGET', KEYS[1], field)
+local version = '0'
+if stored then
+    local expires
+    version, expires = meta_of(redis.call('HGET', KEYS[2], field))
+    if expired(expires, now) then stored = nil end
+end
+local next_version = string.format('%d', tonumber(version) + 1)
+if not stored then
+    store(field, by, next_version, now)
+    return {0, by}
+end
+local sign, digits = string.match(stored, '^%s*(%-?)(%d+)%s*$')
+if not digits then return {1, stored} end
+digits = string.gsub(digits, '^0+', '')
+if digits == '' then digits, sign = '0', '' end
+if #digits > 19 then return {1, stored} end
+if #digits == 19 and digits > (sign == '-' and '9223372036854775808' or '9223372036854775807') then
+    return {1, stored}
+end
+-- HINCRBY reads only canonical integers: store the canonical form first, and put the original
+-- back if the sum overflows (a script is atomic, so nobody sees the interim).
+local canonical = sign .. digits
+if canonical ~= stored then redis.call('HSET', KEYS[1], field, canonical) end
+local added = redis.pcall('HINCRBY', KEYS[1], field, by)
+if type(added) == 'table' and added.err then
+    if canonical ~= stored then redis.call('HSET', KEYS[1], field, stored) end
+    return {1, stored}
+end
+-- HINCRBY's reply is a Lua double: read the exact 64-bit text back instead.
+local result = redis.call('HGET', KEYS[1], field)
+store(field, result, next_version, now)
+return {0, result}
+"""
+)
+
+# READ: KEYS[1] values, KEYS[2] metadata; ARGV[1] field, ARGV[2] now (epoch micros).
+# Returns {value, version}, or nil when the key is absent or expired.
+READ = (
+    _META
+    + """
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if not value then return nil end
+local version, expires = meta_of(redis.call('HGET', KEYS[2], ARGV[1]))
+if expired(expires, tonumber(ARGV[2])) then return nil end
+return {value, version}
+"""
+)
+
+# Expired fields of a hash, as a set. KEYS[1] values, KEYS[2] metadata, ARGV[1] now.
+_EXPIRED = """
+local function expired_fields(now)
+    local found = {}
+    local metas = redis.call('HGETALL', KEYS[2])
+    for i = 1, #metas, 2 do
+        local _, expires = meta_of(metas[i + 1])
+        if expired(expires, now) then found[metas[i]] = true end
+    end
+    return found
+end
+"""
+
+# LIVE_FIELDS: the fields of KEYS[1] that have not expired (unsorted). ARGV[1] now.
+LIVE_FIELDS = (
+    _META
+    + _EXPIRED
+    + """
+local fields = redis.call('HKEYS', KEYS[1])
+if #fields == 0 then return fields end
+local gone = expired_fields(tonumber(ARGV[1]))
+local live = {}
+for _, field in ipairs(fields) do
+    if not gone[field] then live[#live + 1] = field end
+end
+return live
+"""
+)
+
+# COUNT_LIVE: how many fields of KEYS[1] have not expired. ARGV[1] now.
+COUNT_LIVE = (
+    _META
+    + _EXPIRED
+    + """
+local count = redis.call('HLEN', KEYS[1])
+if count == 0 then return 0 end
+for field in pairs(expired_fields(tonumber(ARGV[1]))) do
+    count = count - redis.call('HEXISTS', KEYS[1], field)
+end
+return count
+"""
+)
+
+# CLEAN: remove the given fields from one hash if they still qualify; the caller picked them from
+# an earlier read, and this re-checks each against its metadata now, so a key written again in
+# between survives. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
+# ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not by age), ARGV[3] '1' = dry run,
+# ARGV[4] map index, ARGV[5...] the fields. A key with no readable write time is never removed by
+# age. Returns how many keys were (or would be) removed.
+CLEAN = (
+    _META
+    + """
+local now, before, dry = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local removed = 0
+for i = 5, #ARGV do
+    local field = ARGV[i]
+    local meta = redis.call('HGET', KEYS[2], field)
+    local _, expires = meta_of(meta)
+    local due = expired(expires, now)
+    if not due and before and meta then
+        local written = tonumber(string.match(meta, '^(%d+):'))
+        due = written ~= nil and written < before
+    end
+    if due and redis.call('HEXISTS', KEYS[1], field) == 1 then
+        removed = removed + 1
+        if not dry then
+            redis.call('HDEL', KEYS[1], field)
+            redis.call('HDEL', KEYS[2], field)
+        end
+    end
+end
+-- As DELETE_TASK_KEY: an emptied hash takes its metadata and its map-index entry with it.
+if not dry and redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[2])
+    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[4]) end
+end
+return removed
+"""
+)
 
 # KEYS[1] task hash, KEYS[2] its map-index set, KEYS[3] its metadata hash; ARGV[1] state key,
 # ARGV[2] map index.
@@ -35,3 +267,15 @@ end
 redis.call('DEL', KEYS[1])
 return #indexes
 """
+
+#: Every script by the name the backend calls it by.
+SCRIPTS = {
+    "read": READ,
+    "write": WRITE,
+    "increment": INCREMENT,
+    "live_fields": LIVE_FIELDS,
+    "count_live": COUNT_LIVE,
+    "clean": CLEAN,
+    "delete_task_key": DELETE_TASK_KEY,
+    "clear_all": CLEAR_ALL_MAP_INDEXES,
+}

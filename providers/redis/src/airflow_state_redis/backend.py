@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
@@ -17,14 +16,20 @@ import redis.client
 from airflow_shared.state import (
     AssetScope,
     BaseStateBackend,
+    StateConflictError,
     StateEntry,
     StateEntryPage,
     StateScope,
+    StateWriter,
     TaskScope,
+    VersionedValue,
+    incremented,
+    validate_increment,
     validate_key,
     validate_listing,
     validate_scope,
     validate_value,
+    validate_write_options,
 )
 from airflow_shared.state.entries import page_of_keys
 from redis.commands.core import AsyncScript, Script
@@ -33,7 +38,8 @@ from ._config import UNSET, RedisSettings, Unset, invalid_url, resolve_settings
 from ._errors import mask_url, reachable
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
-from ._scripts import CLEAR_ALL_MAP_INDEXES, DELETE_TASK_KEY
+from ._meta import meta_parts, micros, parse_meta
+from ._scripts import SCRIPTS
 
 # Bounded so an unreachable host fails in seconds instead of hanging a task; a
 # `?socket_connect_timeout=` in the URL takes precedence (redis-py lets URL options win).
@@ -41,10 +47,34 @@ _CLIENT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 5.0}
 
 _Pipeline = redis.client.Pipeline | redis.asyncio.client.Pipeline
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# A metadata value: "<epoch microseconds>:<try number, or nothing>" (layout in ._keys). Anything
-# else (hand-edited, or from a future build) reads as "not known" rather than failing a listing.
-_META = re.compile(rb"(\d{1,20}):(-?\d{1,20})?")
+_S = TypeVar("_S", Script, AsyncScript)
+
+
+@dataclass(frozen=True)
+class _Scripts(Generic[_S]):
+    """The Lua scripts of :mod:`._scripts`, registered with one client (sync or async)."""
+
+    read: _S
+    write: _S
+    increment: _S
+    live_fields: _S
+    count_live: _S
+    clean: _S
+    delete_task_key: _S
+    clear_all: _S
+
+
+def _sync_scripts(client: redis.Redis) -> _Scripts[Script]:
+    return _Scripts(**{name: client.register_script(text) for name, text in SCRIPTS.items()})
+
+
+def _async_scripts(client: redis.asyncio.Redis) -> _Scripts[AsyncScript]:
+    return _Scripts(**{name: client.register_script(text) for name, text in SCRIPTS.items()})
+
+
+def _now_micros() -> int:
+    # The expiry clock is the caller's, as for the metastore: expires_at comes from this clock too.
+    return time.time_ns() // 1000
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -69,42 +99,68 @@ def _field_text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
-def _text(raw: bytes | str | None) -> str | None:
-    return None if raw is None else _field_text(raw)
-
-
 def _validate_try_number(try_number: object) -> None:
     if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
         raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
 
 
-def _meta_text(scope: StateScope, try_number: int | None) -> bytes:
-    """What the metadata hash records for a write made now by *try_number*."""
-    # Asset state belongs to no task instance, so no try is recorded for it.
-    writer = "" if try_number is None or not isinstance(scope, TaskScope) else str(try_number)
-    return f"{time.time_ns() // 1000}:{writer}".encode()
+def _validate_writer(writer: object) -> None:
+    if writer is not None and not isinstance(writer, StateWriter):
+        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}: {writer!r}")
+    if writer is not None:
+        _validate_try_number(writer.try_number)
 
 
-def _parse_meta(raw: bytes | str | None, scope: StateScope) -> tuple[datetime | None, int | None]:
-    """``(updated_at, updated_by_try)`` from a metadata value; both ``None`` when absent or garbled."""
-    if raw is None:  # written by a build that predates the metadata, or the field was lost
-        return None, None
-    match = _META.fullmatch(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace"))
-    if match is None:
-        return None, None
-    try:
-        updated_at = _EPOCH + timedelta(microseconds=int(match[1]))
-    except OverflowError:  # past datetime.max
-        return None, None
-    writer = match[2]
-    return updated_at, int(writer) if writer is not None and isinstance(scope, TaskScope) else None
+def _check_moment(name: str, moment: object, *, optional: bool) -> None:
+    if moment is None and optional:
+        return
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a timezone-aware datetime, got {type(moment).__name__}")
+    if moment.tzinfo is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC)")
+
+
+def _versioned(reply: list[bytes] | None) -> VersionedValue | None:
+    """What the READ script returns: ``[value, version]``, or nil for an absent or expired key."""
+    return None if reply is None else VersionedValue(_field_text(reply[0]), int(reply[1]))
+
+
+def _written(key: str, if_version: int | None, reply: list[Any]) -> int:
+    """The new version from the WRITE script's reply, or the conflict it reports."""
+    status, version = reply
+    if status == 0:
+        assert if_version is not None  # the script reports a conflict only for a conditional write
+        raise StateConflictError(key, if_version, int(version))
+    return int(version)
+
+
+def _counted(key: str, by: int, reply: list[bytes | int]) -> int:
+    """The new integer from the INCREMENT script's reply, or the error for the value it refused."""
+    status, text = reply
+    assert isinstance(text, bytes)
+    if status == 0:
+        return int(text)
+    stored = _field_text(text)
+    # The shared helper words the refusal exactly as every other backend does.
+    incremented(key, stored, by)
+    raise ValueError(  # only for input the helper would accept and Redis not (non-ASCII whitespace)
+        f"state key {key!r} holds {stored[:40]!r}, which Redis cannot increment as a 64-bit integer; "
+        "nothing was written"
+    )
+
+
+@dataclass(frozen=True)
+class _WriteCall:
+    """KEYS and the shared ARGV of the WRITE and INCREMENT scripts (see :mod:`._scripts`)."""
+
+    keys: list[str]
+    args: list[bytes | str | int]
 
 
 @dataclass(frozen=True)
 class _AsyncConnection:
     client: redis.asyncio.Redis
-    delete_task_key: AsyncScript
-    clear_all: AsyncScript
+    scripts: _Scripts[AsyncScript]
 
 
 async def _close_async(connection: _AsyncConnection) -> None:
@@ -113,25 +169,35 @@ async def _close_async(connection: _AsyncConnection) -> None:
 
 class RedisStateBackend(BaseStateBackend):
     """
-    Keeps task and asset state in Redis.
+    Keeps task and asset state in Redis, with versions, per-key expiry and atomic increments.
 
     Task state lives in one hash per task instance of one incarnation of its dag run
     (``TaskScope.dag_run_uid``, required: a task scope without it raises ``ValueError``), so a run
     deleted and created again with the same run_id starts empty. Redis is not told when a run is
-    deleted, so those hashes carry a time to live refreshed on every write (``task_ttl_seconds``,
-    default 30 days).
-    Asset state lives in one hash per asset and does not expire unless ``asset_ttl_seconds`` is set.
-    Beside each hash a metadata hash records when, and by which try (:meth:`set_by_try`), each key
-    was last written; :meth:`entries` reports it.
+    deleted, so those hashes carry a time to live (``task_ttl_seconds``, default 30 days): at
+    least that long after the last write of the task instance, and never shorter than the latest
+    ``expires_at`` of a key in them. Asset state lives in one hash per asset and does not expire
+    unless ``asset_ttl_seconds`` is set (with the same rule).
+
+    Beside each hash a metadata hash records, per key, when and by which try (asset state: by
+    which writer) it was last written, its version and its ``expires_at`` (:mod:`._meta`). Every
+    write is one Lua script that reads the version and writes value and metadata together, so a
+    conditional write (``if_version``) and :meth:`increment` are atomic. An expired key is
+    filtered out by every read until :meth:`cleanup` removes it.
 
     Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
     is importable) and then from ``AIRFLOW__STATE_REDIS__*`` environment variables.
 
     :param url: a redis-py URL (``redis://``, ``rediss://`` or ``unix://``).
     :param key_prefix: the first component of every key; default ``airflow:state``.
-    :param task_ttl_seconds: expiry of task state after its last write; ``None`` or 0: never.
-    :param asset_ttl_seconds: expiry of asset state after its last write; ``None`` or 0: never.
+    :param task_ttl_seconds: lifetime of a task instance's state after its last write; ``None``
+        or 0: only per-key expiry (and the dag run's state never goes by itself).
+    :param asset_ttl_seconds: the same for an asset's state; ``None`` or 0 (the default): none.
     """
+
+    supports_versions = True
+    supports_expiry = True
+    supports_increment = True
 
     def __init__(
         self,
@@ -149,8 +215,7 @@ class RedisStateBackend(BaseStateBackend):
             self._client: redis.Redis = redis.Redis.from_url(self._settings.url, **_CLIENT_OPTIONS)
         except ValueError as error:  # what _check_url does not look at, e.g. "?socket_timeout=abc"
             raise invalid_url(self._settings.url, self._settings.url_source, error) from None
-        self._delete_task_key: Script = self._client.register_script(DELETE_TASK_KEY)
-        self._clear_all: Script = self._client.register_script(CLEAR_ALL_MAP_INDEXES)
+        self._scripts = _sync_scripts(self._client)
         self._async: PerLoop[_AsyncConnection] = PerLoop(self._connect_async, _close_async)
 
     def __repr__(self) -> str:
@@ -162,10 +227,13 @@ class RedisStateBackend(BaseStateBackend):
     # --- sync --------------------------------------------------------------------------
 
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        name, field = self._read_target(scope, key)
+        found = self.get_versioned(scope, key, session=session)
+        return None if found is None else found.value
+
+    def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
+        names, field = self._read_target(scope, key)
         with self._reachable():
-            raw = self._client.hget(name, field)
-        return _text(raw)
+            return _versioned(self._scripts.read(keys=names, args=[field, _now_micros()]))
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.set_by_try(scope, key, value, try_number=None, session=session)
@@ -173,16 +241,47 @@ class RedisStateBackend(BaseStateBackend):
     def set_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> None:
-        field, data, meta = self._checked_write(scope, key, value, try_number)
-        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
-            self._queue_set(pipe, scope, field, data, meta)
-            pipe.execute()
+        _validate_try_number(try_number)
+        call = self._write_call(scope, key, value, try_number, None, None, "")
+        with self._reachable():
+            self._scripts.write(keys=call.keys, args=call.args)
+
+    def write(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Any = None,
+    ) -> int:
+        call = self._checked_write(scope, key, value, writer, expires_at, if_version)
+        with self._reachable():
+            reply = self._scripts.write(keys=call.keys, args=call.args)
+        return _written(key, if_version, reply)
+
+    def increment(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> int:
+        call = self._checked_increment(scope, key, by, writer, expires_at)
+        with self._reachable():
+            reply = self._scripts.increment(keys=call.keys, args=call.args)
+        return _counted(key, by, reply)
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         _, field = self._read_target(scope, key)
         with self._reachable():
             if isinstance(scope, TaskScope):
-                self._delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
+                self._scripts.delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
             else:
                 with self._client.pipeline(transaction=True) as pipe:
                     self._queue_asset_delete(pipe, scope, field)
@@ -192,7 +291,7 @@ class RedisStateBackend(BaseStateBackend):
         _validate_scope(scope)
         with self._reachable():
             if isinstance(scope, TaskScope) and all_map_indices:
-                self._clear_all(keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope))
+                self._scripts.clear_all(keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope))
                 return
             with self._client.pipeline(transaction=True) as pipe:
                 self._queue_clear(pipe, scope)
@@ -201,7 +300,7 @@ class RedisStateBackend(BaseStateBackend):
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
         with self._reachable():
-            fields = self._client.hkeys(self._hash(scope))
+            fields = self._scripts.live_fields(keys=self._names(scope), args=[_now_micros()])
         return sorted(_field_text(field) for field in fields)
 
     def entries(
@@ -215,9 +314,10 @@ class RedisStateBackend(BaseStateBackend):
     ) -> StateEntryPage:
         _validate_scope(scope)
         validate_listing(key_prefix, offset, limit)
-        name, meta_name = self._hash(scope), self._meta(scope)
+        name, meta_name = names = self._names(scope)
+        now = _now_micros()
         with self._reachable():
-            fields = self._client.hkeys(name)
+            fields = self._scripts.live_fields(keys=names, args=[now])
         # Sorted and filtered here, not with HSCAN MATCH: a prefix is text, never a glob pattern,
         # and every backend pages in Python's code-point order.
         keys, total = page_of_keys([_field_text(field) for field in fields], key_prefix, offset, limit)
@@ -230,11 +330,22 @@ class RedisStateBackend(BaseStateBackend):
             pipe.hmget(meta_name, wanted)
             values, metas = pipe.execute()
         found = []
+        is_task = isinstance(scope, TaskScope)
         for key, raw, raw_meta in zip(keys, values, metas, strict=True):
-            if raw is None:  # deleted between listing the keys and reading them
+            meta = parse_meta(raw_meta, is_task)
+            if raw is None or meta.expired(now):  # deleted (or rewritten) since the keys were listed
                 continue
-            updated_at, updated_by_try = _parse_meta(raw_meta, scope)
-            found.append(StateEntry(key, _field_text(raw), updated_at, updated_by_try))
+            found.append(
+                StateEntry(
+                    key,
+                    _field_text(raw),
+                    meta.updated_at,
+                    meta.updated_by_try,
+                    meta.version,
+                    meta.expires_at,
+                    meta.writer,
+                )
+            )
         return StateEntryPage(found, total)
 
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
@@ -243,21 +354,57 @@ class RedisStateBackend(BaseStateBackend):
             _validate_scope(scope)
         if not scopes:
             return []
+        now = _now_micros()
         # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
         with self._reachable(), self._client.pipeline(transaction=False) as pipe:
             for scope in scopes:
-                pipe.hlen(self._hash(scope))
+                self._scripts.count_live(keys=self._names(scope), args=[now], client=pipe)
             counts = pipe.execute()
         return [int(count) for count in counts]
+
+    def cleanup(
+        self,
+        *,
+        now: datetime,
+        updated_before: datetime | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        session: Any = None,
+    ) -> int:
+        """
+        Remove expired keys (and, with *updated_before*, keys last written before it).
+
+        The metadata hashes are found with ``SCAN`` (``batch_size`` names a step) and each is read
+        with ``HSCAN``; the keys that qualify go, at most *batch_size* at a time, to a script that
+        checks each one again and deletes value and metadata together, so a key written again in
+        the meantime stays. Values with no metadata (written by a build before it) have no known
+        age and are never removed by age.
+        """
+        _check_moment("now", now, optional=False)
+        _check_moment("updated_before", updated_before, optional=True)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        now_micros = micros(now)
+        before = "" if updated_before is None else str(micros(updated_before))
+        removed = 0
+        with self._reachable():
+            for target in self._metadata_hashes(batch_size):
+                removed += self._clean_hash(target, now_micros, before, batch_size, dry_run)
+        return removed
 
     # --- async (redis.asyncio, no threads) -----------------------------------------------
 
     async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        name, field = self._read_target(scope, key)
+        found = await self.aget_versioned(scope, key, session=session)
+        return None if found is None else found.value
+
+    async def aget_versioned(
+        self, scope: StateScope, key: str, *, session: Any = None
+    ) -> VersionedValue | None:
+        names, field = self._read_target(scope, key)
         with self._reachable():
             connection = await self._async.get()
-            raw = await connection.client.hget(name, field)
-        return _text(raw)
+            return _versioned(await connection.scripts.read(keys=names, args=[field, _now_micros()]))
 
     async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         await self.aset_by_try(scope, key, value, try_number=None, session=session)
@@ -265,19 +412,53 @@ class RedisStateBackend(BaseStateBackend):
     async def aset_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> None:
-        field, data, meta = self._checked_write(scope, key, value, try_number)
+        _validate_try_number(try_number)
+        call = self._write_call(scope, key, value, try_number, None, None, "")
         with self._reachable():
             connection = await self._async.get()
-            async with connection.client.pipeline(transaction=True) as pipe:
-                self._queue_set(pipe, scope, field, data, meta)
-                await pipe.execute()
+            await connection.scripts.write(keys=call.keys, args=call.args)
+
+    async def awrite(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Any = None,
+    ) -> int:
+        call = self._checked_write(scope, key, value, writer, expires_at, if_version)
+        with self._reachable():
+            connection = await self._async.get()
+            reply = await connection.scripts.write(keys=call.keys, args=call.args)
+        return _written(key, if_version, reply)
+
+    async def aincrement(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> int:
+        call = self._checked_increment(scope, key, by, writer, expires_at)
+        with self._reachable():
+            connection = await self._async.get()
+            reply = await connection.scripts.increment(keys=call.keys, args=call.args)
+        return _counted(key, by, reply)
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         _, field = self._read_target(scope, key)
         with self._reachable():
             connection = await self._async.get()
             if isinstance(scope, TaskScope):
-                await connection.delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
+                await connection.scripts.delete_task_key(
+                    keys=self._delete_keys(scope), args=[field, scope.map_index]
+                )
             else:
                 async with connection.client.pipeline(transaction=True) as pipe:
                     self._queue_asset_delete(pipe, scope, field)
@@ -288,7 +469,7 @@ class RedisStateBackend(BaseStateBackend):
         with self._reachable():
             connection = await self._async.get()
             if isinstance(scope, TaskScope) and all_map_indices:
-                await connection.clear_all(
+                await connection.scripts.clear_all(
                     keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope)
                 )
                 return
@@ -300,7 +481,7 @@ class RedisStateBackend(BaseStateBackend):
         _validate_scope(scope)
         with self._reachable():
             connection = await self._async.get()
-            fields = await connection.client.hkeys(self._hash(scope))
+            fields = await connection.scripts.live_fields(keys=self._names(scope), args=[_now_micros()])
         return sorted(_field_text(field) for field in fields)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -322,18 +503,21 @@ class RedisStateBackend(BaseStateBackend):
 
     def _connect_async(self) -> _AsyncConnection:
         client = redis.asyncio.Redis.from_url(self._settings.url, **_CLIENT_OPTIONS)
-        return _AsyncConnection(
-            client=client,
-            delete_task_key=client.register_script(DELETE_TASK_KEY),
-            clear_all=client.register_script(CLEAR_ALL_MAP_INDEXES),
-        )
+        return _AsyncConnection(client=client, scripts=_async_scripts(client))
 
     def _hash(self, scope: StateScope) -> str:
         return self._keys.task_hash(scope) if isinstance(scope, TaskScope) else self._keys.asset_hash(scope)
 
     def _meta(self, scope: StateScope) -> str:
-        """The metadata hash beside :meth:`_hash`: when and by which try each key was written."""
+        """The metadata hash beside :meth:`_hash` (:mod:`._meta`)."""
         return self._keys.task_meta(scope) if isinstance(scope, TaskScope) else self._keys.asset_meta(scope)
+
+    def _names(self, scope: StateScope) -> list[str]:
+        """``[value hash, metadata hash]`` of a scope: the KEYS every reading script takes."""
+        if isinstance(scope, TaskScope):
+            name = self._keys.task_hash(scope)
+            return [name, name + META_SUFFIX]
+        return [self._keys.asset_hash(scope), self._keys.asset_meta(scope)]
 
     def _delete_keys(self, scope: TaskScope) -> list[str]:
         """KEYS of the ``DELETE_TASK_KEY`` script."""
@@ -343,53 +527,77 @@ class RedisStateBackend(BaseStateBackend):
         """ARGV of the ``CLEAR_ALL_MAP_INDEXES`` script."""
         return [self._keys.task_base(scope) + ":", META_SUFFIX]
 
-    def _read_target(self, scope: StateScope, key: str) -> tuple[str, bytes]:
-        """Validate a keyed call and return the hash name and field it addresses."""
+    def _read_target(self, scope: StateScope, key: str) -> tuple[list[str], bytes]:
+        """Validate a keyed call and return the hashes (value, metadata) and the field it addresses."""
         _validate_scope(scope)
         validate_key(key)
-        return self._hash(scope), _utf8(key, "key")
+        return self._names(scope), _utf8(key, "key")
 
     def _checked_write(
-        self, scope: StateScope, key: str, value: str, try_number: int | None
-    ) -> tuple[bytes, bytes, bytes]:
-        """Validate a write; return its field, value and metadata text, all encoded."""
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        writer: StateWriter | None,
+        expires_at: datetime | None,
+        if_version: int | None,
+    ) -> _WriteCall:
+        validate_write_options(expires_at, if_version)
+        _validate_writer(writer)
+        try_number = writer.try_number if writer is not None else None
+        expected = "" if if_version is None else str(if_version)
+        return self._write_call(scope, key, value, try_number, writer, expires_at, expected)
+
+    def _checked_increment(
+        self, scope: StateScope, key: str, by: int, writer: StateWriter | None, expires_at: datetime | None
+    ) -> _WriteCall:
+        validate_increment(by)
+        validate_write_options(expires_at, None)
+        _validate_writer(writer)
+        try_number = writer.try_number if writer is not None else None
+        # The same call as a write, with the increment where the value goes and no expected version.
+        call = self._write_call(scope, key, "0", try_number, writer, expires_at, None)
+        call.args[1] = str(by)
+        return call
+
+    def _write_call(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        try_number: int | None,
+        writer: StateWriter | None,
+        expires_at: datetime | None,
+        expected: str | None,
+    ) -> _WriteCall:
+        """Validate a write and build its script call; *expected* is WRITE's ARGV[9] (None: INCREMENT)."""
         _validate_scope(scope)
         validate_key(key)
         validate_value(value)
-        _validate_try_number(try_number)
-        return _utf8(key, "key"), _utf8(value, "value"), _meta_text(scope, try_number)
-
-    def _queue_set(self, pipe: _Pipeline, scope: StateScope, field: bytes, data: bytes, meta: bytes) -> None:
-        # Queued on a MULTI/EXEC pipeline: the value, its metadata, the map-index entry and the
-        # expiry land together or not at all.
+        field, data = _utf8(key, "key"), _utf8(value, "value")
+        now = _now_micros()
+        keys = self._names(scope)
         if isinstance(scope, TaskScope):
-            name, meta_name = self._keys.task_hash(scope), self._keys.task_meta(scope)
-            index = self._keys.task_index(scope)
-            pipe.hset(name, field, data)
-            pipe.hset(meta_name, field, meta)
-            pipe.sadd(index, scope.map_index)
-            # The index set is refreshed with every hash of the task, so it always outlives them
-            # and clearing all map indexes never misses one.
-            self._queue_expiry(pipe, (name, meta_name, index), self._settings.task_ttl_seconds)
+            # Task state records the try; the map-index set is kept alive with every hash of the
+            # task, so it always outlives them and clearing all map indexes never misses one.
+            keys.append(self._keys.task_index(scope))
+            ttl, map_index, writer = self._settings.task_ttl_seconds, str(scope.map_index), None
         else:
-            name, meta_name = self._keys.asset_hash(scope), self._keys.asset_meta(scope)
-            pipe.hset(name, field, data)
-            pipe.hset(meta_name, field, meta)
-            self._queue_expiry(pipe, (name, meta_name), self._settings.asset_ttl_seconds)
+            # Asset state belongs to no task instance: it records the whole writer, no try.
+            ttl, map_index, try_number = self._settings.asset_ttl_seconds, "", None
+        head, tail = meta_parts(now, try_number, expires_at, writer)
+        expires_in_ms = ""
+        if expires_at is not None and (left := micros(expires_at) - now) > 0:
+            expires_in_ms = str(-(-left // 1000))  # rounded up: the hash must not go first
+        ttl_ms = str(ttl * 1000) if ttl else ""
+        args: list[bytes | str | int] = [field, data, now, head, tail, ttl_ms, expires_in_ms, map_index]
+        if expected is not None:
+            args.append(expected)
+        return _WriteCall(keys, args)
 
     def _queue_asset_delete(self, pipe: _Pipeline, scope: AssetScope, field: bytes) -> None:
         pipe.hdel(self._keys.asset_hash(scope), field)
         pipe.hdel(self._keys.asset_meta(scope), field)
-
-    @staticmethod
-    def _queue_expiry(pipe: _Pipeline, names: tuple[str, ...], ttl: int | None) -> None:
-        for name in names:
-            if ttl:
-                pipe.expire(name, ttl)
-            else:
-                # Without a TTL a write makes the key permanent, so switching expiry off applies
-                # to keys written before the switch as soon as they are written again.
-                pipe.persist(name)
 
     def _queue_clear(self, pipe: _Pipeline, scope: AssetScope | TaskScope) -> None:
         if isinstance(scope, TaskScope):
@@ -397,3 +605,62 @@ class RedisStateBackend(BaseStateBackend):
             pipe.srem(self._keys.task_index(scope), scope.map_index)
         else:
             pipe.delete(self._keys.asset_hash(scope), self._keys.asset_meta(scope))
+
+    # --- cleanup -------------------------------------------------------------------------
+
+    def _metadata_hashes(self, batch_size: int) -> Iterator[_CleanTarget]:
+        """Every metadata hash of this prefix, once each, with the keys a CLEAN call needs."""
+        seen: set[bytes] = set()
+        for pattern, shape in self._keys.metadata_patterns():
+            for raw in self._client.scan_iter(match=pattern, count=batch_size, _type="hash"):
+                # SCAN may return a name twice, and its glob may match another deployment's key
+                # whose prefix starts with ours: only names of exactly our layout are taken.
+                if raw in seen or not shape.fullmatch(name := _field_text(raw)):
+                    continue
+                seen.add(raw)
+                yield _CleanTarget.of(name, self._keys)
+
+    def _clean_hash(self, target: _CleanTarget, now: int, before: str, batch_size: int, dry_run: bool) -> int:
+        removed = 0
+        picked: set[bytes] = set()
+        batch: list[bytes] = []
+
+        def flush() -> int:
+            args: list[bytes | str | int] = [now, before, "1" if dry_run else "0", target.map_index, *batch]
+            count = int(self._scripts.clean(keys=target.keys, args=args))
+            batch.clear()
+            return count
+
+        before_micros = int(before) if before else None
+        for field, raw_meta in self._client.hscan_iter(target.keys[1], count=batch_size):
+            meta = parse_meta(raw_meta, is_task=False)
+            due = meta.expired(now) or (
+                before_micros is not None
+                and meta.updated_at is not None
+                and micros(meta.updated_at) < before_micros
+            )
+            # HSCAN may return a field twice; a dry run must not count it twice.
+            if due and field not in picked:
+                picked.add(field)
+                batch.append(field)
+                if len(batch) >= batch_size:
+                    removed += flush()
+        if batch:
+            removed += flush()
+        return removed
+
+
+@dataclass(frozen=True)
+class _CleanTarget:
+    """KEYS and map index of the CLEAN script for one metadata hash."""
+
+    keys: list[str]
+    map_index: str
+
+    @classmethod
+    def of(cls, meta_name: str, layout: KeyLayout) -> _CleanTarget:
+        if meta_name.endswith(META_SUFFIX):  # task state: "<base>:<map index>:meta"
+            name = meta_name.removesuffix(META_SUFFIX)
+            base, _, map_index = name.rpartition(":")
+            return cls([name, meta_name, layout.index_of_base(base)], map_index)
+        return cls([layout.asset_hash_of_meta(meta_name), meta_name], "")

@@ -1,0 +1,111 @@
+"""
+The metadata stored beside each value (layout in :mod:`._keys`): when, by whom, which version,
+until when.
+
+One metadata value is ``"<micros>:<try>:<version>:<expires micros>[:<writer>]"``: the epoch
+microseconds of the write, the try of the task instance that made it (empty for asset state and
+for writes made outside a task try), the key's version, the epoch microseconds it expires at
+(empty: never), and for asset state the writer as compact JSON
+(``["task","dag","run","task",-1,2]``, ``["api"]``). The writer comes last because JSON may hold
+``:``. An older build wrote ``"<micros>:<try>"``; that, and anything unreadable, means version 1
+that never expires (what every key was before versions), and no value lost for want of metadata.
+The Lua side of this parsing is ``meta_of`` in :mod:`._scripts`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from airflow_shared.state import StateWriter, WriterKind
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_META = re.compile(
+    rb"(?P<at>\d{1,20}):(?P<try>-?\d{1,20})?"
+    rb"(?::(?P<version>\d{1,20}):(?P<expires>\d{1,20})?(?::(?P<writer>.*))?)?",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What a metadata value says; unknown parts are ``None``."""
+
+    updated_at: datetime | None = None
+    updated_by_try: int | None = None
+    version: int = 1
+    expires_at: datetime | None = None
+    writer: StateWriter | None = None
+
+    def expired(self, now_micros: int) -> bool:
+        return self.expires_at is not None and micros(self.expires_at) <= now_micros
+
+
+def micros(moment: datetime) -> int:
+    """Epoch microseconds of a timezone-aware datetime, exactly (no float rounding)."""
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+def _datetime(text: bytes | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return EPOCH + timedelta(microseconds=int(text))
+    except OverflowError:  # past datetime.max
+        return None
+
+
+def encode_writer(writer: StateWriter) -> str:
+    if writer.kind is not WriterKind.TASK:
+        return json.dumps([writer.kind.value], separators=(",", ":"))
+    parts = (writer.dag_id, writer.run_id, writer.task_id, writer.map_index, writer.try_number)
+    return json.dumps([writer.kind.value, *parts], separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_writer(text: bytes) -> StateWriter | None:
+    """The writer from its JSON, or ``None`` when it is not one this build understands."""
+    try:
+        parts = json.loads(text)
+        kind = WriterKind(parts[0])
+        if kind is not WriterKind.TASK:
+            return StateWriter(kind)
+        dag_id, run_id, task_id, map_index, try_number = parts[1:]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return StateWriter(kind, dag_id, run_id, task_id, map_index, try_number)
+
+
+def parse_meta(raw: bytes | str | None, is_task: bool) -> Meta:
+    """Read a metadata value; absent or garbled gives :class:`Meta`'s defaults (version 1)."""
+    if raw is None:  # written by a build that predates the metadata
+        return Meta()
+    match = _META.fullmatch(raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace"))
+    if match is None:
+        return Meta()
+    updated_at = _datetime(match["at"])
+    if updated_at is None:
+        return Meta()
+    try_number = int(match["try"]) if match["try"] is not None and is_task else None
+    if match["version"] is None:  # the older "<micros>:<try>"
+        return Meta(updated_at, try_number)
+    writer = decode_writer(match["writer"]) if match["writer"] is not None and not is_task else None
+    return Meta(updated_at, try_number, int(match["version"]), _datetime(match["expires"]), writer)
+
+
+def meta_parts(
+    now_micros: int, try_number: int | None, expires_at: datetime | None, writer: StateWriter | None
+) -> tuple[bytes, bytes]:
+    """
+    The metadata of a write, split around its version (which only the server knows):
+    ``("<micros>:<try>:", ":<expires>[:<writer>]")``. *try_number* and *writer* are already
+    reduced to what the scope records (try for task state, writer for asset state).
+    """
+    head = f"{now_micros}:{'' if try_number is None else try_number}:"
+    # Clamped at the epoch: an expiry before 1970 is as past as one in 1970, and stays digits.
+    tail = ":" + ("" if expires_at is None else str(max(0, micros(expires_at))))
+    if writer is not None:
+        tail += ":" + encode_writer(writer)
+    return head.encode(), tail.encode("utf-8")
