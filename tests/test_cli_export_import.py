@@ -503,3 +503,136 @@ def test_a_write_that_fails_on_the_metastore_leaves_nothing_written(
     message = refused("import", str(path))
     assert message == "line 2: writing failed: RuntimeError: the database went away; nothing was imported"
     assert stored_now(deployment) == {}
+
+
+# --- expiry and writers (issue 12) ----------------------------------------------------------------
+
+
+def entries_by_key(scope: StateScope) -> dict:
+    return {entry.key: entry for entry in get_state_backend().entries(scope).entries}
+
+
+def test_export_import_keeps_expiry_and_writer_and_versions_restart(cli, deployment, tmp_path):
+    from datetime import timedelta
+
+    from airflow._shared.timezones.timezone import utcnow
+    from airflow_shared.state import CLI_WRITER, StateWriter
+
+    backend = get_state_backend()
+    task, asset = deployment.scopes["run1/mapped/1"], deployment.scopes["asset"]
+    in_a_day = utcnow() + timedelta(days=1, microseconds=123)
+    in_a_week = utcnow() + timedelta(weeks=1)
+    loader = StateWriter.task_try(deployment.dag_id, "run2", "extract", -1, 4)
+    backend.write(
+        task, "expiring", "1", writer=StateWriter.task_try("x", "y", "z", 1, 2), expires_at=in_a_day
+    )
+    backend.write(task, "forever", "2")
+    backend.write(asset, "watermark", '"2026-01-01"', writer=loader)
+    backend.write(asset, "watermark", '"2026-01-02"', writer=loader, expires_at=in_a_week)  # version 2
+    backend.write(asset, "by_cli", "3", writer=CLI_WRITER)
+
+    rows = {row["key"]: row for row in export_all(cli, deployment, tmp_path / "out.jsonl")}
+    assert rows["expiring"]["expires_at"] == in_a_day.isoformat() and rows["expiring"]["updated_by_try"] == 2
+    assert rows["forever"]["expires_at"] is None
+    assert rows["watermark"]["updated_by"] == {
+        "kind": "task",
+        "dag_id": deployment.dag_id,
+        "run_id": "run2",
+        "task_id": "extract",
+        "map_index": -1,
+        "try_number": 4,
+    }
+    assert rows["by_cli"]["updated_by"] == {"kind": "cli"}
+    assert "version" not in rows["watermark"]  # versions are the target's
+
+    for scope in (task, asset):
+        backend.clear(scope)
+    assert cli("import", str(tmp_path / "out.jsonl")).strip() == "Imported 4 keys (4 new, 0 overwritten)"
+    task_entries, asset_entries = entries_by_key(task), entries_by_key(asset)
+    assert task_entries["expiring"].expires_at == in_a_day and task_entries["expiring"].updated_by_try == 2
+    assert task_entries["forever"].expires_at is None
+    assert asset_entries["watermark"].expires_at == in_a_week
+    assert asset_entries["watermark"].writer == loader
+    assert asset_entries["by_cli"].writer == CLI_WRITER
+    assert asset_entries["watermark"].version == 1  # a key the import creates starts at 1
+
+
+def test_a_row_expired_by_the_time_of_the_import_is_skipped_and_counted(cli, deployment, tmp_path):
+    from datetime import timedelta
+
+    from airflow._shared.timezones.timezone import utcnow
+
+    past, future = utcnow() - timedelta(seconds=1), utcnow() + timedelta(hours=1)
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                task_line(deployment, "gone", 1, expires_at=past.isoformat()),
+                task_line(deployment, "kept", 2, expires_at=future.isoformat()),
+                asset_line(deployment, "gone_too", 3, expires_at=past.isoformat()),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    shown = cli("import", str(path), "--dry-run").splitlines()
+    assert shown[0].startswith("line 1: would skip key 'gone' of task instance (")
+    assert shown[0].endswith(f"(expired at {past.isoformat()})")
+    assert shown[-1] == "Dry run: would import 1 key (0 overwritten), skip 2 (2 expired); nothing was written"
+    report = cli("import", str(path)).strip()
+    assert report == "Imported 1 key (1 new, 0 overwritten), skipped 2 already expired"
+    assert {key for _, key in stored_now(deployment)} == {"kept"}
+    assert entries_by_key(deployment.scopes["run1/extract/-1"])["kept"].expires_at == future
+
+
+def test_a_file_exported_before_expiry_existed_still_imports(cli, deployment, tmp_path):
+    """Issue 11's rows: no expires_at, no updated_by. They never expire, and no writer is known."""
+    path = tmp_path / "old.jsonl"
+    old_task_row = {
+        "scope": "task",
+        "dag_id": deployment.dag_id,
+        "run_id": "run1",
+        "task_id": "extract",
+        "map_index": -1,
+        "key": "job",
+        "value": {"id": "app_001"},
+        "updated_at": "2026-01-02T03:04:05.123456+00:00",
+        "updated_by_try": 2,
+    }
+    old_asset_row = {
+        "scope": "asset",
+        "asset_name": deployment.asset_name,
+        "asset_uri": deployment.asset_uri,
+        "key": "watermark",
+        "value": "2026-01-01",
+        "updated_at": "2026-01-02T03:04:05.123456+00:00",
+    }
+    path.write_text(f"{json.dumps(old_task_row)}\n{json.dumps(old_asset_row)}\n", encoding="utf-8")
+    assert cli("import", str(path)).strip() == "Imported 2 keys (2 new, 0 overwritten)"
+    job = entries_by_key(deployment.scopes["run1/extract/-1"])["job"]
+    assert (codec.decode(job.value), job.updated_by_try, job.expires_at) == ({"id": "app_001"}, 2, None)
+    watermark = entries_by_key(deployment.scopes["asset"])["watermark"]
+    assert (watermark.value, watermark.expires_at, watermark.writer) == ('"2026-01-01"', None, None)
+
+
+def test_bad_expiry_and_writer_fields_are_refused_with_line_numbers(refused, deployment, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    lines = [
+        task_line(deployment, "a", 1, expires_at="tomorrow"),
+        task_line(deployment, "b", 1, expires_at="2999-01-01T00:00:00"),
+        asset_line(deployment, "c", 1, updated_by={"kind": "robot"}),
+        asset_line(deployment, "d", 1, updated_by={"kind": "task", "dag_id": "d"}),
+        task_line(deployment, "e", 1, updated_by={"kind": "cli"}),
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    message = refused("import", str(path))
+    assert message == "refused 5 of 5 rows; nothing was imported"
+    assert message.stderr.splitlines() == [
+        "line 1: \"expires_at\" must be an ISO 8601 timestamp or null (never), not 'tomorrow'",
+        'line 2: "expires_at" must name its UTC offset (e.g. 2999-01-01T00:00:00+00:00), '
+        "not '2999-01-01T00:00:00'",
+        'line 3: "updated_by": "kind" must be one of task, api, cli, not \'robot\'',
+        'line 4: "updated_by": "run_id" of a task writer must be a non-empty string, not None',
+        "line 5: unknown field for task state: updated_by",
+    ]
+    assert stored_now(deployment) == {}
