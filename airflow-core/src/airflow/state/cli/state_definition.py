@@ -279,9 +279,10 @@ STATE_COMMANDS = (
         ),
         "Write every stored key as one JSON object per line, for `airflow state import` here or in "
         "another deployment (or on another backend): task state as {scope: task, dag_id, run_id, "
-        "task_id, map_index, key, value, updated_at, updated_by_try}, asset state as {scope: asset, "
-        "asset_name, asset_uri, key, value, updated_at}. Filters say what to export: with only "
-        "--dag-id/--run-id no asset state, with only --asset-name/--asset-uri no task state.",
+        "task_id, map_index, key, value, updated_at, updated_by_try, expires_at}, asset state as {scope: "
+        "asset, asset_name, asset_uri, key, value, updated_at, expires_at, updated_by}. Expired keys "
+        "are not exported; versions are not (they are the target's). Filters say what to export: "
+        "with only --dag-id/--run-id no asset state, with only --asset-name/--asset-uri no task state.",
     ),
     _command(
         "import",
@@ -292,8 +293,10 @@ STATE_COMMANDS = (
         "valid JSON, fields, key and value, and its dag run, task instance or asset must exist here "
         "(assets are found by name and URI). If any row is refused, the refusals are listed with "
         "their line numbers and nothing is written. Rows keep the try that wrote them "
-        "(updated_by_try); updated_at becomes the time of the import. On the metastore the import is "
-        "one transaction.",
+        "(updated_by_try), the writer of asset state (updated_by) and when they expire (expires_at); "
+        "a row already expired is skipped and counted. updated_at becomes the time of the import, "
+        "and versions restart (a new key is at version 1). Files exported before expiry existed "
+        "import as never expiring. On the metastore the import is one transaction.",
     ),
 )
 
