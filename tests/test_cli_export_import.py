@@ -512,7 +512,9 @@ def entries_by_key(scope: StateScope) -> dict:
     return {entry.key: entry for entry in get_state_backend().entries(scope).entries}
 
 
-def test_export_import_keeps_expiry_and_writer_and_versions_restart(cli, deployment, tmp_path):
+def test_export_import_keeps_expiry_and_writer_from_backend_to_backend(
+    cli, deployment, backend_named, tmp_path
+):
     from datetime import timedelta
 
     from airflow._shared.timezones.timezone import utcnow
@@ -523,15 +525,15 @@ def test_export_import_keeps_expiry_and_writer_and_versions_restart(cli, deploym
     in_a_day = utcnow() + timedelta(days=1, microseconds=123)
     in_a_week = utcnow() + timedelta(weeks=1)
     loader = StateWriter.task_try(deployment.dag_id, "run2", "extract", -1, 4)
-    backend.write(
-        task, "expiring", "1", writer=StateWriter.task_try("x", "y", "z", 1, 2), expires_at=in_a_day
-    )
+    a_try = StateWriter.task_try(deployment.dag_id, "run1", "mapped", 1, 2)
+    backend.write(task, "expiring", "1", writer=a_try, expires_at=in_a_day)
     backend.write(task, "forever", "2")
     backend.write(asset, "watermark", '"2026-01-01"', writer=loader)
     backend.write(asset, "watermark", '"2026-01-02"', writer=loader, expires_at=in_a_week)  # version 2
     backend.write(asset, "by_cli", "3", writer=CLI_WRITER)
 
-    rows = {row["key"]: row for row in export_all(cli, deployment, tmp_path / "out.jsonl")}
+    exported = export_all(cli, deployment, tmp_path / "from_metastore.jsonl")
+    rows = {row["key"]: row for row in exported}
     assert rows["expiring"]["expires_at"] == in_a_day.isoformat() and rows["expiring"]["updated_by_try"] == 2
     assert rows["forever"]["expires_at"] is None
     assert rows["watermark"]["updated_by"] == {
@@ -545,16 +547,28 @@ def test_export_import_keeps_expiry_and_writer_and_versions_restart(cli, deploym
     assert rows["by_cli"]["updated_by"] == {"kind": "cli"}
     assert "version" not in rows["watermark"]  # versions are the target's
 
+    def assert_restored() -> None:
+        task_entries, asset_entries = entries_by_key(task), entries_by_key(asset)
+        assert task_entries["expiring"].expires_at == in_a_day
+        assert task_entries["expiring"].updated_by_try == 2
+        assert task_entries["forever"].expires_at is None
+        assert asset_entries["watermark"].expires_at == in_a_week
+        assert asset_entries["watermark"].writer == loader
+        assert asset_entries["by_cli"].writer == CLI_WRITER
+        assert asset_entries["watermark"].version == 1  # a key the import creates starts at 1
+
+    backend_named("redis")
+    report = cli("import", str(tmp_path / "from_metastore.jsonl")).strip()
+    assert report == "Imported 4 keys (4 new, 0 overwritten)"
+    assert_restored()
+    from_redis = export_all(cli, deployment, tmp_path / "from_redis.jsonl")
+    assert without_updated_at(from_redis) == without_updated_at(exported)
+
+    backend_named("metastore")
     for scope in (task, asset):
-        backend.clear(scope)
-    assert cli("import", str(tmp_path / "out.jsonl")).strip() == "Imported 4 keys (4 new, 0 overwritten)"
-    task_entries, asset_entries = entries_by_key(task), entries_by_key(asset)
-    assert task_entries["expiring"].expires_at == in_a_day and task_entries["expiring"].updated_by_try == 2
-    assert task_entries["forever"].expires_at is None
-    assert asset_entries["watermark"].expires_at == in_a_week
-    assert asset_entries["watermark"].writer == loader
-    assert asset_entries["by_cli"].writer == CLI_WRITER
-    assert asset_entries["watermark"].version == 1  # a key the import creates starts at 1
+        get_state_backend().clear(scope)
+    cli("import", str(tmp_path / "from_redis.jsonl"))
+    assert_restored()
 
 
 def test_a_row_expired_by_the_time_of_the_import_is_skipped_and_counted(cli, deployment, tmp_path):
