@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
-from airflow.state.metastore.operations import arun, run
-from airflow_shared.state import BaseStateBackend, StateEntryPage, StateScope
+from airflow.state.metastore.operations import adrive, arun, drive, run
+from airflow_shared.state import BaseStateBackend, StateEntryPage, StateScope, StateWriter, VersionedValue
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,11 +23,20 @@ class MetastoreStateBackend(BaseStateBackend):
 
     Sync methods join a caller's ``session`` (and leave committing to the caller); without one each
     call is a single statement committed on its own. Async methods run on Airflow's async engine.
-    Every write records which try wrote it (``updated_by_try``, NULL for writes made outside a
-    task try). Deleting a dag run or an asset deletes its state by foreign-key cascade.
+    Every task state write records which try wrote it (``updated_by_try``, NULL for writes made
+    outside a task try). Deleting a dag run or an asset deletes its state by foreign-key cascade.
+
+    Every key has a version (1 when created, one more on every write) and an optional expiry;
+    expired keys are invisible to every read at once, and :meth:`cleanup` removes them. Asset
+    state records its last writer (``updated_by*``). Conditional writes and increments are single
+    statements in the usual case (see :mod:`airflow.state.metastore.statements`).
 
     Each method names its operation (:mod:`airflow.state.metastore.operations`) and runs it.
     """
+
+    supports_versions = True
+    supports_expiry = True
+    supports_increment = True
 
     # --- sync --------------------------------------------------------------------------
 
@@ -45,6 +56,53 @@ class MetastoreStateBackend(BaseStateBackend):
         session: Session | None = None,
     ) -> None:
         run(op.upsert(scope, key, value, try_number=try_number), session)
+
+    def write(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: Session | None = None,
+    ) -> int:
+        return drive(op.write(scope, key, value, writer, expires_at, if_version), session)
+
+    def get_versioned(
+        self, scope: StateScope, key: str, *, session: Session | None = None
+    ) -> VersionedValue | None:
+        return run(op.get_versioned(scope, key), session)
+
+    def increment(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Session | None = None,
+    ) -> int:
+        return drive(op.increment(scope, key, by, writer, expires_at), session)
+
+    def cleanup(
+        self,
+        *,
+        now: datetime,
+        updated_before: datetime | None = None,
+        batch_size: int = 1000,
+        dry_run: bool = False,
+        session: Any = None,
+    ) -> int:
+        """
+        See :meth:`BaseStateBackend.cleanup`. Each batch commits on a session of its own, whatever
+        *session* is given: a caller's transaction would hold every batch's locks to its end.
+        """
+        return _cleanup.cleanup(
+            now=now, updated_before=updated_before, batch_size=batch_size, dry_run=dry_run
+        )
 
     def delete(self, scope: StateScope, key: str, *, session: Session | None = None) -> None:
         run(op.delete_key(scope, key), session)
@@ -91,6 +149,36 @@ class MetastoreStateBackend(BaseStateBackend):
         session: AsyncSession | None = None,
     ) -> None:
         await arun(op.upsert(scope, key, value, try_number=try_number), session)
+
+    async def awrite(
+        self,
+        scope: StateScope,
+        key: str,
+        value: str,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        if_version: int | None = None,
+        session: AsyncSession | None = None,
+    ) -> int:
+        return await adrive(op.write(scope, key, value, writer, expires_at, if_version), session)
+
+    async def aget_versioned(
+        self, scope: StateScope, key: str, *, session: AsyncSession | None = None
+    ) -> VersionedValue | None:
+        return await arun(op.get_versioned(scope, key), session)
+
+    async def aincrement(
+        self,
+        scope: StateScope,
+        key: str,
+        by: int = 1,
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: AsyncSession | None = None,
+    ) -> int:
+        return await adrive(op.increment(scope, key, by, writer, expires_at), session)
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
         await arun(op.delete_key(scope, key), session)

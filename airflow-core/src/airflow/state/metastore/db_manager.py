@@ -20,7 +20,7 @@ class StateDBManager(BaseDBManager):
     version_table_name = "alembic_version_state"
     supports_table_dropping = True
     # airflow-task-state releases and the revision each left the chain at (`--to-version`).
-    revision_heads_map = {"0.1.0": "b7d3e1a90112"}
+    revision_heads_map = {"0.1.0": "b7d3e1a90112", "0.2.0": "c4a8f2d60113"}
 
     def downgrade(
         self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False

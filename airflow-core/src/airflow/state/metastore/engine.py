@@ -85,6 +85,15 @@ class _Compiled:
             rows = [self._converted(row) for row in rows]
         return Outcome(rows, cursor.rowcount)
 
+    def result_outcome(self, result: Any) -> Outcome:
+        """The :class:`Outcome` of a SQLAlchemy ``CursorResult`` of :attr:`sql` (``exec_driver_sql``)."""
+        if not result.returns_rows:
+            return Outcome([], result.rowcount)
+        rows = [tuple(row) for row in result.fetchall()]
+        if any(self._from_driver):
+            rows = [self._converted(row) for row in rows]
+        return Outcome(rows, result.rowcount)
+
     def _converted(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         pairs = zip(self._from_driver, row, strict=True)
         return tuple(convert(value) if convert else value for convert, value in pairs)
@@ -144,6 +153,22 @@ class _AutocommitEngine:
                 if cursor is not None and connection.is_valid:
                     cursor.close()
                 connection.close()
+
+
+# Statements compiled for the dialects of callers' sessions (sync and async drivers differ).
+_for_sessions: dict[tuple[Executable, str, str], _Compiled] = {}
+
+
+def compiled_for(statement: Executable, dialect: Dialect) -> _Compiled:
+    """
+    *statement* compiled for *dialect*, once. Callers' sessions run it with ``exec_driver_sql``:
+    SQLAlchemy returns no rows from an INSERT whose RETURNING it did not render itself.
+    """
+    cache_key = (statement, dialect.name, dialect.driver)
+    compiled = _for_sessions.get(cache_key)
+    if compiled is None:
+        compiled = _for_sessions.setdefault(cache_key, _Compiled(statement, dialect))
+    return compiled
 
 
 _lock = threading.Lock()

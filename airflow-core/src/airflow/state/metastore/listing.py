@@ -12,20 +12,25 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, assert_never
 
+from airflow._shared.timezones import timezone
 from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+from airflow.state.metastore.statements import ASSET_WRITER_COLUMNS
 from airflow_shared.state import (
     AssetScope,
     StateEntry,
     StateEntryPage,
     StateScope,
+    StateWriter,
     TaskScope,
+    WriterKind,
     validate_listing,
     validate_scope,
 )
 from airflow_shared.state.entries import page_of_keys
-from sqlalchemy import func, literal, select
+from sqlalchemy import func, or_, select
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -52,7 +57,15 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
         yield items[start : start + _CHUNK]
 
 
-def _columns_and_filter(scope: StateScope) -> tuple[Any, list[Any], list[Any]]:
+def _live(table: Any, now: datetime) -> Any:
+    """Expired keys are never listed, even before clean-up removes them."""
+    return or_(table.c.expires_at.is_(None), table.c.expires_at > now)
+
+
+_COMMON = ("key", "value", "updated_at", "version", "expires_at")
+
+
+def _columns_and_filter(scope: StateScope, now: datetime) -> tuple[Any, list[Any], list[Any]]:
     match scope:
         case TaskScope():
             where = [
@@ -60,19 +73,47 @@ def _columns_and_filter(scope: StateScope) -> tuple[Any, list[Any], list[Any]]:
                 _task.c.run_id == scope.run_id,
                 _task.c.task_id == scope.task_id,
                 _task.c.map_index == scope.map_index,
+                _live(_task, now),
             ]
-            columns = [_task.c.key, _task.c.value, _task.c.updated_at, _task.c.updated_by_try]
+            columns = [*(_task.c[name] for name in _COMMON), _task.c.updated_by_try]
             return _task, columns, where
         case AssetScope():
             columns = [
-                _asset.c.key,
-                _asset.c.value,
-                _asset.c.updated_at,
-                literal(None).label("updated_by_try"),
+                *(_asset.c[name] for name in _COMMON),
+                *(_asset.c[name] for name in ASSET_WRITER_COLUMNS),
             ]
-            return _asset, columns, [_asset.c.asset_id == scope.asset_id]
+            return _asset, columns, [_asset.c.asset_id == scope.asset_id, _live(_asset, now)]
         case _:
             assert_never(scope)
+
+
+def _writer(row: Any) -> StateWriter | None:
+    """The last writer of an asset_state row (``None`` for task state, and when not recorded)."""
+    kind = getattr(row, "updated_by", None)
+    if kind is None:
+        return None
+    return StateWriter(
+        WriterKind(kind),
+        row.updated_by_dag_id,
+        row.updated_by_run_id,
+        row.updated_by_task_id,
+        row.updated_by_map_index,
+        row.updated_by_try,
+    )
+
+
+def _entry(key: str, row: Any) -> StateEntry:
+    writer = _writer(row)
+    return StateEntry(
+        key,
+        row.value,
+        row.updated_at,
+        # Asset state has no try of its own: the writer carries it.
+        row.updated_by_try if "updated_by" not in row._fields else None,
+        row.version,
+        row.expires_at,
+        writer,
+    )
 
 
 def entries(
@@ -80,7 +121,7 @@ def entries(
 ) -> StateEntryPage:
     validate_scope(scope)
     validate_listing(key_prefix, offset, limit)
-    table, columns, where = _columns_and_filter(scope)
+    table, columns, where = _columns_and_filter(scope, timezone.utcnow())
     with _session(session) as db:
         keys = list(db.scalars(select(table.c.key).where(*where)))
         page, total = page_of_keys(keys, key_prefix, offset, limit)
@@ -96,11 +137,7 @@ def entries(
             ]
     found = {row.key: row for row in rows}
     return StateEntryPage(
-        [
-            StateEntry(key, found[key].value, found[key].updated_at, found[key].updated_by_try)
-            for key in page
-            if key in found  # deleted between the two reads
-        ],
+        [_entry(key, found[key]) for key in page if key in found],  # else deleted between the two reads
         total,
     )
 
@@ -115,12 +152,18 @@ def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[in
             tasks_by_run[(scope.dag_id, scope.run_id)].add(scope.task_id)
         else:
             asset_ids.add(scope.asset_id)
+    now = timezone.utcnow()
     with _session(session) as db:
         for (dag_id, run_id), task_ids in tasks_by_run.items():
             for chunk in _chunks(sorted(task_ids)):
                 query = (
                     select(_task.c.task_id, _task.c.map_index, func.count())
-                    .where(_task.c.dag_id == dag_id, _task.c.run_id == run_id, _task.c.task_id.in_(chunk))
+                    .where(
+                        _task.c.dag_id == dag_id,
+                        _task.c.run_id == run_id,
+                        _task.c.task_id.in_(chunk),
+                        _live(_task, now),
+                    )
                     .group_by(_task.c.task_id, _task.c.map_index)
                 )
                 for task_id, map_index, count in db.execute(query):
@@ -128,7 +171,7 @@ def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[in
         for chunk in _chunks(sorted(asset_ids)):
             query = (
                 select(_asset.c.asset_id, func.count())
-                .where(_asset.c.asset_id.in_(chunk))
+                .where(_asset.c.asset_id.in_(chunk), _live(_asset, now))
                 .group_by(_asset.c.asset_id)
             )
             for asset_id, count in db.execute(query):

@@ -13,25 +13,32 @@ differ only in which of the two they call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
+from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
-from airflow.state.metastore.engine import Outcome, execute
+from airflow.state.metastore.engine import Outcome, compiled_for, execute
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
     StateScope,
+    StateWriter,
     TaskScope,
+    VersionedValue,
+    incremented,
+    validate_increment,
     validate_key,
     validate_scope,
     validate_value,
+    validate_write_options,
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import CursorResult, Executable, Result
+    from sqlalchemy import Executable
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
@@ -56,6 +63,10 @@ def _first_value(outcome: Outcome) -> str | None:
     return outcome.rows[0][0] if outcome.rows else None
 
 
+def _versioned(outcome: Outcome) -> VersionedValue | None:
+    return VersionedValue(outcome.rows[0][0], outcome.rows[0][1]) if outcome.rows else None
+
+
 def _sorted_keys(outcome: Outcome) -> list[str]:
     # Sorted here, not in SQL: database collations order text differently from each other.
     return sorted(row[0] for row in outcome.rows)
@@ -65,18 +76,33 @@ def _ignored(outcome: Outcome) -> None:
     return None
 
 
-def _written(scope: StateScope, outcome: Outcome) -> None:
-    # An upsert writes nothing when its SELECT finds no dag run (or asset).
-    if outcome.rowcount > 0:
-        return
+def _rowcount(outcome: Outcome) -> int:
+    return outcome.rowcount
+
+
+def _upserted(outcome: Outcome) -> tuple[int, str] | None:
+    """
+    The new version and value of a guarded upsert (``create``, ``increment``), or ``None`` when it
+    wrote nothing: no dag run (or asset), or the guard refused. On MariaDB a refused guard still
+    returns the stored row, with the outcome variable at 0 (see :mod:`.statements`).
+    """
+    if not outcome.rows:
+        return None
+    row = outcome.rows[0]
+    if len(row) > 2 and row[2] is not None and not int(row[2]):
+        return None
+    return int(row[0]), row[1]
+
+
+def _missing_parent(scope: StateScope) -> ValueError:
     match scope:
         case TaskScope():
-            raise ValueError(
+            return ValueError(
                 f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
                 "only be written for an existing dag run"
             )
         case AssetScope():
-            raise ValueError(
+            return ValueError(
                 f"No asset found with id {scope.asset_id}: asset state can only be written for an "
                 "existing asset"
             )
@@ -84,32 +110,159 @@ def _written(scope: StateScope, outcome: Outcome) -> None:
             assert_never(scope)
 
 
+def _written(scope: StateScope, outcome: Outcome) -> int:
+    # An upsert writes (and returns) nothing when its SELECT finds no dag run (or asset).
+    if not outcome.rows:
+        raise _missing_parent(scope)
+    return int(outcome.rows[0][0])
+
+
 # --- the operations ------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return timezone.utcnow()
 
 
 def get_value(scope: StateScope, key: str) -> Operation[str | None]:
     validate_scope(scope)
     validate_key(key)
-    return Operation(statements.for_scope(scope).select_value, statements.params(scope, key), _first_value)
+    values = statements.params(scope, key)
+    values["now"] = _now()
+    return Operation(statements.for_scope(scope).select_value, values, _first_value)
 
 
-def upsert(scope: StateScope, key: str, value: str, try_number: int | None) -> Operation[None]:
-    """Store *value*; *try_number* is recorded for task scopes (``updated_by_try``)."""
+def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | None]:
     validate_scope(scope)
     validate_key(key)
-    validate_value(value)
+    values = statements.params(scope, key)
+    values["now"] = _now()
+    return Operation(statements.for_scope(scope).select_versioned, values, _versioned)
+
+
+def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:
+    if writer is not None and not isinstance(writer, StateWriter):
+        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}")
+    match scope:
+        case TaskScope():
+            return {"updated_by_try": writer.try_number if writer is not None else None}
+        case AssetScope():
+            if writer is None:
+                return dict.fromkeys(statements.ASSET_WRITER_COLUMNS)
+            return {
+                "updated_by": writer.kind.value,
+                "updated_by_dag_id": writer.dag_id,
+                "updated_by_run_id": writer.run_id,
+                "updated_by_task_id": writer.task_id,
+                "updated_by_map_index": writer.map_index,
+                "updated_by_try": writer.try_number,
+            }
+        case _:
+            assert_never(scope)
+
+
+def _write_values(
+    scope: StateScope, key: str, value: str, writer: StateWriter | None, expires_at: datetime | None
+) -> dict[str, Any]:
     values = statements.params(scope, key)
     values["value"] = value
     # Given here, not left to the model's default: the hot path sends no ORM defaults.
-    values["updated_at"] = timezone.utcnow()
-    match scope:
-        case TaskScope():
-            values["updated_by_try"] = try_number
-        case AssetScope():
-            pass
-        case _:
-            assert_never(scope)
+    values["updated_at"] = values["now"] = _now()
+    values["expires_at"] = expires_at
+    values.update(_writer_values(scope, writer))
+    return values
+
+
+def upsert(scope: StateScope, key: str, value: str, try_number: int | None) -> Operation[int]:
+    """Store *value* for ever (``set``); *try_number* is recorded for task scopes (``updated_by_try``)."""
+    validate_scope(scope)
+    validate_key(key)
+    validate_value(value)
+    values = _write_values(scope, key, value, None, None)
+    if isinstance(scope, TaskScope):
+        values["updated_by_try"] = try_number
     return Operation(statements.for_scope(scope).upsert, values, partial(_written, scope))
+
+
+#: The steps of a call that may need more than one statement: each ``yield`` sends one operation
+#: and receives what it read; the return value is the call's. :func:`drive` and :func:`adrive`
+#: run a flow sync or async, so the logic exists once.
+Flow = Generator[Operation[Any], Any, T]
+
+
+def write(
+    scope: StateScope,
+    key: str,
+    value: str,
+    writer: StateWriter | None,
+    expires_at: datetime | None,
+    if_version: int | None,
+) -> Flow[int]:
+    """
+    One statement in the usual case. A refused conditional write costs one more, a SELECT that
+    learns the stored version for the error.
+    """
+    validate_scope(scope)
+    validate_key(key)
+    validate_value(value)
+    validate_write_options(expires_at, if_version)
+    sql = statements.for_scope(scope)
+    values = _write_values(scope, key, value, writer, expires_at)
+    if if_version is None:
+        return (yield Operation(sql.upsert, values, partial(_written, scope)))
+    if if_version > 0:
+        values["if_version"] = if_version
+        if (yield Operation(sql.update_if_version, values, _rowcount)):
+            return if_version + 1
+        stored = yield get_versioned(scope, key)
+        raise StateConflictError(key, if_version, stored.version if stored else 0)
+    for _attempt in range(2):
+        created = yield Operation(sql.create, values, _upserted)
+        if created is not None:
+            return created[0]
+        stored = yield get_versioned(scope, key)
+        if stored is not None:
+            raise StateConflictError(key, 0, stored.version)
+        # Nothing live is stored, yet nothing was written: no dag run (or asset), unless the live
+        # key was deleted in between; one more attempt tells.
+        values["now"] = values["updated_at"] = _now()
+    raise _missing_parent(scope)
+
+
+def increment(
+    scope: StateScope, key: str, by: int, writer: StateWriter | None, expires_at: datetime | None
+) -> Flow[int]:
+    """
+    One statement in the usual case. When it refuses the stored value, a SELECT tells why: not an
+    integer, or out of range (``ValueError``, nothing written); or an integer in a form the SQL
+    does not take (``" 7"``, ``"007"``), which is then replaced by a versioned write.
+    """
+    validate_scope(scope)
+    validate_key(key)
+    validate_increment(by)
+    validate_write_options(expires_at, None)
+    sql = statements.for_scope(scope)
+    absent_rounds = 0
+    while True:
+        values = _write_values(scope, key, str(by), writer, expires_at)
+        values["by"] = by
+        added = yield Operation(sql.increment, values, _upserted)
+        if added is not None:
+            return int(added[1])
+        stored = yield get_versioned(scope, key)
+        if stored is None:
+            # Nothing live, yet nothing was written: no dag run (or asset), unless the key was
+            # deleted in between.
+            absent_rounds += 1
+            if absent_rounds == 2:
+                raise _missing_parent(scope)
+            continue
+        result = incremented(key, stored.value, by)  # ValueError for what no increment accepts
+        try:
+            yield from write(scope, key, str(result), writer, expires_at, stored.version)
+        except StateConflictError:
+            continue
+        return result
 
 
 def delete_key(scope: StateScope, key: str) -> Operation[None]:
@@ -128,28 +281,54 @@ def clear(scope: StateScope, *, all_map_indices: bool) -> Operation[None]:
 
 def list_keys(scope: StateScope) -> Operation[list[str]]:
     validate_scope(scope)
-    return Operation(statements.for_scope(scope).select_keys, statements.params(scope), _sorted_keys)
+    values = statements.params(scope)
+    values["now"] = _now()
+    return Operation(statements.for_scope(scope).select_keys, values, _sorted_keys)
 
 
 # --- running them --------------------------------------------------------------------------
-
-
-def _outcome(result: Result[Any]) -> Outcome:
-    # Session.execute() is typed as returning a Result; for these statements it is a CursorResult.
-    cursor = cast("CursorResult[Any]", result)
-    return Outcome(list(cursor.tuples()) if cursor.returns_rows else [], cursor.rowcount)
 
 
 def run(operation: Operation[T], session: Session | None) -> T:
     """Run *operation* in *session* (the caller commits), or autocommitted on its own without one."""
     if session is None:
         return operation.read(execute(operation.statement, operation.values))
-    return operation.read(_outcome(session.execute(operation.statement, operation.values)))
+    connection = session.connection()
+    compiled = compiled_for(operation.statement, connection.dialect)
+    result = connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
+    return operation.read(compiled.result_outcome(result))
+
+
+async def _arun_in(operation: Operation[T], session: AsyncSession) -> T:
+    connection = await session.connection()
+    compiled = compiled_for(operation.statement, connection.dialect)
+    result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
+    return operation.read(compiled.result_outcome(result))
 
 
 async def arun(operation: Operation[T], session: AsyncSession | None) -> T:
     """Run *operation* in *session* (the caller commits), or in a session of its own, committed."""
     if session is not None:
-        return operation.read(_outcome(await session.execute(operation.statement, operation.values)))
+        return await _arun_in(operation, session)
     async with create_session_async() as own_session:
-        return operation.read(_outcome(await own_session.execute(operation.statement, operation.values)))
+        return await _arun_in(operation, own_session)
+
+
+def drive(flow: Flow[T], session: Session | None) -> T:
+    """Run every operation of *flow* with :func:`run`; return what the flow returns."""
+    try:
+        operation = next(flow)
+        while True:
+            operation = flow.send(run(operation, session))
+    except StopIteration as done:
+        return done.value
+
+
+async def adrive(flow: Flow[T], session: AsyncSession | None) -> T:
+    """Run every operation of *flow* with :func:`arun`; return what the flow returns."""
+    try:
+        operation = next(flow)
+        while True:
+            operation = flow.send(await arun(operation, session))
+    except StopIteration as done:
+        return done.value

@@ -4,7 +4,21 @@ bound parameters only, so that SQLAlchemy (and the autocommit engine) compile ea
 
 Every write is one statement: the upsert finds the dag run (or asset) in a SELECT inside the
 INSERT, so there is no extra round trip, no window between lookup and write, and a missing dag
-run shows up as a rowcount of 0.
+run shows up as no row written. Each write adds one to the key's ``version`` and returns it
+(``RETURNING``: PostgreSQL, SQLite 3.35+ and MariaDB 10.5+ all have it on ``INSERT``).
+
+Conditional writes stay one statement too:
+
+- ``if_version=n``: an ``UPDATE`` whose ``WHERE`` asks for version *n* on a live row.
+- ``if_version=0`` and ``increment``: an upsert whose update applies only under a condition (the
+  stored row expired; the stored value is an integer that stays in range). PostgreSQL and SQLite
+  say so with ``DO UPDATE ... WHERE`` and return no row when it does not hold. MariaDB has no
+  ``WHERE`` there: each assignment keeps the stored value unless the condition holds, the first
+  one records the condition in a session variable, and ``RETURNING`` reports it (NULL: inserted,
+  1: updated, 0: left as it was). The source ``SELECT`` resets the variable, so a value left by an
+  earlier statement on the connection is never read.
+
+Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
 
 This module only builds SQL; :mod:`airflow.state.metastore.operations` says what each call sends
 and how to read the answer, and runs it.
@@ -17,10 +31,27 @@ from typing import Any, NamedTuple, assert_never
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.state.metastore.models import AssetStateModel, TaskStateModel
-from airflow_shared.state import AssetScope, StateScope, TaskScope
-from sqlalchemy import Delete, Executable, Integer, Select, bindparam, delete, select
+from airflow_shared.state import MAX_COUNTER, MIN_COUNTER, AssetScope, StateScope, TaskScope
+from sqlalchemy import (
+    BigInteger,
+    Delete,
+    Executable,
+    Integer,
+    Select,
+    Text,
+    Update,
+    and_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, ColumnElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.visitors import InternalTraversal
 
@@ -29,17 +60,31 @@ _asset = AssetStateModel.__table__
 _dag_run = DagRun.__table__
 _asset_row = AssetModel.__table__
 
+#: The MariaDB session variable that carries an upsert's condition to its RETURNING clause.
+_OUTCOME_VARIABLE = "@airflow_state_applied"
+
 
 class Statements(NamedTuple):
-    """The statements of one scope type; their parameters are those of :func:`params`."""
+    """The statements of one scope type; their parameters are those of :func:`params` and more."""
 
-    #: The value of ``:key``.
+    #: The value of ``:key`` if live (``now``).
     select_value: Select[Any]
-    #: Every key of the scope.
+    #: The value and version of ``:key`` if live (``now``).
+    select_versioned: Select[Any]
+    #: Every live key of the scope (``now``).
     select_keys: Select[Any]
-    #: Insert or replace ``:key``; also takes ``value``, ``updated_at`` and, for task scopes,
-    #: ``updated_by_try``. Its rowcount is 0 when the dag run (or asset) does not exist.
+    #: Insert or replace ``:key`` (``value``, ``updated_at``, ``expires_at`` and the writer
+    #: columns); returns the new version, or no row when the dag run (or asset) does not exist.
     upsert: Executable
+    #: :attr:`upsert` only where the key is absent or expired (``now`` too): returns no row (or,
+    #: on MariaDB, the outcome 0) when a live key is stored.
+    create: Executable
+    #: Replace ``:key`` only at version ``if_version`` and live (``now``); rowcount 0 otherwise.
+    update_if_version: Update
+    #: Add ``by`` to the integer stored under ``:key`` (``value`` is ``str(by)``, what an absent or
+    #: expired key becomes); returns the new version and value, or nothing (outcome 0 on MariaDB)
+    #: when the stored value is no integer or the sum leaves 64 bits.
+    increment: Executable
     #: Delete ``:key``.
     delete_key: Delete
     #: Delete every key of the scope (of its own map index, for a task scope).
@@ -69,33 +114,159 @@ def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
     return values
 
 
+# --- SQL constructs SQLAlchemy has no cacheable form of --------------------------------------
+
+
+class _Proposed(ColumnElement[Any]):
+    """The value the INSERT proposed for a column: ``excluded.col``, ``VALUES(col)`` on MySQL."""
+
+    __visit_name__ = "state_proposed"
+    inherit_cache = False
+    _traverse_internals = [("name", InternalTraversal.dp_string)]
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+@compiles(_Proposed)
+def _proposed(element: _Proposed, compiler: Any, **kw: Any) -> str:
+    return f"excluded.{compiler.preparer.quote(element.name)}"
+
+
+@compiles(_Proposed, "mysql")
+def _proposed_mysql(element: _Proposed, compiler: Any, **kw: Any) -> str:
+    # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no alias
+    # on INSERT ... SELECT.
+    return f"VALUES({compiler.preparer.quote(element.name)})"
+
+
+class _ResetOutcome(ColumnElement[Any]):
+    """A true condition that, on MariaDB, also clears :data:`_OUTCOME_VARIABLE` first."""
+
+    __visit_name__ = "state_reset_outcome"
+    inherit_cache = True
+    _traverse_internals: list[Any] = []
+
+
+@compiles(_ResetOutcome)
+def _always_true(element: _ResetOutcome, compiler: Any, **kw: Any) -> str:
+    return "1 = 1"
+
+
+@compiles(_ResetOutcome, "mysql")
+def _reset_outcome(element: _ResetOutcome, compiler: Any, **kw: Any) -> str:
+    return f"({_OUTCOME_VARIABLE} := NULL) IS NULL"
+
+
+class _CounterSum(ColumnElement[Any]):
+    """
+    *stored* + *by* as a 64-bit integer when *stored* is the text of one and the sum stays in
+    range; NULL otherwise. Only canonical integer text counts (no sign but ``-``, no leading
+    zeros, no spaces); the backend handles the rare other forms Python accepts.
+    """
+
+    __visit_name__ = "state_counter_sum"
+    inherit_cache = False
+    _traverse_internals = [
+        ("stored", InternalTraversal.dp_clauseelement),
+        ("by", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, stored: Any, by: Any) -> None:
+        self.stored = stored
+        self.by = by
+
+
+_CANONICAL_INTEGER = "^(0|-?[1-9][0-9]{0,18})$"
+
+
+@compiles(_CounterSum, "postgresql")
+def _counter_sum_postgresql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
+    stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
+    # Nested CASEs: PostgreSQL does not promise to evaluate AND's operands in order, and casting a
+    # non-number raises. NUMERIC holds any 19-digit sum exactly.
+    total = f"(CAST({stored} AS NUMERIC) + {by})"
+    return (
+        f"CASE WHEN {stored} ~ '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} AND "
+        f"{MAX_COUNTER} THEN CAST({total} AS BIGINT) END END"
+    )
+
+
+@compiles(_CounterSum, "mysql")
+def _counter_sum_mysql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
+    stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
+    total = f"(CAST({stored} AS DECIMAL(21, 0)) + {by})"
+    return (
+        f"CASE WHEN {stored} REGEXP '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} "
+        f"AND {MAX_COUNTER} THEN CAST({total} AS SIGNED) END END"
+    )
+
+
+@compiles(_CounterSum, "sqlite")
+def _counter_sum_sqlite(element: _CounterSum, compiler: Any, **kw: Any) -> str:
+    stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
+    # Text that survives a round trip through INTEGER is canonical and within 64 bits (a larger
+    # one saturates); SQLite turns an overflowing integer sum into a REAL.
+    as_integer = f"CAST({stored} AS INTEGER)"
+    return (
+        f"CASE WHEN CAST({as_integer} AS TEXT) = {stored} AND typeof({as_integer} + {by}) = 'integer' "
+        f"THEN {as_integer} + {by} END"
+    )
+
+
 class _OnConflictUpdate(ClauseElement):
     """
-    ``ON CONFLICT (...) DO UPDATE`` / ``ON DUPLICATE KEY UPDATE``, as a construct SQLAlchemy can cache.
+    ``ON CONFLICT (...) DO UPDATE [WHERE ...] RETURNING ...`` / ``ON DUPLICATE KEY UPDATE ...
+    RETURNING ...``, as a construct SQLAlchemy can cache.
 
     SQLAlchemy 2.0's dialect-specific ``insert()`` constructs opt out of the compiled cache, so a
     statement built with them is compiled again on every execution: about a millisecond per
     ``set``, more than the round trip itself. This clause renders the same SQL on a plain,
-    cacheable INSERT.
+    cacheable INSERT. RETURNING is rendered here too: SQLAlchemy would refuse it on a MariaDB
+    dialect that has not connected yet.
+
+    :param assignments: (column, expression) pairs, in order; on MariaDB later assignments see the
+        values earlier ones stored, so the condition is evaluated by the first one only.
+    :param where: apply the update only where this holds (see the module's docstring).
     """
 
     __visit_name__ = "state_on_conflict_update"
+    inherit_cache = False
     _traverse_internals = [
         ("conflict_columns", InternalTraversal.dp_string_list),
-        ("update_columns", InternalTraversal.dp_string_list),
+        ("assigned", InternalTraversal.dp_string_list),
+        ("expressions", InternalTraversal.dp_clauseelement_list),
+        ("where", InternalTraversal.dp_clauseelement),
+        ("returning", InternalTraversal.dp_string_list),
     ]
 
-    def __init__(self, conflict_columns: list[str], update_columns: list[str]) -> None:
+    def __init__(
+        self,
+        conflict_columns: list[str],
+        assignments: list[tuple[str, Any]],
+        where: Any,
+        returning: list[str],
+    ) -> None:
         self.conflict_columns = conflict_columns
-        self.update_columns = update_columns
+        self.assigned = [name for name, _ in assignments]
+        self.expressions = [expression for _, expression in assignments]
+        self.where = where
+        self.returning = returning
 
 
 class _Upsert(Insert):
     inherit_cache = True
 
-    def on_conflict_update(self, conflict_columns: list[str], update_columns: list[str]) -> _Upsert:
+    def on_conflict_update(
+        self,
+        conflict_columns: list[str],
+        assignments: list[tuple[str, Any]],
+        *,
+        where: Any = None,
+        returning: list[str],
+    ) -> _Upsert:
         upsert = self._generate()
-        upsert._post_values_clause = _OnConflictUpdate(conflict_columns, update_columns)
+        upsert._post_values_clause = _OnConflictUpdate(conflict_columns, assignments, where, returning)
         return upsert
 
 
@@ -111,85 +282,176 @@ def _unsupported(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
 def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     quote = compiler.preparer.quote
     conflict = ", ".join(quote(c) for c in clause.conflict_columns)
-    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in clause.update_columns)
-    return f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+    updates = ", ".join(
+        f"{quote(name)} = {compiler.process(expression, **kw)}"
+        for name, expression in zip(clause.assigned, clause.expressions, strict=True)
+    )
+    where = "" if clause.where is None else f" WHERE {compiler.process(clause.where, **kw)}"
+    returning = ", ".join(quote(c) for c in clause.returning)
+    return f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}{where} RETURNING {returning}"
 
 
 @compiles(_OnConflictUpdate, "mysql")
 def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
-    # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no
-    # alias on INSERT ... SELECT. SQLAlchemy's MySQL drivers connect with CLIENT_FOUND_ROWS, so
-    # an update counts in the rowcount even when it changes nothing.
+    # SQLAlchemy's MySQL drivers connect with CLIENT_FOUND_ROWS, so an update counts in the
+    # rowcount even when it changes nothing; RETURNING needs MariaDB 10.5+.
     quote = compiler.preparer.quote
-    return "ON DUPLICATE KEY UPDATE " + ", ".join(
-        f"{quote(c)} = VALUES({quote(c)})" for c in clause.update_columns
-    )
+    updates = []
+    for position, (name, expression) in enumerate(zip(clause.assigned, clause.expressions, strict=True)):
+        rendered = compiler.process(expression, **kw)
+        if clause.where is not None:
+            condition = (
+                f"({_OUTCOME_VARIABLE} := ({compiler.process(clause.where, **kw)}))"
+                if position == 0
+                else _OUTCOME_VARIABLE
+            )
+            rendered = f"IF({condition}, {rendered}, {quote(name)})"
+        updates.append(f"{quote(name)} = {rendered}")
+    returning = [quote(c) for c in clause.returning]
+    if clause.where is not None:
+        returning.append(_OUTCOME_VARIABLE)
+    return f"ON DUPLICATE KEY UPDATE {', '.join(updates)} RETURNING {', '.join(returning)}"
 
 
-def _written_by_upsert(table: Any) -> list[Any]:
-    """Bound parameters for the written columns, typed as the columns (keys as bytes on MySQL)."""
-    return [
-        bindparam("key", type_=table.c.key.type),
-        bindparam("value", type_=table.c.value.type),
-        bindparam("updated_at", type_=table.c.updated_at.type),
-    ]
+# --- the statements ----------------------------------------------------------------------------
+
+
+# A literal, not a bound parameter: the autocommit engine binds only the parameters it is given.
+_ONE = literal_column("1", Integer())
+
+
+def _bind(table: Any, name: str) -> Any:
+    """A bound parameter typed as *table*'s column *name* (keys as bytes on MySQL, UTC datetimes)."""
+    return bindparam(name, type_=table.c[name].type)
+
+
+def _now(table: Any) -> Any:
+    return bindparam("now", type_=table.c.expires_at.type)
+
+
+def _live(table: Any) -> Any:
+    return or_(table.c.expires_at.is_(None), table.c.expires_at > _now(table))
+
+
+def _expired(table: Any) -> Any:
+    return and_(table.c.expires_at.is_not(None), table.c.expires_at <= _now(table))
+
+
+def _build(
+    table: Any,
+    conflict_columns: list[str],
+    insert_columns: list[str],
+    source: Select[Any],
+    written: list[str],
+    scope_filter: list[Any],
+) -> dict[str, Any]:
+    """
+    The statements every scope type has, given its table, the source SELECT of its upsert (which
+    finds the dag run or asset and supplies ``insert_columns``), the columns every write replaces
+    besides ``value`` (``written``; ``expires_at`` last, see :class:`_OnConflictUpdate`) and the
+    filter of the scope.
+    """
+    same_key = table.c.key == bindparam("key")
+    columns = [*insert_columns, *written]
+    # value first, expires_at last: on MariaDB the condition is read before anything changes.
+    bump = [("value", _Proposed("value")), ("version", table.c.version + _ONE)]
+    replace = [*bump, *((name, _Proposed(name)) for name in written)]
+    guarded_source = source.where(_ResetOutcome())
+    counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
+    increment_value = case((_expired(table), _Proposed("value")), else_=cast(counter, Text()))
+    return {
+        "select_value": select(table.c.value).where(*scope_filter, same_key, _live(table)),
+        "select_versioned": select(table.c.value, table.c.version).where(
+            *scope_filter, same_key, _live(table)
+        ),
+        "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
+        "upsert": _Upsert(table)
+        .from_select(columns, source)
+        .on_conflict_update(conflict_columns, replace, returning=["version", "value"]),
+        "create": _Upsert(table)
+        .from_select(columns, guarded_source)
+        .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version", "value"]),
+        "update_if_version": update(table)
+        .where(*scope_filter, same_key, table.c.version == bindparam("if_version"), _live(table))
+        .values(
+            value=_bind(table, "value"),
+            version=table.c.version + _ONE,
+            **{name: _bind(table, name) for name in written},
+        ),
+        "increment": _Upsert(table)
+        .from_select(columns, guarded_source)
+        .on_conflict_update(
+            conflict_columns,
+            [
+                ("value", increment_value),
+                ("version", table.c.version + _ONE),
+                *((name, _Proposed(name)) for name in written),
+            ],
+            where=or_(_expired(table), counter.is_not(None)),
+            returning=["version", "value"],
+        ),
+        "delete_key": delete(table).where(*scope_filter, same_key),
+        "clear": delete(table).where(*scope_filter),
+    }
 
 
 def _task_statements() -> Statements:
-    same_task = (
+    same_task = [
         _task.c.dag_id == bindparam("dag_id"),
         _task.c.run_id == bindparam("run_id"),
         _task.c.task_id == bindparam("task_id"),
-    )
+    ]
     same_map_index = _task.c.map_index == bindparam("map_index")
-    same_key = _task.c.key == bindparam("key")
-    columns = ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value", "updated_at"]
+    written = ["updated_at", "updated_by_try", "expires_at"]
     source = select(
         _dag_run.c.id,
         _dag_run.c.dag_id,
         _dag_run.c.run_id,
         bindparam("task_id", type_=_task.c.task_id.type),
         bindparam("map_index", type_=Integer()),
-        *_written_by_upsert(_task),
-        bindparam("updated_by_try", type_=Integer()),
+        _bind(_task, "key"),
+        _bind(_task, "value"),
+        *(_bind(_task, name) for name in written),
     ).where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-    upsert = (
-        _Upsert(_task)
-        .from_select([*columns, "updated_by_try"], source)
-        .on_conflict_update(
-            ["dag_run_id", "task_id", "map_index", "key"], ["value", "updated_at", "updated_by_try"]
-        )
+    built = _build(
+        _task,
+        ["dag_run_id", "task_id", "map_index", "key"],
+        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
+        source,
+        written,
+        [*same_task, same_map_index],
     )
-    return Statements(
-        select_value=select(_task.c.value).where(*same_task, same_map_index, same_key),
-        select_keys=select(_task.c.key).where(*same_task, same_map_index),
-        upsert=upsert,
-        delete_key=delete(_task).where(*same_task, same_map_index, same_key),
-        clear=delete(_task).where(*same_task, same_map_index),
-        clear_all_map_indices=delete(_task).where(*same_task),
-    )
+    return Statements(**built, clear_all_map_indices=delete(_task).where(*same_task))
+
+
+#: The asset_state columns of the last writer, as operations name them in parameters.
+ASSET_WRITER_COLUMNS = (
+    "updated_by",
+    "updated_by_dag_id",
+    "updated_by_run_id",
+    "updated_by_task_id",
+    "updated_by_map_index",
+    "updated_by_try",
+)
 
 
 def _asset_statements() -> Statements:
-    same_asset = _asset.c.asset_id == bindparam("asset_id")
-    same_key = _asset.c.key == bindparam("key")
-    source = select(_asset_row.c.id, *_written_by_upsert(_asset)).where(
-        _asset_row.c.id == bindparam("asset_id")
+    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
+    source = select(
+        _asset_row.c.id,
+        _bind(_asset, "key"),
+        _bind(_asset, "value"),
+        *(_bind(_asset, name) for name in written),
+    ).where(_asset_row.c.id == bindparam("asset_id"))
+    built = _build(
+        _asset,
+        ["asset_id", "key"],
+        ["asset_id", "key", "value"],
+        source,
+        written,
+        [_asset.c.asset_id == bindparam("asset_id")],
     )
-    upsert = (
-        _Upsert(_asset)
-        .from_select(["asset_id", "key", "value", "updated_at"], source)
-        .on_conflict_update(["asset_id", "key"], ["value", "updated_at"])
-    )
-    clear = delete(_asset).where(same_asset)
-    return Statements(
-        select_value=select(_asset.c.value).where(same_asset, same_key),
-        select_keys=select(_asset.c.key).where(same_asset),
-        upsert=upsert,
-        delete_key=delete(_asset).where(same_asset, same_key),
-        clear=clear,
-        clear_all_map_indices=clear,
-    )
+    return Statements(**built, clear_all_map_indices=built["clear"])
 
 
 TASK_STATE = _task_statements()
@@ -205,3 +467,21 @@ def for_scope(scope: StateScope) -> Statements:
             return ASSET_STATE
         case _:
             assert_never(scope)
+
+
+# --- clean-up (not on the hot path: built per call, run on ordinary sessions) --------------------
+
+
+def removable(table: Any, now: Any, updated_before: Any) -> Any:
+    """The rows ``cleanup`` removes: expired at *now*, or (when given) written before *updated_before*."""
+    condition = and_(table.c.expires_at.is_not(None), table.c.expires_at <= now)
+    if updated_before is not None:
+        condition = or_(condition, table.c.updated_at < updated_before)
+    return condition
+
+
+#: The state tables, with their primary key columns, for clean-up.
+CLEANED_TABLES = (
+    (_task, [c for c in _task.primary_key.columns]),
+    (_asset, [c for c in _asset.primary_key.columns]),
+)

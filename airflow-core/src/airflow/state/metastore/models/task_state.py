@@ -39,5 +39,12 @@ class TaskStateModel(Base):
     )
     # Which try wrote the value; NULL when written from outside a task (CLI, API, tests).
     updated_by_try: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # 1 when the key was created, one more on every write: what conditional writes compare.
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("1"))
+    # When the key expires (NULL: never). Reads skip expired keys; `airflow state clean` removes them.
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
-    __table_args__ = (Index("idx_task_state_lookup", "dag_id", "run_id", "task_id", "map_index"),)
+    __table_args__ = (
+        Index("idx_task_state_lookup", "dag_id", "run_id", "task_id", "map_index"),
+        Index("idx_task_state_expires_at", "expires_at"),
+    )
