@@ -694,7 +694,10 @@ def test_building_the_backend_does_no_io(unreachable_url):
 # --- async ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["aget", "aset", "aset_by_try", "adelete", "aclear"])
+@pytest.mark.parametrize(
+    "name",
+    ["aget", "aset", "aset_by_try", "adelete", "aclear", "akeys", "awrite", "aget_versioned", "aincrement"],
+)
 def test_async_methods_are_native(name):
     assert getattr(RedisStateBackend, name) is not getattr(BaseStateBackend, name)
 
