@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 from urllib.parse import quote
 
 import pytest
+from airflow_shared.state import BaseStateBackend, StateScope
 from fastapi.testclient import TestClient
 
 V1 = "/api/v1"
@@ -71,12 +73,14 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["metastore", "redis"])
+@pytest.fixture(params=["metastore", "redis", "memory"])
 def backend(request, monkeypatch):
     """The configured state backend ([state] backend), which the API uses."""
     from airflow.state import get_state_backend
     from airflow.state.configured_backend import reset_state_backend
 
+    if request.param == "memory":
+        monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "airflow_shared.state._memory.MemoryStateBackend")
     if request.param == "redis":
         monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "airflow_state_redis.RedisStateBackend")
         monkeypatch.setenv("AIRFLOW__STATE_REDIS__URL", request.getfixturevalue("redis_url"))
@@ -200,10 +204,12 @@ def test_task_state_round_trips_every_value_in_both_key_forms(api, as_role, run,
         key = f"key/{number}"
         put = api.put(run.ti("submit", f"state/{key}"), json={"value": value}, headers=user)
         assert put.status_code == 200, put.text
-        stored = put.json()
+        written = put.json()
+        assert set(written) == {"key", "version", "expires_at"} and written["key"] == key
+        stored = api.get(run.ti("submit", f"state/{key}"), headers=user).json()
         assert stored["key"] == key and stored["value"] == value and stored["updated_by_try"] is None
+        assert stored["version"] == written["version"] and stored["expires_at"] == written["expires_at"]
         assert (stored["updated_at"] is not None) == records_writes(backend)
-        assert api.get(run.ti("submit", f"state/{key}"), headers=user).json() == stored
         by_query = api.get(run.ti("submit", "stateEntry"), params={"key": key}, headers=user)
         assert by_query.json() == stored
     # The query form takes every key, and writes the same entries.
@@ -243,7 +249,8 @@ def test_value_at_the_size_limit_is_stored_and_one_byte_more_is_refused(api, as_
     user = as_role["user"]
     at_limit = "é" * 49  # 98 bytes of UTF-8 and two quotes: exactly 100 bytes of JSON
     put = api.put(run.ti("submit", "state/big"), json={"value": at_limit}, headers=user)
-    assert put.status_code == 200 and put.json()["value"] == at_limit
+    assert put.status_code == 200
+    assert api.get(run.ti("submit", "state/big"), headers=user).json()["value"] == at_limit
     message = refused(
         api.put(run.ti("submit", "state/big"), json={"value": at_limit + "a"}, headers=user),
         422,
@@ -450,7 +457,8 @@ def test_updated_by_try_is_the_tasks_for_task_writes_and_null_for_operator_write
     assert by_task["value"] == {"job": "app_001"}
     listed = api.get(run.ti("submit"), headers=user).json()["entries"]
     assert listed == [by_task]
-    overwritten = api.put(run.ti("submit", "state/written_by_task"), json={"value": 3}, headers=user).json()
+    api.put(run.ti("submit", "state/written_by_task"), json={"value": 3}, headers=user)
+    overwritten = api.get(run.ti("submit", "state/written_by_task"), headers=user).json()
     assert overwritten["updated_by_try"] is None and overwritten["value"] == 3
 
 
@@ -513,11 +521,10 @@ def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend)
     for number, value in enumerate(VALUES):
         put = api.put(asset_url(asset, f"state/w/{number}"), json={"value": value}, headers=op)
         assert put.status_code == 200, put.text
-        assert put.json()["value"] == value and put.json()["updated_by_try"] is None
-        assert (
-            api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
-            == put.json()
-        )
+        stored = api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
+        assert stored["value"] == value and stored["updated_by_try"] is None
+        assert stored["version"] == put.json()["version"]
+        assert api.get(asset_url(asset, f"state/w/{number}"), headers=op).json() == stored
     assert (
         api.put(
             asset_url(asset, "stateEntry"), params={"key": ".."}, json={"value": 1}, headers=op
@@ -593,6 +600,261 @@ def test_the_asset_listing_shows_assets_with_state(api, as_role, make_asset, bac
             backend.clear(AssetScope(asset_id))
 
 
+# --- expiry, versions, increments, writers -------------------------------------------------------
+
+
+def seconds_from_now(text: str | None) -> float:
+    from datetime import UTC, datetime
+
+    assert text is not None
+    return (datetime.fromisoformat(text.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
+
+
+def test_ttl_never_and_the_default_retention_are_applied_and_listed(api, as_role, run, asset, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "2d")
+    user, op = as_role["user"], as_role["op"]
+    written = {
+        "hour": api.put(run.ti("submit", "state/hour"), json={"value": 1, "ttl": 3600}, headers=user),
+        "never": api.put(run.ti("submit", "state/never"), json={"value": 1, "ttl": "never"}, headers=user),
+        "default": api.put(run.ti("submit", "stateEntry?key=default"), json={"value": 1}, headers=user),
+    }
+    assert all(response.status_code == 200 for response in written.values()), written
+    listed = {entry["key"]: entry for entry in api.get(run.ti("submit"), headers=user).json()["entries"]}
+    for key, response in written.items():
+        assert listed[key]["expires_at"] == response.json()["expires_at"], key
+    assert 3590 < seconds_from_now(listed["hour"]["expires_at"]) <= 3600
+    assert listed["never"]["expires_at"] is None
+    assert 2 * 86400 - 10 < seconds_from_now(listed["default"]["expires_at"]) <= 2 * 86400
+    # Each write replaces the expiry; asset state never expires unless asked.
+    api.put(run.ti("submit", "state/hour"), json={"value": 2, "ttl": "never"}, headers=user)
+    assert api.get(run.ti("submit", "state/hour"), headers=user).json()["expires_at"] is None
+    assert api.put(asset_url(asset, "state/w"), json={"value": 1}, headers=op).json()["expires_at"] is None
+    kept = api.put(asset_url(asset, "state/t"), json={"value": 1, "ttl": 60.5}, headers=op).json()
+    assert 50 < seconds_from_now(kept["expires_at"]) <= 60.5
+    assert api.get(asset_url(asset, "state/t"), headers=op).json()["expires_at"] == kept["expires_at"]
+
+
+@pytest.mark.parametrize("ttl", [0, -5, "forever", "3600", True, None, 10**12, [60]])
+def test_a_ttl_that_is_not_positive_seconds_or_never_is_refused(api, as_role, run, ttl):
+    response = api.put(run.ti("submit", "state/k"), json={"value": 1, "ttl": ttl}, headers=as_role["user"])
+    message = refused(response, 422, "invalid_request")
+    assert "ttl must be a number of seconds greater than 0" in message and '"never"' in message
+    refused(api.get(run.ti("submit", "state/k"), headers=as_role["user"]), 404, "key_not_found")
+
+
+def test_an_expired_key_is_never_listed_nor_gettable_and_counts_as_absent(api, as_role, run, backend):
+    from datetime import UTC, datetime, timedelta
+
+    user = as_role["user"]
+    scope = run.scope("submit")
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    backend.write(scope, "gone", '"old"', writer=None, expires_at=past)
+    backend.write(scope, "count", "41", writer=None, expires_at=past)
+    api.put(run.ti("submit", "state/kept"), json={"value": 1}, headers=user)
+    refused(api.get(run.ti("submit", "state/gone"), headers=user), 404, "key_not_found")
+    refused(api.get(run.ti("submit", "stateEntry?key=gone"), headers=user), 404, "key_not_found")
+    listing = api.get(run.ti("submit"), headers=user).json()
+    assert [entry["key"] for entry in listing["entries"]] == ["kept"] and listing["total_entries"] == 1
+    assert api.get(run.ti("submit"), params={"key_prefix": "gone"}, headers=user).json()["entries"] == []
+    counts = api.get(run.url, headers=user).json()["task_instances"]
+    assert counts == [{"task_id": "submit", "map_index": -1, "key_count": 1}]
+    # Expired counts as absent: a counter starts again from 0, `if_version=0` may create the key.
+    assert (
+        api.post(run.ti("submit", "stateIncrement/count"), json={"by": 1}, headers=user).json()["value"] == 1
+    )
+    again = api.put(
+        run.ti("submit", "state/gone"), params={"if_version": 0}, json={"value": "new"}, headers=user
+    )
+    assert again.status_code == 200, again.text
+    assert api.get(run.ti("submit", "state/gone"), headers=user).json()["value"] == "new"
+
+
+def test_if_version_writes_only_over_the_version_that_was_read(api, as_role, run, asset):
+    for headers, url in (
+        (as_role["user"], run.ti("submit", "stateEntry?key=wm")),
+        (as_role["op"], asset_url(asset, "state/wm")),
+    ):
+
+        def put(value, if_version=None, *, url=url, headers=headers):
+            query = "" if if_version is None else ("&" if "?" in url else "?") + f"if_version={if_version}"
+            return api.put(url + query, json={"value": value}, headers=headers)
+
+        created = put(10, 0)
+        assert created.status_code == 200 and created.json()["version"] == 1, created.text
+        lost = put(99, 0)
+        assert lost.status_code == 409, lost.text
+        assert lost.json()["detail"]["reason"] == "version_conflict"
+        assert lost.json()["detail"]["stored_version"] == 1
+        assert "at version 1" in lost.json()["detail"]["message"]
+        assert put(11, 1).json()["version"] == 2
+        stale = put(99, 1)
+        assert stale.status_code == 409 and stale.json()["detail"]["stored_version"] == 2
+        stored = api.get(url, headers=headers).json()
+        assert (stored["value"], stored["version"]) == (11, 2)
+        # Without if_version a write always wins, and still counts a version.
+        assert put(12).json()["version"] == 3
+        for bad in (-1, "one", 2**63):
+            refused(put(1, bad), 422, "invalid_request")
+        assert api.get(url, headers=headers).json()["value"] == 12
+
+
+def test_increment_adds_in_both_key_forms_and_refuses_what_is_not_an_integer(api, as_role, run, asset):
+    user = as_role["user"]
+    path_form, query_form = run.ti("submit", "stateIncrement/rows/total"), run.ti("submit", "stateIncrement")
+    assert api.post(path_form, headers=user).json() == {
+        "key": "rows/total",
+        "value": 1,
+        "expires_at": ANY_TIME,
+    }
+    assert api.post(path_form, json={"by": 41}, headers=user).json()["value"] == 42
+    by_query = api.post(query_form, params={"key": "rows/total"}, json={"by": -50}, headers=user)
+    assert by_query.json()["value"] == -8
+    stored = api.get(run.ti("submit", "state/rows/total"), headers=user).json()
+    assert stored["value"] == -8 and stored["version"] == 3
+    never = api.post(path_form, json={"by": 0, "ttl": "never"}, headers=user).json()
+    assert never["expires_at"] is None
+    # A key that holds anything but an integer is left as it is.
+    api.put(run.ti("submit", "state/text"), json={"value": "12"}, headers=user)
+    message = refused(api.post(run.ti("submit", "stateIncrement/text"), headers=user), 422, "invalid_value")
+    assert "not an integer" in message
+    assert api.get(run.ti("submit", "state/text"), headers=user).json()["value"] == "12"
+    api.put(run.ti("submit", "state/big"), json={"value": 2**63 - 1}, headers=user)
+    refused(api.post(run.ti("submit", "stateIncrement/big"), headers=user), 422, "invalid_value")
+    for body in ({"by": 1.5}, {"by": "1"}, {"by": True}, {"by": 2**63}, {"by": 1, "step": 2}, [1]):
+        refused(api.post(path_form, json=body, headers=user), 422, "invalid_request")
+    assert api.get(run.ti("submit", "state/rows/total"), headers=user).json()["value"] == -8
+    # Asset state, and an unknown asset.
+    op = as_role["op"]
+    assert api.post(asset_url(asset, "stateIncrement/n"), json={"by": 3}, headers=op).json()["value"] == 3
+    assert api.post(asset_url(asset, "stateIncrement?key=n"), headers=op).json()["value"] == 4
+    refused(api.post(asset_url(2**31 - 1, "stateIncrement/n"), headers=op), 404, "asset_not_found")
+    refused(api.post(run.ti("nope", "stateIncrement/n"), headers=user), 404, "task_instance_not_found")
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and seconds_from_now(other) > 0
+
+
+ANY_TIME = _AnyTime()
+
+
+def test_concurrent_increments_through_the_api_lose_none(api, as_role, run, asset):
+    from concurrent.futures import ThreadPoolExecutor
+
+    user, op = as_role["user"], as_role["op"]
+
+    def add(url: str, headers: dict[str, str]) -> list[int]:
+        results = []
+        for _ in range(25):
+            response = api.post(url, json={"by": 1}, headers=headers)
+            assert response.status_code == 200, response.text
+            results.append(response.json()["value"])
+        return results
+
+    for url, headers in (
+        (run.ti("submit", "stateIncrement/hits"), user),
+        (asset_url(asset, "stateIncrement/hits"), op),
+    ):
+        with ThreadPoolExecutor(4) as pool:
+            seen = [value for values in pool.map(add, [url] * 4, [headers] * 4) for value in values]
+        # Every increment saw its own result: none was lost, none counted twice.
+        assert sorted(seen) == list(range(1, 101))
+    assert api.get(run.ti("submit", "state/hits"), headers=user).json()["value"] == 100
+    assert api.get(asset_url(asset, "state/hits"), headers=op).json()["value"] == 100
+
+
+def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, backend):
+    from airflow_shared.state import CLI_WRITER, AssetScope, StateWriter
+
+    op = as_role["op"]
+    by_task = StateWriter.task_try(run.dag_id, run.run_id, "partition", 1, 3)
+    backend.write(AssetScope(asset), "watermark", '"2024-01-01"', writer=by_task)
+    backend.write(AssetScope(asset), "by_cli", "1", writer=CLI_WRITER)
+    entry = api.get(asset_url(asset, "state/watermark"), headers=op).json()
+    assert entry["updated_by"] == {
+        "kind": "task",
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "task_id": "partition",
+        "map_index": 1,
+        "try_number": 3,
+    }
+    nobody = {"dag_id": None, "run_id": None, "task_id": None, "map_index": None, "try_number": None}
+    assert api.get(asset_url(asset, "state/by_cli"), headers=op).json()["updated_by"] == {
+        "kind": "cli",
+        **nobody,
+    }
+    api.put(asset_url(asset, "state/watermark"), json={"value": "2024-02-01"}, headers=op)
+    api.post(asset_url(asset, "stateIncrement/runs"), headers=op)
+    listed = {entry["key"]: entry for entry in api.get(asset_url(asset), headers=op).json()["entries"]}
+    assert listed["watermark"]["updated_by"] == {"kind": "api", **nobody}
+    assert listed["runs"]["updated_by"] == {"kind": "api", **nobody}
+    # Task state records the try (null for operators) and has no writer field.
+    api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=op)
+    task_entry = api.get(run.ti("submit", "state/k"), headers=op).json()
+    assert "updated_by" not in task_entry and task_entry["updated_by_try"] is None
+
+
+class PlainBackend(BaseStateBackend):
+    """A backend with none of the optional capabilities: no versions, expiry or increments."""
+
+    store: ClassVar[dict[tuple[StateScope, str], str]] = {}
+
+    def get(self, scope, key, *, session=None):
+        return self.store.get((scope, key))
+
+    def set(self, scope, key, value, *, session=None):
+        self.store[(scope, key)] = value
+
+    def delete(self, scope, key, *, session=None):
+        self.store.pop((scope, key), None)
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        for stored in [stored for stored in self.store if stored[0] == scope]:
+            del self.store[stored]
+
+    def keys(self, scope, *, session=None):
+        return sorted(key for stored_scope, key in self.store if stored_scope == scope)
+
+
+@pytest.mark.parametrize("backend", ["metastore"], indirect=True)  # the run's rows; state goes to Plain
+def test_a_backend_without_a_capability_answers_501_and_the_default_retention_is_not_applied(
+    api, as_role, run, monkeypatch
+):
+    from airflow.state.configured_backend import reset_state_backend
+
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.PlainBackend")
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "1d")
+    reset_state_backend()
+    user = as_role["user"]
+    try:
+        plain = api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=user)
+        assert plain.json() == {"key": "k", "version": None, "expires_at": None}
+        entry = api.get(run.ti("submit", "state/k"), headers=user).json()
+        assert (entry["value"], entry["version"], entry["expires_at"]) == (1, None, None)
+        for response, capability in (
+            (api.put(run.ti("submit", "state/k"), json={"value": 2, "ttl": 60}, headers=user), "expiry"),
+            (
+                api.put(
+                    run.ti("submit", "state/k"), params={"if_version": 1}, json={"value": 2}, headers=user
+                ),
+                "versioned writes",
+            ),
+            (api.post(run.ti("submit", "stateIncrement/n"), headers=user), "atomic increments"),
+        ):
+            message = refused(response, 501, "unsupported")
+            assert capability in message and "PlainBackend does not support" in message
+        assert api.get(run.ti("submit", "state/k"), headers=user).json()["value"] == 1
+        # "never" is what such a backend does anyway.
+        assert (
+            api.put(run.ti("submit", "state/k"), json={"value": 3, "ttl": "never"}, headers=user).status_code
+            == 200
+        )
+    finally:
+        reset_state_backend()
+
+
 # --- who may do what -----------------------------------------------------------------------------
 
 
@@ -608,6 +870,8 @@ def every_route(run: Run, asset_id: int) -> list[tuple[str, str]]:
         ("GET", run.ti("submit", "stateEntry?key=k")),
         ("PUT", run.ti("submit", "stateEntry?key=k")),
         ("DELETE", run.ti("submit", "stateEntry?key=k")),
+        ("POST", run.ti("submit", "stateIncrement/n")),
+        ("POST", run.ti("submit", "stateIncrement?key=n")),
         ("GET", f"{V1}/assets"),
         ("GET", asset_url(asset_id)),
         ("DELETE", asset_url(asset_id)),
@@ -617,11 +881,13 @@ def every_route(run: Run, asset_id: int) -> list[tuple[str, str]]:
         ("GET", asset_url(asset_id, "stateEntry?key=k")),
         ("PUT", asset_url(asset_id, "stateEntry?key=k")),
         ("DELETE", asset_url(asset_id, "stateEntry?key=k")),
+        ("POST", asset_url(asset_id, "stateIncrement/n")),
+        ("POST", asset_url(asset_id, "stateIncrement?key=n")),
     ]
 
 
 def call(api, method: str, url: str, headers: dict[str, str] | None = None, **kwargs):
-    body = {"json": {"value": "v"}} if method == "PUT" else {}
+    body = {"json": {"value": "v"}} if method == "PUT" else {"json": {"by": 1}} if method == "POST" else {}
     return api.request(method, url, headers=headers or {}, **body, **kwargs)
 
 
@@ -635,8 +901,8 @@ def test_a_viewer_reads_everything_and_may_change_nothing(api, as_role, run, ass
             assert response.status_code == 200, (url, response.text)
         else:
             message = refused(response, 403, "forbidden")
-            verb = "editing" if method == "PUT" else "deleting"
-            permission = "edit" if method == "PUT" else "delete"
+            verb = "deleting" if method == "DELETE" else "editing"
+            permission = "delete" if method == "DELETE" else "edit"
             if "/dags/" in url:
                 assert message == (
                     f"{verb} task state of DAG {run.dag_id!r} needs {permission} permission"
@@ -733,6 +999,10 @@ def test_the_openapi_schema_documents_every_operator_route(api):
         "/api/v1/assets/{asset_id}/state": {"get", "delete"},
         "/api/v1/assets/{asset_id}/state/{key}": {"get", "put", "delete"},
         "/api/v1/assets/{asset_id}/stateEntry": {"get", "put", "delete"},
+        ti + "/stateIncrement": {"post"},
+        ti + "/stateIncrement/{key}": {"post"},
+        "/api/v1/assets/{asset_id}/stateIncrement": {"post"},
+        "/api/v1/assets/{asset_id}/stateIncrement/{key}": {"post"},
     }
     for path, methods in expected.items():
         assert set(paths[path]) == methods, path
@@ -742,13 +1012,29 @@ def test_the_openapi_schema_documents_every_operator_route(api):
             assert {"401", "403", "404", "422"} <= set(operation["responses"]), (path, method)
             if method == "put":
                 body = operation["requestBody"]["content"]["application/json"]["schema"]
-                assert body["required"] == ["value"]
-            if path.endswith("stateEntry"):
+                assert body["required"] == ["value"] and set(body["properties"]) == {"value", "ttl"}
+                assert {"409", "501"} <= set(operation["responses"]), (path, method)
+                assert {p["name"] for p in operation["parameters"]} >= {"if_version"}
+            if method == "post":
+                body = operation["requestBody"]["content"]["application/json"]["schema"]
+                assert set(body["properties"]) == {"by", "ttl"} and "501" in operation["responses"]
+            if path.endswith(("stateEntry", "stateIncrement")):
                 assert "key" in [p["name"] for p in operation["parameters"] if p["in"] == "query"]
     listing = paths[ti + "/state"]["get"]
     assert {p["name"] for p in listing["parameters"]} >= {"map_index", "limit", "offset", "key_prefix"}
     schemas = api.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["StateEntryResponse"]["properties"]["updated_by_try"]["description"]
+    for field in ("version", "expires_at"):
+        assert schemas["StateEntryResponse"]["properties"][field]["description"]
+    assert schemas["AssetStateEntryResponse"]["properties"]["updated_by"]
+    assert set(schemas["WriterResponse"]["properties"]) == {
+        "kind",
+        "dag_id",
+        "run_id",
+        "task_id",
+        "map_index",
+        "try_number",
+    }
 
 
 # --- the two kinds of credential do not cross ----------------------------------------------------

@@ -5,23 +5,48 @@ Both address state the way people name it (a dag run by dag id and run id, an as
 URI), on the configured backend, and both must refuse the same things with the same words: a dag
 run, task instance or asset that does not exist raises :class:`NotFound`; a bad key or value
 raises ``ValueError``/``TypeError`` from the shared validators or the codec. Writes made here name
-no try (``updated_by_try`` stays empty): they are an operator's, not a task's.
+no try (``updated_by_try`` stays empty): they are an operator's, not a task's, and the caller says
+whose (``API_WRITER``, ``CLI_WRITER``), which asset state records.
+
+Expiry: a write's ``ttl`` is a ``timedelta``, :data:`NEVER`, or ``None`` for the default, which is
+``[state] default_task_retention`` for task state and never for asset state (as for task code).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from airflow.state import codec
-from airflow.state.protocol import Reason
-from airflow_shared.state import AssetScope, StateEntry, StateEntryPage, StateScope, TaskScope, validate_key
+from airflow.state.durations import parse_duration
+from airflow.state.protocol import NEVER_EXPIRES, Reason
+from airflow_shared.state import (
+    AssetScope,
+    StateCapabilityError,
+    StateEntry,
+    StateEntryPage,
+    StateScope,
+    StateWriter,
+    TaskScope,
+    validate_key,
+)
 
 if TYPE_CHECKING:
     from airflow_shared.state import BaseStateBackend
     from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+#: A ``ttl`` that makes a key never expire (the default retention is not applied).
+NEVER = cast("Literal['never']", NEVER_EXPIRES)
+#: What a write's ``ttl`` may be: how long the key lives, :data:`NEVER`, or ``None`` (the default).
+Ttl: TypeAlias = "timedelta | Literal['never'] | None"
+
+# Far enough for anyone, near enough that no database's timestamp type overflows.
+LONGEST_TTL = timedelta(days=365 * 100)
 
 
 class NotFound(LookupError):
@@ -59,15 +84,37 @@ class Entry:
     value: Any
     updated_at: datetime | None
     updated_by_try: int | None
+    #: The key's version; ``None`` when the backend keeps no versions.
+    version: int | None = None
+    #: When the key expires; ``None``: never (or the backend does not support expiry).
+    expires_at: datetime | None = None
+    #: Who last wrote it, as text for people (``str(StateWriter)``); asset state only.
+    writer: str | None = None
+    #: The same writer, field by field (the REST API's ``updated_by``, export files).
+    updated_by: StateWriter | None = None
 
     @property
     def updated_at_text(self) -> str | None:
         """``updated_at`` as ISO 8601 text, as the CLI and export files show it."""
         return None if self.updated_at is None else self.updated_at.isoformat()
 
+    @property
+    def expires_at_text(self) -> str | None:
+        """``expires_at`` as ISO 8601 text; ``None`` when the key never expires."""
+        return None if self.expires_at is None else self.expires_at.isoformat()
+
     @classmethod
     def of(cls, entry: StateEntry) -> Entry:
-        return cls(entry.key, decode(entry.value), entry.updated_at, entry.updated_by_try)
+        return cls(
+            entry.key,
+            decode(entry.value),
+            entry.updated_at,
+            entry.updated_by_try,
+            version=entry.version,
+            expires_at=entry.expires_at,
+            writer=None if entry.writer is None else str(entry.writer),
+            updated_by=entry.writer,
+        )
 
 
 def backend() -> BaseStateBackend:
@@ -252,15 +299,123 @@ def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:
 # --- writing ------------------------------------------------------------------------------------
 
 
-def put(scope: StateScope, key: str, value: Any) -> Entry:
+def put(
+    scope: StateScope,
+    key: str,
+    value: Any,
+    *,
+    ttl: Ttl = None,
+    if_version: int | None = None,
+    writer: StateWriter | None = None,
+    now: datetime | None = None,
+) -> int | None:
     """
-    Store *value* (any JSON but null, within ``[state] max_value_bytes``) under *key*, as an
-    operator: no try is recorded. Returns the entry as stored.
+    Store *value* (any JSON but null, within ``[state] max_value_bytes``) under *key*, as *writer*
+    (``API_WRITER``, ``CLI_WRITER``; no try is recorded). Returns the key's new version (``None``
+    from a backend without versions).
+
+    :param ttl: how long the key lives from now, :data:`NEVER`, or ``None`` for the default.
+    :param if_version: write only if the stored version is this one (0: only if absent), else
+        ``StateConflictError`` with the stored version.
+    :param now: the moment the ttl counts from (default: now), so a caller can tell the expiry it
+        computed with :func:`expires_at_for`.
+    :raises StateCapabilityError: for a ``ttl`` or ``if_version`` the backend cannot honour.
     """
     validate_key(key)
     text = codec.encode(value)
-    backend().set_by_try(scope, key, text, try_number=None)
-    return entry(scope, key)
+    state = backend()
+    expires_at = expires_at_for(scope, ttl, state, now=now)
+    return state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
+
+
+def increment(
+    scope: StateScope,
+    key: str,
+    by: int = 1,
+    *,
+    ttl: Ttl = None,
+    writer: StateWriter | None = None,
+    now: datetime | None = None,
+) -> int:
+    """
+    Add *by* to the integer stored under *key* (absent: 0) in one atomic step; return the result.
+
+    :raises ValueError: when the stored value is not a JSON integer, or the sum leaves 64 bits
+        (nothing is written).
+    :raises StateCapabilityError: on a backend without versions or increments, or for a ``ttl``
+        it cannot honour.
+    """
+    validate_key(key)
+    state = backend()
+    return state.increment(
+        scope, key, by, writer=writer, expires_at=expires_at_for(scope, ttl, state, now=now)
+    )
+
+
+def parse_ttl(text: str) -> timedelta | Literal["never"]:
+    """
+    A ``ttl`` as people type it: ``never``, or a duration (``90s``, ``12h``, ``7d``, ``2w``; a bare
+    number is seconds). ``ValueError`` says what is accepted.
+    """
+    if text.strip().lower() == NEVER:
+        return NEVER
+    ttl = parse_duration(text, bare_unit="s")
+    if ttl <= timedelta(0):
+        raise ValueError(f"a ttl must be longer than 0 (got {text!r}); for no expiry, say {NEVER!r}")
+    return ttl
+
+
+def expires_at_for(
+    scope: StateScope, ttl: Ttl, state: BaseStateBackend | None = None, *, now: datetime | None = None
+) -> datetime | None:
+    """
+    When a key written now with *ttl* expires (``None``: never). ``ttl=None`` is the default:
+    ``[state] default_task_retention`` for task state (not applied, with a warning once, on a backend
+    without expiry), never for asset state.
+
+    :raises ValueError: for a ttl that is not positive or is longer than a century.
+    :raises StateCapabilityError: for an explicit ttl on a backend without expiry.
+    """
+    state = state or backend()
+    if ttl == NEVER:
+        return None
+    if ttl is None:
+        if not isinstance(scope, TaskScope):
+            return None
+        from airflow.state.config import default_task_retention
+
+        retention = default_task_retention()
+        if retention is None:
+            return None
+        if not state.supports_expiry:
+            _warn_retention_not_applied(state)
+            return None
+        ttl = retention
+    elif not isinstance(ttl, timedelta):
+        raise TypeError(f"ttl must be a timedelta, {NEVER!r} or None, got {type(ttl).__name__}: {ttl!r}")
+    elif not state.supports_expiry:
+        raise StateCapabilityError(state, "expiry (ttl)")
+    if ttl <= timedelta(0):
+        raise ValueError(f"a ttl must be longer than 0, got {ttl}; for no expiry, say {NEVER!r}")
+    if ttl > LONGEST_TTL:
+        raise ValueError(
+            f"a ttl must be at most {LONGEST_TTL.days} days, got {ttl}; for no expiry, say {NEVER!r}"
+        )
+    return (now or datetime.now(UTC)) + ttl
+
+
+_warned_no_expiry: set[str] = set()
+
+
+def _warn_retention_not_applied(state: BaseStateBackend) -> None:
+    name = type(state).__name__
+    if name not in _warned_no_expiry:
+        _warned_no_expiry.add(name)
+        log.warning(
+            "%s does not support expiry: [state] default_task_retention is not applied to its task "
+            "state, which stays until its dag run is deleted",
+            name,
+        )
 
 
 def parse_json_value(text: str) -> Any:

@@ -3,24 +3,46 @@ Asset state, as operators see it: the assets that hold state, and each one's key
 Airflow's for assets (``requires_access_asset``: GET read, PUT write, DELETE delete).
 
 As for task state, every keyed operation exists with the key in the path and, for any key, with it
-as the ``key`` query parameter (``stateEntry?key=``).
+as the ``key`` query parameter (``stateEntry?key=``); increments likewise (``stateIncrement``).
+Every key records who last wrote it; operators' writes here record ``api``.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from airflow.state import manage
 from airflow.state.api.errors import OPERATOR_DOCUMENTED
 from airflow.state.api.operator.auth import OperatorUser, asset_state_access, may_access_asset
 from airflow.state.api.operator.datamodels import (
+    INCREMENT_BODY,
     WRITE_BODY,
     AssetResponse,
     AssetStateEntriesResponse,
+    AssetStateEntryResponse,
     AssetsWithStateResponse,
     AssetWithState,
-    StateEntryResponse,
+    StateIncrementResponse,
+    StateWriteResponse,
 )
-from airflow.state.api.operator.params import AssetId, KeyPrefix, Limit, NewValue, Offset, PathKey, QueryKey
-from airflow_shared.state import AssetScope
+from airflow.state.api.operator.params import (
+    AssetId,
+    IfVersion,
+    IncrementBody,
+    KeyPrefix,
+    Limit,
+    NewWrite,
+    Offset,
+    PathKey,
+    QueryKey,
+    WriteRequest,
+)
+from airflow.state.api.operator.refusals import (
+    INCREMENT_DOCUMENTED,
+    WRITE_DOCUMENTED,
+    refusing_backend_errors,
+)
+from airflow_shared.state import API_WRITER, AssetScope
 from fastapi import APIRouter, Response, status
 
 router = APIRouter(tags=["Asset state"], responses=OPERATOR_DOCUMENTED)
@@ -29,6 +51,8 @@ ASSETS = "/assets"
 ASSET_STATE = "/assets/{asset_id}/state"
 ASSET_STATE_KEY = ASSET_STATE + "/{key:path}"
 ASSET_STATE_ENTRY = "/assets/{asset_id}/stateEntry"
+ASSET_STATE_INCREMENT = "/assets/{asset_id}/stateIncrement"
+ASSET_STATE_INCREMENT_KEY = ASSET_STATE_INCREMENT + "/{key:path}"
 
 READ, WRITE, DELETE = asset_state_access("GET"), asset_state_access("PUT"), asset_state_access("DELETE")
 
@@ -87,7 +111,7 @@ def list_asset_state(
         AssetScope(asset.asset_id), key_prefix=key_prefix, offset=offset, limit=limit
     )
     return AssetStateEntriesResponse(
-        entries=[StateEntryResponse.of(entry) for entry in entries],
+        entries=[AssetStateEntryResponse.of(entry) for entry in entries],
         total_entries=total,
         can_edit=may_access_asset(user, "PUT", asset.asset_id),
         can_delete=may_access_asset(user, "DELETE", asset.asset_id),
@@ -107,12 +131,28 @@ def clear_asset_state(asset_id: AssetId) -> Response:
 # --- one key: the path form and the query form, one implementation -----------------------------
 
 
-def _get(asset_id: int, key: str) -> StateEntryResponse:
-    return StateEntryResponse.of(manage.entry(_scope(asset_id), key))
+def _get(asset_id: int, key: str) -> AssetStateEntryResponse:
+    return AssetStateEntryResponse.of(manage.entry(_scope(asset_id), key))
 
 
-def _put(asset_id: int, key: str, value: object) -> StateEntryResponse:
-    return StateEntryResponse.of(manage.put(_scope(asset_id), key, value))
+def _put(asset_id: int, key: str, write: WriteRequest, if_version: int | None) -> StateWriteResponse:
+    scope = _scope(asset_id)
+    with refusing_backend_errors():
+        now = datetime.now(UTC)
+        expires_at = manage.expires_at_for(scope, write.ttl, now=now)
+        version = manage.put(
+            scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER, now=now
+        )
+    return StateWriteResponse(key=key, version=version, expires_at=expires_at)
+
+
+def _increment(asset_id: int, key: str, body: IncrementBody) -> StateIncrementResponse:
+    scope = _scope(asset_id)
+    with refusing_backend_errors():
+        now = datetime.now(UTC)
+        expires_at = manage.expires_at_for(scope, body.ttl, now=now)
+        value = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER, now=now)
+    return StateIncrementResponse(key=key, value=value, expires_at=expires_at)
 
 
 def _delete(asset_id: int, key: str) -> Response:
@@ -122,8 +162,19 @@ def _delete(asset_id: int, key: str) -> Response:
 
 _GET_DESCRIPTION = "One key of the asset's state. 404 `key_not_found` when it holds no such key."
 _PUT_DESCRIPTION = (
-    'Store `{"value": <any JSON but null>}` under the key; returns the entry as stored. '
-    "413 `body_too_large`, 422 `invalid_value` past the size limit."
+    'Store `{"value": <any JSON but null>, "ttl": <seconds> | "never"}` under the key, as an operator '
+    "(`updated_by` becomes `api`); `ttl` left out: never expires. With `if_version=n`, only if the "
+    "key is still at version n (0: only if absent), else 409 `version_conflict` with "
+    "`stored_version`. Returns the key's new version and expiry. 413 `body_too_large`, 422 "
+    "`invalid_value` past the size limit, 501 `unsupported` for a ttl or `if_version` the "
+    "configured backend cannot honour."
+)
+_INCREMENT_DESCRIPTION = (
+    'Add `{"by": <integer, default 1>}` to the integer stored under the key (absent: 0) in one '
+    "atomic step, so concurrent increments never lose one another, and return the result. Needs "
+    "the permission of a write; `ttl` as for a write (left out: never expires). 422 "
+    "`invalid_value` when the key holds something other than an integer or the sum leaves 64 bits "
+    "(nothing is written); 501 `unsupported` when the configured backend cannot increment."
 )
 _DELETE_DESCRIPTION = "Remove the key from the asset's state; not an error when it is not there."
 _PATH_FORM = (
@@ -138,7 +189,7 @@ _QUERY_FORM = " The key is the `key` query parameter, so any key can be named."
     summary="Get an asset state key",
     description=_GET_DESCRIPTION + _PATH_FORM,
 )
-def get_asset_state_key(asset_id: AssetId, key: PathKey) -> StateEntryResponse:
+def get_asset_state_key(asset_id: AssetId, key: PathKey) -> AssetStateEntryResponse:
     return _get(asset_id, key)
 
 
@@ -146,11 +197,14 @@ def get_asset_state_key(asset_id: AssetId, key: PathKey) -> StateEntryResponse:
     ASSET_STATE_KEY,
     dependencies=[WRITE],
     openapi_extra=WRITE_BODY,
+    responses=WRITE_DOCUMENTED,
     summary="Set an asset state key",
     description=_PUT_DESCRIPTION + _PATH_FORM,
 )
-def put_asset_state_key(asset_id: AssetId, key: PathKey, value: NewValue) -> StateEntryResponse:
-    return _put(asset_id, key, value)
+def put_asset_state_key(
+    asset_id: AssetId, key: PathKey, write: NewWrite, if_version: IfVersion = None
+) -> StateWriteResponse:
+    return _put(asset_id, key, write, if_version)
 
 
 @router.delete(
@@ -170,7 +224,7 @@ def delete_asset_state_key(asset_id: AssetId, key: PathKey) -> Response:
     summary="Get an asset state key (key as query parameter)",
     description=_GET_DESCRIPTION + _QUERY_FORM,
 )
-def get_asset_state_entry(asset_id: AssetId, key: QueryKey) -> StateEntryResponse:
+def get_asset_state_entry(asset_id: AssetId, key: QueryKey) -> AssetStateEntryResponse:
     return _get(asset_id, key)
 
 
@@ -178,11 +232,14 @@ def get_asset_state_entry(asset_id: AssetId, key: QueryKey) -> StateEntryRespons
     ASSET_STATE_ENTRY,
     dependencies=[WRITE],
     openapi_extra=WRITE_BODY,
+    responses=WRITE_DOCUMENTED,
     summary="Set an asset state key (key as query parameter)",
     description=_PUT_DESCRIPTION + _QUERY_FORM,
 )
-def put_asset_state_entry(asset_id: AssetId, key: QueryKey, value: NewValue) -> StateEntryResponse:
-    return _put(asset_id, key, value)
+def put_asset_state_entry(
+    asset_id: AssetId, key: QueryKey, write: NewWrite, if_version: IfVersion = None
+) -> StateWriteResponse:
+    return _put(asset_id, key, write, if_version)
 
 
 @router.delete(
@@ -194,3 +251,29 @@ def put_asset_state_entry(asset_id: AssetId, key: QueryKey, value: NewValue) -> 
 )
 def delete_asset_state_entry(asset_id: AssetId, key: QueryKey) -> Response:
     return _delete(asset_id, key)
+
+
+@router.post(
+    ASSET_STATE_INCREMENT_KEY,
+    dependencies=[WRITE],
+    openapi_extra=INCREMENT_BODY,
+    responses=INCREMENT_DOCUMENTED,
+    summary="Increment an asset state key",
+    description=_INCREMENT_DESCRIPTION + _PATH_FORM.replace("stateEntry", "stateIncrement"),
+)
+def increment_asset_state_key(asset_id: AssetId, key: PathKey, body: IncrementBody) -> StateIncrementResponse:
+    return _increment(asset_id, key, body)
+
+
+@router.post(
+    ASSET_STATE_INCREMENT,
+    dependencies=[WRITE],
+    openapi_extra=INCREMENT_BODY,
+    responses=INCREMENT_DOCUMENTED,
+    summary="Increment an asset state key (key as query parameter)",
+    description=_INCREMENT_DESCRIPTION + _QUERY_FORM,
+)
+def increment_asset_state_entry(
+    asset_id: AssetId, key: QueryKey, body: IncrementBody
+) -> StateIncrementResponse:
+    return _increment(asset_id, key, body)

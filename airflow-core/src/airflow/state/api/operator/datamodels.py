@@ -9,6 +9,13 @@ from pydantic import BaseModel, Field, JsonValue
 
 if TYPE_CHECKING:
     from airflow.state.manage import Entry
+    from airflow_shared.state import StateWriter
+
+_TTL_SCHEMA: dict[str, Any] = {
+    "description": "How long the key lives from this write: a positive number of seconds, or "
+    '`"never"`. Absent: the default (task state: `[state] default_task_retention`; asset state: never)',
+    "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "enum": ["never"]}],
+}
 
 # The body of a write. The routes read it themselves, only after the caller is authorized and never
 # past the size limit, so it is described here for the OpenAPI schema rather than parsed by FastAPI.
@@ -26,13 +33,81 @@ WRITE_BODY: dict[str, Any] = {
                         "value": {
                             "description": "The new value: any JSON document except null, at most "
                             "`[state] max_value_bytes` bytes as compact UTF-8 JSON"
-                        }
+                        },
+                        "ttl": _TTL_SCHEMA,
                     },
                 }
             }
         },
     }
 }
+
+# The body of an increment, read by the route like a write's.
+INCREMENT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "title": "StateIncrementBody",
+                    "additionalProperties": False,
+                    "properties": {
+                        "by": {
+                            "type": "integer",
+                            "default": 1,
+                            "description": "What to add (may be negative); the result must stay "
+                            "within 64-bit signed integers",
+                        },
+                        "ttl": _TTL_SCHEMA,
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+class StateWriteResponse(BaseModel):
+    """What a write stored: the key's new version and when it expires."""
+
+    key: str = Field(description="The state key")
+    version: int | None = Field(
+        description="The key's version after this write (1 when created, one more on every write); "
+        "null when the backend keeps no versions. Give it as `if_version` to write only if nobody "
+        "wrote in between"
+    )
+    expires_at: datetime | None = Field(description="When the key expires (UTC); null: never")
+
+
+class StateIncrementResponse(BaseModel):
+    """The counter after an increment."""
+
+    key: str = Field(description="The state key")
+    value: int = Field(description="The integer stored under the key after adding `by`")
+    expires_at: datetime | None = Field(description="When the key expires (UTC); null: never")
+
+
+class WriterResponse(BaseModel):
+    """Who last wrote an asset's key."""
+
+    kind: str = Field(description="`task` (a try of a task instance), `api` (this API) or `cli`")
+    dag_id: str | None = Field(description="The writing task instance's DAG; null unless `kind` is `task`")
+    run_id: str | None = Field(description="Its dag run's run id; null unless `kind` is `task`")
+    task_id: str | None = Field(description="Its task id; null unless `kind` is `task`")
+    map_index: int | None = Field(description="Its map index (-1: not mapped); null unless `kind` is `task`")
+    try_number: int | None = Field(description="The try that wrote; null unless `kind` is `task`")
+
+    @classmethod
+    def of(cls, writer: StateWriter) -> WriterResponse:
+        return cls(
+            kind=writer.kind.value,
+            dag_id=writer.dag_id,
+            run_id=writer.run_id,
+            task_id=writer.task_id,
+            map_index=writer.map_index,
+            try_number=writer.try_number,
+        )
 
 
 class StateEntryResponse(BaseModel):
@@ -47,16 +122,42 @@ class StateEntryResponse(BaseModel):
         description="The try of the task instance that last wrote the key; null for asset state and "
         "for writes made by operators (this API, the CLI)"
     )
+    version: int | None = Field(
+        description="The key's version (1 when created, one more on every write); null when the "
+        "backend keeps no versions"
+    )
+    expires_at: datetime | None = Field(
+        description="When the key expires (UTC); null: never. Expired keys are never returned"
+    )
 
     @classmethod
     def of(cls, entry: Entry) -> StateEntryResponse:
         return cls(
-            key=entry.key, value=entry.value, updated_at=entry.updated_at, updated_by_try=entry.updated_by_try
+            key=entry.key,
+            value=entry.value,
+            updated_at=entry.updated_at,
+            updated_by_try=entry.updated_by_try,
+            version=entry.version,
+            expires_at=entry.expires_at,
         )
 
 
+class AssetStateEntryResponse(StateEntryResponse):
+    """One key of an asset's state, with who last wrote it."""
+
+    updated_by: WriterResponse | None = Field(
+        description="Who last wrote the key: a task instance's try, `api` or `cli`; null when the "
+        "backend does not record it"
+    )
+
+    @classmethod
+    def of(cls, entry: Entry) -> AssetStateEntryResponse:
+        base = StateEntryResponse.of(entry).model_dump()
+        updated_by = None if entry.updated_by is None else WriterResponse.of(entry.updated_by)
+        return cls(**base, updated_by=updated_by)
+
+
 class _EntryPage(BaseModel):
-    entries: list[StateEntryResponse] = Field(description="This page of entries, sorted by key")
     total_entries: int = Field(description="How many keys match, on every page together")
     can_edit: bool = Field(description="Whether the caller may write keys of this state")
     can_delete: bool = Field(description="Whether the caller may delete keys of this state, or clear it")
@@ -64,6 +165,8 @@ class _EntryPage(BaseModel):
 
 class TaskStateEntriesResponse(_EntryPage):
     """A page of one task instance's state."""
+
+    entries: list[StateEntryResponse] = Field(description="This page of entries, sorted by key")
 
 
 class TaskInstanceWithState(BaseModel):
@@ -108,5 +211,7 @@ class AssetsWithStateResponse(BaseModel):
 
 class AssetStateEntriesResponse(_EntryPage):
     """A page of one asset's state."""
+
+    entries: list[AssetStateEntryResponse] = Field(description="This page of entries, sorted by key")
 
     asset: AssetResponse = Field(description="The asset whose state this is")

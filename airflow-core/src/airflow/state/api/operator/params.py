@@ -1,25 +1,38 @@
 """
 What the operator routes read from a request: the key (in the path or the ``key`` query parameter),
-the new value, and the paging and map index parameters.
+the new value and its ttl (or an increment), ``if_version``, and the paging and map index parameters.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec
+from airflow.state import codec, manage
 from airflow.state.api.errors import unprocessable
 
 # The task routes' reader of a body (size cap before parsing) and their strict `key` query
 # parameter: one rule for both APIs.
 from airflow.state.api.routes import BODY_ENVELOPE_BYTES, Key, _body_within
-from airflow.state.protocol import Reason
-from airflow_shared.state import validate_key
+from airflow.state.protocol import IF_VERSION_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
+from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request
 
-__all__ = ["AssetId", "KeyPrefix", "Limit", "MapIndex", "NewValue", "Offset", "PathKey", "QueryKey"]
+__all__ = [
+    "AssetId",
+    "IfVersion",
+    "IncrementBody",
+    "KeyPrefix",
+    "Limit",
+    "MapIndex",
+    "NewWrite",
+    "Offset",
+    "PathKey",
+    "QueryKey",
+]
 
 QueryKey = Key
 
@@ -91,27 +104,111 @@ def _path_key(request: Request, key: Annotated[str, Path(description="The state 
 PathKey = Annotated[str, Depends(_path_key)]
 
 
-async def _new_value(request: Request) -> Any:
-    """
-    The value of a ``{"value": ...}`` body, checked by the codec that stores it. Declared after the
-    access dependency of its route, so that nobody unauthorized makes the server read a body.
-    """
+@dataclass(frozen=True)
+class WriteRequest:
+    """A write's body: the value and its ``ttl`` (``None``: the default)."""
+
+    value: Any
+    ttl: manage.Ttl
+
+
+@dataclass(frozen=True)
+class IncrementRequest:
+    """An increment's body: what to add and the key's ``ttl`` (``None``: the default)."""
+
+    by: int
+    ttl: manage.Ttl
+
+
+async def _json_object(
+    request: Request, shape: str, reason: Reason, *, empty_is: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The request's body as a JSON object (bounded in size); *reason* says why it is not one."""
     body = await _body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
+    if not body.strip() and empty_is is not None:
+        return empty_is
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
-        raise unprocessable(Reason.INVALID_VALUE, f"request body is not JSON: {error}") from None
-    if not isinstance(document, dict) or list(document) != ["value"] or document["value"] is None:
+        raise unprocessable(reason, f"request body is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise unprocessable(reason, f"request body must be {shape}")
+    return document
+
+
+def _ttl(document: dict[str, Any], shape: str) -> manage.Ttl:
+    """The body's ``ttl``: seconds (a positive number) or ``"never"``; absent: ``None``, the default."""
+    if TTL_FIELD not in document:
+        return None
+    ttl = document[TTL_FIELD]
+    if ttl == NEVER_EXPIRES:
+        return manage.NEVER
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl <= LONGEST_TTL_SECONDS:
+        return timedelta(seconds=ttl)
+    raise unprocessable(
+        Reason.INVALID_REQUEST,
+        f"ttl must be a number of seconds greater than 0 and at most {LONGEST_TTL_SECONDS} "
+        f'(100 years), or "{NEVER_EXPIRES}", not {json.dumps(ttl)[:40]}; leave it out for the default; '
+        f"request body must be {shape}",
+    )
+
+
+_WRITE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
+_INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (optional)}'
+LONGEST_TTL_SECONDS = int(manage.LONGEST_TTL.total_seconds())
+
+
+async def _new_write(request: Request) -> WriteRequest:
+    """
+    The value and ttl of a ``{"value": ..., "ttl": ...}`` body, the value checked by the codec that
+    stores it. Declared after the access dependency of its route, so that nobody unauthorized makes
+    the server read a body.
+    """
+    document = await _json_object(request, _WRITE_SHAPE, Reason.INVALID_VALUE)
+    unknown = set(document) - {"value", TTL_FIELD}
+    if unknown or document.get("value") is None:
+        problem = f"unknown field(s) {sorted(unknown)}" if unknown else "no value"
         raise unprocessable(
             Reason.INVALID_VALUE,
-            'request body must be {"value": <any JSON but null>}; to remove a key, DELETE it',
+            f"request body must be {_WRITE_SHAPE} ({problem}); to remove a key, DELETE it",
         )
     value = document["value"]
     try:
         codec.encode(value)
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
-    return value
+    return WriteRequest(value, _ttl(document, _WRITE_SHAPE))
 
 
-NewValue = Annotated[Any, Depends(_new_value)]
+NewWrite = Annotated[WriteRequest, Depends(_new_write)]
+
+
+async def _increment(request: Request) -> IncrementRequest:
+    """An increment's ``{"by": ..., "ttl": ...}`` body; an empty body adds 1 with the default ttl."""
+    document = await _json_object(request, _INCREMENT_SHAPE, Reason.INVALID_REQUEST, empty_is={})
+    unknown = set(document) - {"by", TTL_FIELD}
+    if unknown:
+        raise unprocessable(
+            Reason.INVALID_REQUEST,
+            f"request body must be {_INCREMENT_SHAPE}; unknown field(s) {sorted(unknown)}",
+        )
+    by = document.get("by", 1)
+    try:
+        validate_increment(by)
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_REQUEST, error) from None
+    return IncrementRequest(by, _ttl(document, _INCREMENT_SHAPE))
+
+
+IncrementBody = Annotated[IncrementRequest, Depends(_increment)]
+
+IfVersion = Annotated[
+    int | None,
+    Query(
+        alias=IF_VERSION_PARAMETER,
+        ge=0,
+        le=MAX_COUNTER,
+        description="Write only if the key is still at this version (0: only if it is absent); "
+        "otherwise 409 `version_conflict` with the stored version",
+    ),
+]

@@ -4,33 +4,47 @@ keys. Access is Airflow's for the DAG's task instances (GET read, PUT write, DEL
 
 Every keyed operation exists twice: with the key at the end of the path (``.../state/{key}``) for
 ordinary keys, and with it as the ``key`` query parameter (``.../stateEntry?key=``), which takes
-every key, ``.`` and ``..`` included; the UI always uses the second.
+every key, ``.`` and ``..`` included; the UI always uses the second. Increments likewise:
+``.../stateIncrement/{key}`` and ``.../stateIncrement?key=``. Operators' writes record the writer
+``api``.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from airflow.state import manage
 from airflow.state.api.errors import OPERATOR_DOCUMENTED
 from airflow.state.api.operator.auth import OperatorUser, task_state_access, task_state_permissions
 from airflow.state.api.operator.datamodels import (
+    INCREMENT_BODY,
     WRITE_BODY,
     StateEntryResponse,
+    StateIncrementResponse,
+    StateWriteResponse,
     TaskInstancesWithStateResponse,
     TaskInstanceWithState,
     TaskStateEntriesResponse,
 )
 from airflow.state.api.operator.params import (
+    IfVersion,
+    IncrementBody,
     KeyPrefix,
     Limit,
     MapIndex,
-    NewValue,
+    NewWrite,
     Offset,
     PathKey,
     QueryKey,
+    WriteRequest,
 )
-from airflow_shared.state import TaskScope
+from airflow.state.api.operator.refusals import (
+    INCREMENT_DOCUMENTED,
+    WRITE_DOCUMENTED,
+    refusing_backend_errors,
+)
+from airflow_shared.state import API_WRITER, TaskScope
 from fastapi import APIRouter, Query, Response, status
 
 router = APIRouter(tags=["Task state"], responses=OPERATOR_DOCUMENTED)
@@ -39,6 +53,8 @@ RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 TASK_STATE = RUN + "/taskInstances/{task_id}/state"
 TASK_STATE_KEY = TASK_STATE + "/{key:path}"
 TASK_STATE_ENTRY = RUN + "/taskInstances/{task_id}/stateEntry"
+TASK_STATE_INCREMENT = RUN + "/taskInstances/{task_id}/stateIncrement"
+TASK_STATE_INCREMENT_KEY = TASK_STATE_INCREMENT + "/{key:path}"
 
 READ, WRITE, DELETE = task_state_access("GET"), task_state_access("PUT"), task_state_access("DELETE")
 
@@ -139,9 +155,22 @@ def _get(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str) -
 
 
 def _put(
-    dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str, value: object
-) -> StateEntryResponse:
-    return StateEntryResponse.of(manage.put(_scope(dag_id, dag_run_id, task_id, map_index), key, value))
+    dag_id: str,
+    dag_run_id: str,
+    task_id: str,
+    map_index: int,
+    key: str,
+    write: WriteRequest,
+    if_version: int | None,
+) -> StateWriteResponse:
+    scope = _scope(dag_id, dag_run_id, task_id, map_index)
+    with refusing_backend_errors():
+        now = datetime.now(UTC)
+        expires_at = manage.expires_at_for(scope, write.ttl, now=now)
+        version = manage.put(
+            scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER, now=now
+        )
+    return StateWriteResponse(key=key, version=version, expires_at=expires_at)
 
 
 def _delete(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str) -> Response:
@@ -151,8 +180,12 @@ def _delete(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str
 
 _GET_DESCRIPTION = "One key of the task instance's state. 404 `key_not_found` when it holds no such key."
 _PUT_DESCRIPTION = (
-    'Store `{"value": <any JSON but null>}` under the key, as an operator (`updated_by_try` becomes '
-    "null); returns the entry as stored. 413 `body_too_large`, 422 `invalid_value` past the size limit."
+    'Store `{"value": <any JSON but null>, "ttl": <seconds> | "never"}` under the key, as an operator '
+    "(`updated_by_try` becomes null); `ttl` left out: `[state] default_task_retention`. With "
+    "`if_version=n`, only if the key is still at version n (0: only if absent), else 409 "
+    "`version_conflict` with `stored_version`. Returns the key's new version and expiry. "
+    "413 `body_too_large`, 422 `invalid_value` past the size limit, 501 `unsupported` for a ttl or "
+    "`if_version` the configured backend cannot honour."
 )
 _DELETE_DESCRIPTION = "Remove the key from the task instance's state; not an error when it is not there."
 _PATH_FORM = (
@@ -176,13 +209,20 @@ def get_task_state_key(
     TASK_STATE_KEY,
     dependencies=[WRITE],
     openapi_extra=WRITE_BODY,
+    responses=WRITE_DOCUMENTED,
     summary="Set a task state key",
     description=_PUT_DESCRIPTION + _PATH_FORM,
 )
 def put_task_state_key(
-    dag_id: str, dag_run_id: str, task_id: str, key: PathKey, value: NewValue, map_index: MapIndex = -1
-) -> StateEntryResponse:
-    return _put(dag_id, dag_run_id, task_id, map_index, key, value)
+    dag_id: str,
+    dag_run_id: str,
+    task_id: str,
+    key: PathKey,
+    write: NewWrite,
+    map_index: MapIndex = -1,
+    if_version: IfVersion = None,
+) -> StateWriteResponse:
+    return _put(dag_id, dag_run_id, task_id, map_index, key, write, if_version)
 
 
 @router.delete(
@@ -217,13 +257,20 @@ def get_task_state_entry(
     TASK_STATE_ENTRY,
     dependencies=[WRITE],
     openapi_extra=WRITE_BODY,
+    responses=WRITE_DOCUMENTED,
     summary="Set a task state key (key as query parameter)",
     description=_PUT_DESCRIPTION + _QUERY_FORM,
 )
 def put_task_state_entry(
-    dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, value: NewValue, map_index: MapIndex = -1
-) -> StateEntryResponse:
-    return _put(dag_id, dag_run_id, task_id, map_index, key, value)
+    dag_id: str,
+    dag_run_id: str,
+    task_id: str,
+    key: QueryKey,
+    write: NewWrite,
+    map_index: MapIndex = -1,
+    if_version: IfVersion = None,
+) -> StateWriteResponse:
+    return _put(dag_id, dag_run_id, task_id, map_index, key, write, if_version)
 
 
 @router.delete(
@@ -237,3 +284,54 @@ def delete_task_state_entry(
     dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, map_index: MapIndex = -1
 ) -> Response:
     return _delete(dag_id, dag_run_id, task_id, map_index, key)
+
+
+# --- increments: the path form and the query form ---------------------------------------------
+
+
+def _increment(
+    dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str, body: IncrementBody
+) -> StateIncrementResponse:
+    scope = _scope(dag_id, dag_run_id, task_id, map_index)
+    with refusing_backend_errors():
+        now = datetime.now(UTC)
+        expires_at = manage.expires_at_for(scope, body.ttl, now=now)
+        value = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER, now=now)
+    return StateIncrementResponse(key=key, value=value, expires_at=expires_at)
+
+
+_INCREMENT_DESCRIPTION = (
+    'Add `{"by": <integer, default 1>}` to the integer stored under the key (absent: 0) in one '
+    "atomic step, so concurrent increments never lose one another, and return the result. Needs "
+    "the permission of a write; `ttl` as for a write (left out: `[state] default_task_retention`). "
+    "422 `invalid_value` when the key holds something other than an integer or the sum leaves 64 "
+    "bits (nothing is written); 501 `unsupported` when the configured backend cannot increment."
+)
+
+
+@router.post(
+    TASK_STATE_INCREMENT_KEY,
+    dependencies=[WRITE],
+    openapi_extra=INCREMENT_BODY,
+    responses=INCREMENT_DOCUMENTED,
+    summary="Increment a task state key",
+    description=_INCREMENT_DESCRIPTION + _PATH_FORM.replace("stateEntry", "stateIncrement"),
+)
+def increment_task_state_key(
+    dag_id: str, dag_run_id: str, task_id: str, key: PathKey, body: IncrementBody, map_index: MapIndex = -1
+) -> StateIncrementResponse:
+    return _increment(dag_id, dag_run_id, task_id, map_index, key, body)
+
+
+@router.post(
+    TASK_STATE_INCREMENT,
+    dependencies=[WRITE],
+    openapi_extra=INCREMENT_BODY,
+    responses=INCREMENT_DOCUMENTED,
+    summary="Increment a task state key (key as query parameter)",
+    description=_INCREMENT_DESCRIPTION + _QUERY_FORM,
+)
+def increment_task_state_entry(
+    dag_id: str, dag_run_id: str, task_id: str, key: QueryKey, body: IncrementBody, map_index: MapIndex = -1
+) -> StateIncrementResponse:
+    return _increment(dag_id, dag_run_id, task_id, map_index, key, body)
