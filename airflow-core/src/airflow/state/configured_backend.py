@@ -39,13 +39,36 @@ def resolve_state_backend() -> type[BaseStateBackend]:
 
 
 def get_state_backend() -> BaseStateBackend:
-    """Return the process-wide instance of the configured backend, created on first use."""
+    """
+    Return the process-wide instance of the configured backend, created on first use.
+
+    With a metrics backend on in ``[metrics]`` (StatsD, Datadog, OpenTelemetry) the instance is
+    wrapped so every call is counted and timed (:mod:`airflow.state.metrics`); it declares the same
+    capabilities, and :func:`unwrap_state_backend` returns the backend itself. With metrics off
+    it is the bare backend.
+    """
     global _instance
     if _instance is None:
         with _lock:
             if _instance is None:
-                _instance = resolve_state_backend()()
+                _instance = _with_metrics(resolve_state_backend()())
     return _instance
+
+
+def _with_metrics(backend: BaseStateBackend) -> BaseStateBackend:
+    from airflow.state import metrics
+
+    if not metrics.metrics_enabled():
+        return backend
+    metrics.ensure_stats_configured()
+    return metrics.measured(backend)
+
+
+def unwrap_state_backend(backend: BaseStateBackend) -> BaseStateBackend:
+    """The backend itself, without the metrics wrapper: for code that needs its class."""
+    from airflow.state.metrics import unwrap_state_backend as unwrap
+
+    return unwrap(backend)
 
 
 def reset_state_backend() -> None:
