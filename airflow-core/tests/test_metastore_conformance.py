@@ -14,6 +14,7 @@ class TestMetastoreConformance(StateBackendConformance):
     # so the metastore may ignore dag_run_uid (and does).
     task_state_cascades_with_dag_run = True
     records_writes = True
+    records_asset_writers = True
 
     @pytest.fixture
     def backend(self):

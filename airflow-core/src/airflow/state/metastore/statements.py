@@ -238,15 +238,18 @@ class _OnConflictUpdate(ClauseElement):
         ("expressions", InternalTraversal.dp_clauseelement_list),
         ("where", InternalTraversal.dp_clauseelement),
         ("returning", InternalTraversal.dp_string_list),
+        ("table_name", InternalTraversal.dp_string),
     ]
 
     def __init__(
         self,
+        table_name: str,
         conflict_columns: list[str],
         assignments: list[tuple[str, Any]],
         where: Any,
         returning: list[str],
     ) -> None:
+        self.table_name = table_name
         self.conflict_columns = conflict_columns
         self.assigned = [name for name, _ in assignments]
         self.expressions = [expression for _, expression in assignments]
@@ -266,7 +269,9 @@ class _Upsert(Insert):
         returning: list[str],
     ) -> _Upsert:
         upsert = self._generate()
-        upsert._post_values_clause = _OnConflictUpdate(conflict_columns, assignments, where, returning)
+        upsert._post_values_clause = _OnConflictUpdate(
+            self.table.name, conflict_columns, assignments, where, returning
+        )
         return upsert
 
 
@@ -305,7 +310,8 @@ def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any
                 if position == 0
                 else _OUTCOME_VARIABLE
             )
-            rendered = f"IF({condition}, {rendered}, {quote(name)})"
+            # Qualified: the source SELECT's tables (dag_run) have columns of the same names.
+            rendered = f"IF({condition}, {rendered}, {quote(clause.table_name)}.{quote(name)})"
         updates.append(f"{quote(name)} = {rendered}")
     returning = [quote(c) for c in clause.returning]
     if clause.where is not None:
