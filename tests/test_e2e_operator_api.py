@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 import httpx
@@ -85,6 +87,9 @@ def task_routes(dag_id: str, key: str) -> list[tuple[str, str, dict]]:
         ("PUT", by_query, {"key": key}),
         ("GET", by_query, {"key": key}),
         ("DELETE", by_query, {"key": key}),
+        ("POST", ti_url(dag_id, "submit", "stateIncrement/" + quote(key, safe="/") + ".count"), {}),
+        ("POST", ti_url(dag_id, "submit", "stateIncrement"), {"key": key + ".count"}),
+        ("DELETE", ti_url(dag_id, "submit", "stateEntry"), {"key": key + ".count"}),
     ]
 
 
@@ -101,11 +106,18 @@ def asset_routes(asset_id: int, key: str) -> list[tuple[str, str, dict]]:
         ("PUT", by_query, {"key": key}),
         ("GET", by_query, {"key": key}),
         ("DELETE", by_query, {"key": key}),
+        ("POST", f"/assets/{asset_id}/stateIncrement/" + quote(key, safe="/") + ".count", {}),
+        ("POST", f"/assets/{asset_id}/stateIncrement", {"key": key + ".count"}),
+        ("DELETE", by_query, {"key": key + ".count"}),
     ]
 
 
 def send(http: httpx.Client, method: str, url: str, params: dict, **kwargs) -> httpx.Response:
-    body = {"json": {"value": {"written by": "test_e2e_operator_api"}}} if method == "PUT" else {}
+    bodies = {
+        "PUT": {"json": {"value": {"written by": "test_e2e_operator_api"}}},
+        "POST": {"json": {"by": 2}},
+    }
+    body = bodies.get(method, {})
     return http.request(method, url, params=params, **body, **kwargs)
 
 
@@ -131,7 +143,10 @@ def test_what_the_tasks_wrote_is_visible_with_their_try(http, tokens):
         ti_url(ALPHA, "submit", "stateEntry"), params={"key": "remote_job_id"}, headers=viewer
     ).json()
     assert job["value"] == "operator_alpha-job-001" and job["updated_by_try"] == 1
-    assert job["updated_at"].endswith("Z")
+    assert job["updated_at"].endswith("Z") and job["version"] == 1
+    # Task state expires after [state] default_task_retention (30 days) unless the task said otherwise.
+    lives = datetime.fromisoformat(job["expires_at"]) - datetime.fromisoformat(job["updated_at"])
+    assert abs(lives - timedelta(days=30)) < timedelta(minutes=1)
     progress = http.get(ti_url(ALPHA, "submit", "state/progress"), headers=viewer).json()
     assert progress["value"] == {"pages": 3, "done": False, "note": "naïve ☃"}
     assert progress["updated_by_try"] == 1
@@ -152,6 +167,16 @@ def test_asset_state_written_by_the_tasks_is_listed(http, tokens, asset_ids):
     state = http.get(f"/assets/{asset_ids['operator_alpha']}/state", headers=viewer).json()
     watermark = next(entry for entry in state["entries"] if entry["key"] == "watermark")
     assert watermark["value"] == "2026-11-30T00:00:00+00:00" and watermark["updated_by_try"] is None
+    # Asset state records which task instance wrote it, and never expires unless asked to.
+    assert watermark["updated_by"] == {
+        "kind": "task",
+        "dag_id": ALPHA,
+        "run_id": RUN_ID,
+        "task_id": "load",
+        "map_index": -1,
+        "try_number": 1,
+    }
+    assert watermark["expires_at"] is None and watermark["version"] == 1
     assert state["asset"]["name"] == "operator_alpha_orders"
 
 
@@ -176,8 +201,9 @@ def test_the_editor_writes_task_state_but_not_asset_state(http, tokens, asset_id
     put = http.put(
         ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, json={"value": [1, "ü"]}, headers=editor
     )
-    assert put.status_code == 200 and put.json()["updated_by_try"] is None
-    assert http.get(ti_url(ALPHA, "submit", "state/" + key), headers=editor).json()["value"] == [1, "ü"]
+    assert put.status_code == 200 and put.json()["version"] == 1
+    stored = http.get(ti_url(ALPHA, "submit", "state/" + key), headers=editor).json()
+    assert stored["value"] == [1, "ü"] and stored["updated_by_try"] is None
     assert (
         http.delete(ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, headers=editor).status_code
         == 204
@@ -205,6 +231,40 @@ def test_ops_write_asset_state(http, tokens, asset_ids, key):
     finally:
         http.put(f"/assets/{asset_id}/state/watermark", json={"value": watermark}, headers=ops)
     assert http.get(f"/assets/{asset_id}/state/watermark", headers=ops).json()["value"] == watermark
+
+
+def test_versions_and_increments_on_the_real_server(http, tokens, asset_ids, key):
+    """Conditional writes lose to a write in between; concurrent increments lose nothing."""
+    ops = bearer(tokens["ops"])
+    entry = ti_url(BETA, "submit", "stateEntry")
+    try:
+        first = http.put(entry, params={"key": key, "if_version": 0}, json={"value": "a"}, headers=ops)
+        assert first.status_code == 200 and first.json()["version"] == 1, first.text
+        conflict = http.put(entry, params={"key": key, "if_version": 0}, json={"value": "b"}, headers=ops)
+        assert conflict.status_code == 409 and conflict.json()["detail"]["stored_version"] == 1, conflict.text
+        assert conflict.json()["detail"]["reason"] == "version_conflict"
+
+        def add(url: str) -> None:
+            for _ in range(25):
+                response = http.post(url, params={"key": key + ".n"}, json={"by": 1}, headers=ops)
+                assert response.status_code == 200, response.text
+
+        urls = (
+            ti_url(BETA, "submit", "stateIncrement"),
+            f"/assets/{asset_ids['operator_beta']}/stateIncrement",
+        )
+        for url in urls:
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(add, [url] * 4))
+        assert http.get(entry, params={"key": key + ".n"}, headers=ops).json()["value"] == 100
+        counter = http.get(
+            f"/assets/{asset_ids['operator_beta']}/stateEntry", params={"key": key + ".n"}, headers=ops
+        )
+        assert counter.json()["value"] == 100 and counter.json()["updated_by"]["kind"] == "api"
+    finally:
+        for url in (entry, f"/assets/{asset_ids['operator_beta']}/stateEntry"):
+            for name in (key, key + ".n"):
+                http.delete(url, params={"key": name}, headers=ops)
 
 
 def test_alice_may_read_and_edit_operator_alpha_only(http, tokens, key):

@@ -250,8 +250,13 @@ def test_viewer_logs_in_and_reads_the_state_tab_without_edit_controls(ui: UI) ->
         # Pretty-printed, non-ASCII text as is.
         expect(progress).to_have_text('{\n  "pages": 3,\n  "done": false,\n  "note": "naïve ☃"\n}')
         expect(row(page, "progress")).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
-        # Written by the task's first try.
+        # Written by the task's first try, once; it expires after the default retention (a date).
         expect(row(page, "progress").get_by_test_id("state-try")).to_have_text("1")
+        expect(row(page, "progress").get_by_test_id("state-version")).to_have_text("1")
+        expires = row(page, "progress").get_by_test_id("state-expires")
+        expect(expires).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+        # Task state shows the try, not a writer.
+        expect(row(page, "progress").get_by_test_id("state-writer")).to_have_count(0)
 
         expect(page.get_by_test_id("state-read-only")).to_be_visible()
         for control in ("state-add", "state-clear", "state-edit", "state-delete"):
@@ -283,7 +288,20 @@ def test_editor_edits_a_value_and_invalid_json_is_refused_before_sending(ui: UI,
         dialog.get_by_test_id("state-save").click()
         expect(dialog).to_have_count(0)
         expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
-        assert len(writes) == 1 and "stateEntry?key=ui_edit_me" in writes[0]
+        # The edit replaced only the version it was opened on.
+        assert len(writes) == 1 and "stateEntry?key=ui_edit_me" in writes[0] and "if_version=1" in writes[0]
+        expect(row(page, key).get_by_test_id("state-version")).to_have_text("2")
+
+        # Someone writes while the dialog is open: saving refuses, and nothing is overwritten.
+        row(page, key).get_by_test_id("state-edit").click()
+        dialog.get_by_test_id("state-value-input").fill('{"n": 3}')
+        ui.put(SCRATCH_TASK, key, {"n": "from elsewhere"})
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog).to_contain_text("written since you opened it")
+        assert ui.get(SCRATCH_TASK, key).json()["value"] == {"n": "from elsewhere"}
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(row(page, key).get_by_test_id("state-version")).to_have_text("3")
+        ui.put(SCRATCH_TASK, key, {"n": 2, "ok": True})
 
         page.reload()
         expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
@@ -376,8 +394,13 @@ def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI, screens
         expect(assets.filter(has_text="operator_beta_orders")).to_be_visible()
         assets.filter(has_text="operator_alpha_orders").click()
         expect(row(page, "watermark")).to_contain_text('"2026-11-30T00:00:00+00:00"')
-        # Asset state records no try: no such column.
+        # Asset state records no try but who wrote it last; it never expires unless asked.
         expect(row(page, "watermark").get_by_test_id("state-try")).to_have_count(0)
+        expect(row(page, "watermark").get_by_test_id("state-writer")).to_have_text(
+            f"operator_alpha / {RUN} / load, try 1"
+        )
+        expect(row(page, "watermark").get_by_test_id("state-expires")).to_have_text("never")
+        expect(row(page, "watermark").get_by_test_id("state-version")).to_have_text("1")
         # op may edit asset state.
         expect(row(page, "watermark").get_by_test_id("state-edit")).to_be_visible()
 

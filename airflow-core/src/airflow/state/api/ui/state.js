@@ -155,8 +155,9 @@ function taskScope(dagId, runId, taskId, mapIndex) {
     id: JSON.stringify(["task", dagId, runId, taskId, map_index]),
     noun: map_index >= 0 ? `task instance (map index ${map_index})` : "task instance",
     hasTries: true,
+    hasWriters: false,
     listUrl: (params) => `${base}/state${queryString({ map_index, ...params })}`,
-    entryUrl: (key) => `${base}/stateEntry${queryString({ key, map_index })}`,
+    entryUrl: (key, params) => `${base}/stateEntry${queryString({ key, map_index, ...params })}`,
     clearUrl: () => `${base}/state${queryString({ map_index })}`,
   };
 }
@@ -166,10 +167,11 @@ function assetScope(assetId) {
   return {
     id: JSON.stringify(["asset", assetId]),
     noun: "asset",
-    // Asset state is shared by every task that writes it: no try is recorded.
+    // Asset state is shared by every task that writes it: it records the whole writer, not a try.
     hasTries: false,
+    hasWriters: true,
     listUrl: (params) => `${base}/state${queryString(params)}`,
-    entryUrl: (key) => `${base}/stateEntry${queryString({ key })}`,
+    entryUrl: (key, params) => `${base}/stateEntry${queryString({ key, ...params })}`,
     clearUrl: () => `${base}/state`,
   };
 }
@@ -210,6 +212,19 @@ function formatTime(iso) {
   }
   const part = Object.fromEntries(parts.map(({ type, value }) => [type, value]));
   return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+}
+
+/** "never" for a key without expiry, else when it expires. */
+function formatExpiry(iso) {
+  return iso ? formatTime(iso) : "never";
+}
+
+/** Who last wrote an asset's key: its task instance and try, "API" or "CLI". */
+function formatWriter(writer) {
+  if (!writer) return "";
+  if (writer.kind !== "task") return writer.kind.toUpperCase();
+  const mapped = writer.map_index !== null && writer.map_index >= 0 ? `[${writer.map_index}]` : "";
+  return `${writer.dag_id} / ${writer.run_id} / ${writer.task_id}${mapped}, try ${writer.try_number}`;
 }
 
 function prettyJson(value) {
@@ -341,6 +356,9 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
   const [text, setText] = useState(adding ? "" : prettyJson(entry.value));
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState(null);
+  // Someone wrote the key after the dialog opened: closing then shows the table's new value.
+  const [stale, setStale] = useState(false);
+  const dismiss = () => onClose(stale);
   const problemOfKey = adding ? keyProblem(key) : null;
   const parsed = parseValue(text);
   const canSave = !busy && !problemOfKey && !parsed.problem;
@@ -350,10 +368,18 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
     setError(null);
     try {
       if (adding) await refuseExistingKey(scope, key);
-      await request("PUT", scope.entryUrl(key), { value: parsed.value });
+      // An edit replaces only the version it was opened on: a task (or another operator) that
+      // wrote in between is not overwritten unseen. Backends without versions give none.
+      const version = adding || entry.version === null || entry.version === undefined ? undefined : entry.version;
+      await request("PUT", scope.entryUrl(key, { if_version: version }), { value: parsed.value });
       onSaved(key);
     } catch (failure) {
-      setError(failure);
+      if (failure.reason === "version_conflict") {
+        setStale(true);
+        setError(new ApiError(409, failure.reason, "This key was written since you opened it: nothing was saved. Close the dialog to see its new value, then edit again."));
+      } else {
+        setError(failure);
+      }
       setBusy(false);
     }
   };
@@ -361,12 +387,12 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
   const footer = h(
     HStack,
     null,
-    h(Button, { variant: "outline", onClick: onClose, disabled: busy }, "Cancel"),
+    h(Button, { variant: "outline", onClick: dismiss, disabled: busy }, "Cancel"),
     h(Button, { colorPalette: "blue", onClick: save, disabled: !canSave, loading: busy, "data-testid": "state-save" }, "Save"),
   );
   return h(
     Modal,
-    { title: adding ? "Add a key" : `Edit ${entry.key}`, footer, onClose, size: "lg", testId: "state-entry-dialog" },
+    { title: adding ? "Add a key" : `Edit ${entry.key}`, footer, onClose: dismiss, size: "lg", testId: "state-entry-dialog" },
     h(
       Stack,
       { gap: 4 },
@@ -411,7 +437,7 @@ async function refuseExistingKey(scope, key) {
 // ---------------------------------------------------------------------------------------------
 // The entries of one scope: the table, its toolbar and its dialogs
 
-function EntriesTable({ entries, showTry, editable, deletable, onEdit, onDelete }) {
+function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdit, onDelete }) {
   const header = h(
     Table.Row,
     null,
@@ -421,6 +447,11 @@ function EntriesTable({ entries, showTry, editable, deletable, onEdit, onDelete 
     showTry
       ? h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The try of the task that wrote the value; empty when an operator wrote it" }, "Updated by try")
       : null,
+    showWriter
+      ? h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The task instance and try, or API or CLI, that wrote the value last" }, "Last written by")
+      : null,
+    h(Table.ColumnHeader, { whiteSpace: "nowrap", textAlign: "center", title: "Grows by one on every write" }, "Version"),
+    h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "When the key expires and is no longer returned" }, "Expires"),
     editable || deletable ? h(Table.ColumnHeader, { textAlign: "end" }, "Actions") : null,
   );
   const rows = entries.map((entry) =>
@@ -442,6 +473,13 @@ function EntriesTable({ entries, showTry, editable, deletable, onEdit, onDelete 
       ),
       h(Table.Cell, { verticalAlign: "top", whiteSpace: "nowrap", title: entry.updated_at || "" }, formatTime(entry.updated_at)),
       showTry ? h(Table.Cell, { verticalAlign: "top", textAlign: "center", "data-testid": "state-try" }, entry.updated_by_try ?? "") : null,
+      showWriter ? h(Table.Cell, { verticalAlign: "top", fontSize: "sm", "data-testid": "state-writer" }, formatWriter(entry.updated_by)) : null,
+      h(Table.Cell, { verticalAlign: "top", textAlign: "center", "data-testid": "state-version" }, entry.version ?? ""),
+      h(
+        Table.Cell,
+        { verticalAlign: "top", whiteSpace: "nowrap", title: entry.expires_at || "", "data-testid": "state-expires" },
+        formatExpiry(entry.expires_at),
+      ),
       editable || deletable
         ? h(
             Table.Cell,
@@ -531,7 +569,7 @@ function StateEntries({ scope, onChange, renderError }) {
       Fragment,
       null,
       h(EntriesTable, {
-        entries, editable, deletable, showTry: scope.hasTries,
+        entries, editable, deletable, showTry: scope.hasTries, showWriter: scope.hasWriters,
         onEdit: (entry) => setDialog({ kind: "edit", entry }),
         onDelete: (entry) => setDialog({ kind: "delete", entry }),
       }),
@@ -557,7 +595,8 @@ function renderDialog(dialog, scope, total, changed, close) {
   if (!dialog) return null;
   if (dialog.kind === "add" || dialog.kind === "edit") {
     return h(EntryDialog, {
-      scope, entry: dialog.entry, onClose: close,
+      scope, entry: dialog.entry,
+      onClose: (stale) => (stale ? changed(`"${dialog.entry.key}" was written elsewhere: not saved.`) : close()),
       onSaved: (key) => changed(`Saved "${key}".`),
     });
   }
