@@ -380,3 +380,236 @@ def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters
     backend.set(scope, "k", "still works")
     assert backend.get(scope, "k") == "still works"
     assert pooled_engine.pool.checkedin() == 1
+
+
+# --- versions, expiry, increments, writers, clean-up (issue 12) -----------------------------------
+
+
+def in_a_session(call):
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return call(session)
+
+
+def test_every_write_is_one_statement_that_returns_the_new_version(backend, scope):
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+
+    with autocommit_statements() as seen:
+        assert backend.write(scope, "k", "1") == 1
+        assert backend.write(scope, "k", "2", expires_at=timezone.utcnow() + timedelta(days=1)) == 2
+        assert backend.write(scope, "k", "3", if_version=2) == 3
+        assert backend.write(scope, "new", "1", if_version=0) == 1
+        assert backend.increment(scope, "counter", 5) == 5
+        assert backend.increment(scope, "counter", -7) == -2
+    assert len(seen) == 6, seen
+    assert seen[2].lstrip().upper().startswith("UPDATE TASK_STATE")
+
+
+def test_a_refused_conditional_write_costs_one_select_and_writes_nothing(backend, scope):
+    from airflow.state.exceptions import StateConflictError
+    from airflow_shared.state import VersionedValue
+
+    backend.write(scope, "k", "first")
+    backend.write(scope, "k", "second")
+    with autocommit_statements() as seen, pytest.raises(StateConflictError) as conflict:
+        backend.write(scope, "k", "lost", if_version=1)
+    assert (conflict.value.expected, conflict.value.stored) == (1, 2)
+    assert len(seen) == 2, seen
+    with pytest.raises(StateConflictError) as conflict:
+        backend.write(scope, "k", "lost", if_version=0)
+    assert (conflict.value.expected, conflict.value.stored) == (0, 2)
+    assert backend.get_versioned(scope, "k") == VersionedValue("second", 2)
+
+
+def test_conditional_writes_and_increments_join_a_callers_session(backend, scope):
+    from airflow import settings
+
+    backend.write(scope, "k", "committed")
+    session = settings.NonScopedSession()
+    try:
+        assert backend.write(scope, "k", "rolled back", if_version=1, session=session) == 2
+        assert backend.write(scope, "fresh", "rolled back", if_version=0, session=session) == 1
+        assert backend.increment(scope, "n", 3, session=session) == 3
+        assert backend.get_versioned(scope, "k", session=session).value == "rolled back"
+        session.rollback()
+    finally:
+        session.close()
+    assert backend.get_versioned(scope, "k").version == 1
+    assert backend.get(scope, "fresh") is None and backend.get(scope, "n") is None
+
+
+def test_a_refused_increment_leaves_no_trace_on_the_connection(backend, scope):
+    """
+    On MariaDB the guarded upsert reports its outcome in a session variable: a refused increment
+    must not make a later insert on the same connection look refused (it would write twice).
+    """
+    backend.set(scope, "text", '"abc"')
+
+    def calls(session):
+        with pytest.raises(ValueError, match="not an integer"):
+            backend.increment(scope, "text", session=session)
+        assert backend.increment(scope, "absent", 4, session=session) == 4
+        assert backend.write(scope, "created", "1", if_version=0, session=session) == 1
+        return backend.get_versioned(scope, "absent", session=session)
+
+    stored = in_a_session(calls)
+    assert (stored.value, stored.version) == ("4", 1)
+    assert backend.get_versioned(scope, "text").version == 1
+
+
+@pytest.mark.parametrize(
+    ("stored", "by", "expected"),
+    [
+        ("0", 1, 1),
+        ("-5", 3, -2),
+        (str(2**63 - 2), 1, 2**63 - 1),
+        (str(-(2**63) + 1), -1, -(2**63)),
+        # Integers in forms the SQL guard does not take are still counters: a versioned write.
+        (" 7 ", 1, 8),
+        ("007", 1, 8),
+        ("-0", 2, 2),
+    ],
+)
+def test_increment_takes_every_integer_python_takes(backend, scope, stored, by, expected):
+    backend.set(scope, "n", stored)
+    assert backend.increment(scope, "n", by) == expected
+    assert backend.get_versioned(scope, "n").value == str(expected)
+
+
+@pytest.mark.parametrize(
+    ("stored", "by"),
+    [(str(2**63 - 1), 1), (str(-(2**63)), -1), (str(2**63), 0), ("1.5", 1), ("1e3", 1), ('"7"', 1), ("", 1)],
+)
+def test_increment_refuses_and_writes_nothing(backend, scope, stored, by):
+    backend.set(scope, "n", stored)
+    with pytest.raises(ValueError, match="n"):
+        backend.increment(scope, "n", by)
+    assert backend.get_versioned(scope, "n").version == 1
+    assert backend.get(scope, "n") == stored
+
+
+def test_increment_of_a_missing_dag_run_or_asset_says_so(backend, unique):
+    with pytest.raises(ValueError, match="No DagRun found"):
+        backend.increment(TaskScope(f"dag_{unique}", "no_such_run", "task"), "n")
+    with pytest.raises(ValueError, match="No asset found"):
+        backend.increment(AssetScope(987654), "n")
+    with pytest.raises(ValueError, match="No asset found"):
+        backend.write(AssetScope(987654), "n", "1", if_version=0)
+
+
+def test_writers_are_stored_in_their_columns(backend, scope, make_asset):
+    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+    from airflow_shared.state import API_WRITER, StateWriter
+
+    writer = StateWriter.task_try("etl", "manual__1", "load", 4, 3)
+    backend.write(scope, "k", "1", writer=writer)
+    (row,) = [r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id]
+    assert (row.updated_by_try, row.version) == (3, 1)
+
+    asset = AssetScope(make_asset(1))
+    backend.increment(asset, "n", writer=writer)
+    (row,) = [r for r in stored_rows(AssetStateModel) if r.asset_id == asset.asset_id]
+    assert (
+        row.updated_by,
+        row.updated_by_dag_id,
+        row.updated_by_run_id,
+        row.updated_by_task_id,
+        row.updated_by_map_index,
+        row.updated_by_try,
+    ) == ("task", "etl", "manual__1", "load", 4, 3)
+    backend.write(asset, "n", "5", writer=API_WRITER, if_version=1)
+    (row,) = [r for r in stored_rows(AssetStateModel) if r.asset_id == asset.asset_id]
+    assert (row.updated_by, row.updated_by_dag_id, row.updated_by_try, row.version) == ("api", None, None, 2)
+    (entry,) = backend.entries(asset).entries
+    assert entry.writer == API_WRITER and entry.updated_by_try is None
+
+
+def test_expired_rows_stay_until_cleanup_and_an_overwrite_continues_their_version(backend, scope, make_asset):
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+
+    past = timezone.utcnow() - timedelta(seconds=1)
+    asset = AssetScope(make_asset(1))
+    for target in (scope, asset):
+        backend.write(target, "gone", "1")
+        backend.write(target, "gone", "2", expires_at=past)
+        backend.write(target, "kept", "1", expires_at=timezone.utcnow() + timedelta(hours=1))
+        assert backend.get(target, "gone") is None and backend.keys(target) == ["kept"]
+    assert backend.key_counts([scope, asset]) == [1, 1]
+    task_rows = {r.key: r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id}
+    assert task_rows["gone"].version == 2  # still there, invisible
+
+    # A plain overwrite continues the version; a create (if_version=0) takes the expired row over.
+    assert backend.write(scope, "gone", "3") == 3
+    assert backend.write(asset, "gone", "3", if_version=0) == 3
+    backend.write(scope, "gone", "4", expires_at=past)
+    backend.write(asset, "gone", "4", expires_at=past)
+
+    assert backend.cleanup(now=timezone.utcnow(), dry_run=True) >= 2
+    assert backend.keys(scope) == ["kept"]
+    assert "gone" in {r.key for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id}
+    assert backend.cleanup(now=timezone.utcnow(), batch_size=1) >= 2
+    assert {r.key for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id} == {"kept"}
+    assert {r.key for r in stored_rows(AssetStateModel) if r.asset_id == asset.asset_id} == {"kept"}
+    # A key that comes back after clean-up starts again at version 1.
+    assert backend.write(scope, "gone", "5") == 1
+
+
+def test_cleanup_keeps_a_key_rewritten_after_it_was_selected(backend, scope, monkeypatch):
+    """The DELETE checks again: a key given a new expiry between SELECT and DELETE stays."""
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+    from airflow.state.metastore import cleanup as cleanup_module
+
+    backend.write(scope, "k", "old", expires_at=timezone.utcnow() - timedelta(seconds=1))
+    delete = cleanup_module._delete
+
+    def rewrite_then_delete(*args, **kwargs):
+        backend.write(scope, "k", "new", expires_at=timezone.utcnow() + timedelta(days=1))
+        return delete(*args, **kwargs)
+
+    monkeypatch.setattr(cleanup_module, "_delete", rewrite_then_delete)
+    # SQLite allows one writer: the rewrite would wait for the clean-up's own transaction.
+    if backend_db_is_sqlite():
+        pytest.skip("SQLite serialises writers; the race cannot happen there")
+    backend.cleanup(now=timezone.utcnow())
+    assert backend.get(scope, "k") == "new"
+
+
+def backend_db_is_sqlite() -> bool:
+    from airflow import settings
+
+    return settings.engine.dialect.name == "sqlite"
+
+
+def test_cleanup_refuses_bad_arguments(backend):
+    from datetime import datetime
+
+    from airflow._shared.timezones import timezone
+
+    with pytest.raises(ValueError, match="timezone-aware"):
+        backend.cleanup(now=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="batch_size"):
+        backend.cleanup(now=timezone.utcnow(), batch_size=0)
+    with pytest.raises(TypeError, match="updated_before"):
+        backend.cleanup(now=timezone.utcnow(), updated_before="yesterday")
+
+
+def test_async_versioned_calls_run_on_airflows_async_engine(backend, scope):
+    from airflow import settings
+    from airflow_shared.state import VersionedValue
+
+    async def calls():
+        assert await backend.awrite(scope, "k", "1", if_version=0) == 1
+        assert await backend.aincrement(scope, "k", 2) == 3
+        return await backend.aget_versioned(scope, "k")
+
+    with statements_on(settings.async_engine.sync_engine) as async_seen, autocommit_statements() as sync_seen:
+        assert asyncio.run(calls()) == VersionedValue("3", 2)
+    assert len(async_seen) == 3 and sync_seen == []
