@@ -255,6 +255,7 @@ def test_export_to_stdout_is_only_json_lines(airflow_parser, capsys, deployment)
         "value": 1,
         "updated_at": row["updated_at"],
         "updated_by_try": None,
+        "expires_at": None,
     }
     assert shown.err.strip() == "Exported 1 key of 1 task instance and 0 keys of 0 assets"
 
@@ -485,16 +486,16 @@ def test_a_write_that_fails_on_the_metastore_leaves_nothing_written(
     """The checks passed, then the second write fails: the metastore's writes are one transaction."""
     from airflow.state.metastore import MetastoreStateBackend
 
-    real_set_by_try = MetastoreStateBackend.set_by_try
+    real_write = MetastoreStateBackend.write
     calls = []
 
     def fail_the_second(self, *args, **kwargs):
         calls.append(args)
         if len(calls) == 2:
             raise RuntimeError("the database went away\nwith a second line")
-        return real_set_by_try(self, *args, **kwargs)
+        return real_write(self, *args, **kwargs)
 
-    monkeypatch.setattr(MetastoreStateBackend, "set_by_try", fail_the_second)
+    monkeypatch.setattr(MetastoreStateBackend, "write", fail_the_second)
     path = tmp_path / "rows.jsonl"
     path.write_text(
         "\n".join(task_line(deployment, key, 1) for key in ("first", "second", "third")) + "\n",
