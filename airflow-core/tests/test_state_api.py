@@ -94,13 +94,13 @@ def detail(response) -> dict:
 
 def test_round_trip_list_delete_clear(api, running):
     headers = auth(running)
-    assert (
-        api.put(**at(running, "job"), json={"value": {"id": "app_001"}}, headers=headers).status_code == 204
-    )
-    assert api.put(**at(running, "n"), json={"value": 3}, headers=headers).status_code == 204
+    written = api.put(**at(running, "job"), json={"value": {"id": "app_001"}}, headers=headers)
+    assert written.status_code == 200 and written.json()["key"] == "job"
+    assert api.put(**at(running, "n"), json={"value": 3}, headers=headers).status_code == 200
     assert api.get(**at(running, "job"), headers=headers).json() == {
         "key": "job",
         "value": {"id": "app_001"},
+        "version": written.json()["version"],
     }
     # "kept" was written by the task itself during its run.
     assert api.get(keys_url(running), headers=headers).json()["keys"] == [
@@ -296,7 +296,7 @@ def test_asset_state_only_for_declared_assets_and_writes_only_for_outlets(api, r
     key = {"key": "watermark"}
     assert (
         api.put("/assets/value", params={**by_name, **key}, json={"value": 41}, headers=headers).status_code
-        == 204
+        == 200
     )
     assert api.get("/assets/value", params={**by_uri, **key}, headers=headers).json()["value"] == 41
     assert api.get("/assets/keys", params=by_name, headers=headers).json()["keys"] == ["watermark"]
@@ -325,7 +325,7 @@ def test_openapi_schema_describes_the_routes(api):
     put = paths["/task-instances/{task_instance_id}/value"]["put"]
     assert "403" in put["responses"] and "413" in put["responses"]
     assert put["requestBody"]["content"]["application/json"]["schema"]["required"] == ["value"]
-    assert [p["name"] for p in put["parameters"] if p["in"] == "query"] == ["key"]
+    assert sorted(p["name"] for p in put["parameters"] if p["in"] == "query") == ["if_version", "key"]
     # The handshake, with the bodies it takes and the refusals it answers.
     for path in ("/challenges", "/credentials", "/credentials/renew"):
         assert {"401", "403", "503"} <= set(paths[path]["post"]["responses"]), path
@@ -343,9 +343,9 @@ def test_every_corpus_key_round_trips_and_deleting_one_touches_no_other(api, run
     headers = auth(running)
     api.delete(keys_url(running), headers=headers)
     for i, key in enumerate(corpus):
-        assert api.put(**at(running, key), json={"value": i}, headers=headers).status_code == 204, key
+        assert api.put(**at(running, key), json={"value": i}, headers=headers).status_code == 200, key
     for i, key in enumerate(corpus):
-        assert api.get(**at(running, key), headers=headers).json() == {"key": key, "value": i}
+        assert api.get(**at(running, key), headers=headers).json() == {"key": key, "value": i, "version": 1}
     assert api.get(keys_url(running), headers=headers).json()["keys"] == sorted(corpus)
     for gone, key in enumerate(corpus, start=1):
         assert api.delete(**at(running, key), headers=headers).status_code == 204
@@ -490,3 +490,250 @@ def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
         _checked(misconfigured)
     with pytest.raises(PermissionError):  # what task code written before the classes still catches
         _checked(undeclared)
+
+
+# --- versions, expiry, increments (issue 12) ----------------------------------------------------
+
+
+def _stored_expiry(claims: TaskInstanceClaims, key: str):
+    from airflow.state.metastore.models import TaskStateModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.scalar(
+            select(TaskStateModel.expires_at).where(
+                TaskStateModel.run_id == claims.run_id,
+                TaskStateModel.task_id == claims.task_id,
+                TaskStateModel.key == key,
+            )
+        )
+
+
+def _close_to(when, seconds: float) -> bool:
+    from datetime import UTC, datetime
+
+    if when.tzinfo is None:  # SQLite and MariaDB hand back naive UTC
+        when = when.replace(tzinfo=UTC)
+    return abs((when - datetime.now(UTC)).total_seconds() - seconds) < 60
+
+
+def test_ttl_never_and_the_default_retention(api, running, monkeypatch):
+    headers = auth(running)
+    assert api.put(**at(running, "ttl"), json={"value": 1, "ttl": 3600}, headers=headers).status_code == 200
+    assert _close_to(_stored_expiry(running, "ttl"), 3600)
+    api.put(**at(running, "never"), json={"value": 1, "ttl": "never"}, headers=headers)
+    assert _stored_expiry(running, "never") is None
+    # No ttl: [state] default_task_retention, 30 days unless configured; 0 turns it off.
+    api.put(**at(running, "default"), json={"value": 1}, headers=headers)
+    assert _close_to(_stored_expiry(running, "default"), 30 * 86400)
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "0")
+    api.put(**at(running, "default"), json={"value": 2}, headers=headers)
+    assert _stored_expiry(running, "default") is None
+    # Each write replaces the expiry.
+    api.put(**at(running, "ttl"), json={"value": 2, "ttl": "never"}, headers=headers)
+    assert _stored_expiry(running, "ttl") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"value": 1, "ttl": 0},
+        {"value": 1, "ttl": -5},
+        {"value": 1, "ttl": "forever"},
+        {"value": 1, "ttl": True},
+        {"value": 1, "ttl": 1e300},
+    ],
+    ids=["zero", "negative", "text", "bool", "overflow"],
+)
+def test_bad_ttls_are_422_and_nothing_is_written(api, running, body):
+    headers = auth(running)
+    api.put(**at(running, "kept"), json={"value": "original"}, headers=headers)
+    refused = api.put(**at(running, "kept"), json=body, headers=headers)
+    assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_request", refused.text
+    assert "ttl must be" in detail(refused)["message"] or "too long" in detail(refused)["message"]
+    assert api.get(**at(running, "kept"), headers=headers).json()["value"] == "original"
+
+
+def test_unknown_body_fields_are_refused_not_ignored(api, running):
+    headers = auth(running)
+    api.put(**at(running, "kept"), json={"value": "original"}, headers=headers)
+    for body in ({"value": 1, "expires": 60}, {"value": 1, "ttl": 60, "if_version": 0}):
+        refused = api.put(**at(running, "kept"), json=body, headers=headers)
+        assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_value", body
+        assert "unknown:" in detail(refused)["message"]
+    assert api.get(**at(running, "kept"), headers=headers).json()["value"] == "original"
+
+
+def test_conditional_writes_answer_409_with_the_stored_version(api, running):
+    from airflow.state import StateConflictError
+    from airflow.state.worker.client import _checked
+
+    headers = auth(running)
+    api.delete(**at(running, "cas"), headers=headers)
+
+    def put(value, if_version):
+        return api.put(
+            at(running)["url"],
+            params={"key": "cas", "if_version": if_version},
+            json={"value": value},
+            headers=headers,
+        )
+
+    created = put("a", 0)
+    assert created.status_code == 200 and created.json() == {"key": "cas", "version": 1}
+    lost = put("b", 0)
+    assert lost.status_code == 409
+    assert detail(lost)["reason"] == "version_conflict" and detail(lost)["stored_version"] == 1
+    assert put("b", 1).json()["version"] == 2
+    stale = put("c", 1)
+    assert stale.status_code == 409 and detail(stale)["stored_version"] == 2
+    assert api.get(**at(running, "cas"), headers=headers).json() == {"key": "cas", "value": "b", "version": 2}
+    # The task's client turns the 409 into the error task code catches, with what it needs.
+    with pytest.raises(StateConflictError) as raised:
+        _checked(stale)
+    assert (raised.value.key, raised.value.expected, raised.value.stored) == ("cas", 1, 2)
+    for bad in ("-1", "x", "1.5"):
+        refused = put("d", bad)
+        assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_request", bad
+
+
+def test_increment_is_atomic_and_refuses_what_is_not_an_integer(api, running):
+    headers = auth(running)
+    url = f"/task-instances/{running.ti_id}/increment"
+    api.delete(**at(running, "rows"), headers=headers)
+    assert api.post(url, params={"key": "rows"}, json={}, headers=headers).json() == {
+        "key": "rows",
+        "value": 1,
+    }
+    assert api.post(url, params={"key": "rows"}, json={"by": 41}, headers=headers).json()["value"] == 42
+    assert api.post(url, params={"key": "rows"}, json={"by": -2}, headers=headers).json()["value"] == 40
+    assert api.get(**at(running, "rows"), headers=headers).json()["value"] == 40
+    api.put(**at(running, "text"), json={"value": "forty"}, headers=headers)
+    refused = api.post(url, params={"key": "text"}, json={"by": 1}, headers=headers)
+    assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_value"
+    assert "not an integer" in detail(refused)["message"]
+    assert api.get(**at(running, "text"), headers=headers).json()["value"] == "forty"
+    extra = api.post(url, params={"key": "rows"}, json={"by": 1, "extra": 1}, headers=headers)
+    assert extra.status_code == 422 and "unknown: extra" in detail(extra)["message"]
+    for body in ({"by": "1"}, {"by": 1.5}, {"by": True}, {"by": 2**63}):
+        bad = api.post(url, params={"key": "rows"}, json=body, headers=headers)
+        assert bad.status_code == 422 and detail(bad)["reason"] == "invalid_request", body
+    assert api.get(**at(running, "rows"), headers=headers).json()["value"] == 40
+    set_ti_state(running, "success")
+    ended = api.post(url, params={"key": "rows"}, json={}, headers=headers)
+    set_ti_state(running, "running")
+    assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
+
+
+def test_asset_writes_record_the_task_try_that_wrote(api, running, backend):
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+    from airflow_shared.state import AssetScope, StateWriter
+
+    headers = auth(running)
+    params = {"name": "state_tests_declared", "key": "counted"}
+    api.delete("/assets/value", params=params, headers=headers)
+    assert api.post("/assets/increment", params=params, json={"by": 3}, headers=headers).json()["value"] == 3
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == "state_tests_declared"))
+    [entry] = backend.entries(AssetScope(asset_id), key_prefix="counted").entries
+    assert entry.writer == StateWriter.task_try(
+        running.dag_id, running.run_id, running.task_id, running.map_index, running.try_number
+    )
+    assert entry.expires_at is None  # asset state never expires unless asked
+    inlet = api.post(
+        "/assets/increment", params={**params, "name": "state_tests_inlet_only"}, json={}, headers=headers
+    )
+    assert inlet.status_code == 403 and detail(inlet)["reason"] == "asset_not_declared"
+
+
+@pytest.fixture
+def plain_backend(monkeypatch):
+    """[state] backend: a minimal BaseStateBackend that stores in a dict and supports nothing more."""
+    from airflow.state import configured_backend
+    from airflow_shared.state import BaseStateBackend
+
+    class DictBackend(BaseStateBackend):
+        def __init__(self):
+            self.data: dict = {}
+
+        def get(self, scope, key, *, session=None):
+            return self.data.get((scope, key))
+
+        def set(self, scope, key, value, *, session=None):
+            self.data[(scope, key)] = value
+
+        def delete(self, scope, key, *, session=None):
+            self.data.pop((scope, key), None)
+
+        def clear(self, scope, *, all_map_indices=False, session=None):
+            self.data = {k: v for k, v in self.data.items() if k[0] != scope}
+
+    instance = DictBackend()
+    monkeypatch.setattr(configured_backend, "_instance", instance)
+    return instance
+
+
+def test_a_backend_without_capabilities_answers_501_and_skips_only_the_default_retention(
+    api, running, plain_backend, caplog
+):
+    from airflow.state import StateUnsupportedError
+    from airflow.state.worker.client import _checked
+
+    headers = auth(running)
+    # No ttl: the default retention cannot apply, and that is no reason to refuse the write.
+    plain = api.put(**at(running, "plain"), json={"value": 1}, headers=headers)
+    assert plain.status_code == 200 and plain.json() == {"key": "plain", "version": None}
+    assert "default_task_retention is not applied" in caplog.text
+    assert api.get(**at(running, "plain"), headers=headers).json() == {
+        "key": "plain",
+        "value": 1,
+        "version": None,
+    }
+    assert (
+        api.put(**at(running, "never"), json={"value": 1, "ttl": "never"}, headers=headers).status_code == 200
+    )
+    refused = {
+        "ttl": api.put(**at(running, "x"), json={"value": 1, "ttl": 60}, headers=headers),
+        "if_version": api.put(
+            at(running)["url"], params={"key": "x", "if_version": 0}, json={"value": 1}, headers=headers
+        ),
+        "increment": api.post(
+            f"/task-instances/{running.ti_id}/increment", params={"key": "n"}, json={}, headers=headers
+        ),
+    }
+    for asked, response in refused.items():
+        assert response.status_code == 501 and detail(response)["reason"] == "unsupported", asked
+        assert "DictBackend does not support" in detail(response)["message"], asked
+        with pytest.raises(StateUnsupportedError):
+            _checked(response)
+    assert sorted(key for _, key in plain_backend.data) == ["never", "plain"]
+
+
+def test_the_succeeded_route_clears_only_a_succeeded_try_of_its_own_task_instance(api, running):
+    headers = auth(running)
+    url = f"/task-instances/{running.ti_id}/succeeded"
+    api.put(**at(running, "left"), json={"value": 1}, headers=headers)
+    # A running try must not use it to clear its state "after success" before it has succeeded.
+    early = api.post(url, headers=headers)
+    assert early.status_code == 403 and "not success" in detail(early)["message"]
+    other = api.post("/task-instances/01234567-89ab-7def-8123-456789abcdef/succeeded", headers=headers)
+    assert other.status_code == 403 and detail(other)["reason"] == "forbidden"
+    set_ti_state(running, "failed")
+    assert api.post(url, headers=headers).status_code == 403
+    assert "left" in api.get(keys_url(running), headers=headers).json()["keys"]
+    set_ti_state(running, "success")
+    assert api.post(url, headers=headers).status_code == 204
+    assert api.get(keys_url(running), headers=headers).json()["keys"] == []
+
+
+def test_openapi_documents_versions_expiry_and_increments(api):
+    paths = api.get("/openapi.json").json()["paths"]
+    put = paths["/task-instances/{task_instance_id}/value"]["put"]
+    assert {"409", "501"} <= set(put["responses"])
+    assert "if_version" in [p["name"] for p in put["parameters"] if p["in"] == "query"]
+    body = put["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"value", "ttl"} and body["additionalProperties"] is False
+    for path in ("/task-instances/{task_instance_id}/increment", "/assets/increment"):
+        assert "501" in paths[path]["post"]["responses"], path
+    assert "/task-instances/{task_instance_id}/succeeded" in paths

@@ -29,6 +29,9 @@ from airflow.state.exceptions import (
     StateError,
     StateUnavailableError,
 )
+from airflow.state.protocol import NEVER_EXPIRES
+from airflow.state.worker.errors import StateUnsupportedError
+from airflow.state.worker.options import Versioned
 
 if TYPE_CHECKING:
     from airflow.state.configured_backend import get_state_backend, resolve_state_backend
@@ -36,12 +39,15 @@ if TYPE_CHECKING:
     from airflow.state.worker.accessors import asset_state, task_state
 
 __all__ = [
+    "NEVER_EXPIRES",
     "InvalidStateError",
     "StateAccessDeniedError",
     "StateConfigurationError",
     "StateConflictError",
     "StateError",
     "StateUnavailableError",
+    "StateUnsupportedError",
+    "Versioned",
     "asset_state",
     "get_state_backend",
     "resolve_state_backend",

@@ -11,13 +11,21 @@ log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
-    from airflow.state.api.errors import database_unavailable, misconfigured, not_found, validation_error
+    from airflow.state.api.errors import (
+        database_unavailable,
+        misconfigured,
+        not_found,
+        unsupported,
+        validation_error,
+        version_conflict,
+    )
     from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.operator.routes import router as operator_router
     from airflow.state.api.routes import router
     from airflow.state.api.ui.static import router as ui_router
     from airflow.state.exceptions import StateConfigurationError
     from airflow.state.manage import NotFound
+    from airflow_shared.state import StateCapabilityError, StateConflictError
     from fastapi.exceptions import RequestValidationError
     from sqlalchemy.exc import DBAPIError
 
@@ -46,6 +54,9 @@ def create_app() -> FastAPI:
     app.add_exception_handler(DBAPIError, database_unavailable)
     app.add_exception_handler(StateConfigurationError, misconfigured)
     app.add_exception_handler(NotFound, not_found)
+    # A versioned write that lost (409) and a capability the backend lacks (501), from any route.
+    app.add_exception_handler(StateConflictError, version_conflict)
+    app.add_exception_handler(StateCapabilityError, unsupported)
     return app
 
 

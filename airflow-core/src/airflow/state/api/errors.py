@@ -35,6 +35,21 @@ DOCUMENTED: dict[int | str, dict[str, Any]] = {
     503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
 }
 
+# What a versioned write (`if_version`) or an operation the configured backend lacks answers: merge
+# into the `responses=` of the routes that can give them (the task routes and the operator API's).
+CONFLICT_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    409: {
+        "description": "The key is not at the version `if_version` names (`version_conflict`); "
+        "`detail.stored_version` is the version stored now (0: absent). Read it again and retry"
+    },
+}
+UNSUPPORTED_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    501: {
+        "description": "The configured state backend does not support this (`unsupported`): versions, "
+        "expiry (`ttl`) or increments"
+    },
+}
+
 
 # The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
 OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
@@ -93,3 +108,34 @@ async def misconfigured(request: Request, error: Exception) -> JSONResponse:
     """
     body = {"detail": {"reason": Reason.MISCONFIGURED.value, "message": f"API server: {error}"}}
     return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+
+async def version_conflict(request: Request, error: Exception) -> JSONResponse:
+    """
+    A conditional write (``if_version``) found another version stored: 409 ``version_conflict``,
+    with the stored version (0: absent) so the caller can tell what happened without a second read.
+
+    Registered on the whole app (see :func:`airflow.state.api.app.create_app`): any route, the
+    operator API's included, lets the backend's ``StateConflictError`` propagate.
+    """
+    from airflow_shared.state import StateConflictError
+
+    assert isinstance(error, StateConflictError)
+    body = {
+        "detail": {
+            "reason": Reason.VERSION_CONFLICT.value,
+            "message": str(error),
+            "stored_version": error.stored,
+        }
+    }
+    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_409_CONFLICT)
+
+
+async def unsupported(request: Request, error: Exception) -> JSONResponse:
+    """
+    The configured backend lacks what the request needs (versions, expiry, increments): 501
+    ``unsupported``, with the backend's message that names the capability. Registered on the app
+    like :func:`version_conflict`, for ``airflow_shared.state.StateCapabilityError``.
+    """
+    body = {"detail": {"reason": Reason.UNSUPPORTED.value, "message": str(error)}}
+    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_501_NOT_IMPLEMENTED)

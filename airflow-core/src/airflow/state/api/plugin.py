@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from airflow.plugins_manager import AirflowPlugin
 from airflow.state.api.app import LazyStateApp
 from airflow.state.protocol import URL_PREFIX
+from airflow.state.worker import listener as clear_on_success_listener
 
 #: The name of both React apps: the task instance tab's label and the navigation entry's. Airflow
 #: 3.2's UI finds an app's component at ``globalThis[name]``, so ``state.js`` registers this name.
@@ -48,3 +49,5 @@ class TaskStatePlugin(AirflowPlugin):
     name = "task_state"
     fastapi_apps = [{"app": LazyStateApp(), "url_prefix": URL_PREFIX, "name": "Task state API"}]
     react_apps = state_react_apps()
+    # Clears a task instance's state when its try succeeds, if configured (runs in task processes).
+    listeners = [clear_on_success_listener]

@@ -8,35 +8,81 @@ parameter of the ``.../value`` routes, read strictly from the raw query string.
 from __future__ import annotations
 
 import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec
+from airflow.state import codec, config
 from airflow.state.api.credentials import TaskInstanceClaims
-from airflow.state.api.datamodels import VALUE_BODY_SCHEMA, StateKeysResponse, StateValueResponse
-from airflow.state.api.errors import DOCUMENTED, refusal, unprocessable
+from airflow.state.api.datamodels import (
+    INCREMENT_BODY_SCHEMA,
+    VALUE_BODY_SCHEMA,
+    StateIncrementResponse,
+    StateKeysResponse,
+    StateValueResponse,
+    StateWriteResponse,
+)
+from airflow.state.api.errors import (
+    CONFLICT_DOCUMENTED,
+    DOCUMENTED,
+    UNSUPPORTED_DOCUMENTED,
+    refusal,
+    unprocessable,
+)
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
 from airflow.state.protocol import (
+    ASSET_INCREMENT_PATH,
     ASSET_KEYS_PATH,
     ASSET_VALUE_PATH,
+    IF_VERSION_PARAMETER,
     KEY_PARAMETER,
+    NEVER_EXPIRES,
+    TASK_INCREMENT_PATH,
     TASK_KEYS_PATH,
+    TASK_SUCCEEDED_PATH,
     TASK_VALUE_PATH,
+    TTL_FIELD,
     Reason,
 )
-from airflow_shared.state import AssetScope, StateScope, validate_key
-from fastapi import APIRouter, Depends, Query, Request, Response, status
+from airflow_shared.state import (
+    MAX_COUNTER,
+    MIN_COUNTER,
+    AssetScope,
+    BaseStateBackend,
+    StateCapabilityError,
+    StateScope,
+    StateWriter,
+    validate_key,
+)
+from fastapi import APIRouter, Depends, Query, Request, status
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 AssetName = Annotated[str | None, Query(description="The asset's name")]
 AssetUri = Annotated[str | None, Query(description="The asset's URI")]
-# The JSON envelope around a value (`{"value": ...}`) and some whitespace.
+IfVersion = Annotated[
+    int | None,
+    Query(
+        alias=IF_VERSION_PARAMETER,
+        ge=0,
+        le=MAX_COUNTER,
+        description="Write only if the key is at this version (0: only if it is absent or expired); "
+        "otherwise 409 `version_conflict` with the stored version",
+    ),
+]
+# The JSON envelope around a value (`{"value": ..., "ttl": ...}`) and some whitespace.
 BODY_ENVELOPE_BYTES = 1024
 _WRITE_BODY = {"requestBody": {"required": True, "content": {"application/json": VALUE_BODY_SCHEMA}}}
+_INCREMENT_BODY = {"requestBody": {"required": True, "content": {"application/json": INCREMENT_BODY_SCHEMA}}}
+_WRITE_ERRORS = {**DOCUMENTED, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
+_INCREMENT_ERRORS = {**DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
 
 
-def _backend():
+def _backend() -> BaseStateBackend:
     from airflow.state import get_state_backend
 
     return get_state_backend()
@@ -102,38 +148,161 @@ async def _body_within(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _encoded_value(request: Request, claims: Claims) -> str:
-    # `claims` is resolved first: an unauthenticated request is refused before its body is read.
+async def _json_object(request: Request, fields: frozenset[str], shape: str) -> dict[str, Any]:
+    """The request body: a JSON object of *fields* only (an unknown field is refused, not ignored)."""
     body = await _body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
         raise unprocessable(Reason.INVALID_VALUE, f"request body is not JSON: {error}") from None
-    if not isinstance(document, dict) or list(document) != ["value"]:
-        raise unprocessable(Reason.INVALID_VALUE, 'request body must be {"value": <any JSON but null>}')
+    if not isinstance(document, dict) or not fields.issuperset(document):
+        unknown = sorted(set(document) - fields) if isinstance(document, dict) else []
+        named = f" (unknown: {', '.join(unknown)})" if unknown else ""
+        raise unprocessable(Reason.INVALID_VALUE, f"request body must be {shape}{named}")
+    return document
+
+
+_ABSENT: Any = object()
+
+
+@dataclass(frozen=True)
+class WriteBody:
+    """A write's body: the value as stored text, and the ``ttl`` it gave (``_ABSENT`` if none)."""
+
+    text: str
+    ttl: Any = _ABSENT
+
+
+@dataclass(frozen=True)
+class IncrementBody:
+    by: int = 1
+    ttl: Any = _ABSENT
+
+
+_VALUE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
+_INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (optional)}'
+
+
+async def _write_body(request: Request, claims: Claims) -> WriteBody:
+    # `claims` is resolved first: an unauthenticated request is refused before its body is read.
+    document = await _json_object(request, frozenset({"value", TTL_FIELD}), _VALUE_SHAPE)
+    if "value" not in document:
+        raise unprocessable(Reason.INVALID_VALUE, f"request body must be {_VALUE_SHAPE}: no value")
     try:
-        return codec.encode(document["value"])
+        text = codec.encode(document["value"])
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
+    return WriteBody(text, document.get(TTL_FIELD, _ABSENT))
 
 
-EncodedValue = Annotated[str, Depends(_encoded_value)]
+async def _increment_body(request: Request, claims: Claims) -> IncrementBody:
+    document = await _json_object(request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE)
+    by = document.get("by", 1)
+    if not isinstance(by, int) or isinstance(by, bool) or not MIN_COUNTER <= by <= MAX_COUNTER:
+        raise unprocessable(Reason.INVALID_REQUEST, f"by must be a 64-bit integer, not {by!r}")
+    return IncrementBody(by, document.get(TTL_FIELD, _ABSENT))
+
+
+WriteBodyDep = Annotated[WriteBody, Depends(_write_body)]
+IncrementBodyDep = Annotated[IncrementBody, Depends(_increment_body)]
+
+
+# --- expiry: the body's ttl, else the default ---------------------------------------------------
+
+_warned_no_expiry: set[type] = set()
+
+
+def expires_at(ttl: Any, scope: StateScope, backend: BaseStateBackend) -> datetime | None:
+    """
+    When a key written now expires (``None``: never), from a write's ``ttl``: a positive number of
+    seconds, ``"never"``, or absent (``_ABSENT``) for the default, which is ``[state]
+    default_task_retention`` for task state and never for asset state.
+
+    An explicit ttl on a backend without expiry raises ``StateCapabilityError`` (answered 501). The
+    default retention is not the caller's choice, so such a backend simply keeps the key (and the
+    API server says so in its log, once per backend class).
+    """
+    if ttl is _ABSENT:
+        retention = None if isinstance(scope, AssetScope) else config.default_task_retention()
+        if retention is None:
+            return None
+        if not backend.supports_expiry:
+            if type(backend) not in _warned_no_expiry:
+                _warned_no_expiry.add(type(backend))
+                log.warning(
+                    "[state] default_task_retention is not applied: %s does not support expiry, so "
+                    "task state written without a ttl is kept until its dag run is deleted",
+                    type(backend).__name__,
+                )
+            return None
+        return datetime.now(UTC) + retention
+    if ttl == NEVER_EXPIRES:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+        raise unprocessable(
+            Reason.INVALID_REQUEST,
+            f'ttl must be a positive number of seconds or "{NEVER_EXPIRES}", not {ttl!r}',
+        )
+    try:
+        when = datetime.now(UTC) + timedelta(seconds=ttl)
+    except OverflowError:
+        raise unprocessable(
+            Reason.INVALID_REQUEST, f'ttl {ttl!r} is too long; use "{NEVER_EXPIRES}"'
+        ) from None
+    if not backend.supports_expiry:
+        raise StateCapabilityError(backend, "expiry (ttl)")
+    return when
 
 
 # --- shared ------------------------------------------------------------------------------
 
 
+def _writer(claims: TaskInstanceClaims) -> StateWriter:
+    return StateWriter.task_try(
+        claims.dag_id, claims.run_id, claims.task_id, claims.map_index, claims.try_number
+    )
+
+
 def _read(scope: StateScope, key: str) -> StateValueResponse:
-    stored = _backend().get(scope, key)
+    # One backend call on this hot path: the versioned read where the backend keeps versions.
+    backend = _backend()
+    version = None
+    if backend.supports_versions:
+        versioned = backend.get_versioned(scope, key)
+        stored, version = (versioned.value, versioned.version) if versioned else (None, None)
+    else:
+        stored = backend.get(scope, key)
     if stored is None:
         raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-    return StateValueResponse(key=key, value=codec.decode(stored))
+    return StateValueResponse(key=key, value=codec.decode(stored), version=version)
 
 
-def _write(scope: StateScope, key: str, text: str, try_number: int | None) -> Response:
-    # Every backend is told which try writes (None for asset state); those that can, record it.
-    _backend().set_by_try(scope, key, text, try_number=try_number)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
+def _write(
+    scope: StateScope, key: str, body: WriteBody, claims: TaskInstanceClaims, if_version: int | None
+) -> StateWriteResponse:
+    # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
+    backend = _backend()
+    version = backend.write(
+        scope,
+        key,
+        body.text,
+        writer=_writer(claims),
+        expires_at=expires_at(body.ttl, scope, backend),
+        if_version=if_version,
+    )
+    return StateWriteResponse(key=key, version=version)
+
+
+def _increment(
+    scope: StateScope, key: str, body: IncrementBody, claims: TaskInstanceClaims
+) -> StateIncrementResponse:
+    backend = _backend()
+    when = expires_at(body.ttl, scope, backend)
+    try:
+        value = backend.increment(scope, key, body.by, writer=_writer(claims), expires_at=when)
+    except ValueError as error:  # not an integer stored, or the sum leaves 64 bits: nothing written
+        raise unprocessable(Reason.INVALID_VALUE, error) from None
+    return StateIncrementResponse(key=key, value=value)
 
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such key (`key_not_found`)"}}
@@ -157,21 +326,51 @@ def clear_task_state(task_instance_id: str, claims: Claims) -> None:
 
 @router.get(TASK_VALUE_PATH, responses={**DOCUMENTED, **_NOT_FOUND})
 def get_task_state(task_instance_id: str, claims: Claims, key: Key) -> StateValueResponse:
-    """The value stored under `key` in the calling task instance's state."""
+    """The value stored under `key` in the calling task instance's state, with its version."""
     return _read(check_task_instance(claims, write=False, path_ti_id=task_instance_id), key)
 
 
-@router.put(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED, openapi_extra=_WRITE_BODY)
-def set_task_state(task_instance_id: str, claims: Claims, key: Key, text: EncodedValue) -> Response:
-    """Store a value under `key`; only the running try the credential names may write."""
+@router.put(TASK_VALUE_PATH, responses=_WRITE_ERRORS, openapi_extra=_WRITE_BODY)
+def set_task_state(
+    task_instance_id: str, claims: Claims, key: Key, body: WriteBodyDep, if_version: IfVersion = None
+) -> StateWriteResponse:
+    """
+    Store a value under `key` and answer its new version; only the running try the credential
+    names may write. Without `ttl` the key expires after `[state] default_task_retention`.
+    """
     scope = check_task_instance(claims, write=True, path_ti_id=task_instance_id)
-    return _write(scope, key, text, try_number=claims.try_number)
+    return _write(scope, key, body, claims, if_version)
+
+
+@router.post(TASK_INCREMENT_PATH, responses=_INCREMENT_ERRORS, openapi_extra=_INCREMENT_BODY)
+def increment_task_state(
+    task_instance_id: str, claims: Claims, key: Key, body: IncrementBodyDep
+) -> StateIncrementResponse:
+    """
+    Add `by` to the integer stored under `key` (absent: 0) in one atomic step and answer the sum;
+    a key holding anything but a JSON integer is refused (`invalid_value`) and left as it is.
+    """
+    scope = check_task_instance(claims, write=True, path_ti_id=task_instance_id)
+    return _increment(scope, key, body, claims)
 
 
 @router.delete(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED)
 def delete_task_state(task_instance_id: str, claims: Claims, key: Key) -> None:
     """Remove `key`; removing a key that is not there is not an error."""
     _backend().delete(check_task_instance(claims, write=True, path_ti_id=task_instance_id), key)
+
+
+@router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)
+def task_instance_succeeded(task_instance_id: str, claims: Claims) -> None:
+    """
+    Clear the state of the calling task instance (its own map index) once its try has succeeded.
+
+    The task process calls it after its supervisor reported the success, when `[state]
+    clear_on_success` is on or the task sets `clear_task_state_on_success` (see
+    `airflow.state.worker.listener`). Only the try that succeeded may: any other state of the task
+    instance, or a later try, is refused.
+    """
+    _backend().clear(check_task_instance(claims, write=False, path_ti_id=task_instance_id, succeeded=True))
 
 
 # --- asset state -------------------------------------------------------------------------
@@ -201,16 +400,40 @@ def clear_asset_state(claims: Claims, name: AssetName = None, uri: AssetUri = No
 def get_asset_state(
     claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None
 ) -> StateValueResponse:
-    """The value stored under `key` in an asset's state."""
+    """The value stored under `key` in an asset's state, with its version."""
     return _read(_asset_scope(claims, name, uri, write=False), key)
 
 
-@router.put(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS, openapi_extra=_WRITE_BODY)
+@router.put(
+    ASSET_VALUE_PATH,
+    responses={**_ASSET_ERRORS, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
+    openapi_extra=_WRITE_BODY,
+)
 def set_asset_state(
-    claims: Claims, key: Key, text: EncodedValue, name: AssetName = None, uri: AssetUri = None
-) -> Response:
-    """Store a value under `key` in an asset's state; the running task must have it as an outlet."""
-    return _write(_asset_scope(claims, name, uri, write=True), key, text, try_number=None)
+    claims: Claims,
+    key: Key,
+    body: WriteBodyDep,
+    name: AssetName = None,
+    uri: AssetUri = None,
+    if_version: IfVersion = None,
+) -> StateWriteResponse:
+    """
+    Store a value under `key` in an asset's state and answer its new version; the running task
+    must have the asset as an outlet, and is recorded as the writer. Without `ttl` it never expires.
+    """
+    return _write(_asset_scope(claims, name, uri, write=True), key, body, claims, if_version)
+
+
+@router.post(
+    ASSET_INCREMENT_PATH,
+    responses={**_ASSET_ERRORS, **UNSUPPORTED_DOCUMENTED},
+    openapi_extra=_INCREMENT_BODY,
+)
+def increment_asset_state(
+    claims: Claims, key: Key, body: IncrementBodyDep, name: AssetName = None, uri: AssetUri = None
+) -> StateIncrementResponse:
+    """Add `by` to the integer stored under `key` in an asset's state (the asset must be an outlet)."""
+    return _increment(_asset_scope(claims, name, uri, write=True), key, body, claims)
 
 
 @router.delete(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS)

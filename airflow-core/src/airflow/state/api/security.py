@@ -74,12 +74,13 @@ def _task_instance_row() -> Select[Any]:
 
 
 def check_task_instance(
-    claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None
+    claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None, succeeded: bool = False
 ) -> TaskScope:
     """
     Refuse unless the credential's task instance is still at the credential's try (every try has a
     task instance id of its own, so a credential of an earlier try names an id that is gone), and,
-    for writes, running: a try that has ended, or a zombie, must not overwrite state.
+    for writes, running: a try that has ended, or a zombie, must not overwrite state. With
+    *succeeded*, the try must have succeeded instead (only the clear-on-success route asks this).
 
     Return the task instance's scope, with the identity of this incarnation of its dag run (a run
     deleted and created again under the same run_id gets a new one, so it starts empty).
@@ -110,6 +111,11 @@ def check_task_instance(
         raise forbidden(
             f"task instance {claims.ti_id} is {state}: only a running try may write its state",
             Reason.NOT_RUNNING,
+        )
+    if succeeded and state != TaskInstanceState.SUCCESS:
+        raise forbidden(
+            f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
+            "clear its state this way (a running task clears it with task_state.clear())"
         )
     return TaskScope(
         dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)

@@ -9,21 +9,34 @@ document except ``None``.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import json
+import random
+import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from airflow.state import codec
-from airflow.state.exceptions import StateAccessDeniedError, StateUnavailableError
+from airflow.state.exceptions import StateAccessDeniedError, StateConflictError, StateUnavailableError
 from airflow.state.protocol import (
+    ASSET_INCREMENT_PATH,
     ASSET_KEYS_PATH,
     ASSET_VALUE_PATH,
+    IF_VERSION_PARAMETER,
     KEY_PARAMETER,
+    TTL_FIELD,
+    task_increment_path,
     task_keys_path,
     task_value_path,
 )
 from airflow.state.worker.client import StateClient
-from airflow_shared.state import validate_key
+from airflow.state.worker.errors import StateUnsupportedError
+from airflow.state.worker.options import Versioned, checked_if_version, ttl_field
+from airflow_shared.state import validate_increment, validate_key
 
 _OUTSIDE_TASK = (
     "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
@@ -45,38 +58,145 @@ def _client(what: str) -> tuple[StateClient, Any]:
     return StateClient(ti), ti
 
 
+#: How many times update() reads and tries to write before it gives up.
+DEFAULT_UPDATE_ATTEMPTS = 20
+
+
+def _checked_attempts(max_attempts: Any) -> int:
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
+    return max_attempts
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds to wait after the *attempt*-th conflict: a few ms, growing, at random so writers spread."""
+    return random.uniform(0, min(0.005 * 2**attempt, 0.25))
+
+
+@dataclass(frozen=True)
+class _Paths:
+    """Where a namespace's operations live: all its keys, one key's value, one key's increment."""
+
+    keys: str
+    value: str
+    increment: str
+
+
 class _StateNamespace:
     """The methods shared by task state and one asset's state; subclasses say where the keys live."""
 
     _what = "state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
-        """The client, the query parameters that name the namespace, and its keys and value paths."""
+    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
+        """The client, the query parameters that name the namespace, and its paths."""
         raise NotImplementedError
 
-    def _one_key(self, method: str, key: str, **kwargs: Any) -> httpx.Response:
+    def _one_key(self, method: str, key: str, path: str = "value", **kwargs: Any) -> httpx.Response:
         # Checked here too, so a bad key fails in the task with the full message and no round trip.
         validate_key(key)
-        client, params, _, value_path = self._target()
-        return client.request(method, value_path, params={**params, KEY_PARAMETER: key}, **kwargs)
+        client, params, paths = self._target()
+        params = {**params, KEY_PARAMETER: key, **kwargs.pop("params", {})}
+        return client.request(method, getattr(paths, path), params=params, **kwargs)
 
     def _all_keys(self, method: str) -> httpx.Response:
-        client, params, keys_path, _ = self._target()
-        return client.request(method, keys_path, params=params)
+        client, params, paths = self._target()
+        return client.request(method, paths.keys, params=params)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value stored under *key*, or *default*."""
+    def _read(self, key: str) -> dict[str, Any] | None:
         response = self._one_key("GET", key)
         if response.status_code == 404:
-            return default
+            return None
         answer = response.json()
         if answer["key"] != key:  # never expected; a value must not be returned for another key
             raise StateUnavailableError(f"task state API answered for key {answer['key']!r}, asked {key!r}")
-        return answer["value"]
+        return answer
 
-    def set(self, key: str, value: Any) -> None:
-        """Store *value* (any JSON document except None) under *key*."""
-        self._one_key("PUT", key, content=_body(value))
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under *key*, or *default*."""
+        answer = self._read(key)
+        return default if answer is None else answer["value"]
+
+    def get_versioned(self, key: str) -> Versioned | None:
+        """
+        The value stored under *key* with its version, or ``None``; pass the version to
+        ``set(..., if_version=...)`` to write only if nobody wrote in between.
+
+        :raises StateUnsupportedError: when the configured backend keeps no versions.
+        """
+        answer = self._read(key)
+        if answer is None:
+            return None
+        if answer.get("version") is None:
+            raise StateUnsupportedError(
+                f"{self._what}.get_versioned({key!r}): the configured state backend keeps no versions; "
+                "use a backend that does (the metastore and Redis backends do)"
+            )
+        return Versioned(answer["value"], answer["version"])
+
+    def set(self, key: str, value: Any, *, ttl: Any = None, if_version: int | None = None) -> int | None:
+        """
+        Store *value* (any JSON document except None) under *key*; return the key's new version
+        (``None`` from a backend without versions).
+
+        :param ttl: how long the key lives after this write: a ``timedelta`` or seconds, or
+            ``NEVER_EXPIRES``; ``None``: the default (task state: ``[state] default_task_retention``,
+            30 days unless configured; asset state: never).
+        :param if_version: write only if the key is still at this version (from
+            :meth:`get_versioned`; 0: only if it is absent), else raise ``StateConflictError``.
+        """
+        body = _body(value, ttl_field(ttl))
+        expected = checked_if_version(if_version)
+        params = {} if expected is None else {IF_VERSION_PARAMETER: str(expected)}
+        # A conditional write must not be repeated blindly: applied twice, it conflicts with itself.
+        response = self._one_key("PUT", key, content=body, params=params, idempotent=expected is None)
+        return response.json()["version"]
+
+    def update(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any = None,
+        *,
+        ttl: Any = None,
+        max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
+    ) -> Any:
+        """
+        Read-modify-write *key* without losing a concurrent write: store ``fn(current)`` (current:
+        the stored value, or *default* when there is none) only if nobody wrote the key in
+        between, else read it again and call *fn* again; return the value stored.
+
+        *fn* may run several times, so it must only compute (no side effects), and must not
+        return None. Gives up with ``StateConflictError`` after *max_attempts* reads.
+        """
+        ttl_text = ttl_field(ttl)
+        attempts = _checked_attempts(max_attempts)
+        for attempt in range(attempts):
+            current = self.get_versioned(key)
+            new = fn(default if current is None else current.value)
+            try:
+                self.set(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
+            except StateConflictError:
+                if attempt + 1 == attempts:
+                    raise
+                time.sleep(_backoff(attempt))
+            else:
+                return new
+        raise AssertionError("unreachable")
+
+    def increment(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
+        """
+        Add *by* (may be negative) to the integer stored under *key* (absent: 0) in one atomic
+        step, and return the result; concurrent increments never lose one another.
+
+        :raises InvalidStateError: when the key holds anything but an integer (nothing is written).
+        """
+        validate_increment(by)
+        document: dict[str, Any] = {"by": by}
+        ttl_text = ttl_field(ttl)
+        if ttl_text is not None:
+            document[TTL_FIELD] = ttl_text
+        response = self._one_key("POST", key, "increment", json=document, idempotent=False)
+        return response.json()["value"]
 
     def delete(self, key: str) -> None:
         """Remove *key*; removing a key that is not there is not an error."""
@@ -96,8 +216,45 @@ class _StateNamespace:
     async def aget(self, key: str, default: Any = None) -> Any:
         return await asyncio.to_thread(self.get, key, default)
 
-    async def aset(self, key: str, value: Any) -> None:
-        await asyncio.to_thread(self.set, key, value)
+    async def aget_versioned(self, key: str) -> Versioned | None:
+        return await asyncio.to_thread(self.get_versioned, key)
+
+    async def aset(
+        self, key: str, value: Any, *, ttl: Any = None, if_version: int | None = None
+    ) -> int | None:
+        return await asyncio.to_thread(
+            functools.partial(self.set, key, value, ttl=ttl, if_version=if_version)
+        )
+
+    async def aupdate(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any = None,
+        *,
+        ttl: Any = None,
+        max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
+    ) -> Any:
+        """:meth:`update` for async code; *fn* may be a plain function or a coroutine function."""
+        ttl_text = ttl_field(ttl)
+        attempts = _checked_attempts(max_attempts)
+        for attempt in range(attempts):
+            current = await self.aget_versioned(key)
+            new = fn(default if current is None else current.value)
+            if inspect.isawaitable(new):
+                new = await new
+            try:
+                await self.aset(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
+            except StateConflictError:
+                if attempt + 1 == attempts:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+            else:
+                return new
+        raise AssertionError("unreachable")
+
+    async def aincrement(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
+        return await asyncio.to_thread(functools.partial(self.increment, key, by, ttl=ttl))
 
     async def adelete(self, key: str) -> None:
         await asyncio.to_thread(self.delete, key)
@@ -109,9 +266,12 @@ class _StateNamespace:
         return await asyncio.to_thread(self.keys)
 
 
-def _body(value: Any) -> str:
+def _body(value: Any, ttl: float | str | None) -> str:
     # Checked here too, so a bad value fails in the task with the full message and no round trip.
-    return '{"value":' + codec.encode(value) + "}"
+    body = '{"value":' + codec.encode(value)
+    if ttl is not None:
+        body += f',"{TTL_FIELD}":' + json.dumps(ttl)
+    return body + "}"
 
 
 class TaskState(_StateNamespace):
@@ -119,9 +279,10 @@ class TaskState(_StateNamespace):
 
     _what = "task_state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
+    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
         client, _ = _client(self._what)
-        return client, {}, task_keys_path(client.ti_id), task_value_path(client.ti_id)
+        ti_id = client.ti_id
+        return client, {}, _Paths(task_keys_path(ti_id), task_value_path(ti_id), task_increment_path(ti_id))
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
@@ -135,10 +296,14 @@ class AssetState(_StateNamespace):
     def __init__(self, asset: Any) -> None:
         self._asset = asset
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str, str]:
+    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
         client, ti = _client(self._what)
         name, uri = _declared_asset(ti, self._asset)
-        return client, {"name": name, "uri": uri}, ASSET_KEYS_PATH, ASSET_VALUE_PATH
+        return (
+            client,
+            {"name": name, "uri": uri},
+            _Paths(ASSET_KEYS_PATH, ASSET_VALUE_PATH, ASSET_INCREMENT_PATH),
+        )
 
     def __repr__(self) -> str:
         return f"<asset_state[{self._asset!r}]>"

@@ -9,10 +9,12 @@ the server no longer accepts (its key was rotated) is replaced by a new handshak
 Connection errors and 5xx answers are retried with the same settings as Airflow's own calls to
 the Execution API (``[workers] execution_api_retries``, ``execution_api_retry_wait_min`` and
 ``execution_api_retry_wait_max``), so a state call survives whatever an API server restart or a
-database failover Airflow's own task calls survive. That is safe because every operation is
-idempotent: PUT of a value, DELETE, GET. An operation that is not (an increment, a
-compare-and-set) must carry an idempotency key the server remembers, so that a retry of a request
-that was applied but whose answer was lost returns the first outcome instead of applying it twice.
+database failover Airflow's own task calls survive. That is safe for the idempotent operations:
+PUT of a value, DELETE, GET. An increment or a conditional write (``if_version``) is not: applied
+twice, a counter counts twice, and a retried conditional write that had in fact been applied
+would report a conflict with itself. Those are retried only when the request surely never reached
+the server (the connection could not be opened); any other failure raises
+``StateUnavailableError`` saying the outcome is unknown, rather than risk applying it twice.
 Anything else fails at once with an error that says what to check, dispatched on the ``reason``
 the server gives, never on message text.
 
@@ -37,9 +39,19 @@ from airflow.state.exceptions import (
     InvalidStateError,
     StateAccessDeniedError,
     StateConfigurationError,
+    StateConflictError,
     StateUnavailableError,
 )
-from airflow.state.protocol import CHALLENGES_PATH, CREDENTIAL_RENEWAL_PATH, CREDENTIALS_PATH, Reason, proof
+from airflow.state.protocol import (
+    CHALLENGES_PATH,
+    CREDENTIAL_RENEWAL_PATH,
+    CREDENTIALS_PATH,
+    IF_VERSION_PARAMETER,
+    KEY_PARAMETER,
+    Reason,
+    proof,
+)
+from airflow.state.worker.errors import StateUnsupportedError
 from airflow.state.worker.handshake import proof_in_rendered_fields
 
 __all__ = ["RetryPolicy", "StateClient"]
@@ -119,14 +131,17 @@ class StateClient:
 
     # --- transport -------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         """
         Send one request with this task instance's credential, retried as Airflow retries its
         Execution API calls; return the answer (a 404 only when the key is missing) or raise the
         error the answer stands for.
+
+        :param idempotent: ``False`` for a request that must not be applied twice (an increment, a
+            conditional write): it is retried only when it surely never reached the server.
         """
         for last_chance in (False, True):
-            response = self._send(method, path, headers=self._auth_header(), **kwargs)
+            response = self._send(method, path, headers=self._auth_header(), idempotent=idempotent, **kwargs)
             if response.status_code == 401 and not last_chance:
                 # Expired while waiting, or the server's key was rotated: prove identity again, once.
                 self._forget_credential()
@@ -134,7 +149,7 @@ class StateClient:
             return _checked(response)
         raise AssertionError("unreachable")
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         http = _sync_client(self.base_url, self.in_process)
         retry = RetryPolicy.from_config()
         for attempt in range(retry.retries + 1):
@@ -142,13 +157,24 @@ class StateClient:
             try:
                 response = http.request(method, path, **kwargs)
             except httpx.TransportError as error:
+                if not idempotent and not isinstance(error, _NEVER_SENT):
+                    raise self._outcome_unknown(method, path, error) from error
                 if last:
                     raise self._unreachable(error) from error
             else:
                 if not _retryable(response) or last:
                     return response
+                if not idempotent:
+                    raise self._outcome_unknown(method, path, _checked_quietly(response))
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
+
+    def _outcome_unknown(self, method: str, path: str, error: object) -> StateUnavailableError:
+        return StateUnavailableError(
+            f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
+            "it may or may not have been applied, and it is not retried because applying it twice "
+            "(an increment, a conditional write) would be wrong; read the key to find out"
+        )
 
     def _unreachable(self, error: Exception) -> StateUnavailableError:
         return StateUnavailableError(
@@ -246,9 +272,20 @@ def _reason(response: httpx.Response) -> tuple[str | None, str]:
     return None, str(detail)
 
 
+# Failures of a request that was never sent: retrying it cannot apply it twice.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def _checked_quietly(response: httpx.Response) -> str:
+    reason, message = _reason(response)
+    return f"{response.status_code} {reason or ''}: {message}".strip()
+
+
 def _retryable(response: httpx.Response) -> bool:
-    # A server without its secret stays without it: retrying would only delay the clear error.
-    return response.status_code >= 500 and _reason(response)[0] != Reason.MISCONFIGURED.value
+    # A server without its secret stays without it, and a backend without a capability stays
+    # without it: retrying would only delay the clear error.
+    final = (Reason.MISCONFIGURED.value, Reason.UNSUPPORTED.value)
+    return response.status_code >= 500 and _reason(response)[0] not in final
 
 
 # The reasons, each raised as one class; any other reason means the API is not usable now.
@@ -271,6 +308,10 @@ def _checked(response: httpx.Response) -> httpx.Response:
             f"(is [state] api_url right? {response.url} does not look like the state API)"
         )
     described = f"task state API answered {response.status_code} ({reason}): {message}"
+    if reason == Reason.VERSION_CONFLICT.value:
+        raise _conflict(response)
+    if reason == Reason.UNSUPPORTED.value:
+        raise StateUnsupportedError(described)
     if reason in _ACCESS_DENIED:
         raise StateAccessDeniedError(described)
     if reason in _INVALID:
@@ -285,3 +326,14 @@ def _checked(response: httpx.Response) -> httpx.Response:
             "do all API servers share [api_auth] jwt_secret, or [state] session_key?)"
         )
     raise StateUnavailableError(described)
+
+
+def _conflict(response: httpx.Response) -> StateConflictError:
+    """The 409 of a conditional write, as the error task code catches: key, expected and stored version."""
+    params = response.request.url.params
+    try:
+        stored = int(response.json()["detail"]["stored_version"])
+        expected = int(params.get(IF_VERSION_PARAMETER, "0"))
+    except (ValueError, KeyError, TypeError):
+        stored, expected = -1, -1
+    return StateConflictError(params.get(KEY_PARAMETER, ""), expected, stored)

@@ -1,0 +1,73 @@
+"""
+Clears a task instance's state when it succeeds, if asked: ``[state] clear_on_success``, or the
+task's own ``clear_task_state_on_success`` attribute (which wins either way).
+
+An Airflow listener, registered by the state plugin. Airflow 3.2's task runner calls
+``on_task_instance_success`` in the task process itself, after the supervisor has reported the
+success to the API server, so this works the same under every executor (local, Celery,
+Kubernetes, edge...): the task process asks the state API, with its own credential, to clear
+its state, and the API server does it only because the try has succeeded.
+
+Airflow also calls this hook in the API server when someone marks a task instance successful by
+hand; that is not a try succeeding, and nothing is cleared then.
+
+A listener must never fail the task: anything that goes wrong is logged, and the state stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import pluggy
+
+log = logging.getLogger(__name__)
+hookimpl = pluggy.HookimplMarker("airflow")
+
+#: The attribute a task (an operator class, or one task in the DAG file) sets to opt in or out.
+OPT_IN_ATTRIBUTE = "clear_task_state_on_success"
+
+
+def wants_clear(task: Any) -> bool:
+    """Whether *task*'s state should go when it succeeds: its own attribute, else the configuration."""
+    from airflow.state import config
+
+    chosen = getattr(task, OPT_IN_ATTRIBUTE, None)
+    if chosen is None:
+        return config.clear_on_success()
+    if not isinstance(chosen, bool):
+        log.warning(
+            "%s.%s is %r, not True or False; following [state] clear_on_success instead",
+            getattr(task, "task_id", task),
+            OPT_IN_ATTRIBUTE,
+            chosen,
+        )
+        return config.clear_on_success()
+    return chosen
+
+
+def _in_task_process(task_instance: Any) -> bool:
+    # The task runner is imported in every task process; the API server has no reason to load it.
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    return runner is not None and isinstance(task_instance, runner.RuntimeTaskInstance)
+
+
+@hookimpl
+def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+    try:
+        if not _in_task_process(task_instance) or not wants_clear(task_instance.task):
+            return
+        from airflow.state.protocol import task_succeeded_path
+        from airflow.state.worker.client import StateClient
+
+        client = StateClient(task_instance)
+        client.request("POST", task_succeeded_path(client.ti_id))
+        log.info("Cleared the task state of %s after its success", task_instance.task_id)
+    except Exception:
+        log.warning(
+            "Could not clear the task state of %s after its success; the task succeeded all the same, "
+            "and its state stays (remove it with `airflow state clear`)",
+            getattr(task_instance, "task_id", task_instance),
+            exc_info=True,
+        )

@@ -1,0 +1,59 @@
+"""What a task may pass beside a value: a time to live, and the version a write expects."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from airflow.state.protocol import NEVER_EXPIRES
+from airflow_shared.state import MAX_COUNTER
+
+
+class Versioned(NamedTuple):
+    """A stored value and its version: 1 when the key was created, one more on every write."""
+
+    value: Any
+    version: int
+
+
+def ttl_field(ttl: Any) -> float | str | None:
+    """
+    *ttl* as the API takes it (seconds, or ``"never"``), or ``None`` for the default. Checked in
+    the task, so a wrong ttl fails at once with what to pass, and no request is sent.
+
+    :param ttl: a ``timedelta`` or a number of seconds (positive), ``NEVER_EXPIRES`` (``"never"``)
+        for a key that never expires, or ``None`` for the default (task state: ``[state]
+        default_task_retention``; asset state: never).
+    """
+    if ttl is None or ttl == NEVER_EXPIRES:
+        return ttl
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise TypeError(
+            f"ttl must be a timedelta, a number of seconds, airflow.state.NEVER_EXPIRES or None, "
+            f"not {type(ttl).__name__}: {ttl!r}"
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(
+            f"ttl must be positive, got {ttl!r}; for a key that never expires pass "
+            "airflow.state.NEVER_EXPIRES, and delete a key with delete()"
+        )
+    return seconds
+
+
+def checked_if_version(if_version: Any) -> int | None:
+    """*if_version* if it is ``None`` or a version a key can have (0: absent), else a clear error."""
+    if if_version is None:
+        return None
+    if not isinstance(if_version, int) or isinstance(if_version, bool):
+        raise TypeError(f"if_version must be an int or None, got {type(if_version).__name__}: {if_version!r}")
+    if not 0 <= if_version <= MAX_COUNTER:
+        raise ValueError(
+            f"if_version must be 0 (write only if the key is absent) or a version from get_versioned(), "
+            f"got {if_version}"
+        )
+    return if_version
