@@ -7,16 +7,15 @@ Where each scope's state lives in Redis.
   listing the map indexes that have a hash, so clearing every map index deletes exactly those
   hashes instead of scanning the keyspace.
 * asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
-* write metadata: next to every state HASH, a HASH with the same fields whose values say when and
-  by which try each key was last written: ``"<epoch_micros>:<try_number>"``, the try left empty
-  for asset state and for writes made outside a task try (``"1764504000123456:2"``,
-  ``"1764504000123456:"``). For task state it is ``<task_hash>:meta``; for asset state
+* write metadata: next to every state HASH, a HASH with the same fields whose values say when,
+  by which try (asset state: by which writer) each key was last written, its version and when it
+  expires (format in :mod:`._meta`). For task state it is ``<task_hash>:meta``; for asset state
   ``<prefix>:asset-meta:{<prefix>:asset:<asset_id>}``. The values themselves are stored exactly as
   before, so builds that predate the metadata read this layout, and values they wrote (with no
   metadata) are listed with an unknown writer and time.
 
-Every write touches the value and its metadata in one MULTI/EXEC (or Lua script), with the same
-expiry, and every delete and clear removes both.
+Every write touches the value and its metadata in one Lua script, with the same expiry, and every
+delete and clear removes both.
 
 ``dag_run_uid`` names one incarnation of the dag run (:class:`TaskScope`). Redis is not told when a
 run is deleted, so without it a run deleted and created again with the same run_id would read the
