@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from airflow.state import codec
 from airflow.state.configured_backend import get_state_backend, reset_state_backend
-from airflow_shared.state import AssetScope, StateScope, TaskScope
+from airflow_shared.state import AssetScope, BaseStateBackend, StateScope, TaskScope
+from airflow_shared.state._memory import MemoryStateBackend
 
 REDIS = "airflow_state_redis.RedisStateBackend"
 
@@ -651,3 +652,31 @@ def test_bad_expiry_and_writer_fields_are_refused_with_line_numbers(refused, dep
         "line 5: unknown field for task state: updated_by",
     ]
     assert stored_now(deployment) == {}
+
+
+class WithoutExpiry(MemoryStateBackend):
+    """A backend that keeps no expiry: the contract's default write() refuses expires_at."""
+
+    supports_expiry = False
+    write = BaseStateBackend.write
+
+
+def test_rows_that_expire_are_refused_on_a_backend_without_expiry(refused, deployment, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.WithoutExpiry")
+    reset_state_backend()
+    try:
+        path = tmp_path / "rows.jsonl"
+        lines = [
+            task_line(deployment, "forever", 1),
+            task_line(deployment, "k", 1, expires_at="2999-01-01T00:00:00+00:00"),
+        ]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        message = refused("import", str(path))
+        assert message == "refused 1 of 2 rows; nothing was imported"
+        assert message.stderr.strip() == (
+            "line 2: key 'k' expires at 2999-01-01T00:00:00+00:00, and WithoutExpiry does not support "
+            'expiry: import into a backend that does, or set "expires_at" to null (never) in the file'
+        )
+        assert stored_now(deployment) == {}
+    finally:
+        reset_state_backend()

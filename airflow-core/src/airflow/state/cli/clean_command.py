@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
+from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
 from airflow.utils import cli as cli_utils
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
@@ -25,13 +26,15 @@ from airflow.utils.providers_configuration_loader import providers_configuration
 @one_line_errors
 def clean(args: Namespace) -> None:
     backend = configured_backend()
+    # Named for people: the class the operator configured, not the metrics wrapper around it.
+    name = type(unwrap_state_backend(backend)).__name__
     now = utcnow()
     updated_before = None if args.older_than is None else older_than(args.older_than, now=now)
     what = "expired keys" + (
         "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
     )
     if not args.dry_run and not confirmed(
-        f"Remove {what} from {type(backend).__name__}? (--dry-run counts them first)", yes=args.yes
+        f"Remove {what} from {name}? (--dry-run counts them first)", yes=args.yes
     ):
         print("Cancelled, nothing was removed.")
         return
@@ -45,7 +48,7 @@ def clean(args: Namespace) -> None:
         print(f"Removed {keys} ({what})")
     if not backend.supports_expiry:
         # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.
-        print(f"Note: {type(backend).__name__} does not support expiry, so none of its keys ever expire")
+        print(f"Note: {name} does not support expiry, so none of its keys ever expire")
 
 
 def older_than(text: str, *, now: datetime) -> datetime:

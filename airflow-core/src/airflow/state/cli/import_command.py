@@ -30,6 +30,7 @@ from airflow.state import manage
 from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
 from airflow.state.cli.scope_options import describe_asset, describe_task
 from airflow.state.cli.transfer_format import AssetTarget, RowError, TaskTarget, parse_row
+from airflow.state.configured_backend import unwrap_state_backend
 from airflow.utils import cli as cli_utils
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
@@ -246,10 +247,11 @@ class RowChecker:
                 self.plan.rows.append(Planned(number, scope, description, row.key, False, row.expires_at))
                 return None
             if not self.backend.supports_expiry:
+                name = type(unwrap_state_backend(self.backend)).__name__
                 return (
-                    f"key {row.key!r} expires at {row.expires_at.isoformat()}, and "
-                    f"{type(self.backend).__name__} does not support expiry: import into a backend "
-                    'that does, or set "expires_at" to null (never) in the file'
+                    f"key {row.key!r} expires at {row.expires_at.isoformat()}, and {name} does not "
+                    'support expiry: import into a backend that does, or set "expires_at" to null '
+                    "(never) in the file"
                 )
         exists = self.backend.get(scope, row.key) is not None
         if exists and self.plan.action == FAIL:
@@ -318,4 +320,4 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
 def _transactional(backend: BaseStateBackend) -> bool:
     from airflow.state.metastore import MetastoreStateBackend
 
-    return isinstance(backend, MetastoreStateBackend)
+    return isinstance(unwrap_state_backend(backend), MetastoreStateBackend)
