@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import airflow.state.example_dags as example_dags
@@ -187,3 +188,55 @@ def test_resumable_job_accepts_plain_string_statuses(monkeypatch):
         "PlainStatusOperator.job_status returned 'lost' for job job-unknown_status; "
         "expected a JobStatus or one of 'running', 'succeeded', 'failed'"
     ) in output, output[-3000:]
+
+
+# --- versions, expiry, increments, update, clear on success (issue 12) -------------------------
+
+
+def test_versions_ttl_increment_and_update_as_task_code_sees_them(dags_test, backend):
+    output, run_id = dags_test(TEST_DAGS, "state_versions_surface")
+    out = returned(output)
+    assert out["counts"] == [1, 2, 3, 2]
+    assert "not an integer" in out["increment_text"] and out["text_kept"] == "forty"
+    assert out["versions"] == [1, 2]
+    assert out["versioned"] == ("b", 2) and out["is_versioned"] and out["missing_versioned"] is None
+    assert out["conflict"] == ["cas", 1, 2]
+    assert out["bad_ttl"] == [
+        "ValueError",
+        "ValueError",
+        "ValueError",
+        "ValueError",
+        "TypeError",
+        "ValueError",
+    ]
+    assert out["bad_if_version"] == ["ValueError", "TypeError", "TypeError"]
+    # The concurrent write is kept: fn ran again on top of it.
+    assert out["updated"] == out["log"] == ["start", "intruder", "mine"] and out["update_calls"] == 2
+    assert out["many"] == list(range(12))
+    assert out["gave_up_after"] == 3
+    assert out["async"] == {
+        "aincrement": 7,
+        "aupdate": 14,
+        "aupdate_sync_fn": 15,
+        "aget_versioned": (15, 4),
+    }
+    assert out["asset"] == [5, 6]
+    scope = TaskScope("state_versions_surface", run_id, "exercise")
+    entries = {entry.key: entry for entry in backend.entries(scope).entries}
+    assert "bad" not in entries
+    assert entries["forever"].expires_at is None
+    now = datetime.now(UTC)
+    assert timedelta(minutes=59) < entries["hour"].expires_at - now <= timedelta(hours=1)
+    assert timedelta(seconds=30) < entries["seconds"].expires_at - now <= timedelta(seconds=90)
+    # No ttl: the default retention, 30 days.
+    assert timedelta(days=29) < entries["rows"].expires_at - now <= timedelta(days=30)
+
+
+def test_clear_task_state_on_success_clears_only_the_task_that_asks(dags_test, backend, monkeypatch):
+    _, run_id = dags_test(TEST_DAGS, "state_clear_on_success")
+    assert backend.keys(TaskScope("state_clear_on_success", run_id, "clears")) == []
+    assert backend.keys(TaskScope("state_clear_on_success", run_id, "keeps")) == ["kept"]
+    # [state] clear_on_success clears every task that does not opt out.
+    monkeypatch.setenv("AIRFLOW__STATE__CLEAR_ON_SUCCESS", "True")
+    _, run_id = dags_test(TEST_DAGS, "state_clear_on_success")
+    assert backend.keys(TaskScope("state_clear_on_success", run_id, "keeps")) == []

@@ -28,6 +28,11 @@ def ttl_field(ttl: Any) -> float | str | None:
     """
     if ttl is None or ttl == NEVER_EXPIRES:
         return ttl
+    if isinstance(ttl, str):
+        raise ValueError(
+            f'ttl {ttl!r}: the only text a ttl may be is airflow.state.NEVER_EXPIRES ("{NEVER_EXPIRES}"); '
+            "give a timedelta or a number of seconds otherwise"
+        )
     if isinstance(ttl, timedelta):
         seconds = ttl.total_seconds()
     elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
