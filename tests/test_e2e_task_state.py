@@ -23,6 +23,7 @@ from state_testing.deployment import Deployment, airflow_deployment
 EXAMPLE_DAGS = Path(example_dags.__file__).parent
 CORPUS_DAG = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"
 FAULT_DAGS = Path(__file__).parent / "dags" / "state_fault_dags.py"
+VERSIONED_DAGS = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_versioned_dags.py"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def jobs(tmp_path_factory) -> Path:
 def dags_folder(tmp_path_factory) -> Path:
     """The example DAGs, the key corpus and the fault DAGs, side by side in one folder."""
     folder = tmp_path_factory.mktemp("e2e-dags")
-    for path in [*EXAMPLE_DAGS.glob("*.py"), CORPUS_DAG, FAULT_DAGS]:
+    for path in [*EXAMPLE_DAGS.glob("*.py"), CORPUS_DAG, FAULT_DAGS, VERSIONED_DAGS]:
         if path.name != "__init__.py":
             shutil.copy(path, folder / path.name)
     return folder
@@ -229,3 +230,43 @@ def test_huge_bodies_are_refused_before_they_are_read(deployment):
     time.sleep(1)
     grown = (_api_server_memory(deployment) - before) >> 20
     assert grown < 40, f"the API server grew by {grown} MiB while refusing two 100 MiB bodies"
+
+
+def test_versions_increments_ttl_and_clear_on_success_through_the_api_server(deployment):
+    """Task code using increment, if_version, update and ttl under the LocalExecutor, and a task
+    that asks for its state to be cleared once it succeeded (the listener runs in the task process)."""
+    run_to_end(deployment, "state_versions_surface", "versions_1")
+    rows = deployment.query(
+        "SELECT key, value, version, expires_at, now() AS now FROM task_state "
+        "WHERE dag_id = 'state_versions_surface' AND run_id = 'versions_1'"
+    )
+    stored = {row["key"]: row for row in rows}
+    assert json.loads(stored["rows"]["value"]) == 2 and stored["rows"]["version"] == 4
+    assert (json.loads(stored["cas"]["value"]), stored["cas"]["version"]) == ("b", 2)
+    assert json.loads(stored["log"]["value"]) == ["start", "intruder", "mine"]
+    assert sorted(json.loads(stored["many"]["value"])) == list(range(12))
+    assert stored["forever"]["expires_at"] is None
+    hour = (stored["hour"]["expires_at"] - stored["hour"]["now"]).total_seconds()
+    assert 3000 < hour <= 3600
+    default = (stored["rows"]["expires_at"] - stored["rows"]["now"]).total_seconds()
+    assert 29 * 86400 < default <= 30 * 86400
+    [counted] = deployment.query(
+        "SELECT s.value FROM asset_state s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.name = 'state_tests_counted' AND s.key = 'seen'"
+    )
+    assert json.loads(counted["value"]) == 6
+
+    run_to_end(deployment, "state_clear_on_success", "clear_1")
+    assert task_state(deployment, "state_clear_on_success", "clear_1") == {("keeps", -1, "kept"): (1, 1)}
+
+
+def test_row_counter_example_loses_no_count(deployment):
+    run_to_end(deployment, "example_row_counter", "rows_1")
+    rows = deployment.query(
+        "SELECT s.key, s.value FROM asset_state s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.name = 'example_rows'"
+    )
+    assert {row["key"]: json.loads(row["value"]) for row in rows} == {
+        "rows_loaded": 100 + 101 + 102 + 103,
+        "high_watermark": 3,
+    }

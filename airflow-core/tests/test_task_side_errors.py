@@ -107,3 +107,69 @@ def test_an_undeclared_asset_is_refused_in_the_task_as_access_denied():
     with pytest.raises(StateAccessDeniedError, match="does not declare this asset") as raised:
         _declared_asset(ti, "customers")
     assert isinstance(raised.value, PermissionError)  # what task code written before still catches
+
+
+# --- versions, ttl, increments (issue 12) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ttl", "error", "message"),
+    [
+        (0, ValueError, "ttl must be positive"),
+        (-3.5, ValueError, "ttl must be positive"),
+        (float("inf"), ValueError, "ttl must be positive"),
+        ("forever", ValueError, "NEVER_EXPIRES"),
+        (True, TypeError, "ttl must be a timedelta"),
+        ([60], TypeError, "ttl must be a timedelta"),
+    ],
+)
+def test_a_wrong_ttl_is_refused_in_the_task_before_any_request(ttl, error, message):
+    # Outside a task: the ttl is checked first, so the error is about the ttl, not about the task.
+    with pytest.raises(error, match=message):
+        task_state.set("k", 1, ttl=ttl)
+    with pytest.raises(error, match=message):
+        task_state.increment("k", ttl=ttl)
+
+
+def test_ttls_as_the_api_takes_them():
+    from datetime import timedelta
+
+    from airflow.state import NEVER_EXPIRES
+    from airflow.state.worker.options import ttl_field
+
+    assert ttl_field(None) is None
+    assert ttl_field(NEVER_EXPIRES) == "never"
+    assert ttl_field(timedelta(minutes=2)) == 120.0
+    assert ttl_field(1.5) == 1.5
+
+
+def test_a_non_idempotent_request_is_retried_only_if_it_never_reached_the_server(monkeypatch):
+    """A lost answer to an increment must not make the client send it again: it could count twice."""
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "3")
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.01")
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state.invalid/state")
+    sent = []
+
+    def lose_the_answer(self, method, url, **kwargs):
+        sent.append(method)
+        raise httpx.ReadError("connection reset while reading the answer")
+
+    monkeypatch.setattr(httpx.Client, "request", lose_the_answer)
+    state_client = StateClient(TI)
+    with pytest.raises(StateUnavailableError, match="may or may not have been applied"):
+        state_client._send("POST", "/task-instances/x/increment", idempotent=False)
+    assert sent == ["POST"]
+    # An idempotent one (a plain PUT) is retried as Airflow retries.
+    with pytest.raises(StateUnavailableError, match="Cannot reach"):
+        state_client._send("PUT", "/task-instances/x/value")
+    assert sent == ["POST"] + ["PUT"] * 4
+
+    def refuse_connection(self, method, url, **kwargs):
+        sent.append(method)
+        raise httpx.ConnectError("connection refused")
+
+    sent.clear()
+    monkeypatch.setattr(httpx.Client, "request", refuse_connection)
+    with pytest.raises(StateUnavailableError, match="Cannot reach"):
+        state_client._send("POST", "/task-instances/x/increment", idempotent=False)
+    assert sent == ["POST"] * 4  # never sent: safe to try again
