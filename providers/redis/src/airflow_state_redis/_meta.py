@@ -30,6 +30,18 @@ _META = re.compile(
 )
 
 
+# What a read needs, parsed as ``meta_of`` in the Lua scripts parses it (same answers for any text).
+_VERSION_AND_EXPIRY = re.compile(rb"\d+:-?\d*:(\d+):(\d*)(?::|\Z)")
+
+
+def version_and_expiry(raw: bytes | None) -> tuple[int, int | None]:
+    """``(version, expires epoch micros or None)`` of a metadata value, without building datetimes."""
+    match = None if raw is None else _VERSION_AND_EXPIRY.match(raw)
+    if match is None:
+        return 1, None
+    return int(match[1]), int(match[2]) if match[2] else None
+
+
 @dataclass(frozen=True)
 class Meta:
     """What a metadata value says; unknown parts are ``None``."""

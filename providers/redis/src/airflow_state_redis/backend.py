@@ -38,7 +38,7 @@ from ._config import UNSET, RedisSettings, Unset, invalid_url, resolve_settings
 from ._errors import mask_url, reachable
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
-from ._meta import meta_parts, micros, parse_meta
+from ._meta import meta_parts, micros, parse_meta, version_and_expiry
 from ._scripts import SCRIPTS
 
 # Bounded so an unreachable host fails in seconds instead of hanging a task; a
@@ -54,7 +54,6 @@ _S = TypeVar("_S", Script, AsyncScript)
 class _Scripts(Generic[_S]):
     """The Lua scripts of :mod:`._scripts`, registered with one client (sync or async)."""
 
-    read: _S
     write: _S
     increment: _S
     live_fields: _S
@@ -120,9 +119,14 @@ def _check_moment(name: str, moment: object, *, optional: bool) -> None:
         raise ValueError(f"{name} must be timezone-aware (UTC)")
 
 
-def _versioned(reply: list[bytes] | None) -> VersionedValue | None:
-    """What the READ script returns: ``[value, version]``, or nil for an absent or expired key."""
-    return None if reply is None else VersionedValue(_field_text(reply[0]), int(reply[1]))
+def _visible(raw: bytes | None, raw_meta: bytes | None) -> VersionedValue | None:
+    """A value read with its metadata, or ``None`` when it is absent or has expired."""
+    if raw is None:
+        return None
+    version, expires = version_and_expiry(raw_meta)
+    if expires is not None and expires <= _now_micros():
+        return None
+    return VersionedValue(_field_text(raw), version)
 
 
 def _written(key: str, if_version: int | None, reply: list[Any]) -> int:
@@ -231,9 +235,13 @@ class RedisStateBackend(BaseStateBackend):
         return None if found is None else found.value
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        names, field = self._read_target(scope, key)
-        with self._reachable():
-            return _versioned(self._scripts.read(keys=names, args=[field, _now_micros()]))
+        (name, meta_name), field = self._read_target(scope, key)
+        # A MULTI/EXEC, not a script: as atomic, and a fraction of the server time of EVALSHA.
+        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(name, field)
+            pipe.hget(meta_name, field)
+            raw, raw_meta = pipe.execute()
+        return _visible(raw, raw_meta)
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.set_by_try(scope, key, value, try_number=None, session=session)
@@ -401,10 +409,14 @@ class RedisStateBackend(BaseStateBackend):
     async def aget_versioned(
         self, scope: StateScope, key: str, *, session: Any = None
     ) -> VersionedValue | None:
-        names, field = self._read_target(scope, key)
+        (name, meta_name), field = self._read_target(scope, key)
         with self._reachable():
             connection = await self._async.get()
-            return _versioned(await connection.scripts.read(keys=names, args=[field, _now_micros()]))
+            async with connection.client.pipeline(transaction=True) as pipe:
+                pipe.hget(name, field)
+                pipe.hget(meta_name, field)
+                raw, raw_meta = await pipe.execute()
+        return _visible(raw, raw_meta)
 
     async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         await self.aset_by_try(scope, key, value, try_number=None, session=session)
