@@ -24,7 +24,7 @@ from airflow_shared.state import (
     TaskScope,
     VersionedValue,
 )
-from airflow_state_redis import RedisStateBackend
+from airflow_state_redis import RedisStateBackend, _meta, _scripts
 
 UID = "42.1764504000123456"
 TASK = TaskScope("dag", "run_1", "task", -1, UID)
@@ -347,3 +347,27 @@ def test_processes_writing_if_version_exactly_one_wins_each_round(redis_url, key
     assert sorted(round_ for round_, _ in won) == list(range(rounds))
     last_winner = max(won)[1]
     assert make_backend().get_versioned(ASSET, "leader") == VersionedValue(str(last_winner), rounds)
+
+
+# --- Python and Lua read metadata alike ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        b"1764504000123456:2:7:1767096000123456",
+        b"1764504000123456::3:",
+        b'1764504000123456::3::["task","d:a:g","r",null,-1,2]',
+        b"1764504000123456:2",  # an older build's
+        b"1:2:3",
+        b"1:2:3:4x",
+        b"1:-:3:4",
+        b"x:2:3:4",
+        b"",
+    ],
+)
+def test_reads_in_python_and_scripts_in_lua_parse_metadata_alike(redis_client, meta):
+    # get() checks expiry in Python, writes and listings in Lua: they must agree on every text.
+    lua = _scripts._META + ("local v, e = meta_of(ARGV[1])\nreturn {v, e and string.format('%d', e) or ''}")
+    version, expires = redis_client.eval(lua, 0, meta)
+    assert _meta.version_and_expiry(meta) == (int(version), int(expires) if expires else None)
