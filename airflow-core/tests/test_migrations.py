@@ -123,7 +123,7 @@ def _migration_tables() -> sa.MetaData:
             sa.Index(name, *(tables.tables[table].c[column] for column in columns))
 
         @contextmanager
-        def batch_alter_table(self, name):
+        def batch_alter_table(self, name, **options):
             yield RecordingBatch(tables.tables[name])
 
     for path in MIGRATIONS:
@@ -194,7 +194,7 @@ def test_downgrade_show_sql_only_prints_and_changes_nothing():
         "state-db", "downgrade", "--to-revision", "base", "--from-revision", HEAD, "--show-sql-only"
     )
     assert "DROP TABLE asset_state" in result.stdout
-    assert "DROP COLUMN version" in result.stdout or "_alembic_tmp_task_state" in result.stdout
+    assert "DROP COLUMN version" in result.stdout
     assert "DROP TABLE task_state" in result.stdout
     assert table_names() >= STATE_TABLES
     assert state_revision() == HEAD

@@ -80,18 +80,19 @@ def _rowcount(outcome: Outcome) -> int:
     return outcome.rowcount
 
 
-def _upserted(outcome: Outcome) -> tuple[int, str] | None:
+def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
     """
-    The new version and value of a guarded upsert (``create``, ``increment``), or ``None`` when it
-    wrote nothing: no dag run (or asset), or the guard refused. On MariaDB a refused guard still
-    returns the stored row, with the outcome variable at 0 (see :mod:`.statements`).
+    The *returned* columns of a guarded upsert (``create``: the version; ``increment``: the
+    version and the value), or ``None`` when it wrote nothing: no dag run (or asset), or the guard
+    refused. On MariaDB a refused guard still returns the stored row, with the outcome variable
+    (one more column) at 0 (see :mod:`.statements`).
     """
     if not outcome.rows:
         return None
     row = outcome.rows[0]
-    if len(row) > 2 and row[2] is not None and not int(row[2]):
+    if len(row) > returned and row[returned] is not None and not int(row[returned]):
         return None
-    return int(row[0]), row[1]
+    return row[:returned]
 
 
 def _missing_parent(scope: StateScope) -> ValueError:
@@ -217,9 +218,9 @@ def write(
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
     for _attempt in range(2):
-        created = yield Operation(sql.create, values, _upserted)
+        created = yield Operation(sql.create, values, partial(_upserted, 1))
         if created is not None:
-            return created[0]
+            return int(created[0])
         stored = yield get_versioned(scope, key)
         if stored is not None:
             raise StateConflictError(key, 0, stored.version)
@@ -246,7 +247,7 @@ def increment(
     while True:
         values = _write_values(scope, key, str(by), writer, expires_at)
         values["by"] = by
-        added = yield Operation(sql.increment, values, _upserted)
+        added = yield Operation(sql.increment, values, partial(_upserted, 2))
         if added is not None:
             return int(added[1])
         stored = yield get_versioned(scope, key)

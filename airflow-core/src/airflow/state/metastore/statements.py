@@ -373,10 +373,10 @@ def _build(
         "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
         "upsert": _Upsert(table)
         .from_select(columns, source)
-        .on_conflict_update(conflict_columns, replace, returning=["version", "value"]),
+        .on_conflict_update(conflict_columns, replace, returning=["version"]),
         "create": _Upsert(table)
         .from_select(columns, guarded_source)
-        .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version", "value"]),
+        .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version"]),
         "update_if_version": update(table)
         .where(*scope_filter, same_key, table.c.version == bindparam("if_version"), _live(table))
         .values(
