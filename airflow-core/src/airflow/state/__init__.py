@@ -28,9 +28,9 @@ from airflow.state.exceptions import (
     StateConflictError,
     StateError,
     StateUnavailableError,
+    StateUnsupportedError,
 )
 from airflow.state.protocol import NEVER_EXPIRES
-from airflow.state.worker.errors import StateUnsupportedError
 from airflow.state.worker.options import Versioned
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ __all__ = [
     "StateConflictError",
     "StateError",
     "StateUnavailableError",
+    "StateUnsupportedError",
 ]
 
 
@@ -64,4 +65,14 @@ class StateConflictError(StateError, _BackendConflict):
     A versioned write (``set(..., if_version=n)``) found another version stored (the server
     answered 409 ``version_conflict``): ``.stored`` is the version stored now (0: absent). It is
     also the backends' :class:`airflow_shared.state.StateConflictError`, so either name catches it.
+    """
+
+
+class StateUnsupportedError(StateError, NotImplementedError):
+    """
+    The configured state backend cannot do what the task asked (the server answered 501
+    ``unsupported``): versions (``get_versioned``, ``if_version``, ``update``), expiry (``ttl``)
+    or increments. The message names the backend and the capability; use a backend that supports
+    it (the metastore and Redis backends support all of them) or do without the option.
+    Backends themselves raise :class:`airflow_shared.state.StateCapabilityError`.
     """

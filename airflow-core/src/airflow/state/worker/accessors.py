@@ -21,7 +21,12 @@ from typing import Any
 
 import httpx
 from airflow.state import codec
-from airflow.state.exceptions import StateAccessDeniedError, StateConflictError, StateUnavailableError
+from airflow.state.exceptions import (
+    StateAccessDeniedError,
+    StateConflictError,
+    StateUnavailableError,
+    StateUnsupportedError,
+)
 from airflow.state.protocol import (
     ASSET_INCREMENT_PATH,
     ASSET_KEYS_PATH,
@@ -34,7 +39,6 @@ from airflow.state.protocol import (
     task_value_path,
 )
 from airflow.state.worker.client import StateClient
-from airflow.state.worker.errors import StateUnsupportedError
 from airflow.state.worker.options import Versioned, checked_if_version, ttl_field
 from airflow_shared.state import validate_increment, validate_key
 

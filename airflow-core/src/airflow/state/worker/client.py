@@ -41,6 +41,7 @@ from airflow.state.exceptions import (
     StateConfigurationError,
     StateConflictError,
     StateUnavailableError,
+    StateUnsupportedError,
 )
 from airflow.state.protocol import (
     CHALLENGES_PATH,
@@ -51,7 +52,6 @@ from airflow.state.protocol import (
     Reason,
     proof,
 )
-from airflow.state.worker.errors import StateUnsupportedError
 from airflow.state.worker.handshake import proof_in_rendered_fields
 
 __all__ = ["RetryPolicy", "StateClient"]
