@@ -560,34 +560,6 @@ def test_expired_rows_stay_until_cleanup_and_an_overwrite_continues_their_versio
     assert backend.write(scope, "gone", "5") == 1
 
 
-def test_cleanup_keeps_a_key_rewritten_after_it_was_selected(backend, scope, monkeypatch):
-    """The DELETE checks again: a key given a new expiry between SELECT and DELETE stays."""
-    from datetime import timedelta
-
-    from airflow._shared.timezones import timezone
-    from airflow.state.metastore import cleanup as cleanup_module
-
-    backend.write(scope, "k", "old", expires_at=timezone.utcnow() - timedelta(seconds=1))
-    delete = cleanup_module._delete
-
-    def rewrite_then_delete(*args, **kwargs):
-        backend.write(scope, "k", "new", expires_at=timezone.utcnow() + timedelta(days=1))
-        return delete(*args, **kwargs)
-
-    monkeypatch.setattr(cleanup_module, "_delete", rewrite_then_delete)
-    # SQLite allows one writer: the rewrite would wait for the clean-up's own transaction.
-    if backend_db_is_sqlite():
-        pytest.skip("SQLite serialises writers; the race cannot happen there")
-    backend.cleanup(now=timezone.utcnow())
-    assert backend.get(scope, "k") == "new"
-
-
-def backend_db_is_sqlite() -> bool:
-    from airflow import settings
-
-    return settings.engine.dialect.name == "sqlite"
-
-
 def test_cleanup_refuses_bad_arguments(backend):
     from datetime import datetime
 

@@ -486,8 +486,5 @@ def removable(table: Any, now: Any, updated_before: Any) -> Any:
     return condition
 
 
-#: The state tables, with their primary key columns, for clean-up.
-CLEANED_TABLES = (
-    (_task, [c for c in _task.primary_key.columns]),
-    (_asset, [c for c in _asset.primary_key.columns]),
-)
+#: The state tables, for clean-up.
+CLEANED_TABLES = (_task, _asset)
