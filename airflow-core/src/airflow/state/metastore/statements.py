@@ -350,6 +350,7 @@ def _build(
     source: Select[Any],
     written: list[str],
     scope_filter: list[Any],
+    primary_key_filter: list[Any] | None = None,
 ) -> dict[str, Any]:
     """
     The statements every scope type has, given its table, the source SELECT of its upsert (which
@@ -377,8 +378,14 @@ def _build(
         "create": _Upsert(table)
         .from_select(columns, guarded_source)
         .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version"]),
+        # By primary key where it can: an index lookup of the one row, not of the scope's keys.
         "update_if_version": update(table)
-        .where(*scope_filter, same_key, table.c.version == bindparam("if_version"), _live(table))
+        .where(
+            *(primary_key_filter or scope_filter),
+            same_key,
+            table.c.version == bindparam("if_version"),
+            _live(table),
+        )
         .values(
             value=_bind(table, "value"),
             version=table.c.version + _ONE,
@@ -426,6 +433,14 @@ def _task_statements() -> Statements:
         source,
         written,
         [*same_task, same_map_index],
+        [
+            _task.c.dag_run_id
+            == select(_dag_run.c.id)
+            .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
+            .scalar_subquery(),
+            _task.c.task_id == bindparam("task_id"),
+            same_map_index,
+        ],
     )
     return Statements(**built, clear_all_map_indices=delete(_task).where(*same_task))
 
