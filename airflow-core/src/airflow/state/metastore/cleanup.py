@@ -17,10 +17,13 @@ PostgreSQL: it plans a scan per batch.)
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.state.metastore.statements import CLEANED_TABLES, removable
 from sqlalchemy import bindparam, func, select, text
+
+if TYPE_CHECKING:
+    from sqlalchemy import CursorResult
 
 
 def _validate(now: object, updated_before: object, batch_size: object) -> None:
@@ -80,7 +83,8 @@ def cleanup(*, now: datetime, updated_before: datetime | None, batch_size: int, 
         while True:
             with create_session() as session:
                 statement = _batch_delete(table, session.get_bind().dialect, updated_before is not None)
-                deleted = session.execute(statement, values).rowcount
+                # A DELETE's result is a CursorResult, which has the rowcount.
+                deleted = cast("CursorResult[Any]", session.execute(statement, values)).rowcount
             total += deleted
             if deleted < batch_size:
                 break
