@@ -65,11 +65,19 @@ def run(args) -> None:
     now = datetime.now(UTC)
     upsert_params = [
         driver_params(
-            upsert, {**sql.params(scope, k), "value": f"value-{i}", "updated_at": now, "updated_by_try": None}
+            upsert,
+            {
+                **sql.params(scope, k),
+                "value": f"value-{i}",
+                "updated_at": now,
+                "updated_by_try": None,
+                "expires_at": None,
+                "now": now,
+            },
         )
         for i, k in enumerate(keys)
     ]
-    select_params = [driver_params(select, sql.params(scope, k)) for k in keys]
+    select_params = [driver_params(select, {**sql.params(scope, k), "now": now}) for k in keys]
     upsert_sql, select_sql = str(upsert), str(select)
 
     def floor_set(i: int) -> None:
