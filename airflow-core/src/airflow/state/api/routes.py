@@ -8,14 +8,12 @@ parameter of the ``.../value`` routes, read strictly from the raw query string.
 from __future__ import annotations
 
 import json
-import logging
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec, config
+from airflow.state import codec, manage
 from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import (
     INCREMENT_BODY_SCHEMA,
@@ -49,17 +47,15 @@ from airflow.state.protocol import (
 )
 from airflow_shared.state import (
     MAX_COUNTER,
-    MIN_COUNTER,
     AssetScope,
     BaseStateBackend,
-    StateCapabilityError,
     StateScope,
     StateWriter,
+    validate_increment,
     validate_key,
 )
 from fastapi import APIRouter, Depends, Query, Request, status
 
-log = logging.getLogger(__name__)
 router = APIRouter()
 
 AssetName = Annotated[str | None, Query(description="The asset's name")]
@@ -162,21 +158,18 @@ async def _json_object(request: Request, fields: frozenset[str], shape: str) -> 
     return document
 
 
-_ABSENT: Any = object()
-
-
 @dataclass(frozen=True)
 class WriteBody:
-    """A write's body: the value as stored text, and the ``ttl`` it gave (``_ABSENT`` if none)."""
+    """A write's body: the value as stored text, and its ``ttl`` (``None``: the default)."""
 
     text: str
-    ttl: Any = _ABSENT
+    ttl: manage.Ttl = None
 
 
 @dataclass(frozen=True)
 class IncrementBody:
     by: int = 1
-    ttl: Any = _ABSENT
+    ttl: manage.Ttl = None
 
 
 _VALUE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
@@ -192,15 +185,17 @@ async def _write_body(request: Request, claims: Claims) -> WriteBody:
         text = codec.encode(document["value"])
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
-    return WriteBody(text, document.get(TTL_FIELD, _ABSENT))
+    return WriteBody(text, body_ttl(document, _VALUE_SHAPE))
 
 
 async def _increment_body(request: Request, claims: Claims) -> IncrementBody:
     document = await _json_object(request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE)
     by = document.get("by", 1)
-    if not isinstance(by, int) or isinstance(by, bool) or not MIN_COUNTER <= by <= MAX_COUNTER:
-        raise unprocessable(Reason.INVALID_REQUEST, f"by must be a 64-bit integer, not {by!r}")
-    return IncrementBody(by, document.get(TTL_FIELD, _ABSENT))
+    try:
+        validate_increment(by)
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_REQUEST, error) from None
+    return IncrementBody(by, body_ttl(document, _INCREMENT_SHAPE))
 
 
 WriteBodyDep = Annotated[WriteBody, Depends(_write_body)]
@@ -209,49 +204,28 @@ IncrementBodyDep = Annotated[IncrementBody, Depends(_increment_body)]
 
 # --- expiry: the body's ttl, else the default ---------------------------------------------------
 
-_warned_no_expiry: set[type] = set()
+LONGEST_TTL_SECONDS = int(manage.LONGEST_TTL.total_seconds())
 
 
-def expires_at(ttl: Any, scope: StateScope, backend: BaseStateBackend) -> datetime | None:
+def body_ttl(document: dict[str, Any], shape: str) -> manage.Ttl:
     """
-    When a key written now expires (``None``: never), from a write's ``ttl``: a positive number of
-    seconds, ``"never"``, or absent (``_ABSENT``) for the default, which is ``[state]
-    default_task_retention`` for task state and never for asset state.
-
-    An explicit ttl on a backend without expiry raises ``StateCapabilityError`` (answered 501). The
-    default retention is not the caller's choice, so such a backend simply keeps the key (and the
-    API server says so in its log, once per backend class).
+    A write body's ``ttl``: a number of seconds (more than 0, at most a century) or ``"never"``;
+    absent: ``None``, the default (:func:`airflow.state.manage.expires_at_for` applies it). The
+    operator routes read theirs with this too.
     """
-    if ttl is _ABSENT:
-        retention = None if isinstance(scope, AssetScope) else config.default_task_retention()
-        if retention is None:
-            return None
-        if not backend.supports_expiry:
-            if type(backend) not in _warned_no_expiry:
-                _warned_no_expiry.add(type(backend))
-                log.warning(
-                    "[state] default_task_retention is not applied: %s does not support expiry, so "
-                    "task state written without a ttl is kept until its dag run is deleted",
-                    type(backend).__name__,
-                )
-            return None
-        return datetime.now(UTC) + retention
-    if ttl == NEVER_EXPIRES:
+    if TTL_FIELD not in document:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
-        raise unprocessable(
-            Reason.INVALID_REQUEST,
-            f'ttl must be a positive number of seconds or "{NEVER_EXPIRES}", not {ttl!r}',
-        )
-    try:
-        when = datetime.now(UTC) + timedelta(seconds=ttl)
-    except OverflowError:
-        raise unprocessable(
-            Reason.INVALID_REQUEST, f'ttl {ttl!r} is too long; use "{NEVER_EXPIRES}"'
-        ) from None
-    if not backend.supports_expiry:
-        raise StateCapabilityError(backend, "expiry (ttl)")
-    return when
+    ttl = document[TTL_FIELD]
+    if ttl == NEVER_EXPIRES:
+        return manage.NEVER
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl <= LONGEST_TTL_SECONDS:
+        return timedelta(seconds=ttl)
+    raise unprocessable(
+        Reason.INVALID_REQUEST,
+        f"ttl must be a number of seconds greater than 0 and at most {LONGEST_TTL_SECONDS} "
+        f'(100 years), or "{NEVER_EXPIRES}", not {json.dumps(ttl)[:40]}; leave it out for the default; '
+        f"request body must be {shape}",
+    )
 
 
 # --- shared ------------------------------------------------------------------------------
@@ -287,7 +261,7 @@ def _write(
         key,
         body.text,
         writer=_writer(claims),
-        expires_at=expires_at(body.ttl, scope, backend),
+        expires_at=manage.expires_at_for(scope, body.ttl, backend),
         if_version=if_version,
     )
     return StateWriteResponse(key=key, version=version)
@@ -297,7 +271,7 @@ def _increment(
     scope: StateScope, key: str, body: IncrementBody, claims: TaskInstanceClaims
 ) -> StateIncrementResponse:
     backend = _backend()
-    when = expires_at(body.ttl, scope, backend)
+    when = manage.expires_at_for(scope, body.ttl, backend)
     try:
         value = backend.increment(scope, key, body.by, writer=_writer(claims), expires_at=when)
     except ValueError as error:  # not an integer stored, or the sum leaves 64 bits: nothing written

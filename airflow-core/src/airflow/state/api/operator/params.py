@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
@@ -16,9 +15,9 @@ from airflow.state.api.errors import unprocessable
 
 # The task routes' reader of a body (size cap before parsing) and their strict `key` query
 # parameter: one rule for both APIs.
-from airflow.state.api.routes import BODY_ENVELOPE_BYTES, Key, _body_within
-from airflow.state.protocol import IF_VERSION_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
-from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
+from airflow.state.api.routes import BODY_ENVELOPE_BYTES, IfVersion, Key, _body_within, body_ttl
+from airflow.state.protocol import TTL_FIELD, Reason
+from airflow_shared.state import validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request
 
 __all__ = [
@@ -136,26 +135,8 @@ async def _json_object(
     return document
 
 
-def _ttl(document: dict[str, Any], shape: str) -> manage.Ttl:
-    """The body's ``ttl``: seconds (a positive number) or ``"never"``; absent: ``None``, the default."""
-    if TTL_FIELD not in document:
-        return None
-    ttl = document[TTL_FIELD]
-    if ttl == NEVER_EXPIRES:
-        return manage.NEVER
-    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl <= LONGEST_TTL_SECONDS:
-        return timedelta(seconds=ttl)
-    raise unprocessable(
-        Reason.INVALID_REQUEST,
-        f"ttl must be a number of seconds greater than 0 and at most {LONGEST_TTL_SECONDS} "
-        f'(100 years), or "{NEVER_EXPIRES}", not {json.dumps(ttl)[:40]}; leave it out for the default; '
-        f"request body must be {shape}",
-    )
-
-
 _WRITE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
 _INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (optional)}'
-LONGEST_TTL_SECONDS = int(manage.LONGEST_TTL.total_seconds())
 
 
 async def _new_write(request: Request) -> WriteRequest:
@@ -177,7 +158,7 @@ async def _new_write(request: Request) -> WriteRequest:
         codec.encode(value)
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
-    return WriteRequest(value, _ttl(document, _WRITE_SHAPE))
+    return WriteRequest(value, body_ttl(document, _WRITE_SHAPE))
 
 
 NewWrite = Annotated[WriteRequest, Depends(_new_write)]
@@ -197,18 +178,7 @@ async def _increment(request: Request) -> IncrementRequest:
         validate_increment(by)
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_REQUEST, error) from None
-    return IncrementRequest(by, _ttl(document, _INCREMENT_SHAPE))
+    return IncrementRequest(by, body_ttl(document, _INCREMENT_SHAPE))
 
 
 IncrementBody = Annotated[IncrementRequest, Depends(_increment)]
-
-IfVersion = Annotated[
-    int | None,
-    Query(
-        alias=IF_VERSION_PARAMETER,
-        ge=0,
-        le=MAX_COUNTER,
-        description="Write only if the key is still at this version (0: only if it is absent); "
-        "otherwise 409 `version_conflict` with the stored version",
-    ),
-]
