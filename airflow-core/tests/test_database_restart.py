@@ -274,6 +274,8 @@ def test_statement_errors_do_not_count_as_an_unreachable_database(
         "value": "secret-duplicate",
         "updated_at": datetime.now(UTC),
         "updated_by_try": None,
+        "version": 1,
+        "expires_at": None,
     }
     errors = []
     with pytest.raises(IntegrityError) as duplicate:
