@@ -78,10 +78,8 @@ def test_a_proven_challenge_gives_a_credential_for_that_task_instance_and_try(ap
         running.task_id,
         running.try_number,
     )
-    assert (
-        api.put(**at(running, "via_handshake"), json={"value": 1}, headers=bearer(credential)).status_code
-        == 204
-    )
+    written = api.put(**at(running, "via_handshake"), json={"value": 1}, headers=bearer(credential))
+    assert written.status_code == 200 and written.json() == {"key": "via_handshake", "version": 1}
     assert api.get(**at(running, "via_handshake"), headers=bearer(credential)).json()["value"] == 1
 
 
