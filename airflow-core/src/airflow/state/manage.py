@@ -18,7 +18,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias, cast
 
 from airflow.state import codec
 from airflow.state.durations import parse_duration
@@ -299,6 +299,20 @@ def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:
 # --- writing ------------------------------------------------------------------------------------
 
 
+class Written(NamedTuple):
+    """What a write stored: the key's new version (``None`` without versions) and its expiry."""
+
+    version: int | None
+    expires_at: datetime | None
+
+
+class Incremented(NamedTuple):
+    """What an increment stored: the new integer and the key's expiry."""
+
+    value: int
+    expires_at: datetime | None
+
+
 def put(
     scope: StateScope,
     key: str,
@@ -307,25 +321,22 @@ def put(
     ttl: Ttl = None,
     if_version: int | None = None,
     writer: StateWriter | None = None,
-    now: datetime | None = None,
-) -> int | None:
+) -> Written:
     """
     Store *value* (any JSON but null, within ``[state] max_value_bytes``) under *key*, as *writer*
-    (``API_WRITER``, ``CLI_WRITER``; no try is recorded). Returns the key's new version (``None``
-    from a backend without versions).
+    (``API_WRITER``, ``CLI_WRITER``; no try is recorded).
 
     :param ttl: how long the key lives from now, :data:`NEVER`, or ``None`` for the default.
     :param if_version: write only if the stored version is this one (0: only if absent), else
         ``StateConflictError`` with the stored version.
-    :param now: the moment the ttl counts from (default: now), so a caller can tell the expiry it
-        computed with :func:`expires_at_for`.
     :raises StateCapabilityError: for a ``ttl`` or ``if_version`` the backend cannot honour.
     """
     validate_key(key)
     text = codec.encode(value)
     state = backend()
-    expires_at = expires_at_for(scope, ttl, state, now=now)
-    return state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
+    expires_at = expires_at_for(scope, ttl, state)
+    version = state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
+    return Written(version, expires_at)
 
 
 def increment(
@@ -335,8 +346,7 @@ def increment(
     *,
     ttl: Ttl = None,
     writer: StateWriter | None = None,
-    now: datetime | None = None,
-) -> int:
+) -> Incremented:
     """
     Add *by* to the integer stored under *key* (absent: 0) in one atomic step; return the result.
 
@@ -347,9 +357,8 @@ def increment(
     """
     validate_key(key)
     state = backend()
-    return state.increment(
-        scope, key, by, writer=writer, expires_at=expires_at_for(scope, ttl, state, now=now)
-    )
+    expires_at = expires_at_for(scope, ttl, state)
+    return Incremented(state.increment(scope, key, by, writer=writer, expires_at=expires_at), expires_at)
 
 
 def parse_ttl(text: str) -> timedelta | Literal["never"]:

@@ -71,7 +71,9 @@ def set_value(args: Namespace) -> None:
     ttl = _checked_ttl(args.ttl)
     named = _resolve(args)
     with refusing():  # the value was checked above: what is left is the ttl against the backend
-        version = manage.put(named.scope, key, value, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER)
+        version = manage.put(
+            named.scope, key, value, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER
+        ).version
     # A lost --if-version race is a StateConflictError: one_line_errors exits 1 with its message,
     # which names the stored version.
     at_version = "" if version is None else f", now at version {version}"
@@ -86,7 +88,7 @@ def increment(args: Namespace) -> None:
     ttl = _checked_ttl(args.ttl)
     named = _resolve(args)
     with refusing():  # a stored value that is no integer, a result beyond 64 bits
-        value = manage.increment(named.scope, key, args.by, ttl=ttl, writer=CLI_WRITER)
+        value = manage.increment(named.scope, key, args.by, ttl=ttl, writer=CLI_WRITER).value
     # Only the number, so that scripts can take it: n=$(airflow state increment ...).
     print(value)
 

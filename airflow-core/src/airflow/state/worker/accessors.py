@@ -39,8 +39,8 @@ from airflow.state.protocol import (
     task_value_path,
 )
 from airflow.state.worker.client import StateClient
-from airflow.state.worker.options import Versioned, checked_if_version, ttl_field
-from airflow_shared.state import validate_increment, validate_key
+from airflow.state.worker.options import Versioned, ttl_field
+from airflow_shared.state import validate_increment, validate_key, validate_write_options
 
 _OUTSIDE_TASK = (
     "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
@@ -149,10 +149,10 @@ class _StateNamespace:
             :meth:`get_versioned`; 0: only if it is absent), else raise ``StateConflictError``.
         """
         body = _body(value, ttl_field(ttl))
-        expected = checked_if_version(if_version)
-        params = {} if expected is None else {IF_VERSION_PARAMETER: str(expected)}
+        validate_write_options(None, if_version)
+        params = {} if if_version is None else {IF_VERSION_PARAMETER: str(if_version)}
         # A conditional write must not be repeated blindly: applied twice, it conflicts with itself.
-        response = self._one_key("PUT", key, content=body, params=params, idempotent=expected is None)
+        response = self._one_key("PUT", key, content=body, params=params, idempotent=if_version is None)
         return response.json()["version"]
 
     def update(

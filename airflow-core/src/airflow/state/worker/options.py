@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from airflow.state.protocol import NEVER_EXPIRES
-from airflow_shared.state import MAX_COUNTER
 
 
 class Versioned(NamedTuple):
@@ -48,17 +47,3 @@ def ttl_field(ttl: Any) -> float | str | None:
             "airflow.state.NEVER_EXPIRES, and delete a key with delete()"
         )
     return seconds
-
-
-def checked_if_version(if_version: Any) -> int | None:
-    """*if_version* if it is ``None`` or a version a key can have (0: absent), else a clear error."""
-    if if_version is None:
-        return None
-    if not isinstance(if_version, int) or isinstance(if_version, bool):
-        raise TypeError(f"if_version must be an int or None, got {type(if_version).__name__}: {if_version!r}")
-    if not 0 <= if_version <= MAX_COUNTER:
-        raise ValueError(
-            f"if_version must be 0 (write only if the key is absent) or a version from get_versioned(), "
-            f"got {if_version}"
-        )
-    return if_version

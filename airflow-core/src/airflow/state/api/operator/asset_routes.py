@@ -9,8 +9,6 @@ Every key records who last wrote it; operators' writes here record ``api``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from airflow.state import manage
 from airflow.state.api.errors import OPERATOR_DOCUMENTED
 from airflow.state.api.operator.auth import OperatorUser, asset_state_access, may_access_asset
@@ -138,21 +136,15 @@ def _get(asset_id: int, key: str) -> AssetStateEntryResponse:
 def _put(asset_id: int, key: str, write: WriteRequest, if_version: int | None) -> StateWriteResponse:
     scope = _scope(asset_id)
     with refusing_backend_errors():
-        now = datetime.now(UTC)
-        expires_at = manage.expires_at_for(scope, write.ttl, now=now)
-        version = manage.put(
-            scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER, now=now
-        )
-    return StateWriteResponse(key=key, version=version, expires_at=expires_at)
+        written = manage.put(scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
+    return StateWriteResponse(key=key, version=written.version, expires_at=written.expires_at)
 
 
 def _increment(asset_id: int, key: str, body: IncrementBody) -> StateIncrementResponse:
     scope = _scope(asset_id)
     with refusing_backend_errors():
-        now = datetime.now(UTC)
-        expires_at = manage.expires_at_for(scope, body.ttl, now=now)
-        value = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER, now=now)
-    return StateIncrementResponse(key=key, value=value, expires_at=expires_at)
+        added = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER)
+    return StateIncrementResponse(key=key, value=added.value, expires_at=added.expires_at)
 
 
 def _delete(asset_id: int, key: str) -> Response:

@@ -11,7 +11,6 @@ every key, ``.`` and ``..`` included; the UI always uses the second. Increments 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from airflow.state import manage
@@ -165,12 +164,8 @@ def _put(
 ) -> StateWriteResponse:
     scope = _scope(dag_id, dag_run_id, task_id, map_index)
     with refusing_backend_errors():
-        now = datetime.now(UTC)
-        expires_at = manage.expires_at_for(scope, write.ttl, now=now)
-        version = manage.put(
-            scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER, now=now
-        )
-    return StateWriteResponse(key=key, version=version, expires_at=expires_at)
+        written = manage.put(scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
+    return StateWriteResponse(key=key, version=written.version, expires_at=written.expires_at)
 
 
 def _delete(dag_id: str, dag_run_id: str, task_id: str, map_index: int, key: str) -> Response:
@@ -294,10 +289,8 @@ def _increment(
 ) -> StateIncrementResponse:
     scope = _scope(dag_id, dag_run_id, task_id, map_index)
     with refusing_backend_errors():
-        now = datetime.now(UTC)
-        expires_at = manage.expires_at_for(scope, body.ttl, now=now)
-        value = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER, now=now)
-    return StateIncrementResponse(key=key, value=value, expires_at=expires_at)
+        added = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER)
+    return StateIncrementResponse(key=key, value=added.value, expires_at=added.expires_at)
 
 
 _INCREMENT_DESCRIPTION = (
