@@ -12,47 +12,14 @@ Cheap to import: the ORM is imported inside :func:`task_scope`, which only serve
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from airflow_shared.state import TaskScope
+from airflow_shared.state import TaskScope, dag_run_uid
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def _epoch_micros(instant: datetime) -> int:
-    # Naive values are UTC: Airflow stores UTC, and SQLite hands some of them back without a zone.
-    if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=UTC)
-    # Integer arithmetic on the timedelta: a float timestamp would round away microseconds.
-    return (instant - _EPOCH) // _MICROSECOND
-
-
-def dag_run_uid(dag_run_id: int, created_at: datetime | None, run_after: datetime) -> str:
-    """
-    Return the ``TaskScope.dag_run_uid`` of the dag run row with these columns.
-
-    ``f"{dag_run_id}.{micros}"``, where *micros* is ``created_at`` (or ``run_after`` when it is
-    NULL, as on rows migrated from Airflow versions that did not fill it) in integer microseconds
-    since the epoch, UTC. The same row always gives the same string; a row deleted and inserted
-    again gives a different one, even when the database reuses its id.
-
-    :param dag_run_id: ``dag_run.id``.
-    :param created_at: ``dag_run.created_at``; naive values are taken as UTC.
-    :param run_after: ``dag_run.run_after`` (NOT NULL), used when *created_at* is ``None``.
-    """
-    if isinstance(dag_run_id, bool) or not isinstance(dag_run_id, int):
-        raise TypeError(f"dag_run_id must be an int, got {type(dag_run_id).__name__}: {dag_run_id!r}")
-    instant = created_at if created_at is not None else run_after
-    if not isinstance(instant, datetime):
-        raise TypeError(
-            f"created_at or run_after must be a datetime, got {type(instant).__name__}: {instant!r}"
-        )
-    return f"{dag_run_id}.{_epoch_micros(instant)}"
+__all__ = ["dag_run_uid", "task_scope", "uid_of_run"]
 
 
 def uid_of_run(dag_id: str, run_id: str, session: Session | None = None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .backend import BaseStateBackend
 from .entries import StateEntry, StateEntryPage, validate_listing
-from .scopes import AssetScope, StateScope, TaskScope
+from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 from .writes import (
     API_WRITER,
@@ -45,6 +45,7 @@ __all__ = [
     "VersionedValue",
     "WriterKind",
     "counter_value",
+    "dag_run_uid",
     "incremented",
     "validate_increment",
     "validate_key",

@@ -1,0 +1,151 @@
+"""
+A second Python environment with Airflow 3.3, for the tests of the upgrade path.
+
+``airflow33()`` returns that environment, building it the first time: a virtualenv made with ``uv``
+from ``dev/airflow33/requirements.txt`` (Airflow 3.3.2 pinned with everything it needs, compiled
+from ``requirements.in``). The virtualenv is cached under ``~/.cache/airflow-task-state/`` (or
+``$AIRFLOW_TASK_STATE_CACHE``), named after a hash of the requirements and the interpreter, so a
+change to either builds a new one and a machine that ran the tests before reuses it; uv's own
+cache makes even a new one quick when the wheels are already downloaded.
+
+This repository's distributions that install beside Airflow 3.3 (the shared contract, the Redis
+provider and the upgrade command) are installed into it again once per test session, from the
+working tree, so the tests always run the code being tested. airflow-task-state itself is never
+installed there: it refuses Airflow 3.3, and the upgrade must work without it.
+
+Processes of this environment get an environment of their own (``Airflow33.env``): nothing of
+the test run's Airflow configuration leaks into them except what the caller passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIREMENTS = REPO / "dev" / "airflow33" / "requirements.txt"
+AIRFLOW_VERSION = "3.3.2"
+# Installed from the working tree, in this order (each needs the one before it).
+LOCAL_DISTRIBUTIONS = ("shared/state", "providers/redis", "upgrade")
+# Written last: a directory without it is a build that was interrupted, and is built again.
+COMPLETE_MARKER = ".complete"
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("AIRFLOW_TASK_STATE_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "airflow-task-state"
+
+
+def _uv() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    if not Path(found).exists():
+        raise RuntimeError("uv is not installed: run dev/setup")
+    return found
+
+
+def _base_python() -> str:
+    """The interpreter this test run's virtualenv was made from (the same Python version)."""
+    return os.path.realpath(sys._base_executable)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Airflow33:
+    root: Path
+    #: Seconds spent building the virtualenv in this session (0.0 when the cache had it).
+    build_seconds: float
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return self.root / "bin" / name
+
+    def env(self, database_url: str, home: Path, **extra: str) -> dict[str, str]:
+        """A complete environment for an Airflow 3.3 process on *database_url*, with home *home*."""
+        home.mkdir(parents=True, exist_ok=True)
+        env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG", "TMPDIR") if name in os.environ}
+        env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(extra)
+        return env
+
+    def run(
+        self, *command: str | Path, env: dict[str, str], check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a program of this environment (``"airflow"``, ``"python"``, ``"airflow-state-upgrade"``)."""
+        program, *args = command
+        result = subprocess.run(
+            [str(self.bin(str(program))), *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"Airflow {AIRFLOW_VERSION}: `{' '.join(map(str, command))}` exited {result.returncode}\n"
+                f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+            )
+        return result
+
+
+def _environment_key() -> str:
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes())
+    digest.update(_base_python().encode())
+    return digest.hexdigest()[:16]
+
+
+def _build(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    uv = _uv()
+    subprocess.run([uv, "venv", "-q", "--python", _base_python(), str(root)], check=True)
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(root / "bin" / "python"), "-r", str(REQUIREMENTS)],
+        check=True,
+    )
+    (root / COMPLETE_MARKER).write_text(AIRFLOW_VERSION)
+
+
+@functools.cache
+def airflow33() -> Airflow33:
+    """The Airflow 3.3 environment, built or reused, with this working tree's distributions in it."""
+    root = _cache_root() / f"airflow-{AIRFLOW_VERSION}-{_environment_key()}"
+    started = time.monotonic()
+    built = not (root / COMPLETE_MARKER).exists()
+    if built:
+        _build(root)
+    build_seconds = time.monotonic() - started if built else 0.0
+    # --reinstall: the working tree changes between sessions while the version numbers do not.
+    subprocess.run(
+        [
+            _uv(),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(root / "bin" / "python"),
+            "--no-deps",
+            "--reinstall",
+            *(str(REPO / path) for path in LOCAL_DISTRIBUTIONS),
+        ],
+        check=True,
+    )
+    return Airflow33(root, build_seconds)
