@@ -1,0 +1,241 @@
+"""
+The Redis backend as Airflow 3.3's ``[state_store] backend``, on the same Redis keys.
+
+Airflow 3.3 ships its own state store and no Redis backend for it. A deployment that kept its task
+and asset state in Redis with :class:`~airflow_state_redis.RedisStateBackend` on Airflow 3.2 sets,
+after the upgrade::
+
+    [state_store]
+    backend = airflow_state_redis.airflow33.RedisStoreBackend
+
+and keeps its ``[state_redis]`` section: :class:`RedisStoreBackend` wraps ``RedisStateBackend``
+and addresses exactly the keys it wrote, so no data moves.
+
+This module imports only where Airflow 3.3 is installed (it subclasses 3.3's
+``airflow._shared.state.BaseStoreBackend``). On Airflow 3.2 the backend is
+``[state] backend = airflow_state_redis.RedisStateBackend``.
+
+Translating 3.3's calls:
+
+* 3.3's ``TaskScope(dag_id, run_id, task_id, map_index)`` does not say which incarnation of the dag
+  run it means; our keys do (``dag_run_uid``), so each call reads the run's id and creation time
+  from the metadata database, with the session 3.3 passes (or one of its own), and computes the uid
+  with :func:`airflow_shared.state.dag_run_uid`, the very function the 3.2 servers used. Nothing is
+  cached between calls: a run deleted and created again with the same run_id gets a new uid, so it
+  starts empty exactly as it did on 3.2.
+* 3.3's ``AssetScope`` carries ``asset_id`` on the server, which is what our asset keys use.
+* Values are JSON text both ways: 3.3 stores ``json.dumps(value)`` and ``json.loads`` what it reads;
+  the compact JSON 3.2 wrote reads back as the same value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_shared.state import AssetScope, StateScope, TaskScope, dag_run_uid
+
+from ._config import UNSET, Unset
+from .backend import RedisStateBackend
+
+try:
+    # mypy checks this package in Airflow 3.2's environment, which has no airflow._shared.state
+    # (3.2's airflow._shared has no py.typed either): there the module is untyped, hence the ignore.
+    import airflow._shared.state as airflow33_state  # type: ignore[import-untyped,import-not-found,unused-ignore]
+except ImportError as error:
+    raise ImportError(
+        "airflow_state_redis.airflow33.RedisStoreBackend is a backend for Airflow 3.3's "
+        "[state_store] backend and needs Airflow 3.3 (airflow._shared.state cannot be imported: "
+        f"{error}). On Airflow 3.2 use [state] backend = airflow_state_redis.RedisStateBackend."
+    ) from error
+
+__all__ = ["RedisStoreBackend"]
+
+log = logging.getLogger(__name__)
+
+
+def _dag_run_query(dag_id: str, run_id: str) -> Any:
+    # Imported here: the ORM is heavy, and only server processes call the backend.
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    return select(DagRun.id, DagRun.created_at, DagRun.run_after).where(
+        DagRun.dag_id == dag_id, DagRun.run_id == run_id
+    )
+
+
+def _uid_of(row: Any) -> str | None:
+    return None if row is None else dag_run_uid(row.id, row.created_at, row.run_after)
+
+
+@contextmanager
+def _sync_session(session: Any) -> Iterator[Any]:
+    """The session 3.3 passed, or a new one for the lookup."""
+    if session is not None:
+        yield session
+        return
+    from airflow.utils.session import create_session
+
+    with create_session() as own:
+        yield own
+
+
+@asynccontextmanager
+async def _async_session(session: Any) -> AsyncIterator[Any]:
+    if session is not None:
+        yield session
+        return
+    from airflow.utils.session import create_session_async
+
+    async with create_session_async() as own:
+        yield own
+
+
+def _utc(expires_at: datetime | None) -> datetime | None:
+    # Airflow keeps UTC; a naive expiry from a client means UTC, and ours insists on an aware one.
+    if expires_at is not None and isinstance(expires_at, datetime) and expires_at.tzinfo is None:
+        return expires_at.replace(tzinfo=UTC)
+    return expires_at
+
+
+def _asset_scope(scope: Any) -> AssetScope:
+    if scope.asset_id is None:
+        raise ValueError(
+            "RedisStoreBackend keys asset state on the asset's id, and this AssetScope has only "
+            f"name={scope.name!r} / uri={scope.uri!r}. Airflow 3.3's servers pass asset_id; a "
+            "worker-side backend ([workers] state_store_backend) receives name/uri and cannot be "
+            "this class."
+        )
+    return AssetScope(scope.asset_id)
+
+
+def _task_scope(scope: Any, uid: str) -> TaskScope:
+    return TaskScope(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, dag_run_uid=uid)
+
+
+def _kind(scope: object) -> str:
+    if isinstance(scope, airflow33_state.TaskScope):
+        return "task"
+    if isinstance(scope, airflow33_state.AssetScope):
+        return "asset"
+    raise TypeError(f"scope must be Airflow 3.3's TaskScope or AssetScope, got {type(scope).__name__}")
+
+
+class RedisStoreBackend(airflow33_state.BaseStoreBackend):
+    """
+    Airflow 3.3's ``[state_store] backend`` on the Redis keys of :class:`RedisStateBackend`.
+
+    Built with no arguments by Airflow, it reads ``[state_redis]`` (url or redis_conn_id,
+    key_prefix, task_ttl_seconds, asset_ttl_seconds) exactly as ``RedisStateBackend`` does; the
+    keyword arguments, when given, are passed on to it.
+
+    A task scope whose dag run does not exist reads as empty, deletes and clears nothing, and a
+    write to it raises ``ValueError`` (as 3.3's own backend does). An asset scope must carry
+    ``asset_id``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        key_prefix: str | None = None,
+        task_ttl_seconds: int | Unset | None = UNSET,
+        asset_ttl_seconds: int | Unset | None = UNSET,
+    ) -> None:
+        self.redis = RedisStateBackend(
+            url,
+            key_prefix=key_prefix,
+            task_ttl_seconds=task_ttl_seconds,
+            asset_ttl_seconds=asset_ttl_seconds,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.redis!r})"
+
+    # --- scopes -------------------------------------------------------------------------
+
+    def _scope(self, scope: Any, session: Any) -> StateScope | None:
+        """Our scope for 3.3's, or ``None`` for a task scope whose dag run does not exist."""
+        if _kind(scope) == "asset":
+            return _asset_scope(scope)
+        with _sync_session(session) as active:
+            uid = _uid_of(active.execute(_dag_run_query(scope.dag_id, scope.run_id)).one_or_none())
+        return None if uid is None else _task_scope(scope, uid)
+
+    async def _ascope(self, scope: Any, session: Any) -> StateScope | None:
+        if _kind(scope) == "asset":
+            return _asset_scope(scope)
+        async with _async_session(session) as active:
+            result = await active.execute(_dag_run_query(scope.dag_id, scope.run_id))
+            uid = _uid_of(result.one_or_none())
+        return None if uid is None else _task_scope(scope, uid)
+
+    @staticmethod
+    def _require(ours: StateScope | None, scope: Any) -> StateScope:
+        if ours is None:
+            raise ValueError(f"No DagRun found for dag_id={scope.dag_id!r} run_id={scope.run_id!r}")
+        return ours
+
+    # --- sync ---------------------------------------------------------------------------
+
+    def get(self, scope: Any, key: str, *, session: Any = None) -> str | None:
+        ours = self._scope(scope, session)
+        return None if ours is None else self.redis.get(ours, key)
+
+    def set(
+        self, scope: Any, key: str, value: str, *, expires_at: datetime | None = None, session: Any = None
+    ) -> None:
+        ours = self._require(self._scope(scope, session), scope)
+        # 3.3 does not say who writes (task try, watcher or API): the write records no writer.
+        self.redis.write(ours, key, value, expires_at=_utc(expires_at))
+
+    def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        ours = self._scope(scope, session)
+        if ours is not None:
+            self.redis.delete(ours, key)
+
+    def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
+        ours = self._scope(scope, session)
+        if ours is not None:
+            self.redis.clear(ours, all_map_indices=all_map_indices)
+
+    # --- async --------------------------------------------------------------------------
+
+    async def aget(self, scope: Any, key: str, *, session: Any = None) -> str | None:
+        ours = await self._ascope(scope, session)
+        return None if ours is None else await self.redis.aget(ours, key)
+
+    async def aset(
+        self, scope: Any, key: str, value: str, *, expires_at: datetime | None = None, session: Any = None
+    ) -> None:
+        ours = self._require(await self._ascope(scope, session), scope)
+        await self.redis.awrite(ours, key, value, expires_at=_utc(expires_at))
+
+    async def adelete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        ours = await self._ascope(scope, session)
+        if ours is not None:
+            await self.redis.adelete(ours, key)
+
+    async def aclear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
+        ours = await self._ascope(scope, session)
+        if ours is not None:
+            await self.redis.aclear(ours, all_map_indices=all_map_indices)
+
+    # --- retention ----------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """
+        Remove keys whose ``expires_at`` has passed (reads already hide them).
+
+        Airflow 3.3's ``airflow state-store clean`` skips backends other than its own, so call this
+        from a maintenance job if per-key expiry is used; whole task hashes also expire by
+        themselves after ``[state_redis] task_ttl_seconds``.
+        """
+        removed = self.redis.cleanup(now=datetime.now(UTC))
+        log.info("Removed %d expired state keys from Redis", removed)
+
+    def close(self) -> None:
+        self.redis.close()
