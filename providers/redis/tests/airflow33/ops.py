@@ -1,0 +1,106 @@
+"""
+Run with Airflow 3.3: apply a list of operations to the configured ``[state_store] backend``.
+
+argv[1]: a file holding a JSON list of ``{"op", "scope", ...}``; stdout: a JSON list with one result
+per operation (``{"value": ...}`` or ``{"error": "<type>: <message>"}``). Scopes are
+``{"task": [dag_id, run_id, task_id, map_index]}`` or ``{"asset": {"asset_id"|"name"|"uri": ...}}``.
+``"session": true`` passes a session of Airflow's own, as its API routes do; otherwise the backend opens one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from airflow.state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
+from airflow.utils.session import create_session, create_session_async
+
+
+def scope_of(spec: dict) -> TaskScope | AssetScope:
+    if "task" in spec:
+        return TaskScope(*spec["task"])
+    return AssetScope(**spec["asset"])
+
+
+def sync_call(backend, op: dict, session) -> object:
+    scope = scope_of(op["scope"])
+    name = op["op"]
+    if name == "get":
+        return backend.get(scope, op["key"], session=session)
+    if name == "set":
+        expires = op.get("expires_at")
+        backend.set(
+            scope,
+            op["key"],
+            op["value"],
+            expires_at=datetime.fromisoformat(expires) if expires else None,
+            session=session,
+        )
+        return None
+    if name == "delete":
+        return backend.delete(scope, op["key"], session=session)
+    if name == "clear":
+        return backend.clear(scope, all_map_indices=op.get("all_map_indices", False), session=session)
+    raise ValueError(f"unknown op {name}")
+
+
+async def async_call(backend, op: dict, session) -> object:
+    scope = scope_of(op["scope"])
+    name = op["op"][1:]
+    if name == "get":
+        return await backend.aget(scope, op["key"], session=session)
+    if name == "set":
+        expires = op.get("expires_at")
+        await backend.aset(
+            scope,
+            op["key"],
+            op["value"],
+            expires_at=datetime.fromisoformat(expires) if expires else None,
+            session=session,
+        )
+        return None
+    if name == "delete":
+        return await backend.adelete(scope, op["key"], session=session)
+    if name == "clear":
+        return await backend.aclear(scope, all_map_indices=op.get("all_map_indices", False), session=session)
+    raise ValueError(f"unknown op {op['op']}")
+
+
+async def run_async(backend, op: dict) -> object:
+    if op.get("session"):
+        async with create_session_async() as session:
+            return await async_call(backend, op, session)
+    return await async_call(backend, op, None)
+
+
+async def run(backend, op: dict) -> object:
+    if op["op"] == "backend":
+        cls = resolve_state_backend()
+        return {"class": f"{cls.__module__}.{cls.__qualname__}", "bases": [b.__module__ for b in cls.__mro__]}
+    if op["op"] == "cleanup":
+        return backend.cleanup()
+    if op["op"].startswith("a"):
+        return await run_async(backend, op)
+    if op.get("session"):
+        with create_session() as session:
+            return sync_call(backend, op, session)
+    return sync_call(backend, op, None)
+
+
+async def main() -> None:
+    # One event loop for every operation: Airflow's async engine and redis.asyncio clients are
+    # bound to the loop that opened them.
+    backend = get_state_backend()
+    results = []
+    for op in json.loads(Path(sys.argv[1]).read_text()):
+        try:
+            results.append({"value": await run(backend, op)})
+        except Exception as error:
+            results.append({"error": f"{type(error).__name__}: {error}"})
+    print(json.dumps(results))
+
+
+asyncio.run(main())
