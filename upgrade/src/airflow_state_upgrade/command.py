@@ -1,0 +1,146 @@
+"""
+``airflow-state-upgrade``: move airflow-task-state's state into Airflow 3.3's built-in store.
+
+Run it in the Airflow 3.3 environment, after ``airflow db migrate``, before the scheduler starts
+tasks: it reads the database from Airflow's own configuration (``[database] sql_alchemy_conn``).
+
+Exit status: 0 when every live row of ours is in Airflow 3.3's store with our value (with
+``--dry-run``: would be); 1 when some are not (conflicts kept, rows that cannot move; they are
+listed, and our tables are then never dropped); 2 when the move cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+from .move import Mover, active_asset_ids, asset_move, task_move
+from .report import Report
+from .tables import CannotStart, drop_our_tables, find_tables
+
+DEFAULT_BATCH_SIZE = 5000
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="airflow-state-upgrade",
+        description=(
+            "Copy airflow-task-state's task_state and asset_state rows into Airflow 3.3's "
+            "task_state_store and asset_state_store. Run it with Airflow 3.3 installed, after "
+            "`airflow db migrate`. Running it again changes nothing."
+        ),
+    )
+    parser.add_argument("--dry-run", action="store_true", help="Say what would move, and change nothing.")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace values that Airflow 3.3's store already holds for the same key with ours "
+        "(by default they are kept and reported as conflicts).",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"Rows per transaction (default {DEFAULT_BATCH_SIZE}).",
+    )
+    parser.add_argument(
+        "--drop-old-tables",
+        action="store_true",
+        help="After a complete move, drop task_state, asset_state and alembic_version_state. "
+        "Refused when any row did not move.",
+    )
+    parser.add_argument("-y", "--yes", action="store_true", help="Do not ask before dropping tables.")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="The summary as a table (default) or as one JSON document.",
+    )
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _engine():
+    """Airflow's own engine: its configuration, its connection settings, its session time zone."""
+    from airflow import settings
+
+    if settings.engine is None:
+        settings.configure_orm()
+    return settings.engine
+
+
+def _progress(table: str, read: int, total: int) -> None:
+    print(f"{table}: {read}/{total} rows read", file=sys.stderr, flush=True)
+
+
+def _confirmed(names: str) -> bool:
+    answer = input(f"Drop {names}? Every row of them is in Airflow 3.3's store. [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = _engine()
+    print(f"Database: {engine.url.render_as_string(hide_password=True)}", file=sys.stderr)
+    tables = find_tables(engine)
+    report = Report(dry_run=args.dry_run, overwrite=args.overwrite)
+    moves = [move for move in (task_move(tables), asset_move(tables)) if move is not None]
+    if not moves:
+        print("Nothing to move: this database has no task_state or asset_state table (dropped already?).")
+        return 0
+
+    from airflow.configuration import conf
+
+    mover = Mover(
+        engine=engine,
+        report=report,
+        now=datetime.now(UTC),
+        batch_size=args.batch_size,
+        progress=_progress,
+        active_assets=active_asset_ids(engine, tables),
+        value_limit=conf.getint("state_store", "max_value_storage_bytes", fallback=0),
+    )
+    for move in moves:
+        mover.run(move)
+
+    status = 0 if report.complete else 1
+    refusal = None
+    if args.drop_old_tables:
+        if not report.complete:
+            refusal = (
+                "Not dropping the old tables: some rows are not in Airflow 3.3's store with our value "
+                "(listed above). Resolve them (--overwrite for conflicts) and run again."
+            )
+        elif args.dry_run:
+            refusal = "Dry run: task_state, asset_state and alembic_version_state would be dropped."
+        elif args.yes or _confirmed("task_state, asset_state and alembic_version_state"):
+            report.dropped = drop_our_tables(engine)
+        else:
+            refusal = "Not dropping the old tables: not confirmed."
+    print(report.as_json() if args.output == "json" else report.as_table())
+    if refusal:
+        print(refusal, file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except CannotStart as error:
+        print(f"airflow-state-upgrade: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""
+How one of our rows is written in Airflow 3.3's tables.
+
+Values: Airflow 3.3's Execution API stores ``json.dumps(value)`` with Python's default arguments
+(ASCII only, ``", "`` and ``": "`` separators) and reads ``json.loads(stored)``. airflow-task-state
+stored compact JSON with non-ASCII characters as they are. Both decode to the same value, but the
+text differs, so each value is decoded and encoded again the way Airflow 3.3 itself would have
+written it: its UI, REST API and any tool comparing texts then see what a 3.3 task would have left.
+
+Asset writers: Airflow 3.3 knows ``task`` (with dag, run, task and map index), ``watcher`` and
+``api``; its REST API fails on any other kind. Ours also recorded ``cli``, an operator's write
+outside any task like ``api``, so it becomes ``api``. The try number has no column in 3.3.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+#: Writer kinds of ours that Airflow 3.3 calls ``api`` (it has no ``cli``).
+OPERATOR_WRITERS = frozenset({"api", "cli"})
+
+
+def airflow33_value(stored: str) -> str:
+    """Our stored JSON text, as Airflow 3.3 would have stored the same value."""
+    return json.dumps(json.loads(stored))
+
+
+def same_value(text: str, other: str) -> bool:
+    """
+    Whether two stored JSON texts hold the same value.
+
+    Compared as canonical text, not as Python values: ``1 == 1.0 == True`` in Python, but a task
+    that stored ``true`` must not find ``1``.
+    """
+    try:
+        return _canonical(text) == _canonical(other)
+    except ValueError:  # not JSON at all (written around Airflow's API): equal only if identical
+        return text == other
+
+
+def _canonical(text: str) -> str:
+    return json.dumps(json.loads(text), sort_keys=True)
+
+
+def as_utc(instant: datetime | None) -> datetime | None:
+    """Read datetimes as aware UTC: SQLite and MySQL hand back naive values, and Airflow stores UTC."""
+    if instant is None or instant.tzinfo is not None:
+        return instant
+    return instant.replace(tzinfo=UTC)
+
+
+def text_key(key: str | bytes) -> str:
+    """Our keys are VARBINARY (UTF-8 bytes) on MySQL and MariaDB, text elsewhere."""
+    return key.decode("utf-8") if isinstance(key, bytes) else key
+
+
+def outside_bmp(text: str) -> bool:
+    """Whether *text* has a character MySQL's 3-byte ``utf8mb3`` cannot store (emoji, for one)."""
+    return any(ord(character) > 0xFFFF for character in text)
+
+
+def asset_writer(row: Any) -> dict[str, Any]:
+    """Airflow 3.3's ``last_updated_by_*`` columns for one row of our ``asset_state``."""
+    kind = getattr(row, "updated_by", None)
+    task_fields = {
+        "last_updated_by_dag_id": getattr(row, "updated_by_dag_id", None),
+        "last_updated_by_run_id": getattr(row, "updated_by_run_id", None),
+        "last_updated_by_task_id": getattr(row, "updated_by_task_id", None),
+        "last_updated_by_map_index": getattr(row, "updated_by_map_index", None),
+    }
+    if kind == "task" and all(value is not None for value in task_fields.values()):
+        return {"last_updated_by_kind": "task", **task_fields}
+    unknown = dict.fromkeys(task_fields)
+    if kind in OPERATOR_WRITERS:
+        return {"last_updated_by_kind": "api", **unknown}
+    # No writer recorded (rows from 0.1.0, which had no writer columns): 3.3 shows none either.
+    return {"last_updated_by_kind": None, **unknown}

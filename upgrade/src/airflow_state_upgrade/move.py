@@ -1,0 +1,301 @@
+"""
+Copying one of our tables into Airflow 3.3's, in batches of one transaction each.
+
+Our rows are read in primary-key order, a batch at a time (keyset pagination: each batch starts
+after the last key of the one before, so a batch costs the same at the end of a large table as at
+the start). For each batch, the keys already in Airflow 3.3's table are looked up; then, in one
+transaction, new keys are inserted and (with ``overwrite``) conflicting ones replaced. A second run
+finds every key already there with the same value and writes nothing.
+
+If the database refuses a batch because of one row's data (a key that collides under MySQL's
+collation, a value too long for its column), the batch is rolled back and retried one row per
+transaction, so the other rows still move and the refused ones are reported with the database's
+reason. Any other error (a lost connection, say) stops the command: the batch in flight was rolled
+back, the batches before it are committed, and running the command again continues where it
+stopped, since moved rows then count as unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+
+from .encoding import airflow33_value, as_utc, asset_writer, outside_bmp, same_value, text_key
+from .report import Counts, Report, RowProblem
+from .tables import Tables
+
+# Identities per lookup statement: well under every database's limit on bound parameters.
+LOOKUP_CHUNK = 200
+# MySQL errors that one row's data causes (incorrect string value, data too long), which the
+# MySQL drivers raise as OperationalError rather than DataError.
+MYSQL_DATA_ERRORS = frozenset({1366, 1406})
+
+
+@dataclass(frozen=True)
+class TableMove:
+    """One of our tables and the Airflow 3.3 table its rows go to."""
+
+    name: str
+    source: sa.Table
+    target: sa.Table
+    #: Our primary key, in order: the order rows are read in.
+    source_key: tuple[str, ...]
+    #: The columns of the target's unique key naming the same state key.
+    target_key: tuple[str, ...]
+    #: The target row (without the value) for one of our rows.
+    target_row: Callable[[Row[Any]], dict[str, Any]]
+
+    def scope(self, row: Row[Any]) -> dict[str, Any]:
+        return {name: getattr(row, name) for name in self.source_key if name != "key"}
+
+
+def task_move(tables: Tables) -> TableMove | None:
+    if tables.task_state is None:
+        return None
+    has_expiry = "expires_at" in tables.task_state.columns
+
+    def target_row(row: Row[Any]) -> dict[str, Any]:
+        return {
+            "dag_run_id": row.dag_run_id,
+            "task_id": row.task_id,
+            "map_index": row.map_index,
+            "dag_id": row.dag_id,
+            "run_id": row.run_id,
+            "updated_at": as_utc(row.updated_at),
+            "expires_at": as_utc(row.expires_at) if has_expiry else None,
+        }
+
+    key = ("dag_run_id", "task_id", "map_index", "key")
+    return TableMove("task_state", tables.task_state, tables.task_state_store, key, key, target_row)
+
+
+def asset_move(tables: Tables) -> TableMove | None:
+    if tables.asset_state is None:
+        return None
+
+    def target_row(row: Row[Any]) -> dict[str, Any]:
+        return {"asset_id": row.asset_id, "updated_at": as_utc(row.updated_at), **asset_writer(row)}
+
+    key = ("asset_id", "key")
+    return TableMove("asset_state", tables.asset_state, tables.asset_state_store, key, key, target_row)
+
+
+@dataclass
+class Candidate:
+    """A live row of ours on its way: its identity in the target, and the target row."""
+
+    source: Row[Any]
+    identity: tuple[Any, ...]
+    row: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    inserts: list[Candidate] = field(default_factory=list)
+    replaces: list[Candidate] = field(default_factory=list)
+    unchanged: int = 0
+    conflicts: list[Candidate] = field(default_factory=list)
+
+
+@dataclass
+class Mover:
+    engine: Engine
+    report: Report
+    now: datetime
+    batch_size: int
+    #: Called after each batch with (table name, rows read so far, rows in the table).
+    progress: Callable[[str, int, int], None]
+    #: Ids of the assets some DAG uses (asset_active); state of the others is deleted by 3.3.
+    active_assets: frozenset[int]
+    #: Airflow 3.3's ``[state_store] max_value_storage_bytes`` (0: no limit).
+    value_limit: int
+
+    def run(self, move: TableMove) -> None:
+        counts = self.report.tables.setdefault(move.name, Counts())
+        total = self._count(move.source)
+        narrow_keys = self._keys_limited_to_bmp(move.target)
+        for rows in self._batches(move):
+            candidates = []
+            for row in rows:
+                counts.read += 1
+                candidate = self._candidate(move, row, counts, narrow_keys)
+                if candidate is not None:
+                    candidates.append(candidate)
+            self._write(move, candidates, counts)
+            self.progress(move.name, counts.read, total)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _count(self, table: sa.Table) -> int:
+        with self.engine.connect() as connection:
+            return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+
+    def _batches(self, move: TableMove) -> Iterator[Sequence[Row[Any]]]:
+        key_columns = [move.source.c[name] for name in move.source_key]
+        query = sa.select(move.source).order_by(*key_columns).limit(self.batch_size)
+        after: tuple[Any, ...] | None = None
+        while True:
+            batch_query = query if after is None else query.where(sa.tuple_(*key_columns) > sa.tuple_(*after))
+            with self.engine.connect() as connection:
+                rows = connection.execute(batch_query).all()
+            if not rows:
+                return
+            yield rows
+            # The raw values (bytes keys on MySQL), so the next comparison is the database's own order.
+            after = tuple(getattr(rows[-1], name) for name in move.source_key)
+
+    def _keys_limited_to_bmp(self, target: sa.Table) -> bool:
+        """Whether the target's key column is MySQL's 3-byte utf8mb3, which Airflow 3.3 uses there."""
+        if self.engine.dialect.name != "mysql":
+            return False
+        query = sa.text(
+            "SELECT character_set_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = :table AND column_name = 'key'"
+        )
+        with self.engine.connect() as connection:
+            charset = connection.execute(query, {"table": target.name}).scalar()
+        return (charset or "").lower() in ("utf8", "utf8mb3")
+
+    def _candidate(
+        self, move: TableMove, row: Row[Any], counts: Counts, narrow_keys: bool
+    ) -> Candidate | None:
+        expires_at = as_utc(getattr(row, "expires_at", None))
+        if expires_at is not None and expires_at <= self.now:
+            counts.expired += 1
+            return None
+        key = text_key(row.key)
+        if narrow_keys and outside_bmp(key):
+            self._unmovable(
+                move,
+                row,
+                counts,
+                "Airflow 3.3 stores keys as utf8mb3 on MySQL/MariaDB, which cannot hold characters "
+                "outside the Basic Multilingual Plane (emoji, for one)",
+            )
+            return None
+        try:
+            value = airflow33_value(row.value)
+        except ValueError as error:
+            self._unmovable(move, row, counts, f"the stored value is not JSON ({error})")
+            return None
+        target_row = {**move.target_row(row), "key": key, "value": value}
+        identity = tuple(target_row[name] for name in move.target_key)
+        return Candidate(row, identity, target_row)
+
+    def _unmovable(self, move: TableMove, row: Row[Any], counts: Counts, reason: str) -> None:
+        counts.unmovable += 1
+        problem = RowProblem(move.name, move.scope(row), text_key(row.key), reason)
+        self.report.unmovable.append(problem)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _write(self, move: TableMove, candidates: list[Candidate], counts: Counts) -> None:
+        if not candidates:
+            return
+        try:
+            with self.engine.begin() as connection:
+                plan = self._plan(connection, move, candidates)
+                self._apply(connection, move, plan)
+        except sa.exc.DBAPIError as error:
+            if not self._caused_by_row_data(error):
+                raise
+            for candidate in candidates:  # the batch was rolled back: one transaction per row
+                self._write_one(move, candidate, counts)
+            return
+        self._count_plan(move, plan, counts)
+
+    def _write_one(self, move: TableMove, candidate: Candidate, counts: Counts) -> None:
+        try:
+            with self.engine.begin() as connection:
+                plan = self._plan(connection, move, [candidate])
+                self._apply(connection, move, plan)
+        except sa.exc.DBAPIError as error:
+            if not self._caused_by_row_data(error):
+                raise
+            reason = str(error.orig).strip().splitlines()[0]
+            self._unmovable(move, candidate.source, counts, f"the database refused it: {reason}")
+            return
+        self._count_plan(move, plan, counts)
+
+    def _caused_by_row_data(self, error: sa.exc.DBAPIError) -> bool:
+        if isinstance(error, sa.exc.IntegrityError | sa.exc.DataError):
+            return True
+        code = getattr(error.orig, "args", (None,))[0] if error.orig is not None else None
+        return self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
+
+    def _plan(self, connection: Connection, move: TableMove, candidates: list[Candidate]) -> Plan:
+        stored = self._stored_values(connection, move, [c.identity for c in candidates])
+        plan = Plan()
+        for candidate in candidates:
+            existing = stored.get(candidate.identity)
+            if existing is None:
+                plan.inserts.append(candidate)
+            elif same_value(existing, candidate.row["value"]):
+                plan.unchanged += 1
+            else:
+                plan.conflicts.append(candidate)
+                if self.report.overwrite:
+                    plan.replaces.append(candidate)
+        return plan
+
+    def _stored_values(
+        self, connection: Connection, move: TableMove, identities: list[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], str]:
+        """The target's values for these identities (matched exactly, whatever the collation)."""
+        columns = [move.target.c[name] for name in move.target_key]
+        wanted = set(identities)
+        stored: dict[tuple[Any, ...], str] = {}
+        for start in range(0, len(identities), LOOKUP_CHUNK):
+            chunk = identities[start : start + LOOKUP_CHUNK]
+            query = sa.select(*columns, move.target.c.value).where(sa.tuple_(*columns).in_(chunk))
+            for *identity, value in connection.execute(query):
+                if tuple(identity) in wanted:
+                    stored[tuple(identity)] = value
+        return stored
+
+    def _apply(self, connection: Connection, move: TableMove, plan: Plan) -> None:
+        if self.report.dry_run:
+            return
+        if plan.inserts:
+            connection.execute(move.target.insert(), [candidate.row for candidate in plan.inserts])
+        for candidate in plan.replaces:
+            where = [move.target.c[name] == candidate.row[name] for name in move.target_key]
+            changes = {name: value for name, value in candidate.row.items() if name not in move.target_key}
+            connection.execute(move.target.update().where(*where).values(**changes))
+
+    def _count_plan(self, move: TableMove, plan: Plan, counts: Counts) -> None:
+        counts.moved += len(plan.inserts)
+        counts.unchanged += plan.unchanged
+        counts.conflicts += len(plan.conflicts)
+        counts.overwritten += len(plan.replaces)
+        for candidate in plan.conflicts:
+            reason = "kept Airflow 3.3's value" if not self.report.overwrite else "replaced with ours"
+            problem = RowProblem(move.name, move.scope(candidate.source), candidate.row["key"], reason)
+            self.report.conflicts.append(problem)
+        # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
+        for candidate in [*plan.inserts, *plan.replaces]:
+            self._note(move, candidate, counts)
+
+    def _note(self, move: TableMove, candidate: Candidate, counts: Counts) -> None:
+        if self.value_limit and len(candidate.row["value"]) > self.value_limit:
+            counts.over_value_limit += 1
+        if move.name == "task_state":
+            counts.never_expire += candidate.row["expires_at"] is None
+            return
+        counts.expiry_removed += getattr(candidate.source, "expires_at", None) is not None
+        counts.inactive_asset += candidate.row["asset_id"] not in self.active_assets
+
+
+def active_asset_ids(engine: Engine, tables: Tables) -> frozenset[int]:
+    """Assets that some DAG uses: Airflow 3.3 pairs ``asset_active`` with ``asset`` by name and URI."""
+    asset, active = tables.asset, tables.asset_active
+    query = sa.select(asset.c.id).join(
+        active, sa.and_(active.c.name == asset.c.name, active.c.uri == asset.c.uri)
+    )
+    with engine.connect() as connection:
+        return frozenset(connection.execute(query).scalars())

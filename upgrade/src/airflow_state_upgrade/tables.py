@@ -1,0 +1,104 @@
+"""
+The tables on both sides of the move, found in the database Airflow 3.3 is configured with.
+
+Ours (``task_state``, ``asset_state``, and our Alembic version table ``alembic_version_state``)
+are reflected: airflow-task-state is not installed beside Airflow 3.3, and the command must read
+every schema it ever had (0.1.0 has no ``version``, ``expires_at`` or asset writer columns).
+Airflow 3.3's (``task_state_store``, ``asset_state_store``) are taken from its own models, so values
+are bound exactly as Airflow 3.3 binds them (its ``UtcDateTime`` among others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+OUR_TASK_TABLE = "task_state"
+OUR_ASSET_TABLE = "asset_state"
+OUR_VERSION_TABLE = "alembic_version_state"
+# What a row of ours cannot do without, in every schema we shipped.
+REQUIRED_COLUMNS = {
+    OUR_TASK_TABLE: {"dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at"},
+    OUR_ASSET_TABLE: {"asset_id", "key", "value", "updated_at"},
+}
+
+
+class CannotStart(Exception):
+    """The move cannot begin; the message says why and what to do (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Our tables that exist (``None``: not there, e.g. dropped already) and Airflow 3.3's."""
+
+    task_state: sa.Table | None
+    asset_state: sa.Table | None
+    task_state_store: sa.Table
+    asset_state_store: sa.Table
+    asset_active: sa.Table
+    asset: sa.Table
+    our_revision: str | None
+
+
+def _reflect(engine: Engine, metadata: sa.MetaData, name: str) -> sa.Table | None:
+    if not sa.inspect(engine).has_table(name):
+        return None
+    table = sa.Table(name, metadata, autoload_with=engine)
+    missing = REQUIRED_COLUMNS[name] - set(table.columns.keys())
+    if missing:
+        raise CannotStart(
+            f"Table {name} has no column(s) {', '.join(sorted(missing))}: it is not airflow-task-state's "
+            "table, or its schema is damaged. Nothing was changed."
+        )
+    return table
+
+
+def _our_revision(engine: Engine) -> str | None:
+    if not sa.inspect(engine).has_table(OUR_VERSION_TABLE):
+        return None
+    with engine.connect() as connection:
+        return connection.execute(sa.text(f"SELECT version_num FROM {OUR_VERSION_TABLE}")).scalar()
+
+
+def find_tables(engine: Engine) -> Tables:
+    """Reflect ours and load Airflow 3.3's; refuse to start when Airflow 3.3's are not there yet."""
+    from airflow.models.asset import AssetActive, AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.models.task_state_store import TaskStateStoreModel
+
+    inspector = sa.inspect(engine)
+    missing = [
+        model.__tablename__
+        for model in (TaskStateStoreModel, AssetStateStoreModel)
+        if not inspector.has_table(model.__tablename__)
+    ]
+    if missing:
+        raise CannotStart(
+            f"Airflow 3.3's table(s) {', '.join(missing)} do not exist in this database yet. Run "
+            "`airflow db migrate` with Airflow 3.3 first, then this command. Nothing was changed."
+        )
+    metadata = sa.MetaData()
+    return Tables(
+        task_state=_reflect(engine, metadata, OUR_TASK_TABLE),
+        asset_state=_reflect(engine, metadata, OUR_ASSET_TABLE),
+        task_state_store=TaskStateStoreModel.__table__,
+        asset_state_store=AssetStateStoreModel.__table__,
+        asset_active=AssetActive.__table__,
+        asset=AssetModel.__table__,
+        our_revision=_our_revision(engine),
+    )
+
+
+def drop_our_tables(engine: Engine) -> list[str]:
+    """Drop our tables and our version table, in one transaction where the database allows it."""
+    inspector = sa.inspect(engine)
+    names = [
+        name for name in (OUR_TASK_TABLE, OUR_ASSET_TABLE, OUR_VERSION_TABLE) if inspector.has_table(name)
+    ]
+    metadata = sa.MetaData()
+    with engine.begin() as connection:
+        for name in names:
+            sa.Table(name, metadata).drop(connection)
+    return names
