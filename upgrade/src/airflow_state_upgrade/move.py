@@ -85,6 +85,15 @@ def asset_move(tables: Tables) -> TableMove | None:
     return TableMove("asset_state", tables.asset_state, tables.asset_state_store, key, key, target_row)
 
 
+@dataclass(frozen=True)
+class KeyColumn:
+    """The target's key column on MySQL/MariaDB (elsewhere keys compare exactly, as ours did)."""
+
+    #: utf8mb3: cannot store characters outside the Basic Multilingual Plane.
+    three_byte: bool = False
+    collation: str | None = None
+
+
 @dataclass
 class Candidate:
     """A live row of ours on its way: its identity in the target, and the target row."""
@@ -118,15 +127,15 @@ class Mover:
     def run(self, move: TableMove) -> None:
         counts = self.report.tables.setdefault(move.name, Counts())
         total = self._count(move.source)
-        narrow_keys = self._keys_limited_to_bmp(move.target)
+        key_column = self._key_column(move.target)
         for rows in self._batches(move):
             candidates = []
             for row in rows:
                 counts.read += 1
-                candidate = self._candidate(move, row, counts, narrow_keys)
+                candidate = self._candidate(move, row, counts, key_column)
                 if candidate is not None:
                     candidates.append(candidate)
-            self._write(move, candidates, counts)
+            self._write(move, candidates, counts, key_column)
             self.progress(move.name, counts.read, total)
 
     # --- reading ---------------------------------------------------------------------------
@@ -149,27 +158,32 @@ class Mover:
             # The raw values (bytes keys on MySQL), so the next comparison is the database's own order.
             after = tuple(getattr(rows[-1], name) for name in move.source_key)
 
-    def _keys_limited_to_bmp(self, target: sa.Table) -> bool:
-        """Whether the target's key column is MySQL's 3-byte utf8mb3, which Airflow 3.3 uses there."""
+    def _key_column(self, target: sa.Table) -> KeyColumn:
+        """
+        How MySQL/MariaDB stores the target's key column. Airflow 3.3 declares it utf8mb3_bin when
+        it creates the table from its models, but its migration (what a database upgraded from 3.2
+        ran) sets nothing: the column then has the database's default character set and collation,
+        which may compare keys without regard to letter case.
+        """
         if self.engine.dialect.name != "mysql":
-            return False
+            return KeyColumn()
         query = sa.text(
-            "SELECT character_set_name FROM information_schema.columns "
+            "SELECT character_set_name, collation_name FROM information_schema.columns "
             "WHERE table_schema = DATABASE() AND table_name = :table AND column_name = 'key'"
         )
         with self.engine.connect() as connection:
-            charset = connection.execute(query, {"table": target.name}).scalar()
-        return (charset or "").lower() in ("utf8", "utf8mb3")
+            charset, collation = connection.execute(query, {"table": target.name}).one()
+        return KeyColumn(charset.lower() in ("utf8", "utf8mb3"), collation)
 
     def _candidate(
-        self, move: TableMove, row: Row[Any], counts: Counts, narrow_keys: bool
+        self, move: TableMove, row: Row[Any], counts: Counts, key_column: KeyColumn
     ) -> Candidate | None:
         expires_at = as_utc(getattr(row, "expires_at", None))
         if expires_at is not None and expires_at <= self.now:
             counts.expired += 1
             return None
         key = text_key(row.key)
-        if narrow_keys and outside_bmp(key):
+        if key_column.three_byte and outside_bmp(key):
             self._unmovable(
                 move,
                 row,
@@ -194,7 +208,9 @@ class Mover:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def _write(self, move: TableMove, candidates: list[Candidate], counts: Counts) -> None:
+    def _write(
+        self, move: TableMove, candidates: list[Candidate], counts: Counts, key_column: KeyColumn
+    ) -> None:
         if not candidates:
             return
         try:
@@ -205,11 +221,13 @@ class Mover:
             if not self._caused_by_row_data(error):
                 raise
             for candidate in candidates:  # the batch was rolled back: one transaction per row
-                self._write_one(move, candidate, counts)
+                self._write_one(move, candidate, counts, key_column)
             return
         self._count_plan(move, plan, counts)
 
-    def _write_one(self, move: TableMove, candidate: Candidate, counts: Counts) -> None:
+    def _write_one(
+        self, move: TableMove, candidate: Candidate, counts: Counts, key_column: KeyColumn
+    ) -> None:
         try:
             with self.engine.begin() as connection:
                 plan = self._plan(connection, move, [candidate])
@@ -217,8 +235,14 @@ class Mover:
         except sa.exc.DBAPIError as error:
             if not self._caused_by_row_data(error):
                 raise
-            reason = str(error.orig).strip().splitlines()[0]
-            self._unmovable(move, candidate.source, counts, f"the database refused it: {reason}")
+            reason = f"the database refused it: {str(error.orig).strip().splitlines()[0]}"
+            if isinstance(error, sa.exc.IntegrityError) and key_column.collation:
+                reason += (
+                    f" (Airflow 3.3's key column here has collation {key_column.collation}, under "
+                    "which this key equals another one of the same task instance or asset, e.g. "
+                    "one differing only in letter case or trailing spaces)"
+                )
+            self._unmovable(move, candidate.source, counts, reason)
             return
         self._count_plan(move, plan, counts)
 

@@ -110,7 +110,8 @@ class Report:
         if asset.expiry_removed:
             notes.append(
                 f"{asset.expiry_removed} asset key(s) had an expiry: Airflow 3.3's asset state never "
-                "expires, so they moved without one. Delete them when they are no longer needed."
+                f"expires, so they {'would move' if self.dry_run else 'moved'} without one. Delete "
+                "them when they are no longer needed."
             )
         if asset.inactive_asset:
             notes.append(
