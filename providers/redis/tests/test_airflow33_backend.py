@@ -51,7 +51,8 @@ class Upgraded:
         spec = tmp / f"ops-{uuid.uuid4().hex}.json"
         spec.write_text(json.dumps(operations))
         result = self.af33.run("python", HERE / "ops.py", spec, env=self.env, timeout=120)
-        return json.loads(result.stdout.strip().splitlines()[-1])
+        [line] = [line for line in result.stdout.splitlines() if line.startswith("OPS-RESULTS ")]
+        return json.loads(line.removeprefix("OPS-RESULTS "))
 
     def ours(self) -> RedisStateBackend:
         """The 3.2 backend, as a 3.2 deployment configured it (same server and prefix)."""

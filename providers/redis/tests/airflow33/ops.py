@@ -18,6 +18,9 @@ from pathlib import Path
 from airflow.state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
 from airflow.utils.session import create_session, create_session_async
 
+#: Starts the line of stdout that holds the results (Airflow may log to stdout too).
+RESULTS = "OPS-RESULTS "
+
 
 def scope_of(spec: dict) -> TaskScope | AssetScope:
     if "task" in spec:
@@ -100,7 +103,12 @@ async def main() -> None:
             results.append({"value": await run(backend, op)})
         except Exception as error:
             results.append({"error": f"{type(error).__name__}: {error}"})
-    print(json.dumps(results))
+    # Closed here, in its loop: a pooled async connection left for the interpreter's exit logs errors.
+    from airflow import settings
+
+    if settings.async_engine is not None:
+        await settings.async_engine.dispose()
+    print(RESULTS + json.dumps(results))
 
 
 asyncio.run(main())
