@@ -174,10 +174,9 @@ def setup32(database_url: str, tmp_path_factory) -> Setup:
     setup = Setup(database_url, jobs, env)
     with phase("3.2: airflow db migrate"):
         run32(env, AIRFLOW_32, "db", "migrate")
-    with phase("3.2: dags reserialize + 3 dag runs (dags test)"):
+    with phase("3.2: dags reserialize + 2 dag runs (dags test)"):
         run32(env, AIRFLOW_32, "dags", "reserialize")
         run32(env, AIRFLOW_32, "dags", "test", "upgrade_fill", "2026-01-01")
-        run32(env, AIRFLOW_32, "dags", "test", "upgrade_fill", "2026-01-02")
         lost = run32(env, AIRFLOW_32, "dags", "test", "upgrade_resumable", "2026-01-03", check=False)
     assert "simulated worker loss after storing" in lost.stdout + lost.stderr, lost.stdout[-3000:]
     [setup.job_id] = [path.stem for path in jobs.glob("*.submitted")]
@@ -278,11 +277,11 @@ def test_airflow_32_left_task_and_asset_state_of_every_kind(setup32: Setup):
         setup32.job_id,
     )
     assert {item["map_index"] for item in task if item["task_id"] == "process"} == {0, 1, 2}
-    assert len({(item["dag_id"], item["run_id"]) for item in task}) == 3
+    assert len({(item["dag_id"], item["run_id"]) for item in task}) == 2
     assert len({item["asset_id"] for item in asset}) == 3
     assert any(len(json.dumps(item["value"], ensure_ascii=False)) >= 65534 for item in task)
     assert any(item["expires_at"] for item in task) and any(item["expires_at"] for item in asset)
-    assert len(task) > 250, len(task)
+    assert len(task) > 400, len(task)
 
 
 # --- 2. the command on Airflow 3.3 ------------------------------------------------------------------
@@ -440,6 +439,7 @@ def test_task_lost_on_32_reconnects_to_its_job_when_retried_on_33(upgrade: Upgra
 
 
 def test_a_conflicting_key_is_reported_and_kept_until_overwrite(upgrade: Upgrade, setup32: Setup):
+    """A key a 3.3 task wrote meanwhile is never silently replaced; --overwrite replaces it with ours."""
     item = next(i for i in setup32.expected["task"] if i["task_id"] == "process" and i["key"] == "checkpoint")
     where = [item["dag_id"], item["run_id"], item["task_id"], str(item["map_index"])]
     theirs = {"written": "by Airflow 3.3"}
@@ -460,7 +460,8 @@ def test_a_conflicting_key_is_reported_and_kept_until_overwrite(upgrade: Upgrade
 
     status, report, output = upgrade.command("overwrite", "--overwrite", "-o", "json")
     assert report["tables"]["task_state"]["overwritten"] == 1, output
-    assert report["tables"]["task_state"]["conflicts"] == 0
+    # The conflict is still listed (what was replaced), but no longer fails the run.
+    assert status == (1 if report["unmovable"] else 0), output
     assert stored_33(upgrade, item) == item["value"]
 
 

@@ -90,6 +90,8 @@ def main(out_path: str) -> None:
         writer = StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, 1)
         for i, key in enumerate(UNUSUAL_KEYS):
             backend.write(scope, key, encode({"i": i, "key": key}), writer=writer)
+        for i in range(40):  # volume: several batches of the command on every database
+            backend.write(scope, f"many/{i:04d}", encode({"n": i, "scope": number}))
         for name, value in VALUES.items():
             backend.write(scope, f"value/{name}", encode(value), writer=None)
         # Task keys with an expiry of their own, which 3.3 must keep.
