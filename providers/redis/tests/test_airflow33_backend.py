@@ -304,19 +304,22 @@ def test_a_run_deleted_and_created_again_starts_empty(upgraded: Upgraded, tmp_pa
     ours = upgraded.ours()
     old_scope = upgraded.scope(upgraded.run2, "watch")
     ours.write(old_scope, "remote_job_id", '"app_from_the_deleted_run"')
-    out = tmp_path / "watch.json"
-    env = {**upgraded.env, "STATE_UPGRADE_OUT": str(out)}
-    # 3.3's `dags test` deletes the run of that logical date and creates it again, same run_id.
-    upgraded.af33.run("airflow", "dags", "test", DAG_ID, "2024-01-02", env=env, timeout=180)
-    assert json.loads(out.read_text()) == {"remote_job_id": None}
     results = upgraded.ops(
+        {"op": "get", "scope": _task(upgraded.run2, "watch"), "key": "remote_job_id"},
+        {"op": "recreate_run", "run": [DAG_ID, upgraded.run2]},
         {"op": "get", "scope": _task(upgraded.run2, "watch"), "key": "remote_job_id"},
         {"op": "aget", "scope": _task(upgraded.run2, "watch"), "key": "remote_job_id"},
         # The run exists again under the same run_id: writes to it are accepted.
         {"op": "set", "scope": _task(upgraded.run2, "watch"), "key": "remote_job_id", "value": '"new"'},
         tmp=tmp_path,
     )
-    assert results == [{"value": None}, {"value": None}, {"value": None}]
+    assert results == [
+        {"value": '"app_from_the_deleted_run"'},
+        {"value": None},
+        {"value": None},
+        {"value": None},
+        {"value": None},
+    ]
     # The deleted incarnation's keys are untouched (they age out with task_ttl_seconds).
     assert ours.get(old_scope, "remote_job_id") == '"app_from_the_deleted_run"'
     ours.close()

@@ -79,10 +79,28 @@ async def run_async(backend, op: dict) -> object:
     return await async_call(backend, op, None)
 
 
+def recreate_run(dag_id: str, run_id: str) -> None:
+    """Delete a dag run and insert it again with the same run_id (a new id and created_at)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils import timezone
+    from sqlalchemy import delete, insert, select
+
+    table = DagRun.__table__
+    with create_session() as session:
+        where = (table.c.dag_id == dag_id) & (table.c.run_id == run_id)
+        row = dict(session.execute(select(table).where(where)).mappings().one())
+        session.execute(delete(table).where(where))
+        row.pop("id")
+        row["created_at"] = timezone.utcnow()
+        session.execute(insert(table).values(**row))
+
+
 async def run(backend, op: dict) -> object:
     if op["op"] == "backend":
         cls = resolve_state_backend()
         return {"class": f"{cls.__module__}.{cls.__qualname__}", "bases": [b.__module__ for b in cls.__mro__]}
+    if op["op"] == "recreate_run":
+        return recreate_run(*op["run"])
     if op["op"] == "cleanup":
         return backend.cleanup()
     if op["op"].startswith("a"):
