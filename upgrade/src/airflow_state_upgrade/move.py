@@ -29,8 +29,8 @@ from .encoding import airflow33_value, as_utc, asset_writer, outside_bmp, same_v
 from .report import Counts, Report, RowProblem
 from .tables import Tables
 
-# Identities per lookup statement: well under every database's limit on bound parameters.
-LOOKUP_CHUNK = 200
+# Keys per lookup statement: well under every database's limit on bound parameters.
+LOOKUP_KEYS = 5000
 # MySQL errors that one row's data causes (incorrect string value, data too long), which the
 # MySQL drivers raise as OperationalError rather than DataError.
 MYSQL_DATA_ERRORS = frozenset({1366, 1406})
@@ -253,7 +253,7 @@ class Mover:
         return self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
 
     def _plan(self, connection: Connection, move: TableMove, candidates: list[Candidate]) -> Plan:
-        stored = self._stored_values(connection, move, [c.identity for c in candidates])
+        stored = self._stored_values(connection, move, candidates)
         plan = Plan()
         for candidate in candidates:
             existing = stored.get(candidate.identity)
@@ -268,15 +268,31 @@ class Mover:
         return plan
 
     def _stored_values(
-        self, connection: Connection, move: TableMove, identities: list[tuple[Any, ...]]
+        self, connection: Connection, move: TableMove, candidates: list[Candidate]
     ) -> dict[tuple[Any, ...], str]:
-        """The target's values for these identities (matched exactly, whatever the collation)."""
-        columns = [move.target.c[name] for name in move.target_key]
-        wanted = set(identities)
+        """
+        The target's values for these candidates' identities, matched exactly in Python.
+
+        One range scan of the target's unique key per batch: the scopes (every identity column but
+        the key) from the batch's first to its last, restricted to the batch's keys. Looking
+        identities up one by one, or as tuples in an IN list, is two orders of magnitude slower on
+        PostgreSQL. Should the target order scopes differently from ours (another collation on
+        MySQL), a row it holds can escape the range: its insert then fails on the unique key and
+        the batch is retried row by row, where the range is a single scope and misses nothing.
+        """
+        scope_columns = sa.tuple_(*(move.target.c[name] for name in move.target_key[:-1]))
+        key_column = move.target.c[move.target_key[-1]]
+        identity_columns = [move.target.c[name] for name in move.target_key]
+        first, last = candidates[0].identity[:-1], candidates[-1].identity[:-1]
+        keys = sorted({candidate.identity[-1] for candidate in candidates})
+        wanted = {candidate.identity for candidate in candidates}
         stored: dict[tuple[Any, ...], str] = {}
-        for start in range(0, len(identities), LOOKUP_CHUNK):
-            chunk = identities[start : start + LOOKUP_CHUNK]
-            query = sa.select(*columns, move.target.c.value).where(sa.tuple_(*columns).in_(chunk))
+        for start in range(0, len(keys), LOOKUP_KEYS):
+            query = sa.select(*identity_columns, move.target.c.value).where(
+                scope_columns >= sa.tuple_(*first),
+                scope_columns <= sa.tuple_(*last),
+                key_column.in_(keys[start : start + LOOKUP_KEYS]),
+            )
             for *identity, value in connection.execute(query):
                 if tuple(identity) in wanted:
                     stored[tuple(identity)] = value
