@@ -9,8 +9,9 @@ change to either builds a new one and a machine that ran the tests before reuses
 cache makes even a new one quick when the wheels are already downloaded.
 
 This repository's distributions that install beside Airflow 3.3 (the shared contract, the Redis
-provider and the upgrade command) are installed into it again once per test session, from the
-working tree, so the tests always run the code being tested. airflow-task-state itself is never
+provider and the upgrade command) are installed into it from the working tree whenever their files
+changed, so the tests always run the code being tested; a file lock keeps two sessions from
+building or installing at the same time. airflow-task-state itself is never
 installed there: it refuses Airflow 3.3, and the upgrade must work without it.
 
 Processes of this environment get an environment of their own (``Airflow33.env``): nothing of
@@ -19,6 +20,7 @@ the test run's Airflow configuration leaks into them except what the caller pass
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
@@ -36,6 +38,9 @@ AIRFLOW_VERSION = "3.3.2"
 LOCAL_DISTRIBUTIONS = ("shared/state", "providers/redis", "upgrade")
 # Written last: a directory without it is a build that was interrupted, and is built again.
 COMPLETE_MARKER = ".complete"
+# Names the working-tree content last installed, so that sessions running at the same time on an
+# unchanged tree never reinstall packages under each other's running processes.
+INSTALLED_MARKER = ".installed-tree"
 
 
 def _cache_root() -> Path:
@@ -114,7 +119,6 @@ def _environment_key() -> str:
 
 def _build(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
-    root.parent.mkdir(parents=True, exist_ok=True)
     uv = _uv()
     subprocess.run([uv, "venv", "-q", "--python", _base_python(), str(root)], check=True)
     subprocess.run(
@@ -124,28 +128,38 @@ def _build(root: Path) -> None:
     (root / COMPLETE_MARKER).write_text(AIRFLOW_VERSION)
 
 
+def _tree_digest() -> str:
+    digest = hashlib.sha256()
+    for distribution in LOCAL_DISTRIBUTIONS:
+        for path in sorted((REPO / distribution).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and ".venv" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _install_working_tree(root: Path) -> None:
+    marker, tree = root / INSTALLED_MARKER, _tree_digest()
+    if marker.exists() and marker.read_text() == tree:
+        return
+    # --reinstall: the working tree changes while the version numbers do not.
+    command = [_uv(), "pip", "install", "-q", "--python", str(root / "bin" / "python")]
+    command += ["--no-deps", "--reinstall", *(str(REPO / path) for path in LOCAL_DISTRIBUTIONS)]
+    subprocess.run(command, check=True)
+    marker.write_text(tree)
+
+
 @functools.cache
 def airflow33() -> Airflow33:
     """The Airflow 3.3 environment, built or reused, with this working tree's distributions in it."""
     root = _cache_root() / f"airflow-{AIRFLOW_VERSION}-{_environment_key()}"
-    started = time.monotonic()
-    built = not (root / COMPLETE_MARKER).exists()
-    if built:
-        _build(root)
-    build_seconds = time.monotonic() - started if built else 0.0
-    # --reinstall: the working tree changes between sessions while the version numbers do not.
-    subprocess.run(
-        [
-            _uv(),
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(root / "bin" / "python"),
-            "--no-deps",
-            "--reinstall",
-            *(str(REPO / path) for path in LOCAL_DISTRIBUTIONS),
-        ],
-        check=True,
-    )
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        built = not (root / COMPLETE_MARKER).exists()
+        if built:
+            _build(root)
+        build_seconds = time.monotonic() - started if built else 0.0
+        _install_working_tree(root)
     return Airflow33(root, build_seconds)
