@@ -119,8 +119,9 @@ with DAG(dag_id="upgrade_resumable", schedule=None, start_date=datetime(2026, 1,
 # --- state written by real task code on Airflow 3.2 -----------------------------------------------
 
 UPGRADE_ASSETS = [
+    # ASCII names: Airflow refuses other asset names on MySQL.
     Asset(name="upgrade_orders", uri="s3://upgrade-bucket/orders"),
-    Asset(name="upgrade_kunden_ü", uri="s3://upgrade-bucket/kunden"),
+    Asset(name="upgrade_customers", uri="s3://upgrade-bucket/customers"),
     Asset(name="upgrade_clicks", uri="s3://upgrade-bucket/clicks"),
 ]
 
