@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from .move import Mover, active_asset_ids, asset_move, task_move
 from .report import Report
-from .tables import CannotStart, drop_our_tables, find_tables
+from .tables import CannotStart, drop_our_tables, find_tables, record_completed_move
 
 DEFAULT_BATCH_SIZE = 5000
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     engine = _engine()
     print(f"Database: {engine.url.render_as_string(hide_password=True)}", file=sys.stderr)
     tables = find_tables(engine)
-    report = Report(dry_run=args.dry_run, overwrite=args.overwrite)
+    report = Report(dry_run=args.dry_run, overwrite=args.overwrite, moved_at=tables.moved_at)
     moves = [move for move in (task_move(tables), asset_move(tables)) if move is not None]
     if not moves:
         print("Nothing to move: this database has no task_state or asset_state table (dropped already?).")
@@ -101,17 +101,21 @@ def run(args: argparse.Namespace) -> int:
 
     from airflow.configuration import conf
 
+    now = datetime.now(UTC)
     mover = Mover(
         engine=engine,
         report=report,
-        now=datetime.now(UTC),
+        now=now,
         batch_size=args.batch_size,
         progress=_progress,
         active_assets=active_asset_ids(engine, tables),
         value_limit=conf.getint("state_store", "max_value_storage_bytes", fallback=0),
+        moved_at=tables.moved_at,
     )
     for move in moves:
         mover.run(move)
+    if report.complete and not args.dry_run and tables.moved_at is None:
+        record_completed_move(engine, now)
 
     status = 0 if report.complete else 1
     refusal = None

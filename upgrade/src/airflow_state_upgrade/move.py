@@ -108,6 +108,8 @@ class Plan:
     inserts: list[Candidate] = field(default_factory=list)
     replaces: list[Candidate] = field(default_factory=list)
     unchanged: int = 0
+    newer: int = 0
+    deleted: int = 0
     conflicts: list[Candidate] = field(default_factory=list)
 
 
@@ -123,6 +125,8 @@ class Mover:
     active_assets: frozenset[int]
     #: Airflow 3.3's ``[state_store] max_value_storage_bytes`` (0: no limit).
     value_limit: int
+    #: When an earlier run completed the move: a key missing from 3.3's store was deleted there.
+    moved_at: datetime | None = None
 
     def run(self, move: TableMove) -> None:
         counts = self.report.tables.setdefault(move.name, Counts())
@@ -258,9 +262,14 @@ class Mover:
         for candidate in candidates:
             existing = stored.get(candidate.identity)
             if existing is None:
-                plan.inserts.append(candidate)
-            elif same_value(existing, candidate.row["value"]):
+                if self.moved_at is None:
+                    plan.inserts.append(candidate)
+                else:  # moved by the run that completed, then deleted by Airflow 3.3
+                    plan.deleted += 1
+            elif same_value(existing.value, candidate.row["value"]):
                 plan.unchanged += 1
+            elif as_utc(existing.updated_at) > candidate.row["updated_at"]:
+                plan.newer += 1  # a 3.3 task wrote it after ours: 3.3's value is the current one
             else:
                 plan.conflicts.append(candidate)
                 if self.report.overwrite:
@@ -269,9 +278,10 @@ class Mover:
 
     def _stored_values(
         self, connection: Connection, move: TableMove, candidates: list[Candidate]
-    ) -> dict[tuple[Any, ...], str]:
+    ) -> dict[tuple[Any, ...], Any]:
         """
-        The target's values for these candidates' identities, matched exactly in Python.
+        The target's values (and when they were written) for these candidates' identities, matched
+        exactly in Python.
 
         One range scan of the target's unique key per batch: the scopes (every identity column but
         the key) from the batch's first to its last, restricted to the batch's keys. Looking
@@ -286,16 +296,17 @@ class Mover:
         first, last = candidates[0].identity[:-1], candidates[-1].identity[:-1]
         keys = sorted({candidate.identity[-1] for candidate in candidates})
         wanted = {candidate.identity for candidate in candidates}
-        stored: dict[tuple[Any, ...], str] = {}
+        stored: dict[tuple[Any, ...], Any] = {}  # identity -> (..., value, updated_at) row
         for start in range(0, len(keys), LOOKUP_KEYS):
-            query = sa.select(*identity_columns, move.target.c.value).where(
+            query = sa.select(*identity_columns, move.target.c.value, move.target.c.updated_at).where(
                 scope_columns >= sa.tuple_(*first),
                 scope_columns <= sa.tuple_(*last),
                 key_column.in_(keys[start : start + LOOKUP_KEYS]),
             )
-            for *identity, value in connection.execute(query):
-                if tuple(identity) in wanted:
-                    stored[tuple(identity)] = value
+            for row in connection.execute(query):
+                identity = tuple(row[: len(identity_columns)])
+                if identity in wanted:
+                    stored[identity] = row
         return stored
 
     def _apply(self, connection: Connection, move: TableMove, plan: Plan) -> None:
@@ -311,6 +322,8 @@ class Mover:
     def _count_plan(self, move: TableMove, plan: Plan, counts: Counts) -> None:
         counts.moved += len(plan.inserts)
         counts.unchanged += plan.unchanged
+        counts.newer_in_airflow33 += plan.newer
+        counts.deleted_in_airflow33 += plan.deleted
         counts.conflicts += len(plan.conflicts)
         counts.overwritten += len(plan.replaces)
         for candidate in plan.conflicts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 # The rows of a conflict or refusal list printed as a table; JSON output always has them all.
@@ -18,7 +19,11 @@ class Counts:
     moved: int = 0
     #: Already in Airflow 3.3's table with the same value (moved by an earlier run).
     unchanged: int = 0
-    #: In Airflow 3.3's table with another value, which was kept.
+    #: In Airflow 3.3's table with another value written after ours (by a 3.3 task): kept.
+    newer_in_airflow33: int = 0
+    #: Moved by an earlier, complete run, and deleted in Airflow 3.3 since: not brought back.
+    deleted_in_airflow33: int = 0
+    #: In Airflow 3.3's table with another value written before ours, which was kept.
     conflicts: int = 0
     #: In Airflow 3.3's table with another value, replaced by ours (--overwrite).
     overwritten: int = 0
@@ -54,6 +59,8 @@ class Report:
     conflicts: list[RowProblem] = field(default_factory=list)
     unmovable: list[RowProblem] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    #: When an earlier run completed the move (from then on, deleted keys stay deleted).
+    moved_at: datetime | None = None
 
     @property
     def complete(self) -> bool:
@@ -68,12 +75,28 @@ class Report:
             "conflicts": [asdict(problem) for problem in self.conflicts],
             "unmovable": [asdict(problem) for problem in self.unmovable],
             "dropped": self.dropped,
+            "moved_at": self.moved_at.isoformat() if self.moved_at else None,
         }
         return json.dumps(document, indent=2, default=str)
 
     def as_table(self) -> str:
-        columns = ("read", "moved", "unchanged", "conflicts", "overwritten", "expired", "unmovable")
-        header = ["table", *("would move" if c == "moved" and self.dry_run else c for c in columns)]
+        columns = (
+            "read",
+            "moved",
+            "unchanged",
+            "newer_in_airflow33",
+            "deleted_in_airflow33",
+            "conflicts",
+            "overwritten",
+            "expired",
+            "unmovable",
+        )
+        titles = {
+            "moved": "would move" if self.dry_run else "moved",
+            "newer_in_airflow33": "newer in 3.3",
+            "deleted_in_airflow33": "deleted in 3.3",
+        }
+        header = ["table", *(titles.get(c, c) for c in columns)]
         rows = [[name, *(str(getattr(counts, c)) for c in columns)] for name, counts in self.tables.items()]
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         lines = [
@@ -83,7 +106,7 @@ class Report:
         lines += self._notes()
         lines += self._problems(
             self.conflicts,
-            "Conflicts: these keys already hold another value in Airflow 3.3's store. "
+            "Conflicts: these keys hold another value in Airflow 3.3's store, written before ours. "
             + (
                 "Ours replaced it (--overwrite)."
                 if self.overwrite
@@ -101,6 +124,18 @@ class Report:
         task = self.tables.get("task_state", Counts())
         asset = self.tables.get("asset_state", Counts())
         notes = []
+        newer = task.newer_in_airflow33 + asset.newer_in_airflow33
+        if newer:
+            notes.append(
+                f"{newer} key(s) hold a value that Airflow 3.3 wrote after ours: it is newer and "
+                "was kept (--overwrite never replaces a newer value)."
+            )
+        if self.moved_at:
+            deleted = task.deleted_in_airflow33 + asset.deleted_in_airflow33
+            notes.append(
+                f"The move completed at {self.moved_at:%Y-%m-%d %H:%M:%S} UTC; {deleted} key(s) "
+                "moved then were deleted in Airflow 3.3 since, and stay deleted."
+            )
         if task.never_expire:
             notes.append(
                 f"{task.never_expire} task key(s) have no expiry: Airflow 3.3 keeps them until their "

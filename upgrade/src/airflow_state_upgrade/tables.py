@@ -11,6 +11,7 @@ are bound exactly as Airflow 3.3 binds them (its ``UtcDateTime`` among others).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -18,6 +19,8 @@ from sqlalchemy.engine import Engine
 OUR_TASK_TABLE = "task_state"
 OUR_ASSET_TABLE = "asset_state"
 OUR_VERSION_TABLE = "alembic_version_state"
+# Written by this command when a move completes; dropped with our tables (see record_completed_move).
+MARKER_TABLE = "airflow_state_upgrade"
 # What a row of ours cannot do without, in every schema we shipped.
 REQUIRED_COLUMNS = {
     OUR_TASK_TABLE: {"dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at"},
@@ -40,6 +43,8 @@ class Tables:
     asset_active: sa.Table
     asset: sa.Table
     our_revision: str | None
+    #: When an earlier run of this command completed the move (None: it never did).
+    moved_at: datetime | None
 
 
 def _reflect(engine: Engine, metadata: sa.MetaData, name: str) -> sa.Table | None:
@@ -88,14 +93,43 @@ def find_tables(engine: Engine) -> Tables:
         asset_active=AssetActive.__table__,
         asset=AssetModel.__table__,
         our_revision=_our_revision(engine),
+        moved_at=_moved_at(engine),
     )
 
 
+def _marker(metadata: sa.MetaData) -> sa.Table:
+    return sa.Table(MARKER_TABLE, metadata, sa.Column("moved_at", sa.DateTime(timezone=True), nullable=False))
+
+
+def _moved_at(engine: Engine) -> datetime | None:
+    if not sa.inspect(engine).has_table(MARKER_TABLE):
+        return None
+    with engine.connect() as connection:
+        moved_at = connection.execute(sa.select(sa.func.min(_marker(sa.MetaData()).c.moved_at))).scalar()
+    # SQLite and MySQL hand the instant back without its zone; it was written in UTC.
+    return moved_at if moved_at is None or moved_at.tzinfo else moved_at.replace(tzinfo=UTC)
+
+
+def record_completed_move(engine: Engine, moved_at: datetime) -> None:
+    """
+    Remember that the move completed. From then on Airflow 3.3 owns the state: its tasks change and
+    delete keys, and a later run (to check, or to drop our tables) must not bring back what they
+    deleted. Our rows never change after the move (airflow-task-state is uninstalled by then).
+    """
+    marker = _marker(sa.MetaData())
+    with engine.begin() as connection:
+        marker.create(connection, checkfirst=True)
+        if connection.execute(sa.select(sa.func.count()).select_from(marker)).scalar() == 0:
+            connection.execute(marker.insert().values(moved_at=moved_at))
+
+
 def drop_our_tables(engine: Engine) -> list[str]:
-    """Drop our tables and our version table, in one transaction where the database allows it."""
+    """Drop our tables, our version table and the marker, in one transaction where the database allows it."""
     inspector = sa.inspect(engine)
     names = [
-        name for name in (OUR_TASK_TABLE, OUR_ASSET_TABLE, OUR_VERSION_TABLE) if inspector.has_table(name)
+        name
+        for name in (OUR_TASK_TABLE, OUR_ASSET_TABLE, OUR_VERSION_TABLE, MARKER_TABLE)
+        if inspector.has_table(name)
     ]
     metadata = sa.MetaData()
     with engine.begin() as connection:
