@@ -85,7 +85,10 @@ def _progress(table: str, read: int, total: int) -> None:
 
 
 def _confirmed(names: str) -> bool:
-    answer = input(f"Drop {names}? Every row of them is in Airflow 3.3's store. [y/N] ")
+    try:
+        answer = input(f"Drop {names}? Every live row of them is in Airflow 3.3's store. [y/N] ")
+    except EOFError:  # no terminal to ask (cron, CI): only -y drops
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.yes or _confirmed("task_state, asset_state and alembic_version_state"):
             report.dropped = drop_our_tables(engine)
         else:
-            refusal = "Not dropping the old tables: not confirmed."
+            refusal = "Not dropping the old tables: not confirmed (-y drops without asking)."
     print(report.as_json() if args.output == "json" else report.as_table())
     if refusal:
         print(refusal, file=sys.stderr)
