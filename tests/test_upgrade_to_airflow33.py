@@ -428,13 +428,6 @@ def test_task_lost_on_32_reconnects_to_its_job_when_retried_on_33(
             check=False,
         )
     output = result.stdout + result.stderr
-    if db_kind == "mysql" and "Data too long for column 'id'" in output:
-        # Not the upgrade's doing: SQLAlchemy 2.1 (which Airflow 3.3.2 allows) binds Uuid as
-        # MariaDB's native 36-character UUID, while a database created by Airflow 3.2
-        # (SQLAlchemy 2.0) has CHAR(32) id columns, so 3.3 cannot insert the retry's task instance.
-        pytest.xfail(
-            "Airflow 3.3 with SQLAlchemy 2.1 on a MariaDB database created by 3.2: CHAR(32) uuid columns"
-        )
     assert result.returncode == 0, output[-4000:]
     assert [path.stem for path in setup32.jobs.glob("*.submitted")] == [setup32.job_id], (
         "a second job was submitted"
@@ -448,6 +441,152 @@ def test_task_lost_on_32_reconnects_to_its_job_when_retried_on_33(
             {"r": setup32.resumable_run_id},
         ).scalar_one()
     assert state == "success"
+
+
+# --- failures on the way: a killed run, refusals, keys 3.3's table cannot tell apart --------------
+
+MARKER_TABLE = "airflow_state_upgrade"
+
+
+def live_values(upgrade: Upgrade, setup: Setup) -> list:
+    read = read_back_33(upgrade, setup)
+    return [json.loads(value) if value is not None else None for value, _ in read["task"] + read["asset"]]
+
+
+def forget_the_move(url: str) -> None:
+    """3.3's tables emptied and the completion marker gone: the database as before the first run."""
+    with connect(url) as connection:
+        for table in THEIR_TABLES:
+            connection.execute(reflected(connection, table).delete())
+        if inspect(connection).has_table(MARKER_TABLE):
+            reflected(connection, MARKER_TABLE).drop(connection)
+
+
+def test_a_run_killed_midway_is_finished_by_the_next_and_keys_deleted_after_the_move_stay_deleted(
+    upgrade: Upgrade, setup32: Setup
+):
+    forget_the_move(setup32.url)
+    live = upgrade.runs["first"][1]["tables"]["task_state"]["moved"]
+    # One row per transaction, SIGKILL after 30 of them: a process killed between two commits.
+    command = [str(upgrade.af33.bin("airflow-state-upgrade")), "--batch-size", "1"]
+    process = subprocess.Popen(
+        command, env=upgrade.env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    progress = 0
+    for line in process.stderr:
+        progress += line.startswith("task_state: ")
+        if progress == 30:
+            process.kill()
+            break
+    process.wait(timeout=60)
+    assert process.returncode == -9, "the run ended before it could be killed"
+    with connect(setup32.url) as connection:
+        partial = connection.execute(text("SELECT count(*) FROM task_state_store")).scalar_one()
+        assert not inspect(connection).has_table(MARKER_TABLE), "an interrupted move counts as complete"
+    assert 0 < partial < live  # (some of the 30 rows read were expired: not moved)
+
+    status, report, output = upgrade.command("after kill", "-o", "json")
+    assert status == 0, output
+    task = report["tables"]["task_state"]
+    assert (task["unchanged"], task["moved"]) == (partial, live - partial), output
+    assert live_values(upgrade, setup32) == [
+        i["value"] for i in setup32.expected["task"] + setup32.expected["asset"]
+    ]
+
+    # The move is complete: a key a 3.3 task deletes now is not brought back by another run.
+    item = next(i for i in setup32.expected["task"] if i["task_id"] == "process" and i["key"] == "checkpoint")
+    with connect(setup32.url) as connection:
+        rows = reflected(connection, "task_state_store")
+        connection.execute(rows.delete().where(*_task_row_filter(rows, item)))
+    status, report, output = upgrade.command("after delete", "-o", "json")
+    assert status == 0, output
+    assert report["tables"]["task_state"]["deleted_in_airflow33"] == 1, output
+    assert report["tables"]["task_state"]["moved"] == 0, output
+    with pytest.raises(Exception, match="No row was found"):
+        stored_33(upgrade, item)
+
+    # Without the marker (a database where the move never completed) the key moves again.
+    with connect(setup32.url) as connection:
+        reflected(connection, MARKER_TABLE).drop(connection)
+    status, report, output = upgrade.command("restore", "-o", "json")
+    assert (status, report["tables"]["task_state"]["moved"]) == (0, 1), output
+    assert stored_33(upgrade, item) == item["value"]
+
+
+def test_refuses_to_start_without_33s_tables_or_on_a_schema_of_ours_it_does_not_read(
+    upgrade: Upgrade, setup32: Setup, tmp_path: Path
+):
+    empty = {**upgrade.env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'empty.db'}"}
+    result = upgrade.af33.run("airflow-state-upgrade", env=empty, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Run `airflow db migrate` with Airflow 3.3 first" in result.stderr
+
+    before = snapshot(setup32.url)
+    with connect(setup32.url) as connection:
+        version = reflected(connection, "alembic_version_state")
+        head = connection.execute(select(version.c.version_num)).scalar_one()
+        connection.execute(update(version).values(version_num="b7d3e1a90112"))
+    try:
+        status, _, output = upgrade.command("0.1.0 schema", "-o", "json")
+    finally:
+        with connect(setup32.url) as connection:
+            connection.execute(
+                update(reflected(connection, "alembic_version_state")).values(version_num=head)
+            )
+    assert status == 2, output
+    assert "airflow-task-state 0.1.0" in output and "upgrade airflow-task-state to 0.2 or later" in output
+    assert snapshot(setup32.url) == before
+
+
+def test_keys_that_33s_key_column_cannot_tell_apart_are_refused_with_the_reason(
+    upgrade: Upgrade, setup32: Setup, db_kind: str
+):
+    """
+    Ours keeps keys as bytes on MariaDB; 3.3's key column there has the database's collation
+    (utf8mb4_unicode_ci here), under which "Retry-Count" and "retry-count" are the same key. One
+    moves, the other is refused with the reason and stays in ours; elsewhere both move.
+    """
+    keys = ("Retry-Count", "retry-count")
+    with connect(setup32.url) as connection:
+        ours = reflected(connection, "task_state")
+        scope = connection.execute(
+            select(ours.c.dag_run_id, ours.c.dag_id, ours.c.run_id, ours.c.task_id, ours.c.map_index).limit(1)
+        ).one()
+        now = datetime.now(UTC).replace(tzinfo=None)
+        for key in keys:
+            connection.execute(
+                ours.insert().values(
+                    **scope._asdict(),
+                    key=key.encode() if db_kind == "mysql" else key,
+                    value="1",
+                    updated_at=now,
+                    updated_by_try=1,
+                    version=1,
+                    expires_at=None,
+                )
+            )
+        reflected(connection, MARKER_TABLE).drop(connection)  # these keys are new: not "deleted in 3.3"
+    try:
+        status, report, output = upgrade.command("collision", "-o", "json")
+        task = report["tables"]["task_state"]
+        if db_kind == "mysql":
+            assert status == 1, output
+            assert (task["moved"], task["unmovable"]) == (1, 1), output
+            [refused] = report["unmovable"]
+            assert refused["key"] in keys and "collation utf8mb4_unicode_ci" in refused["reason"], refused
+            assert "--drop-old-tables" not in output
+        else:
+            assert (status, task["moved"], task["unmovable"]) == (0, 2, 0), output
+    finally:
+        with connect(setup32.url) as connection:
+            for table in ("task_state", "task_state_store"):
+                rows = reflected(connection, table)
+                stored = [
+                    key.encode() if table == "task_state" and db_kind == "mysql" else key for key in keys
+                ]
+                connection.execute(rows.delete().where(rows.c.key.in_(stored)))
+    status, report, output = upgrade.command("after collision", "-o", "json")
+    assert status == 0 and not report["unmovable"], output
 
 
 # --- conflicts, --overwrite and --drop-old-tables (they change the database: last) -----------------
@@ -519,6 +658,5 @@ def test_drop_old_tables_after_a_clean_run_and_33_still_reads_everything(
     assert status == 0, output
     assert set(OUR_TABLES) <= set(report["dropped"]), report["dropped"]
     assert not set(OUR_TABLES) & table_names(setup32.url)
-    read = read_back_33(upgrade, setup32)
-    values = [json.loads(value) if value is not None else None for value, _ in read["task"] + read["asset"]]
-    assert values == [item["value"] for item in setup32.expected["task"] + setup32.expected["asset"]]
+    expected = setup32.expected["task"] + setup32.expected["asset"]
+    assert live_values(upgrade, setup32) == [item["value"] for item in expected]

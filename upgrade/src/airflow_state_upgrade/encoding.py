@@ -65,17 +65,17 @@ def outside_bmp(text: str) -> bool:
 
 def asset_writer(row: Any) -> dict[str, Any]:
     """Airflow 3.3's ``last_updated_by_*`` columns for one row of our ``asset_state``."""
-    kind = getattr(row, "updated_by", None)
+    kind = row.updated_by
     task_fields = {
-        "last_updated_by_dag_id": getattr(row, "updated_by_dag_id", None),
-        "last_updated_by_run_id": getattr(row, "updated_by_run_id", None),
-        "last_updated_by_task_id": getattr(row, "updated_by_task_id", None),
-        "last_updated_by_map_index": getattr(row, "updated_by_map_index", None),
+        "last_updated_by_dag_id": row.updated_by_dag_id,
+        "last_updated_by_run_id": row.updated_by_run_id,
+        "last_updated_by_task_id": row.updated_by_task_id,
+        "last_updated_by_map_index": row.updated_by_map_index,
     }
     if kind == "task" and all(value is not None for value in task_fields.values()):
         return {"last_updated_by_kind": "task", **task_fields}
     unknown = dict.fromkeys(task_fields)
     if kind in OPERATOR_WRITERS:
         return {"last_updated_by_kind": "api", **unknown}
-    # No writer recorded (rows from 0.1.0, which had no writer columns): 3.3 shows none either.
+    # No writer recorded (rows written before 0.2.0 recorded writers): 3.3 shows none either.
     return {"last_updated_by_kind": None, **unknown}

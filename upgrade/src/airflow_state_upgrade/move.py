@@ -57,7 +57,6 @@ class TableMove:
 def task_move(tables: Tables) -> TableMove | None:
     if tables.task_state is None:
         return None
-    has_expiry = "expires_at" in tables.task_state.columns
 
     def target_row(row: Row[Any]) -> dict[str, Any]:
         return {
@@ -67,7 +66,7 @@ def task_move(tables: Tables) -> TableMove | None:
             "dag_id": row.dag_id,
             "run_id": row.run_id,
             "updated_at": as_utc(row.updated_at),
-            "expires_at": as_utc(row.expires_at) if has_expiry else None,
+            "expires_at": as_utc(row.expires_at),
         }
 
     key = ("dag_run_id", "task_id", "map_index", "key")
@@ -182,7 +181,7 @@ class Mover:
     def _candidate(
         self, move: TableMove, row: Row[Any], counts: Counts, key_column: KeyColumn
     ) -> Candidate | None:
-        expires_at = as_utc(getattr(row, "expires_at", None))
+        expires_at = as_utc(row.expires_at)
         if expires_at is not None and expires_at <= self.now:
             counts.expired += 1
             return None
@@ -340,7 +339,7 @@ class Mover:
         if move.name == "task_state":
             counts.never_expire += candidate.row["expires_at"] is None
             return
-        counts.expiry_removed += getattr(candidate.source, "expires_at", None) is not None
+        counts.expiry_removed += candidate.source.expires_at is not None
         counts.inactive_asset += candidate.row["asset_id"] not in self.active_assets
 
 

@@ -2,8 +2,9 @@
 The tables on both sides of the move, found in the database Airflow 3.3 is configured with.
 
 Ours (``task_state``, ``asset_state``, and our Alembic version table ``alembic_version_state``)
-are reflected: airflow-task-state is not installed beside Airflow 3.3, and the command must read
-every schema it ever had (0.1.0 has no ``version``, ``expires_at`` or asset writer columns).
+are reflected: airflow-task-state is not installed beside Airflow 3.3. The command reads the schema
+of airflow-task-state 0.2.0 and later (revision 0113); a deployment still on 0.1.0's schema
+upgrades airflow-task-state on Airflow 3.2 first, which migrates its rows (they keep their values).
 Airflow 3.3's (``task_state_store``, ``asset_state_store``) are taken from its own models, so values
 are bound exactly as Airflow 3.3 binds them (its ``UtcDateTime`` among others).
 """
@@ -21,10 +22,20 @@ OUR_ASSET_TABLE = "asset_state"
 OUR_VERSION_TABLE = "alembic_version_state"
 # Written by this command when a move completes; dropped with our tables (see record_completed_move).
 MARKER_TABLE = "airflow_state_upgrade"
-# What a row of ours cannot do without, in every schema we shipped.
+# The schema this command reads: airflow-task-state 0.2.0's revision 0113 (0.3.0 has the same).
+SUPPORTED_REVISION = "c4a8f2d60113"
+# 0.1.0's revision 0112: no expiry, versions or asset writers yet.
+OLDER_REVISIONS = {"b7d3e1a90112": "0.1.0"}
+# The columns this command reads, which revision 0113 has.
 REQUIRED_COLUMNS = {
-    OUR_TASK_TABLE: {"dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at"},
-    OUR_ASSET_TABLE: {"asset_id", "key", "value", "updated_at"},
+    OUR_TASK_TABLE: {
+        *("dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at"),
+        "expires_at",
+    },
+    OUR_ASSET_TABLE: {
+        *("asset_id", "key", "value", "updated_at", "expires_at", "updated_by", "updated_by_dag_id"),
+        *("updated_by_run_id", "updated_by_task_id", "updated_by_map_index"),
+    },
 }
 
 
@@ -42,7 +53,6 @@ class Tables:
     asset_state_store: sa.Table
     asset_active: sa.Table
     asset: sa.Table
-    our_revision: str | None
     #: When an earlier run of this command completed the move (None: it never did).
     moved_at: datetime | None
 
@@ -60,11 +70,25 @@ def _reflect(engine: Engine, metadata: sa.MetaData, name: str) -> sa.Table | Non
     return table
 
 
-def _our_revision(engine: Engine) -> str | None:
+def _check_our_revision(engine: Engine) -> None:
+    """Refuse a schema of ours other than the one this command reads (no version table: nothing to check)."""
     if not sa.inspect(engine).has_table(OUR_VERSION_TABLE):
-        return None
+        return
     with engine.connect() as connection:
-        return connection.execute(sa.text(f"SELECT version_num FROM {OUR_VERSION_TABLE}")).scalar()
+        revision = connection.execute(sa.text(f"SELECT version_num FROM {OUR_VERSION_TABLE}")).scalar()
+    if revision in OLDER_REVISIONS:
+        raise CannotStart(
+            f"The airflow-task-state tables are at the schema of airflow-task-state "
+            f"{OLDER_REVISIONS[revision]} (revision {revision}). On Airflow 3.2, upgrade "
+            "airflow-task-state to 0.2 or later and run `airflow db migrate` there first (it keeps "
+            "every row), then Airflow 3.3's `airflow db migrate` and this command. Nothing was changed."
+        )
+    if revision is not None and revision != SUPPORTED_REVISION:
+        raise CannotStart(
+            f"The airflow-task-state tables are at revision {revision}, which this command does not "
+            f"know (it reads revision {SUPPORTED_REVISION}): install the airflow-task-state-upgrade "
+            "release that matches the airflow-task-state you ran. Nothing was changed."
+        )
 
 
 def find_tables(engine: Engine) -> Tables:
@@ -84,6 +108,7 @@ def find_tables(engine: Engine) -> Tables:
             f"Airflow 3.3's table(s) {', '.join(missing)} do not exist in this database yet. Run "
             "`airflow db migrate` with Airflow 3.3 first, then this command. Nothing was changed."
         )
+    _check_our_revision(engine)
     metadata = sa.MetaData()
     return Tables(
         task_state=_reflect(engine, metadata, OUR_TASK_TABLE),
@@ -92,7 +117,6 @@ def find_tables(engine: Engine) -> Tables:
         asset_state_store=AssetStateStoreModel.__table__,
         asset_active=AssetActive.__table__,
         asset=AssetModel.__table__,
-        our_revision=_our_revision(engine),
         moved_at=_moved_at(engine),
     )
 
