@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy import MetaData, Table, create_engine, inspect, select, text, update
-from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
+from state_testing import dbservers
 from state_testing.airflow33 import Airflow33, airflow33
 
 UPGRADE_DAGS = Path(__file__).parent / "dags" / "upgrade"
@@ -72,25 +71,8 @@ def _print_timings(db_kind: str) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def database_url(db_kind: str, tmp_path_factory) -> Iterator[str]:
     """A database of this module's own (3.3's migrations never touch the session's database)."""
-    if db_kind == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('upgrade-db') / 'airflow.db'}"
-        return
-    server = make_url(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-    name = f"upgrade_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as connection:
-        if db_kind == "mysql":
-            connection.exec_driver_sql(
-                f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-            )
-        else:
-            connection.exec_driver_sql(f"CREATE DATABASE {name}")
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            force = " WITH (FORCE)" if db_kind == "postgres" else ""
-            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
+    with dbservers.scratch_database(db_kind, tmp_path_factory.mktemp("upgrade-db")) as url:
+        yield url
 
 
 @contextmanager

@@ -229,3 +229,38 @@ def database(kind: str, tmp_dir: Path) -> Iterator[str]:
             yield url
     else:
         raise ValueError(f"unknown database {kind!r}: choose sqlite, postgres or mysql")
+
+
+@contextlib.contextmanager
+def scratch_database(kind: str, directory: Path) -> Iterator[str]:
+    """
+    A new, empty database beside the test run's, removed afterwards; yields its URL.
+
+    For tests that must not touch the run's database (another Airflow version's migrations): a
+    SQLite file in *directory*, or a database created on the run's PostgreSQL or MariaDB server
+    (``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``), in utf8mb4 on MariaDB like the run's own.
+    """
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'airflow.db'}"
+        return
+    import uuid
+
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    server = sa.engine.make_url(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    name = f"scratch_{uuid.uuid4().hex[:10]}"
+    create, drop = f"CREATE DATABASE {name}", f"DROP DATABASE IF EXISTS {name}"
+    if kind == "mysql":
+        create += " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    else:
+        drop += " WITH (FORCE)"  # connections a killed process left behind must not block it
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as connection:
+        connection.exec_driver_sql(create)
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(drop)
+        admin.dispose()

@@ -25,6 +25,7 @@ import pytest
 import redis
 from airflow_shared.state import AssetScope, TaskScope
 from airflow_state_redis import RedisStateBackend
+from state_testing import dbservers
 from state_testing.airflow33 import Airflow33, airflow33
 
 HERE = Path(__file__).parent / "airflow33"
@@ -77,31 +78,9 @@ ASSET = _asset(ASSET_ID)
 
 @pytest.fixture(scope="module")
 def database33(db_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A database of this module's own, on the test run's server (3.3's migration must not touch
-    the session's database, which other tests use)."""
-    if db_kind == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('af33-db') / 'airflow.db'}"
-        return
-    import sqlalchemy
-    from sqlalchemy.engine import make_url
-
-    server = make_url(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-    name = f"af33_{uuid.uuid4().hex[:10]}"
-    admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
-    create = f"CREATE DATABASE {name}"
-    if db_kind == "mysql":
-        create += " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-    with admin.connect() as connection:
-        connection.execute(sqlalchemy.text(create))
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            if db_kind == "postgres":
-                connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            else:
-                connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name}"))
-        admin.dispose()
+    """A database of this module's own (3.3's migration must not touch the session's database)."""
+    with dbservers.scratch_database(db_kind, tmp_path_factory.mktemp("af33-db")) as url:
+        yield url
 
 
 def _run32(*command: str, env: dict[str, str]) -> str:
