@@ -36,6 +36,7 @@ from sqlalchemy import MetaData, Table, create_engine, inspect, select, text, up
 from sqlalchemy.pool import NullPool
 from state_testing import dbservers
 from state_testing.airflow33 import Airflow33, airflow33
+from state_testing.airflow_cli import run_checked
 
 UPGRADE_DAGS = Path(__file__).parent / "dags" / "upgrade"
 SCRIPTS = Path(__file__).parent / "upgrade_scripts"
@@ -116,20 +117,7 @@ class Setup:
 
 
 def run32(env: dict[str, str], *command: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(part) for part in command],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"Airflow 3.2: `{' '.join(map(str, command))}` exited {result.returncode}\n"
-            f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-        )
-    return result
+    return run_checked(list(command), env=env, label="Airflow 3.2", check=check)
 
 
 def dags_folder(home: Path) -> Path:

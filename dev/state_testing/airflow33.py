@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .airflow_cli import run_checked
+
 REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "dev" / "airflow33" / "requirements.txt"
 AIRFLOW_VERSION = "3.3.2"
@@ -95,20 +97,13 @@ class Airflow33:
     ) -> subprocess.CompletedProcess[str]:
         """Run a program of this environment (``"airflow"``, ``"python"``, ``"airflow-state-upgrade"``)."""
         program, *args = command
-        result = subprocess.run(
-            [str(self.bin(str(program))), *map(str, args)],
-            capture_output=True,
-            text=True,
+        return run_checked(
+            [self.bin(str(program)), *args],
             env=env,
+            label=f"Airflow {AIRFLOW_VERSION}",
+            check=check,
             timeout=timeout,
-            stdin=subprocess.DEVNULL,
         )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"Airflow {AIRFLOW_VERSION}: `{' '.join(map(str, command))}` exited {result.returncode}\n"
-                f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-            )
-        return result
 
 
 def _environment_key() -> str:

@@ -27,6 +27,7 @@ from airflow_shared.state import AssetScope, TaskScope
 from airflow_state_redis import RedisStateBackend
 from state_testing import dbservers
 from state_testing.airflow33 import Airflow33, airflow33
+from state_testing.airflow_cli import run_checked
 
 HERE = Path(__file__).parent / "airflow33"
 DAGS = HERE / "dags"
@@ -84,13 +85,7 @@ def database33(db_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def _run32(*command: str, env: dict[str, str]) -> str:
-    result = subprocess.run(
-        list(command), capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL
-    )
-    assert result.returncode == 0, (
-        f"{command} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return result.stdout
+    return run_checked(list(command), env=env, label="Airflow 3.2", timeout=300).stdout
 
 
 @pytest.fixture(scope="module")
