@@ -85,8 +85,11 @@ def _progress(table: str, read: int, total: int) -> None:
 
 
 def _confirmed(names: str) -> bool:
+    # The question goes to stderr: stdout carries only the summary (one JSON document with -o json).
+    question = f"Drop {names}? Every live row of them is in Airflow 3.3's store. [y/N] "
+    print(question, end="", file=sys.stderr, flush=True)
     try:
-        answer = input(f"Drop {names}? Every live row of them is in Airflow 3.3's store. [y/N] ")
+        answer = input()
     except EOFError:  # no terminal to ask (cron, CI): only -y drops
         return False
     return answer.strip().lower() in ("y", "yes")
