@@ -7,7 +7,8 @@ Airflow 3.2 with airflow-task-state migrates a new database; the rows are insert
 SELECT generate_series over 100 dag runs, 10 tasks, 10 map indexes (values: a small JSON object
 with non-ASCII text, so every value is re-encoded); then Airflow 3.3 (the cached environment of the
 upgrade tests) runs `airflow db migrate` on the same database and the command, timed as a whole
-process, as a deployer runs it. Between batch sizes Airflow 3.3's tables are emptied (and the mark of a completed move dropped).
+process, as a deployer runs it. Between batch sizes Airflow 3.3's tables are emptied and the mark
+of a completed move is dropped.
 
     PYTHONPATH=dev uv run python bench/bench_upgrade.py [--rows 100000] [--asset-rows 10000] \
         [--batch-size 1000 5000 20000]
