@@ -234,15 +234,6 @@ def read_back_33(upgrade: Upgrade, setup: Setup) -> dict:
     return json.loads(result.stdout)
 
 
-def unmovable_here(db_kind: str, key: str) -> bool:
-    """Rows 3.3's tables cannot hold on this database: none on any of ours (MariaDB keeps emoji keys too)."""
-    return False
-
-
-def moved_items(setup: Setup, db_kind: str, kind: str) -> list[dict]:
-    return [item for item in setup.expected[kind] if not unmovable_here(db_kind, item["key"])]
-
-
 # --- 1. what Airflow 3.2 left ---------------------------------------------------------------------
 
 
@@ -269,8 +260,8 @@ def test_dry_run_reports_what_would_move_and_writes_nothing(upgrade: Upgrade, se
     status, report, output = upgrade.runs["dry run"]
     assert report is not None, output
     assert report["dry_run"] is True
-    assert report["tables"]["task_state"]["moved"] == len(moved_items(setup32, db_kind, "task"))
-    assert report["tables"]["asset_state"]["moved"] == len(moved_items(setup32, db_kind, "asset"))
+    assert report["tables"]["task_state"]["moved"] == len(setup32.expected["task"])
+    assert report["tables"]["asset_state"]["moved"] == len(setup32.expected["asset"])
     assert (
         upgrade.snapshots["after dry run"] == upgrade.snapshots["migrated"] == {t: [] for t in THEIR_TABLES}
     )
@@ -287,19 +278,12 @@ def test_first_run_moves_every_live_row_and_skips_expired(upgrade: Upgrade, setu
     assert asset["expired"] == len(setup32.expected["expired"]["asset"])
     assert task["read"] == len(expected_task) + task["expired"]
     assert asset["read"] == len(expected_asset) + asset["expired"]
-    assert task["moved"] == len(moved_items(setup32, db_kind, "task"))
-    assert asset["moved"] == len(moved_items(setup32, db_kind, "asset"))
+    assert task["moved"] == len(setup32.expected["task"])
+    assert asset["moved"] == len(setup32.expected["asset"])
     assert (task["conflicts"], task["overwritten"], asset["conflicts"], asset["overwritten"]) == (0, 0, 0, 0)
-    unmovable = sorted(item["key"] for item in report["unmovable"])
-    wanted = sorted(
-        item["key"]
-        for kind in ("task", "asset")
-        for item in setup32.expected[kind]
-        if unmovable_here(db_kind, item["key"])
-    )
-    assert unmovable == wanted, report["unmovable"]
-    assert all(item["reason"] for item in report["unmovable"])
-    assert status == (1 if wanted else 0), output
+    # Every key of the corpus fits 3.3's tables on every database here (MariaDB keeps emoji keys too).
+    assert report["unmovable"] == [], report["unmovable"]
+    assert status == 0, output
     rows = upgrade.snapshots["after first run"]
     assert len(rows["task_state_store"]) == task["moved"]
     assert len(rows["asset_state_store"]) == asset["moved"]
@@ -317,9 +301,6 @@ def test_airflow_33_reads_every_key_back_equal(upgrade: Upgrade, setup32: Setup,
     assert read["backend"] == "airflow.state.metastore.MetastoreBackend"
     wrong = []
     for item, (value, row) in zip(setup32.expected["task"], read["task"], strict=True):
-        if unmovable_here(db_kind, item["key"]):
-            assert value is None
-            continue
         if value is None or json.loads(value) != item["value"]:
             wrong.append(
                 (
@@ -339,9 +320,6 @@ def test_airflow_33_reads_every_key_back_equal(upgrade: Upgrade, setup32: Setup,
         assert _iso(row["updated_at"]) == _iso(item["updated_at"]), item["key"]
         assert _iso(row["expires_at"]) == _iso(item["expires_at"]), item["key"]
     for item, (value, row) in zip(setup32.expected["asset"], read["asset"], strict=True):
-        if unmovable_here(db_kind, item["key"]):
-            assert value is None
-            continue
         if value is None or json.loads(value) != item["value"]:
             wrong.append((item["asset_id"], item["key"], value and value[:80]))
             continue
