@@ -6,7 +6,7 @@ import textwrap
 import threading
 
 import pytest
-from airflow_shared.state import BaseStateBackend, StateEntry, StateEntryPage, TaskScope
+from airflow_shared.state import AssetScope, BaseStateBackend, StateEntry, StateEntryPage, TaskScope
 from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
 
 
@@ -145,6 +145,15 @@ class IgnoresDagRunUid(MemoryStateBackend):
 
     def clear(self, scope, *, all_map_indices=False, session=None):
         super().clear(forget_uid(scope), all_map_indices=all_map_indices)
+
+    def get_many(self, scope, keys, *, session=None):
+        return super().get_many(forget_uid(scope), keys)
+
+    def set_many(self, scope, values, **options):
+        return super().set_many(forget_uid(scope), values, **options)
+
+    def delete_many(self, scope, keys, *, session=None):
+        super().delete_many(forget_uid(scope), keys)
 
 
 class TestIgnoresDagRunUid(StateBackendConformance):
@@ -320,3 +329,65 @@ def test_kit_catches_capability_bugs(pytester, bug):
         if line.startswith("FAILED ")
     }
     assert must_fail <= failed, result.stdout.str()
+
+
+TORN_BATCHES = """
+import time
+
+import pytest
+from airflow_shared.state import BaseStateBackend, validate_many_values
+from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
+
+
+class ClaimsAtomicBatches(MemoryStateBackend):
+    # Declares atomic batches but writes and reads them one key at a time, as the defaults do.
+    get_many = BaseStateBackend.get_many
+    delete_many = BaseStateBackend.delete_many
+
+    def set_many(self, scope, values, **options):
+        versions = {}
+        for key, value in validate_many_values(values).items():
+            versions[key] = self.write(scope, key, value, **options)
+            time.sleep(0.0005)  # a round trip per key: readers get in between
+        return versions
+
+
+class TestClaimsAtomicBatches(StateBackendConformance):
+    @pytest.fixture
+    def backend(self):
+        return ClaimsAtomicBatches()
+"""
+
+
+def test_kit_catches_a_backend_that_declares_atomic_batches_but_applies_them_key_by_key(pytester):
+    pytester.makepyfile(TORN_BATCHES)
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-rf", "-k", "many or batch")
+    failed = {
+        line.split("::")[-1].split(" ")[0] for line in result.stdout.lines if line.startswith("FAILED ")
+    }
+    assert failed == {"test_atomic_batches_are_never_seen_half_applied"}, result.stdout.str()
+
+
+def test_default_batches_are_built_on_the_single_key_methods():
+    calls = []
+
+    class Counting(OnlyTheFourMethods):
+        def get(self, scope, key, *, session=None):
+            calls.append(("get", key))
+            return super().get(scope, key, session=session)
+
+        def set(self, scope, key, value, *, session=None):
+            calls.append(("set", key))
+            super().set(scope, key, value, session=session)
+
+        def delete(self, scope, key, *, session=None):
+            calls.append(("delete", key))
+            super().delete(scope, key, session=session)
+
+    backend = Counting()
+    scope = AssetScope(1)
+    assert backend.set_many(scope, {"a": "1", "b": "2"}) == {"a": None, "b": None}
+    assert backend.get_many(scope, ["a", "b", "a"]) == {"a": "1", "b": "2"}
+    backend.delete_many(scope, ["b"])
+    assert calls == [("set", "a"), ("set", "b"), ("get", "a"), ("get", "b"), ("delete", "b")]
+    assert not backend.supports_atomic_many

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .backend import BaseStateBackend
 from .entries import StateEntry, StateEntryPage, validate_listing
+from .many import MAX_MANY_KEYS, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 from .writes import (
@@ -32,6 +33,7 @@ __all__ = [
     "CLI_WRITER",
     "MAX_COUNTER",
     "MAX_KEY_LENGTH",
+    "MAX_MANY_KEYS",
     "MIN_COUNTER",
     "AssetScope",
     "BaseStateBackend",
@@ -50,6 +52,8 @@ __all__ = [
     "validate_increment",
     "validate_key",
     "validate_listing",
+    "validate_many_keys",
+    "validate_many_values",
     "validate_scope",
     "validate_value",
     "validate_write_options",

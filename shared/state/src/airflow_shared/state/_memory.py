@@ -11,6 +11,7 @@ as ``[state] backend`` of a deployment.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +29,8 @@ from airflow_shared.state import (
     validate_increment,
     validate_key,
     validate_listing,
+    validate_many_keys,
+    validate_many_values,
     validate_scope,
     validate_value,
     validate_write_options,
@@ -67,6 +70,7 @@ class MemoryStateBackend(BaseStateBackend):
     supports_versions = True
     supports_expiry = True
     supports_increment = True
+    supports_atomic_many = True
 
     def __init__(self) -> None:
         # Every stored key, expired ones included until cleanup() removes them: the version of an
@@ -86,6 +90,14 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         entry = _live(self._data.get((scope, key)), datetime.now(UTC))
         return None if entry is None else VersionedValue(entry.value, entry.version or 0)
+
+    def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
+        _check(scope)
+        wanted = validate_many_keys(keys, "get_many")
+        now = datetime.now(UTC)
+        with self._lock:  # one lock hold: a batch written meanwhile is seen whole or not at all
+            found = {key: _live(self._data.get((scope, key)), now) for key in wanted}
+        return {key: entry.value for key, entry in found.items() if entry is not None}
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _check(scope)
@@ -154,6 +166,27 @@ class MemoryStateBackend(BaseStateBackend):
                     raise StateConflictError(key, if_version, stored)
             return self._store(scope, key, value, try_number=try_number, writer=writer, expires_at=expires_at)
 
+    def set_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> dict[str, int | None]:
+        _check(scope)
+        checked = validate_many_values(values)
+        validate_write_options(expires_at, None)
+        try_number = writer.try_number if writer is not None else None
+        with self._lock:
+            return {
+                key: self._store(
+                    scope, key, value, try_number=try_number, writer=writer, expires_at=expires_at
+                )
+                for key, value in checked.items()
+            }
+
     def increment(
         self,
         scope: StateScope,
@@ -210,6 +243,13 @@ class MemoryStateBackend(BaseStateBackend):
         with self._lock:
             # Gone for good: a key written again after a delete starts at version 1.
             self._data.pop((scope, key), None)
+
+    def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
+        _check(scope)
+        doomed = validate_many_keys(keys, "delete_many")
+        with self._lock:
+            for key in doomed:
+                self._data.pop((scope, key), None)
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _check(scope)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
+from .many import validate_many_keys, validate_many_values
 from .scopes import StateScope
+from .validation import validate_scope
 from .writes import (
     StateCapabilityError,
     StateConflictError,
@@ -47,6 +49,11 @@ class BaseStateBackend(ABC):
     the class attributes below, which callers and the conformance kit read; asking a backend for
     one it lacks raises :class:`StateCapabilityError`, never a silent fallback.
 
+    **Many keys.** :meth:`get_many`, :meth:`set_many` and :meth:`delete_many` take up to
+    :data:`~airflow_shared.state.many.MAX_MANY_KEYS` keys. Their defaults call the single-key
+    methods once per key; backends that can do a batch in one round trip override them, and say
+    with :attr:`supports_atomic_many` whether a batch is applied (and read) all at once.
+
     **Expiry.** A key whose ``expires_at`` has passed is gone for every read (``get``,
     ``get_versioned``, ``keys``, ``entries``, ``key_counts``), for ``if_version=0`` and for
     ``increment`` (it starts again from 0), even before :meth:`cleanup` removes it physically.
@@ -58,6 +65,9 @@ class BaseStateBackend(ABC):
     supports_expiry: ClassVar[bool] = False
     #: :meth:`increment` in one atomic step.
     supports_increment: ClassVar[bool] = False
+    #: :meth:`set_many` and :meth:`delete_many` apply every key or none, and no reader (nor
+    #: :meth:`get_many`) ever sees a batch half applied. The defaults, one call per key, do not.
+    supports_atomic_many: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
@@ -79,6 +89,52 @@ class BaseStateBackend(ABC):
         For a task scope only its own map index is cleared unless *all_map_indices* is true, in
         which case every map index of that task in that run is cleared. Asset scopes ignore it.
         """
+
+    def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
+        """
+        Return the values of those of *keys* stored in *scope*; a key with no value is left out.
+
+        The default calls :meth:`get` per key. Validate with
+        :func:`~airflow_shared.state.many.validate_many_keys` before any I/O.
+        """
+        validate_scope(scope)
+        found = {}
+        for key in validate_many_keys(keys, "get_many"):
+            value = self.get(scope, key, session=session)
+            if value is not None:
+                found[key] = value
+        return found
+
+    def set_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> dict[str, int | None]:
+        """
+        Store every key-value pair of *values* in *scope*, as :meth:`write` would (same *writer*
+        and *expires_at* for all), and return each key's new version (``None`` without versions).
+
+        The default calls :meth:`write` per key, after checking them all: a bad key or value writes
+        nothing, but a failure of storage part-way leaves the keys before it written. Backends that
+        write a batch at once override it and declare :attr:`supports_atomic_many`.
+        """
+        validate_scope(scope)
+        checked = validate_many_values(values)
+        validate_write_options(expires_at, None)
+        return {
+            key: self.write(scope, key, value, writer=writer, expires_at=expires_at, session=session)
+            for key, value in checked.items()
+        }
+
+    def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
+        """Remove each of *keys* from *scope* (absent keys are no error); the default calls :meth:`delete`."""
+        validate_scope(scope)
+        for key in validate_many_keys(keys, "delete_many"):
+            self.delete(scope, key, session=session)
 
     def set_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
@@ -310,6 +366,30 @@ class BaseStateBackend(ABC):
         return await asyncio.to_thread(
             self.increment, scope, key, by, writer=writer, expires_at=expires_at, session=session
         )
+
+    async def aget_many(
+        self, scope: StateScope, keys: Iterable[str], *, session: Any = None
+    ) -> dict[str, str]:
+        """Async :meth:`get_many`."""
+        return await asyncio.to_thread(self.get_many, scope, keys, session=session)
+
+    async def aset_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> dict[str, int | None]:
+        """Async :meth:`set_many`."""
+        return await asyncio.to_thread(
+            self.set_many, scope, values, writer=writer, expires_at=expires_at, session=session
+        )
+
+    async def adelete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
+        """Async :meth:`delete_many`."""
+        await asyncio.to_thread(self.delete_many, scope, keys, session=session)
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         """Async :meth:`delete`."""

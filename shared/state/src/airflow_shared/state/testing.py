@@ -30,6 +30,9 @@ when each key was written and by which try; the kit then checks both.
 Set ``records_asset_writers = True`` when ``entries()`` of asset state reports the
 :class:`~airflow_shared.state.StateWriter` given to the last ``write()``/``increment()``.
 
+Batches (``get_many``, ``set_many``, ``delete_many``) are tested as the single-key calls are; a
+backend that declares ``supports_atomic_many`` is also checked never to show a batch half applied.
+
 Versions, expiry and increments are tested as the backend's own flags declare them
 (``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
 default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
@@ -57,6 +60,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ._kit_capabilities import CapabilityConformance
+from ._kit_many import ManyKeysConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
 from .entries import StateEntryPage
@@ -76,7 +80,7 @@ def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | Non
         return None
 
 
-class StateBackendConformance(CapabilityConformance):
+class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign

@@ -1,0 +1,233 @@
+"""
+The conformance kit's tests of calls on many keys (``get_many``, ``set_many``, ``delete_many``).
+Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
+
+They hold for the defaults built on the single-key methods as for native batches. A backend that
+declares ``supports_atomic_many`` is also checked for what it promises: a concurrent reader never
+sees a batch half applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from .many import MAX_MANY_KEYS
+from .validation import MAX_KEY_LENGTH
+from .writes import StateCapabilityError, StateWriter, VersionedValue
+
+#: Keys a store could mistake for one another or for its own syntax; each must stay its own key.
+UNUSUAL_KEYS = [
+    "a",
+    "A",
+    "a ",
+    "ä",
+    "a\u0308",  # "ä" decomposed: another string
+    "%41",
+    "{tag}",
+    "x:y",
+    "*",
+    "'; DROP TABLE task_state; --",
+    "\U0001f600",
+    "k" * MAX_KEY_LENGTH,
+]
+
+
+class ManyKeysConformance:
+    """Batches of keys: the same answers as one call per key, in one call."""
+
+    def test_get_many_returns_only_the_keys_that_hold_a_value(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "a", "1")
+            backend.set(scope, "b", "2")
+            assert backend.get_many(scope, ["a", "missing", "b"]) == {"a": "1", "b": "2"}
+            assert backend.get_many(scope, ["missing"]) == {}
+            assert backend.get_many(scope, []) == {}
+            # Repeated keys are asked once.
+            assert backend.get_many(scope, ["a", "a"]) == {"a": "1"}
+
+    def test_set_many_stores_every_pair_and_answers_the_versions(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "old", "before")
+            versions = backend.set_many(scope, {"old": "after", "new": "first"})
+            assert set(versions) == {"old", "new"}
+            assert backend.get(scope, "old") == "after"
+            assert backend.get(scope, "new") == "first"
+            if backend.supports_versions:
+                assert versions == {"old": 2, "new": 1}
+                assert backend.get_versioned(scope, "old") == VersionedValue("after", 2)
+            else:
+                assert versions == {"old": None, "new": None}
+            assert backend.set_many(scope, {}) == {}
+
+    def test_delete_many_removes_only_the_keys_named(self, backend, make_task_scope, make_asset_scope):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set_many(scope, {"a": "1", "b": "2", "c": "3"})
+            backend.delete_many(scope, ["a", "c", "never_set"])
+            assert backend.get_many(scope, ["a", "b", "c"]) == {"b": "2"}
+            backend.delete_many(scope, [])
+            assert backend.get(scope, "b") == "2"
+
+    def test_batches_stay_in_their_scope(self, backend, make_task_scope, make_asset_scope):
+        mine = make_task_scope(map_index=0)
+        others = [
+            make_task_scope(map_index=1),
+            make_task_scope(task_id="task_2", map_index=0),
+            make_task_scope(run_id="run_2", map_index=0),
+            make_asset_scope(1),
+        ]
+        for other in others:
+            backend.set(other, "k", "other's")
+        backend.set_many(mine, {"k": "mine", "j": "mine too"})
+        for other in others:
+            assert backend.get_many(other, ["k", "j"]) == {"k": "other's"}
+        backend.delete_many(mine, ["k", "j"])
+        for other in others:
+            assert backend.get(other, "k") == "other's"
+
+    def test_unusual_keys_each_stay_their_own_key(self, backend, make_task_scope, make_asset_scope):
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            values = {key: f"value of {key[:20]!r} #{n}" for n, key in enumerate(UNUSUAL_KEYS)}
+            backend.set_many(scope, values)
+            assert backend.get_many(scope, UNUSUAL_KEYS) == values
+            for key, value in values.items():
+                assert backend.get(scope, key) == value
+            backend.delete_many(scope, UNUSUAL_KEYS[::2])
+            assert backend.get_many(scope, UNUSUAL_KEYS) == {k: values[k] for k in UNUSUAL_KEYS[1::2]}
+
+    def test_a_full_batch_of_the_largest_size_round_trips(self, backend, make_task_scope):
+        scope = make_task_scope()
+        values = {f"offset/partition-{n:04d}": str(n * 1000) for n in range(MAX_MANY_KEYS)}
+        versions = backend.set_many(scope, values)
+        assert len(versions) == MAX_MANY_KEYS
+        assert backend.get_many(scope, list(values)) == values
+        backend.delete_many(scope, list(values))
+        assert backend.get_many(scope, list(values)) == {}
+
+    @pytest.mark.parametrize(
+        ("bad", "error"),
+        [
+            ({"good": "1", "": "2"}, ValueError),
+            ({"good": "1", "k" * (MAX_KEY_LENGTH + 1): "2"}, ValueError),
+            ({"good": "1", "nul": "a\x00b"}, ValueError),
+            ({"good": "1", "surrogate": "\ud800"}, ValueError),
+            ({"good": "1", "none": None}, TypeError),
+            ({"good": "1", "number": 7}, TypeError),
+            ({"good": "1", 7: "2"}, TypeError),
+            ({f"k{n}": "v" for n in range(MAX_MANY_KEYS + 1)}, ValueError),
+            ([("good", "1")], TypeError),
+        ],
+        ids=[
+            "empty key",
+            "long key",
+            "NUL value",
+            "surrogate",
+            "None",
+            "int value",
+            "int key",
+            "too many",
+            "list",
+        ],
+    )
+    def test_set_many_refuses_a_bad_pair_and_writes_nothing(self, backend, make_task_scope, bad, error):
+        scope = make_task_scope()
+        with pytest.raises(error):
+            backend.set_many(scope, bad)
+        assert backend.get(scope, "good") is None
+        assert backend.get(scope, "k0") is None
+
+    @pytest.mark.parametrize(
+        ("keys", "error"),
+        [
+            ("ab", TypeError),
+            (["good", ""], ValueError),
+            (["good", None], TypeError),
+            (["good", "a\x00"], ValueError),
+            ([f"k{n}" for n in range(MAX_MANY_KEYS + 1)], ValueError),
+        ],
+        ids=["a string", "empty key", "None key", "NUL key", "too many"],
+    )
+    def test_get_and_delete_many_refuse_bad_keys_and_delete_nothing(
+        self, backend, make_task_scope, keys, error
+    ):
+        scope = make_task_scope()
+        backend.set(scope, "good", "kept")
+        with pytest.raises(error):
+            backend.get_many(scope, keys)
+        with pytest.raises(error):
+            backend.delete_many(scope, keys)
+        assert backend.get(scope, "good") == "kept"
+
+    def test_set_many_applies_expiry_and_the_writer(self, backend, make_task_scope, make_asset_scope):
+        scope = make_task_scope()
+        past = datetime.now(UTC) - timedelta(hours=1)
+        if not backend.supports_expiry:
+            with pytest.raises(StateCapabilityError):
+                backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past)
+            assert backend.get_many(scope, ["a", "b"]) == {}
+            return
+        backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past)
+        assert backend.get_many(scope, ["a", "b"]) == {}
+        future = datetime.now(UTC) + timedelta(hours=1)
+        writer = StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, 3)
+        backend.set_many(scope, {"a": "1", "b": "2"}, writer=writer, expires_at=future)
+        assert backend.get_many(scope, ["a", "b"]) == {"a": "1", "b": "2"}
+        if not getattr(self, "records_writes", False):
+            return
+        by_key = {entry.key: entry for entry in backend.entries(scope).entries}
+        for key in ("a", "b"):
+            stored = by_key[key].expires_at
+            assert stored is not None and abs((stored - future).total_seconds()) < 0.01
+            assert by_key[key].updated_by_try == 3
+
+    def test_async_batches_match_sync(self, backend, make_task_scope, make_asset_scope):
+        async def scenario(scope):
+            versions = await backend.aset_many(scope, {"a": "1", "b": "2"})
+            assert set(versions) == {"a", "b"}
+            assert await backend.aget_many(scope, ["a", "b", "c"]) == {"a": "1", "b": "2"}
+            await backend.adelete_many(scope, ["a"])
+            return await backend.aget_many(scope, ["a", "b"])
+
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            assert asyncio.run(scenario(scope)) == {"b": "2"}
+            assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
+
+    def test_atomic_batches_are_never_seen_half_applied(self, backend, make_task_scope):
+        if not backend.supports_atomic_many:
+            pytest.skip(f"{type(backend).__name__} does not declare atomic batches")
+        scope = make_task_scope()
+        keys = [f"part-{n}" for n in range(8)]
+        rounds = 60
+        done = threading.Event()
+        torn: list[dict[str, str]] = []
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                for n in range(rounds):
+                    backend.set_many(scope, dict.fromkeys(keys, str(n)))
+                    if n % 3 == 2:
+                        backend.delete_many(scope, keys)
+            except BaseException as error:
+                errors.append(error)
+            finally:
+                done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        reads = 0
+        while not done.is_set() or reads == 0:
+            seen = backend.get_many(scope, keys)
+            reads += 1
+            if seen and (len(seen) != len(keys) or len(set(seen.values())) != 1):
+                torn.append(seen)
+        writer.join()
+        assert not errors, errors
+        assert not torn, f"{len(torn)} of {reads} reads saw a batch half applied, e.g. {torn[0]}"
