@@ -585,3 +585,101 @@ def test_async_versioned_calls_run_on_airflows_async_engine(backend, scope):
     with statements_on(settings.async_engine.sync_engine) as async_seen, autocommit_statements() as sync_seen:
         assert asyncio.run(calls()) == VersionedValue("3", 2)
     assert len(async_seen) == 3 and sync_seen == []
+
+
+# --- batches (issue 14) ------------------------------------------------------------------------
+
+
+def test_each_batch_is_one_statement(backend, scope, make_asset):
+    offsets = {f"partition-{n}": str(n * 100) for n in range(100)}
+    asset = AssetScope(make_asset(1))
+    with autocommit_statements() as seen:
+        assert set(backend.set_many(scope, offsets).values()) == {1}
+        assert backend.get_many(scope, list(offsets)) == offsets
+        backend.delete_many(scope, list(offsets)[:50])
+        backend.set_many(asset, {"a": "1", "b": "2"})
+        assert backend.get_many(asset, ["a", "b", "c"]) == {"a": "1", "b": "2"}
+    assert len(seen) == 5, seen
+    assert seen[0].lstrip().upper().startswith("INSERT INTO TASK_STATE")
+    assert backend.get_many(scope, list(offsets)) == dict(list(offsets.items())[50:])
+
+
+def test_empty_batches_send_nothing(backend, scope):
+    with autocommit_statements() as seen:
+        assert backend.get_many(scope, []) == {}
+        assert backend.set_many(scope, {}) == {}
+        backend.delete_many(scope, [])
+        with pytest.raises(ValueError):
+            backend.set_many(scope, {"ok": "1", "": "2"})
+    assert seen == []
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 250, 251, 257, 999])
+def test_batches_of_every_size_round_trip(backend, scope, size):
+    # Around the statement sizes: reads and deletes are padded to powers of two, and set_many
+    # splits its UNION ALL into groups of 250 rows (SQLite's compound SELECT limit is 500).
+    values = {f"k{n}": f"v{n}" for n in range(size)}
+    backend.set(scope, "k0", "old")
+    versions = backend.set_many(scope, values)
+    assert versions == {key: 2 if key == "k0" else 1 for key in values}
+    assert backend.get_many(scope, [*values, "absent"]) == values
+    backend.delete_many(scope, list(values)[1:])
+    assert backend.get_many(scope, list(values)) == {"k0": "v0"}
+
+
+def test_set_many_without_a_dag_run_or_asset_fails_and_writes_nothing(backend, unique):
+    from airflow.state.metastore.models import TaskStateModel
+
+    orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
+    with pytest.raises(ValueError, match="No DagRun found"):
+        backend.set_many(orphan, {"a": "1", "b": "2"})
+    with pytest.raises(ValueError, match="No DagRun found"):
+        asyncio.run(backend.aset_many(orphan, {"a": "1"}))
+    with pytest.raises(ValueError, match="No asset found with id 987654"):
+        backend.set_many(AssetScope(987654), {"a": "1"})
+    assert not [r for r in stored_rows(TaskStateModel) if r.dag_id == orphan.dag_id]
+
+
+def test_batches_join_a_callers_session_and_roll_back_with_it(backend, scope):
+    from airflow import settings
+
+    backend.set_many(scope, {"a": "committed", "b": "committed"})
+    session = settings.NonScopedSession()
+    try:
+        backend.set_many(scope, {"a": "rolled back", "c": "rolled back"}, session=session)
+        backend.delete_many(scope, ["b"], session=session)
+        assert backend.get_many(scope, ["a", "b", "c"], session=session) == {
+            "a": "rolled back",
+            "c": "rolled back",
+        }
+        session.rollback()
+    finally:
+        session.close()
+    assert backend.get_many(scope, ["a", "b", "c"]) == {"a": "committed", "b": "committed"}
+
+
+def test_async_batches_run_on_airflows_async_engine(backend, scope):
+    async def scenario():
+        await backend.aset_many(scope, {"a": "1", "b": "2"})
+        await backend.adelete_many(scope, ["b"])
+        return await backend.aget_many(scope, ["a", "b"])
+
+    assert asyncio.run(scenario()) == {"a": "1"}
+
+
+def test_set_many_records_the_writer_and_expiry_of_every_key(backend, scope, make_asset):
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+    from airflow_shared.state import StateWriter
+
+    until = timezone.utcnow() + timedelta(days=2)
+    writer = StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, -1, 4)
+    asset = AssetScope(make_asset(1))
+    backend.set_many(scope, {"a": "1", "b": "2"}, writer=writer, expires_at=until)
+    backend.set_many(asset, {"w": "1"}, writer=writer)
+    task_entries = {e.key: e for e in backend.entries(scope).entries}
+    assert {e.updated_by_try for e in task_entries.values()} == {4}
+    assert all(abs((e.expires_at - until).total_seconds()) < 0.01 for e in task_entries.values())
+    (asset_entry,) = backend.entries(asset).entries
+    assert asset_entry.writer == writer and asset_entry.expires_at is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ class MetastoreStateBackend(BaseStateBackend):
     supports_versions = True
     supports_expiry = True
     supports_increment = True
+    supports_atomic_many = True
 
     # --- sync --------------------------------------------------------------------------
 
@@ -86,6 +87,29 @@ class MetastoreStateBackend(BaseStateBackend):
         session: Session | None = None,
     ) -> int:
         return drive(op.increment(scope, key, by, writer, expires_at), session)
+
+    def get_many(
+        self, scope: StateScope, keys: Iterable[str], *, session: Session | None = None
+    ) -> dict[str, str]:
+        operation = op.get_many(scope, keys)
+        return {} if operation is None else run(operation, session)
+
+    def set_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Session | None = None,
+    ) -> dict[str, int | None]:
+        operation = op.set_many(scope, values, writer, expires_at)
+        return {} if operation is None else run(operation, session)
+
+    def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Session | None = None) -> None:
+        operation = op.delete_many(scope, keys)
+        if operation is not None:
+            run(operation, session)
 
     def cleanup(
         self,
@@ -179,6 +203,31 @@ class MetastoreStateBackend(BaseStateBackend):
         session: AsyncSession | None = None,
     ) -> int:
         return await adrive(op.increment(scope, key, by, writer, expires_at), session)
+
+    async def aget_many(
+        self, scope: StateScope, keys: Iterable[str], *, session: AsyncSession | None = None
+    ) -> dict[str, str]:
+        operation = op.get_many(scope, keys)
+        return {} if operation is None else await arun(operation, session)
+
+    async def aset_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: AsyncSession | None = None,
+    ) -> dict[str, int | None]:
+        operation = op.set_many(scope, values, writer, expires_at)
+        return {} if operation is None else await arun(operation, session)
+
+    async def adelete_many(
+        self, scope: StateScope, keys: Iterable[str], *, session: AsyncSession | None = None
+    ) -> None:
+        operation = op.delete_many(scope, keys)
+        if operation is not None:
+            await arun(operation, session)
 
     async def adelete(self, scope: StateScope, key: str, *, session: AsyncSession | None = None) -> None:
         await arun(op.delete_key(scope, key), session)

@@ -13,7 +13,7 @@ differ only in which of the two they call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
@@ -32,6 +32,8 @@ from airflow_shared.state import (
     incremented,
     validate_increment,
     validate_key,
+    validate_many_keys,
+    validate_many_values,
     validate_scope,
     validate_value,
     validate_write_options,
@@ -285,6 +287,68 @@ def list_keys(scope: StateScope) -> Operation[list[str]]:
     values = statements.params(scope)
     values["now"] = _now()
     return Operation(statements.for_scope(scope).select_keys, values, _sorted_keys)
+
+
+# --- batches -------------------------------------------------------------------------------
+
+
+def _text(key: str | bytes) -> str:
+    # RETURNING is rendered outside SQLAlchemy's knowledge, so MySQL's keys (VARBINARY) come back as bytes.
+    return key.decode("utf-8") if isinstance(key, bytes) else key
+
+
+def _key_values(keys: list[str]) -> dict[str, Any]:
+    padded = keys + keys[-1:] * (statements.padded_size(len(keys)) - len(keys))
+    return dict(zip(statements.key_names(len(padded)), padded, strict=True))
+
+
+def get_many(scope: StateScope, keys: Iterable[str]) -> Operation[dict[str, str]] | None:
+    """One SELECT of every key asked; ``None`` for no keys (nothing to send)."""
+    validate_scope(scope)
+    wanted = validate_many_keys(keys, "get_many")
+    if not wanted:
+        return None
+    values = {**statements.params(scope), **_key_values(wanted), "now": _now()}
+    return Operation(
+        statements.select_many(scope, len(wanted)),
+        values,
+        lambda outcome: {key: value for key, value in outcome.rows},
+    )
+
+
+def set_many(
+    scope: StateScope, pairs: Mapping[str, str], writer: StateWriter | None, expires_at: datetime | None
+) -> Operation[dict[str, int | None]] | None:
+    """One upsert of every pair (all or none); ``None`` for no pairs."""
+    validate_scope(scope)
+    checked = validate_many_values(pairs)
+    validate_write_options(expires_at, None)
+    if not checked:
+        return None
+    values = statements.params(scope)
+    values["updated_at"] = _now()
+    values["expires_at"] = expires_at
+    values.update(_writer_values(scope, writer))
+    values.update(zip(statements.key_names(len(checked)), checked, strict=True))
+    values.update(zip(statements.value_names(len(checked)), checked.values(), strict=True))
+
+    def versions(outcome: Outcome) -> dict[str, int | None]:
+        if not outcome.rows:
+            raise _missing_parent(scope)
+        written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
+        return {key: written[key] for key in checked}
+
+    return Operation(statements.upsert_many(scope, len(checked)), values, versions)
+
+
+def delete_many(scope: StateScope, keys: Iterable[str]) -> Operation[None] | None:
+    """One DELETE of every key named; ``None`` for no keys."""
+    validate_scope(scope)
+    doomed = validate_many_keys(keys, "delete_many")
+    if not doomed:
+        return None
+    values = {**statements.params(scope), **_key_values(doomed)}
+    return Operation(statements.delete_many(scope, len(doomed)), values, _ignored)
 
 
 # --- running them --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ and how to read the answer, and runs it.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, NamedTuple, assert_never
 
 from airflow.models.asset import AssetModel
@@ -48,6 +49,8 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
+    union_all,
     update,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -433,16 +436,18 @@ def _task_statements() -> Statements:
         source,
         written,
         [*same_task, same_map_index],
-        [
-            _task.c.dag_run_id
-            == select(_dag_run.c.id)
-            .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-            .scalar_subquery(),
-            _task.c.task_id == bindparam("task_id"),
-            same_map_index,
-        ],
+        [_task.c.dag_run_id == _task_run_id(), _task.c.task_id == bindparam("task_id"), same_map_index],
     )
     return Statements(**built, clear_all_map_indices=delete(_task).where(*same_task))
+
+
+def _task_run_id() -> Any:
+    """The id of the dag run named by ``:dag_id`` and ``:run_id``, as a scalar subquery."""
+    return (
+        select(_dag_run.c.id)
+        .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
+        .scalar_subquery()
+    )
 
 
 #: The asset_state columns of the last writer, as operations name them in parameters.
@@ -477,6 +482,190 @@ def _asset_statements() -> Statements:
 
 TASK_STATE = _task_statements()
 ASSET_STATE = _asset_statements()
+
+
+# --- batches: get_many, set_many, delete_many ------------------------------------------------
+#
+# A batch of n keys binds ``key_0`` ... ``key_<n-1>`` (and ``value_<i>`` for set_many), so each
+# statement is still built once per size and compiled once per dialect, like the rest. Reads and
+# deletes round n up to a power of two, repeating the last key (harmless in an IN list), so at
+# most 11 statements of each exist; an upsert cannot repeat a key, so it is built per exact size.
+
+
+def key_names(count: int) -> list[str]:
+    """The parameter names of a batch's keys."""
+    return [f"key_{n}" for n in range(count)]
+
+
+def value_names(count: int) -> list[str]:
+    """The parameter names of a set_many batch's values."""
+    return [f"value_{n}" for n in range(count)]
+
+
+def padded_size(count: int) -> int:
+    """The size of the read or delete statement that serves *count* keys: the next power of two."""
+    return 1 << max(count - 1, 0).bit_length()
+
+
+class _BatchSource(NamedTuple):
+    """What a scope type's batch statements are made of."""
+
+    table: Any
+    #: The scope's rows, by primary key where the scope type allows it (a task's run by its id).
+    by_primary_key: list[Any]
+    conflict_columns: list[str]
+    insert_columns: list[str]
+    written: list[str]
+    #: ``source(batch)``: the SELECT of the upsert, one row per row of the *batch* subquery.
+    source: Any
+
+
+def _batch_keys(table: Any, count: int) -> list[Any]:
+    return [bindparam(name, type_=table.c.key.type) for name in key_names(count)]
+
+
+#: Rows per UNION ALL: SQLite allows at most 500 terms in one compound SELECT.
+_UNION_TERMS = 250
+
+
+def _batch_rows(table: Any, count: int) -> Any:
+    """
+    ``(SELECT :key_0 AS key, :value_0 AS value UNION ALL ...)``: the pairs of a set_many; past
+    :data:`_UNION_TERMS` rows, a UNION ALL of such groups, each a subquery of its own.
+    """
+    rows = [
+        select(bindparam(key, type_=table.c.key.type).label("key"), _value_bind(table, value))
+        for key, value in zip(key_names(count), value_names(count), strict=True)
+    ]
+    if count <= _UNION_TERMS:
+        return (rows[0] if count == 1 else union_all(*rows)).subquery("batch")
+    groups = []
+    for start in range(0, count, _UNION_TERMS):
+        group = union_all(*rows[start : start + _UNION_TERMS]).subquery(f"rows_{start}")
+        groups.append(select(group.c.key, group.c.value))
+    return union_all(*groups).subquery("batch")
+
+
+def _value_bind(table: Any, name: str) -> Any:
+    return bindparam(name, type_=table.c.value.type).label("value")
+
+
+def _task_batch_source() -> _BatchSource:
+    written = ["updated_at", "updated_by_try", "expires_at"]
+
+    def source(batch: Any) -> Select[Any]:
+        return (
+            select(
+                _dag_run.c.id,
+                _dag_run.c.dag_id,
+                _dag_run.c.run_id,
+                bindparam("task_id", type_=_task.c.task_id.type),
+                bindparam("map_index", type_=Integer()),
+                batch.c.key,
+                batch.c.value,
+                *(_bind(_task, name) for name in written),
+            )
+            .select_from(_dag_run.join(batch, true()))
+            .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
+        )
+
+    return _BatchSource(
+        _task,
+        [
+            _task.c.dag_run_id == _task_run_id(),
+            _task.c.task_id == bindparam("task_id"),
+            _task.c.map_index == bindparam("map_index"),
+        ],
+        ["dag_run_id", "task_id", "map_index", "key"],
+        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
+        written,
+        source,
+    )
+
+
+def _asset_batch_source() -> _BatchSource:
+    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
+
+    def source(batch: Any) -> Select[Any]:
+        return (
+            select(_asset_row.c.id, batch.c.key, batch.c.value, *(_bind(_asset, name) for name in written))
+            .select_from(_asset_row.join(batch, true()))
+            .where(_asset_row.c.id == bindparam("asset_id"))
+        )
+
+    return _BatchSource(
+        _asset,
+        [_asset.c.asset_id == bindparam("asset_id")],
+        ["asset_id", "key"],
+        ["asset_id", "key", "value"],
+        written,
+        source,
+    )
+
+
+_BATCH_SOURCES = {"task": _task_batch_source(), "asset": _asset_batch_source()}
+
+
+def _scope_type(scope: StateScope) -> str:
+    match scope:
+        case TaskScope():
+            return "task"
+        case AssetScope():
+            return "asset"
+        case _:
+            assert_never(scope)
+
+
+@cache
+def _select_many(scope_type: str, size: int) -> Select[Any]:
+    parts = _BATCH_SOURCES[scope_type]
+    table = parts.table
+    return select(table.c.key, table.c.value).where(
+        *parts.by_primary_key, table.c.key.in_(_batch_keys(table, size)), _live(table)
+    )
+
+
+@cache
+def _delete_many(scope_type: str, size: int) -> Delete:
+    parts = _BATCH_SOURCES[scope_type]
+    return delete(parts.table).where(
+        *parts.by_primary_key, parts.table.c.key.in_(_batch_keys(parts.table, size))
+    )
+
+
+@cache
+def _upsert_many(scope_type: str, size: int) -> Executable:
+    parts = _BATCH_SOURCES[scope_type]
+    table = parts.table
+    replace = [
+        ("value", _Proposed("value")),
+        ("version", table.c.version + _ONE),
+        *((name, _Proposed(name)) for name in parts.written),
+    ]
+    return (
+        _Upsert(table)
+        .from_select([*parts.insert_columns, *parts.written], parts.source(_batch_rows(table, size)))
+        .on_conflict_update(parts.conflict_columns, replace, returning=["key", "version"])
+    )
+
+
+def select_many(scope: StateScope, count: int) -> Select[Any]:
+    """The live keys and values among ``key_0`` ... of *scope* (for *count* keys, padded)."""
+    return _select_many(_scope_type(scope), padded_size(count))
+
+
+def delete_many(scope: StateScope, count: int) -> Delete:
+    """Delete ``key_0`` ... from *scope* (for *count* keys, padded)."""
+    return _delete_many(_scope_type(scope), padded_size(count))
+
+
+def upsert_many(scope: StateScope, count: int) -> Executable:
+    """
+    Insert or replace the pairs ``key_<i>``/``value_<i>``, all with the same ``updated_at``,
+    ``expires_at`` and writer columns; returns the key and new version of each, or no row when
+    the dag run (or asset) does not exist. One statement: all pairs are written, or none.
+    """
+    return _upsert_many(_scope_type(scope), count)
 
 
 def for_scope(scope: StateScope) -> Statements:
