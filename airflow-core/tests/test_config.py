@@ -56,10 +56,14 @@ def test_each_option_reads_its_environment_variable(monkeypatch):
     assert config.api_url() == "https://state.example/state"
 
 
-def test_a_max_value_bytes_that_is_not_a_number_names_the_option(monkeypatch):
-    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "64k")
-    with pytest.raises(StateConfigurationError, match=r"\[state\] max_value_bytes must be an integer"):
-        config.max_value_bytes()
+@pytest.mark.parametrize("option", ["max_value_bytes", "max_batch_bytes"])
+@pytest.mark.parametrize("text", ["64k", "0", "-5"])
+def test_a_size_limit_that_is_not_a_positive_number_names_the_option(monkeypatch, option, text):
+    monkeypatch.setenv(f"AIRFLOW__STATE__{option.upper()}", text)
+    with pytest.raises(
+        StateConfigurationError, match=rf"\[state\] {option} must be a positive integer, not '{text}'"
+    ):
+        getattr(config, option)()
 
 
 def test_api_url_falls_back_to_the_execution_api_url(monkeypatch, no_url):

@@ -737,3 +737,159 @@ def test_openapi_documents_versions_expiry_and_increments(api):
     for path in ("/task-instances/{task_instance_id}/increment", "/assets/increment"):
         assert "501" in paths[path]["post"]["responses"], path
     assert "/task-instances/{task_instance_id}/succeeded" in paths
+
+
+# --- many keys in one request (issue 14) -----------------------------------------------------
+
+
+def values_url(claims: TaskInstanceClaims, ti_id: str | None = None) -> str:
+    return f"/task-instances/{ti_id or claims.ti_id}/values"
+
+
+def test_batches_round_trip_in_one_request_each(api, running):
+    headers = auth(running)
+    offsets = {f"partition-{n}": {"offset": n * 1000} for n in range(100)}
+    written = api.put(values_url(running), json={"values": offsets}, headers=headers)
+    assert written.status_code == 200 and written.json()["versions"] == dict.fromkeys(offsets, 1)
+    read = api.post(values_url(running) + "/read", json={"keys": [*offsets, "absent"]}, headers=headers)
+    assert read.status_code == 200 and read.json() == {"values": offsets}
+    deleted = api.post(values_url(running) + "/delete", json={"keys": list(offsets)[:99]}, headers=headers)
+    assert deleted.status_code == 204
+    left = api.post(values_url(running) + "/read", json={"keys": list(offsets)}, headers=headers)
+    assert left.json() == {"values": {"partition-99": {"offset": 99000}}}
+    api.post(values_url(running) + "/delete", json={"keys": ["partition-99"]}, headers=headers)
+    # Asset state: only for an outlet, and read for a declared asset.
+    asset = {"name": "state_tests_declared"}
+    batch = api.put("/assets/values", params=asset, json={"values": {"low": 1, "high": 2}}, headers=headers)
+    assert batch.status_code == 200
+    both = api.post("/assets/values/read", params=asset, json={"keys": ["low", "high"]}, headers=headers)
+    assert both.json() == {"values": {"low": 1, "high": 2}}
+    inlet = {"name": "state_tests_inlet_only"}
+    refused = api.put("/assets/values", params=inlet, json={"values": {"low": 1}}, headers=headers)
+    assert refused.status_code == 403 and detail(refused)["reason"] == "asset_not_declared"
+    assert (
+        api.post("/assets/values/delete", params=inlet, json={"keys": ["x"]}, headers=headers).status_code
+        == 403
+    )
+    assert (
+        api.post(
+            "/assets/values/delete", params=asset, json={"keys": ["low", "high"]}, headers=headers
+        ).status_code
+        == 204
+    )
+
+
+def test_batches_obey_the_same_identity_rules_as_single_keys(api, running):
+    other_ti = "01234567-89ab-7def-8123-456789abcdef"
+    other_try = dataclasses.replace(running, try_number=running.try_number + 1)
+    requests = [
+        ("PUT", "", {"values": {"k": 1}}),
+        ("POST", "/read", {"keys": ["k"]}),
+        ("POST", "/delete", {"keys": ["k"]}),
+    ]
+    for method, suffix, body in requests:
+        assert api.request(method, values_url(running) + suffix, json=body).status_code == 401
+        elsewhere = api.request(
+            method, values_url(running, other_ti) + suffix, json=body, headers=auth(running)
+        )
+        assert elsewhere.status_code == 403, (method, suffix)
+        not_mine = api.request(method, values_url(running) + suffix, json=body, headers=auth(other_try))
+        assert not_mine.status_code == 403 and detail(not_mine)["reason"] == "forbidden"
+    set_ti_state(running, "success")
+    ended = api.put(values_url(running), json={"values": {"k": 1}}, headers=auth(running))
+    assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
+    assert (
+        api.post(values_url(running) + "/read", json={"keys": ["k"]}, headers=auth(running)).status_code
+        == 200
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "body", "reason", "message"),
+    [
+        ("", '{"values": {"ok": 1, "bad": null}}', "invalid_value", "the value of key 'bad'"),
+        ("", '{"values": {"ok": 1, "": 2}}', "invalid_key", "must not be empty"),
+        ("", '{"values": {"ok": 1, "nul\\u0000": 2}}', "invalid_key", "NUL"),
+        ("", '{"values": {"ok": 1, "\\ud800": 2}}', "invalid_key", "not valid Unicode"),
+        ("", '{"values": [["ok", 1]]}', "invalid_request", "request body must be"),
+        ("", '{"values": {"ok": 1}, "ttl": -1}', "invalid_request", "ttl must be"),
+        ("", '{"values": {"ok": 1}, "when": 1}', "invalid_value", "unknown: when"),
+        ("/read", '{"keys": "ok"}', "invalid_request", "request body must be"),
+        ("/read", '{"keys": ["ok", 7]}', "invalid_key", "must be a str"),
+        ("/delete", '{"keys": ["ok", ""]}', "invalid_key", "must not be empty"),
+        (
+            "/delete",
+            '{"keys": [' + ",".join(f'"k{n}"' for n in range(1001)) + "]}",
+            "invalid_request",
+            "at most 1000",
+        ),
+        (
+            "",
+            '{"values": {' + ",".join(f'"k{n}": 1' for n in range(1001)) + "}}",
+            "invalid_request",
+            "at most 1000",
+        ),
+    ],
+    ids=[
+        "null",
+        "empty key",
+        "NUL key",
+        "surrogate",
+        "list",
+        "bad ttl",
+        "unknown field",
+        "keys str",
+        "int key",
+        "empty delete",
+        "1001 deletes",
+        "1001 writes",
+    ],
+)
+def test_a_bad_batch_is_refused_whole_naming_the_entry_and_changes_nothing(
+    api, running, suffix, body, reason, message
+):
+    headers = {**auth(running), "Content-Type": "application/json"}
+    api.put(values_url(running), json={"values": {"ok": "original"}}, headers=headers)
+    method = "PUT" if suffix == "" else "POST"
+    refused = api.request(method, values_url(running) + suffix, content=body, headers=headers)
+    assert refused.status_code == 422 and detail(refused)["reason"] == reason, refused.text[:300]
+    assert message in detail(refused)["message"]
+    kept = api.post(values_url(running) + "/read", json={"keys": ["ok"]}, headers=headers)
+    assert kept.json() == {"values": {"ok": "original"}}
+    api.post(values_url(running) + "/delete", json={"keys": ["ok"]}, headers=headers)
+
+
+def test_batch_bodies_are_bounded_by_max_batch_bytes_and_each_value_by_max_value_bytes(
+    api, running, monkeypatch
+):
+    headers = auth(running)
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_BATCH_BYTES", "2000")
+    too_large = api.put(
+        values_url(running), json={"values": {f"k{n}": "x" * 100 for n in range(30)}}, headers=headers
+    )
+    assert too_large.status_code == 413 and "max_batch_bytes" in detail(too_large)["message"]
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "16")
+    one_too_large = api.put(values_url(running), json={"values": {"ok": 1, "big": "x" * 20}}, headers=headers)
+    assert one_too_large.status_code == 422 and "max_value_bytes" in detail(one_too_large)["message"]
+    read = api.post(values_url(running) + "/read", json={"keys": ["ok", "big"]}, headers=headers)
+    assert read.json() == {"values": {}}
+
+
+def test_a_batch_ttl_applies_to_every_key(api, running):
+    headers = auth(running)
+    api.put(values_url(running), json={"values": {"a": 1, "b": 2}, "ttl": 60}, headers=headers)
+    assert _close_to(_stored_expiry(running, "a"), 60) and _close_to(_stored_expiry(running, "b"), 60)
+    api.put(values_url(running), json={"values": {"a": 1}, "ttl": "never"}, headers=headers)
+    assert _stored_expiry(running, "a") is None
+    api.post(values_url(running) + "/delete", json={"keys": ["a", "b"]}, headers=headers)
+
+
+def test_openapi_documents_the_batch_routes(api):
+    paths = api.get("/openapi.json").json()["paths"]
+    values = "/task-instances/{task_instance_id}/values"
+    assert (
+        "put" in paths[values] and "post" in paths[values + "/read"] and "post" in paths[values + "/delete"]
+    )
+    body = paths[values]["put"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["values"] and body["properties"]["values"]["maxProperties"] == 1000
+    assert {"put", "post"} <= set(paths["/assets/values"]) | set(paths["/assets/values/read"])

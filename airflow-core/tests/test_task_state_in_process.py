@@ -88,6 +88,15 @@ def test_the_task_facing_api(dags_test, backend):
     assert "as an inlet only" in out["inlet_write"] and "outlets" in out["inlet_write"]
     assert out["after_clear"] == []
     assert backend.keys(TaskScope("state_api_surface", run_id, "exercise")) == ["kept"]
+    # Batches: one request each, sync and async, task and asset state.
+    assert out["batch_versions"] == [1]
+    assert out["batch_read_back"] is True
+    assert out["batch_requests"] == 3  # 100 keys written, read and 50 deleted: three requests
+    assert out["batch_left"] == 50
+    assert "the value of key 'bad'" in out["batch_refused"]
+    assert out["batch_after_refusal"] == {"partition-99": 99000}  # the refused batch wrote nothing
+    assert out["asset_batch"] == {"low": 1, "high": 9}
+    assert out["async_batch"] == {"b": {"c": None}}
 
 
 def test_resumable_job_without_crash_submits_once(dags_test, backend):

@@ -66,6 +66,7 @@ def state_api_surface():
             asset_state[INLET_ONLY].set("watermark", 1)
         except PermissionError as error:
             out["inlet_write"] = str(error)
+        out.update(_batches(task_state, asset_state[DECLARED]))
         task_state.clear()
         out["after_clear"] = task_state.keys()
         task_state.set("kept", "for the test to read")
@@ -80,6 +81,48 @@ def state_api_surface():
 
 
 state_api_surface()
+
+
+def _batches(task_state, watermarks) -> dict:
+    """get_many / set_many / delete_many, sync and async, each one request."""
+    import asyncio
+
+    from airflow.state.worker.client import StateClient
+
+    out: dict = {}
+    sent: list[str] = []
+    send = StateClient._send
+
+    def counting(self, method, path, **kwargs):
+        sent.append(f"{method} {path.rsplit('/', 2)[-2:]}")
+        return send(self, method, path, **kwargs)
+
+    StateClient._send = counting
+    try:
+        offsets = {f"partition-{n}": n * 1000 for n in range(100)}
+        out["batch_versions"] = sorted(set(task_state.set_many(offsets).values()))
+        out["batch_read_back"] = task_state.get_many([*offsets, "absent"]) == offsets
+        task_state.delete_many([f"partition-{n}" for n in range(50)])
+        out["batch_requests"] = len(sent)
+    finally:
+        StateClient._send = send
+    out["batch_left"] = len(task_state.get_many(list(offsets)))
+    try:
+        task_state.set_many({"partition-99": 1, "bad": None})
+    except (TypeError, ValueError) as error:
+        out["batch_refused"] = str(error)
+    out["batch_after_refusal"] = task_state.get_many(["partition-99", "bad"])
+    watermarks.set_many({"low": 1, "high": 9})
+    out["asset_batch"] = watermarks.get_many(["low", "high", "none"])
+
+    async def in_async_code():
+        await task_state.aset_many({"a": [1], "b": {"c": None}})
+        await task_state.adelete_many(["a"])
+        return await task_state.aget_many(["a", "b"])
+
+    out["async_batch"] = asyncio.run(in_async_code())
+    task_state.delete_many([*offsets, "b"])
+    return out
 
 
 with DAG(dag_id="state_resubmits_failed_job", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):

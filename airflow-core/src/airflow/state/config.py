@@ -35,13 +35,25 @@ def backend_path() -> str:
     return _state_option("backend").strip()
 
 
+def _positive_int(option: str) -> int:
+    text = _state_option(option).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise StateConfigurationError(f"[state] {option} must be a positive integer, not {text!r}")
+    return number
+
+
 def max_value_bytes() -> int:
     """``[state] max_value_bytes``: the largest value, as UTF-8 JSON text."""
-    text = _state_option("max_value_bytes").strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise StateConfigurationError(f"[state] max_value_bytes must be an integer, not {text!r}") from None
+    return _positive_int("max_value_bytes")
+
+
+def max_batch_bytes() -> int:
+    """``[state] max_batch_bytes``: the largest request body of a batch write."""
+    return _positive_int("max_batch_bytes")
 
 
 def default_task_retention() -> timedelta | None:

@@ -29,6 +29,14 @@ ASSET_VALUE_PATH = "/assets/value"
 # Add to the integer stored under `key` in one atomic step (POST); the same for an asset.
 TASK_INCREMENT_PATH = "/task-instances/{task_instance_id}/increment"
 ASSET_INCREMENT_PATH = "/assets/increment"
+# Many keys in one request; the keys travel in the JSON body: read them (POST .../values/read),
+# write them (PUT .../values), delete them (POST .../values/delete).
+TASK_VALUES_PATH = "/task-instances/{task_instance_id}/values"
+TASK_VALUES_READ_PATH = TASK_VALUES_PATH + "/read"
+TASK_VALUES_DELETE_PATH = TASK_VALUES_PATH + "/delete"
+ASSET_VALUES_PATH = "/assets/values"
+ASSET_VALUES_READ_PATH = ASSET_VALUES_PATH + "/read"
+ASSET_VALUES_DELETE_PATH = ASSET_VALUES_PATH + "/delete"
 # Told by the task process once its try succeeded (POST): clears the task instance's state when
 # [state] clear_on_success or the task asks for it (see airflow.state.worker.listener).
 TASK_SUCCEEDED_PATH = "/task-instances/{task_instance_id}/succeeded"
@@ -91,6 +99,10 @@ def task_keys_path(task_instance_id: str) -> str:
 
 def task_value_path(task_instance_id: str) -> str:
     return TASK_VALUE_PATH.format(task_instance_id=task_instance_id)
+
+
+def task_values_path(task_instance_id: str) -> str:
+    return TASK_VALUES_PATH.format(task_instance_id=task_instance_id)
 
 
 def task_increment_path(task_instance_id: str) -> str:

@@ -75,6 +75,17 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         "example": None,
         "default": "65536",
     },
+    "max_batch_bytes": {
+        "description": (
+            "Largest request body of a batch write (``task_state.set_many``), in bytes; each value\n"
+            "in it is still limited by ``max_value_bytes``. Checked in the task and again on the\n"
+            "API server, which never reads more of a body than this.\n"
+        ),
+        "version_added": "0.4.0",
+        "type": "integer",
+        "example": None,
+        "default": "4194304",
+    },
     "default_task_retention": {
         "description": (
             "How long task state lives after each write unless the write gives its own ``ttl``:\n"

@@ -11,6 +11,7 @@ log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
+    from airflow.state.api.batch_routes import router as batch_router
     from airflow.state.api.errors import (
         database_unavailable,
         misconfigured,
@@ -48,6 +49,7 @@ def create_app() -> FastAPI:
         )
     app.include_router(handshake_router)
     app.include_router(router)
+    app.include_router(batch_router)
     app.include_router(operator_router)
     app.include_router(ui_router)
     app.add_exception_handler(RequestValidationError, validation_error)

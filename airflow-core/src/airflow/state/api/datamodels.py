@@ -36,6 +36,33 @@ INCREMENT_BODY_SCHEMA: dict[str, Any] = {
     }
 }
 
+# The bodies of the batch routes (read by the routes themselves, like the bodies above).
+KEYS_BODY_SCHEMA: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "title": "StateKeysBody",
+        "required": ["keys"],
+        "additionalProperties": False,
+        "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 1000}},
+    }
+}
+VALUES_BODY_SCHEMA: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "title": "StateValuesBody",
+        "required": ["values"],
+        "additionalProperties": False,
+        "properties": {
+            "values": {
+                "type": "object",
+                "maxProperties": 1000,
+                "description": "Keys and their values (any JSON document except null)",
+            },
+            "ttl": _TTL_SCHEMA,
+        },
+    }
+}
+
 
 class StateValueResponse(BaseModel):
     key: str
@@ -57,6 +84,16 @@ class StateIncrementResponse(BaseModel):
     key: str
     # The integer stored after the increment.
     value: int
+
+
+class StateValuesResponse(BaseModel):
+    # The keys asked for that hold a value; the others are left out.
+    values: dict[str, JsonValue]
+
+
+class StateVersionsResponse(BaseModel):
+    # Each key written and its new version; None from a backend without versions.
+    versions: dict[str, int | None]
 
 
 class StateKeysResponse(BaseModel):

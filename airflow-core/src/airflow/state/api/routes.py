@@ -78,7 +78,7 @@ _WRITE_ERRORS = {**DOCUMENTED, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
 _INCREMENT_ERRORS = {**DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
 
 
-def _backend() -> BaseStateBackend:
+def state_backend() -> BaseStateBackend:
     from airflow.state import get_state_backend
 
     return get_state_backend()
@@ -126,12 +126,16 @@ Key = Annotated[str, Depends(_valid_key)]
 # --- the value: read only after the credential is verified, and never past the size limit -------
 
 
-async def _body_within(request: Request, limit: int) -> bytes:
+async def _body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
+    """The request body, refused (413) past *limit* bytes with *explanation* (default: one value's)."""
+    explanation = explanation or (
+        f"values are limited to {limit - BODY_ENVELOPE_BYTES} bytes of compact UTF-8 JSON "
+        "([state] max_value_bytes)"
+    )
     too_large = refusal(
         status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         Reason.BODY_TOO_LARGE,
-        f"request body is larger than {limit} bytes: values are limited to {limit - BODY_ENVELOPE_BYTES} "
-        "bytes of compact UTF-8 JSON ([state] max_value_bytes)",
+        f"request body is larger than {limit} bytes: {explanation}",
     )
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -144,9 +148,18 @@ async def _body_within(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _json_object(request: Request, fields: frozenset[str], shape: str) -> dict[str, Any]:
-    """The request body: a JSON object of *fields* only (an unknown field is refused, not ignored)."""
-    body = await _body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
+async def json_object(
+    request: Request,
+    fields: frozenset[str],
+    shape: str,
+    limit: int | None = None,
+    explanation: str | None = None,
+) -> dict[str, Any]:
+    """
+    The request body: a JSON object of *fields* only (an unknown field is refused, not ignored),
+    of at most *limit* bytes (default: one value and its envelope; *explanation* says which limit).
+    """
+    body = await _body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
@@ -178,7 +191,7 @@ _INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (opt
 
 async def _write_body(request: Request, claims: Claims) -> WriteBody:
     # `claims` is resolved first: an unauthenticated request is refused before its body is read.
-    document = await _json_object(request, frozenset({"value", TTL_FIELD}), _VALUE_SHAPE)
+    document = await json_object(request, frozenset({"value", TTL_FIELD}), _VALUE_SHAPE)
     if "value" not in document:
         raise unprocessable(Reason.INVALID_VALUE, f"request body must be {_VALUE_SHAPE}: no value")
     try:
@@ -189,7 +202,7 @@ async def _write_body(request: Request, claims: Claims) -> WriteBody:
 
 
 async def _increment_body(request: Request, claims: Claims) -> IncrementBody:
-    document = await _json_object(request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE)
+    document = await json_object(request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE)
     by = document.get("by", 1)
     try:
         validate_increment(by)
@@ -231,7 +244,7 @@ def body_ttl(document: dict[str, Any], shape: str) -> manage.Ttl:
 # --- shared ------------------------------------------------------------------------------
 
 
-def _writer(claims: TaskInstanceClaims) -> StateWriter:
+def writer_of(claims: TaskInstanceClaims) -> StateWriter:
     return StateWriter.task_try(
         claims.dag_id, claims.run_id, claims.task_id, claims.map_index, claims.try_number
     )
@@ -239,7 +252,7 @@ def _writer(claims: TaskInstanceClaims) -> StateWriter:
 
 def _read(scope: StateScope, key: str) -> StateValueResponse:
     # One backend call on this hot path: the versioned read where the backend keeps versions.
-    backend = _backend()
+    backend = state_backend()
     version = None
     if backend.supports_versions:
         versioned = backend.get_versioned(scope, key)
@@ -255,12 +268,12 @@ def _write(
     scope: StateScope, key: str, body: WriteBody, claims: TaskInstanceClaims, if_version: int | None
 ) -> StateWriteResponse:
     # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-    backend = _backend()
+    backend = state_backend()
     version = backend.write(
         scope,
         key,
         body.text,
-        writer=_writer(claims),
+        writer=writer_of(claims),
         expires_at=manage.expires_at_for(scope, body.ttl, backend),
         if_version=if_version,
     )
@@ -270,10 +283,10 @@ def _write(
 def _increment(
     scope: StateScope, key: str, body: IncrementBody, claims: TaskInstanceClaims
 ) -> StateIncrementResponse:
-    backend = _backend()
+    backend = state_backend()
     when = manage.expires_at_for(scope, body.ttl, backend)
     try:
-        value = backend.increment(scope, key, body.by, writer=_writer(claims), expires_at=when)
+        value = backend.increment(scope, key, body.by, writer=writer_of(claims), expires_at=when)
     except ValueError as error:  # not an integer stored, or the sum leaves 64 bits: nothing written
         raise unprocessable(Reason.INVALID_VALUE, error) from None
     return StateIncrementResponse(key=key, value=value)
@@ -289,13 +302,13 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such key
 def list_task_keys(task_instance_id: str, claims: Claims) -> StateKeysResponse:
     """The keys of the calling task instance's state (its own map index), sorted."""
     scope = check_task_instance(claims, write=False, path_ti_id=task_instance_id)
-    return StateKeysResponse(keys=_backend().keys(scope))
+    return StateKeysResponse(keys=state_backend().keys(scope))
 
 
 @router.delete(TASK_KEYS_PATH, status_code=204, responses=DOCUMENTED)
 def clear_task_state(task_instance_id: str, claims: Claims) -> None:
     """Remove every key of the calling task instance's state (its own map index)."""
-    _backend().clear(check_task_instance(claims, write=True, path_ti_id=task_instance_id))
+    state_backend().clear(check_task_instance(claims, write=True, path_ti_id=task_instance_id))
 
 
 @router.get(TASK_VALUE_PATH, responses={**DOCUMENTED, **_NOT_FOUND})
@@ -331,7 +344,7 @@ def increment_task_state(
 @router.delete(TASK_VALUE_PATH, status_code=204, responses=DOCUMENTED)
 def delete_task_state(task_instance_id: str, claims: Claims, key: Key) -> None:
     """Remove `key`; removing a key that is not there is not an error."""
-    _backend().delete(check_task_instance(claims, write=True, path_ti_id=task_instance_id), key)
+    state_backend().delete(check_task_instance(claims, write=True, path_ti_id=task_instance_id), key)
 
 
 @router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)
@@ -344,13 +357,15 @@ def task_instance_succeeded(task_instance_id: str, claims: Claims) -> None:
     `airflow.state.worker.listener`). Only the try that succeeded may: any other state of the task
     instance, or a later try, is refused.
     """
-    _backend().clear(check_task_instance(claims, write=False, path_ti_id=task_instance_id, succeeded=True))
+    state_backend().clear(
+        check_task_instance(claims, write=False, path_ti_id=task_instance_id, succeeded=True)
+    )
 
 
 # --- asset state -------------------------------------------------------------------------
 
 
-def _asset_scope(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> AssetScope:
+def asset_scope(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> AssetScope:
     check_task_instance(claims, write=write)
     return AssetScope(declared_asset_id(claims, name, uri, write=write))
 
@@ -361,13 +376,13 @@ _ASSET_ERRORS = {**DOCUMENTED, 404: {"description": "No such asset (`asset_not_f
 @router.get(ASSET_KEYS_PATH, responses=_ASSET_ERRORS)
 def list_asset_keys(claims: Claims, name: AssetName = None, uri: AssetUri = None) -> StateKeysResponse:
     """The keys of an asset's state; the task must declare the asset as an inlet or an outlet."""
-    return StateKeysResponse(keys=_backend().keys(_asset_scope(claims, name, uri, write=False)))
+    return StateKeysResponse(keys=state_backend().keys(asset_scope(claims, name, uri, write=False)))
 
 
 @router.delete(ASSET_KEYS_PATH, status_code=204, responses=_ASSET_ERRORS)
 def clear_asset_state(claims: Claims, name: AssetName = None, uri: AssetUri = None) -> None:
     """Remove every key of an asset's state; only a running task with the asset as an outlet may."""
-    _backend().clear(_asset_scope(claims, name, uri, write=True))
+    state_backend().clear(asset_scope(claims, name, uri, write=True))
 
 
 @router.get(ASSET_VALUE_PATH, responses=_ASSET_ERRORS)
@@ -375,7 +390,7 @@ def get_asset_state(
     claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None
 ) -> StateValueResponse:
     """The value stored under `key` in an asset's state, with its version."""
-    return _read(_asset_scope(claims, name, uri, write=False), key)
+    return _read(asset_scope(claims, name, uri, write=False), key)
 
 
 @router.put(
@@ -395,7 +410,7 @@ def set_asset_state(
     Store a value under `key` in an asset's state and answer its new version; the running task
     must have the asset as an outlet, and is recorded as the writer. Without `ttl` it never expires.
     """
-    return _write(_asset_scope(claims, name, uri, write=True), key, body, claims, if_version)
+    return _write(asset_scope(claims, name, uri, write=True), key, body, claims, if_version)
 
 
 @router.post(
@@ -407,10 +422,10 @@ def increment_asset_state(
     claims: Claims, key: Key, body: IncrementBodyDep, name: AssetName = None, uri: AssetUri = None
 ) -> StateIncrementResponse:
     """Add `by` to the integer stored under `key` in an asset's state (the asset must be an outlet)."""
-    return _increment(_asset_scope(claims, name, uri, write=True), key, body, claims)
+    return _increment(asset_scope(claims, name, uri, write=True), key, body, claims)
 
 
 @router.delete(ASSET_VALUE_PATH, status_code=204, responses=_ASSET_ERRORS)
 def delete_asset_state(claims: Claims, key: Key, name: AssetName = None, uri: AssetUri = None) -> None:
     """Remove `key` from an asset's state; the running task must have the asset as an outlet."""
-    _backend().delete(_asset_scope(claims, name, uri, write=True), key)
+    state_backend().delete(asset_scope(claims, name, uri, write=True), key)

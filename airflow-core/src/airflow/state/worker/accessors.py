@@ -15,12 +15,12 @@ import json
 import random
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from airflow.state import codec
+from airflow.state import codec, config
 from airflow.state.exceptions import (
     StateAccessDeniedError,
     StateConflictError,
@@ -31,16 +31,24 @@ from airflow.state.protocol import (
     ASSET_INCREMENT_PATH,
     ASSET_KEYS_PATH,
     ASSET_VALUE_PATH,
+    ASSET_VALUES_PATH,
     IF_VERSION_PARAMETER,
     KEY_PARAMETER,
     TTL_FIELD,
     task_increment_path,
     task_keys_path,
     task_value_path,
+    task_values_path,
 )
 from airflow.state.worker.client import StateClient
 from airflow.state.worker.options import Versioned, ttl_field
-from airflow_shared.state import validate_increment, validate_key, validate_write_options
+from airflow_shared.state import (
+    validate_increment,
+    validate_key,
+    validate_many_keys,
+    validate_write_options,
+)
+from airflow_shared.state.many import MAX_MANY_KEYS
 
 _OUTSIDE_TASK = (
     "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
@@ -79,11 +87,15 @@ def _backoff(attempt: int) -> float:
 
 @dataclass(frozen=True)
 class _Paths:
-    """Where a namespace's operations live: all its keys, one key's value, one key's increment."""
+    """
+    Where a namespace's operations live: all its keys, one key's value, one key's increment, and
+    many keys' values (PUT; ``/read`` and ``/delete`` below it).
+    """
 
     keys: str
     value: str
     increment: str
+    values: str
 
 
 class _StateNamespace:
@@ -206,6 +218,60 @@ class _StateNamespace:
         """Remove *key*; removing a key that is not there is not an error."""
         self._one_key("DELETE", key)
 
+    # --- many keys, one request ------------------------------------------------------------
+
+    def _many(self, method: str, path: str, body: str) -> httpx.Response:
+        client, params, paths = self._target()
+        encoded, limit = body.encode(), config.max_batch_bytes()
+        if len(encoded) > limit:
+            raise ValueError(
+                f"{self._what} batch is {len(encoded)} bytes as JSON; the limit is {limit} "
+                "([state] max_batch_bytes): split it into smaller batches"
+            )
+        return client.request(method, paths.values + path, params=params, content=encoded)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """
+        The values of those of *keys* that are stored (the others are left out), in one request.
+        Up to 1000 keys per call.
+        """
+        wanted = validate_many_keys(keys, f"{self._what}.get_many")
+        if not wanted:
+            return {}
+        found = self._many("POST", "/read", json.dumps({"keys": wanted})).json()["values"]
+        if not set(found) <= set(wanted):  # never expected; values must not come back for other keys
+            raise StateUnavailableError(
+                f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
+            )
+        return found
+
+    def set_many(self, values: Mapping[str, Any], *, ttl: Any = None) -> dict[str, int | None]:
+        """
+        Store every key-value pair of *values* (values: any JSON document except None) in one
+        request, and return each key's new version. The metastore and Redis backends write the
+        batch atomically: all keys or none, never seen half written. Up to 1000 keys per call.
+
+        :param ttl: as for :meth:`set`, the same for every key.
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                f"{self._what}.set_many takes a mapping of keys to values, got {type(values).__name__}"
+            )
+        if len(values) > MAX_MANY_KEYS:
+            raise ValueError(
+                f"{self._what}.set_many takes at most {MAX_MANY_KEYS} keys per call, got {len(values)}; "
+                "split it into several calls"
+            )
+        if not values:
+            return {}
+        return self._many("PUT", "", _many_body(values, ttl_field(ttl), self._what)).json()["versions"]
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove each of *keys* in one request; keys that are not there are not an error."""
+        doomed = validate_many_keys(keys, f"{self._what}.delete_many")
+        if doomed:
+            self._many("POST", "/delete", json.dumps({"keys": doomed}))
+
     def clear(self) -> None:
         """Remove every key of this namespace."""
         self._all_keys("DELETE")
@@ -263,11 +329,35 @@ class _StateNamespace:
     async def adelete(self, key: str) -> None:
         await asyncio.to_thread(self.delete, key)
 
+    async def aget_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.get_many, keys)
+
+    async def aset_many(self, values: Mapping[str, Any], *, ttl: Any = None) -> dict[str, int | None]:
+        return await asyncio.to_thread(functools.partial(self.set_many, values, ttl=ttl))
+
+    async def adelete_many(self, keys: Iterable[str]) -> None:
+        await asyncio.to_thread(self.delete_many, keys)
+
     async def aclear(self) -> None:
         await asyncio.to_thread(self.clear)
 
     async def akeys(self) -> list[str]:
         return await asyncio.to_thread(self.keys)
+
+
+def _many_body(values: Mapping[str, Any], ttl: float | str | None, what: str) -> str:
+    # Checked here too, so a bad key or value fails in the task, naming it, with no round trip.
+    parts = []
+    for key, value in values.items():
+        validate_key(key)
+        try:
+            parts.append(json.dumps(key, ensure_ascii=False) + ":" + codec.encode(value))
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{what}.set_many: the value of key {key!r:.60}: {error}") from None
+    body = '{"values":{' + ",".join(parts) + "}"
+    if ttl is not None:
+        body += f',"{TTL_FIELD}":' + json.dumps(ttl)
+    return body + "}"
 
 
 def _body(value: Any, ttl: float | str | None) -> str:
@@ -286,7 +376,10 @@ class TaskState(_StateNamespace):
     def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
         client, _ = _client(self._what)
         ti_id = client.ti_id
-        return client, {}, _Paths(task_keys_path(ti_id), task_value_path(ti_id), task_increment_path(ti_id))
+        paths = _Paths(
+            task_keys_path(ti_id), task_value_path(ti_id), task_increment_path(ti_id), task_values_path(ti_id)
+        )
+        return client, {}, paths
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
@@ -306,7 +399,7 @@ class AssetState(_StateNamespace):
         return (
             client,
             {"name": name, "uri": uri},
-            _Paths(ASSET_KEYS_PATH, ASSET_VALUE_PATH, ASSET_INCREMENT_PATH),
+            _Paths(ASSET_KEYS_PATH, ASSET_VALUE_PATH, ASSET_INCREMENT_PATH, ASSET_VALUES_PATH),
         )
 
     def __repr__(self) -> str:
