@@ -64,8 +64,14 @@ def _exercise(namespace, out: dict, label: str) -> None:
         assert namespace.get(key) is None, f"{label}: {key!r} still there after delete"
         listed = namespace.keys()
         assert listed == sorted(remaining), f"{label}: after delete({key!r}) keys() is {listed!r}"
-    for i, key in enumerate(CORPUS):
-        namespace.set(key, {"i": i, "key": key})
+    # The same keys in batches: one request each, every key its own.
+    expected = {key: {"i": i, "key": key} for i, key in enumerate(CORPUS)}
+    namespace.set_many(expected)
+    got = namespace.get_many([*CORPUS, "absent"])
+    assert got == expected, f"{label}: get_many returned {sorted(set(got) ^ set(expected))!r} wrongly"
+    namespace.delete_many(CORPUS[::2])
+    assert namespace.keys() == sorted(CORPUS[1::2]), f"{label}: delete_many removed other keys"
+    namespace.set_many({key: expected[key] for key in CORPUS[::2]})
     refused = []
     for key in REFUSED:
         try:
