@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from airflow_state_redis import RedisStateBackend
 from airflow_state_redis import _config as config
-from airflow_state_redis._config import UNSET, resolve_settings, url_from_connection
+from airflow_state_redis._config import UNSET, Topology, resolve_settings, url_from_connection
 from airflow_state_redis._errors import mask_url
 
 # Looked up at collection, before the autouse fixture hides Airflow from the tests.
@@ -78,7 +78,7 @@ def test_an_explicit_url_never_consults_airflow(monkeypatch):
         raise AssertionError(f"looked up [state_redis] {name} although everything was given")
 
     monkeypatch.setattr(config, "_airflow_option", forbidden)
-    settings = resolve("redis://given/0", "given", 5, 6)
+    settings = resolve_settings("redis://given/0", "given", 5, 6, Topology())
     assert (settings.url, settings.key_prefix, settings.task_ttl_seconds, settings.asset_ttl_seconds) == (
         "redis://given/0",
         "given",

@@ -8,7 +8,7 @@ import or use it.
 
 from __future__ import annotations
 
-from ._errors import RedisStateConnectionError
+from ._errors import RedisStateConnectionError, StateNotReplicatedError
 from .backend import RedisStateBackend
 
-__all__ = ["RedisStateBackend", "RedisStateConnectionError"]
+__all__ = ["RedisStateBackend", "RedisStateConnectionError", "StateNotReplicatedError"]

@@ -29,6 +29,14 @@ DEFAULT_ASSET_TTL_SECONDS: int | None = None
 
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
+#: ``[state_redis] mode``: what the URL (or the sentinels) point at.
+MODES = ("standalone", "cluster", "sentinel")
+#: Attempts after the first on a connection error or timeout (and, on a cluster, on a slot that
+#: moved or a cluster that is down): with the backoff below they cover about 10 s, long enough for
+#: a Sentinel or Cluster failover with the usual timeouts.
+DEFAULT_RETRIES = 8
+DEFAULT_WAIT_TIMEOUT_MS = 1000
+
 
 class Unset(enum.Enum):
     """Marks a constructor argument that was not given (``None`` means "no expiry" for TTLs)."""
@@ -48,13 +56,32 @@ class RedisSettings:
     key_prefix: str
     task_ttl_seconds: int | None
     asset_ttl_seconds: int | None
+    topology: Topology = field(default_factory=lambda: Topology())
 
     def __repr__(self) -> str:
         return (
             f"RedisSettings(url={mask_url(self.url)!r}, url_source={self.url_source!r}, "
             f"key_prefix={self.key_prefix!r}, task_ttl_seconds={self.task_ttl_seconds!r}, "
-            f"asset_ttl_seconds={self.asset_ttl_seconds!r})"
+            f"asset_ttl_seconds={self.asset_ttl_seconds!r}, topology={self.topology!r})"
         )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """
+    How the servers are laid out, and how hard a write is pushed to the replicas.
+
+    ``sentinels`` are ``(host, port)`` pairs; ``sentinel_password`` is kept out of ``repr``.
+    """
+
+    mode: str = "standalone"
+    sentinel_master: str | None = None
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    wait_replicas: int = 0
+    wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    retries: int = DEFAULT_RETRIES
 
 
 def env_name(option: str) -> str:
@@ -135,7 +162,7 @@ def url_from_connection(conn: Any) -> str:
     return f"{scheme}://{userinfo}{host}:{port}/{db}"
 
 
-def _resolve_url(url: str | None) -> tuple[str, str]:
+def _resolve_url(url: str | None, mode: str = "standalone") -> tuple[str, str]:
     if url is not None:
         return url, "the url argument"
     value = _airflow_option("url")
@@ -147,6 +174,9 @@ def _resolve_url(url: str | None) -> tuple[str, str]:
     value = _env_option("url")
     if value is not None:
         return value, env_name("url")
+    if mode == "sentinel":
+        # The sentinels say where the primary is; a URL would only add credentials, TLS, database.
+        return "redis://", "the default for mode=sentinel"
     raise ValueError(
         "RedisStateBackend has no Redis URL. Set [state_redis] url in airflow.cfg "
         f"(or the environment variable {env_name('url')}), e.g. redis://localhost:6379/0, "
@@ -215,10 +245,19 @@ def resolve_settings(
     key_prefix: str | None,
     task_ttl_seconds: int | Unset | None,
     asset_ttl_seconds: int | Unset | None,
+    topology: Topology | None = None,
 ) -> RedisSettings:
     """Fill in every setting not given explicitly; Airflow is consulted only for those."""
-    resolved_url, url_source = _resolve_url(url)
+    if topology is None:
+        topology = resolve_topology()
+    check_topology(topology)
+    resolved_url, url_source = _resolve_url(url, topology.mode)
     _check_url(resolved_url, url_source)
+    if topology.mode == "cluster" and resolved_url.startswith("unix://"):
+        raise ValueError(
+            f"[{SECTION}] mode is cluster but the Redis URL from {url_source} is a unix socket; "
+            "give the address of any cluster node, e.g. redis://redis-node-1:6379"
+        )
     if key_prefix is None:
         found = _lookup("key_prefix")
         key_prefix = found[0] if found else DEFAULT_KEY_PREFIX
@@ -229,4 +268,106 @@ def resolve_settings(
         key_prefix=key_prefix,
         task_ttl_seconds=_resolve_ttl(task_ttl_seconds, "task_ttl_seconds", DEFAULT_TASK_TTL_SECONDS),
         asset_ttl_seconds=_resolve_ttl(asset_ttl_seconds, "asset_ttl_seconds", DEFAULT_ASSET_TTL_SECONDS),
+        topology=topology,
     )
+
+
+# --- topology -------------------------------------------------------------------------------
+
+
+def _parse_count(value: object, source: str, *, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{source} must be a whole number, got {value!r}")
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} must be a whole number, got {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{source} must be at least {minimum}, got {number}")
+    return number
+
+
+def parse_sentinels(text: str, source: str) -> tuple[tuple[str, int], ...]:
+    """``"host:port,host:port"`` (IPv6 as ``[::1]:26379``) as ``(host, port)`` pairs."""
+    found = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, colon, port_text = item.rpartition(":")
+        host = host.strip("[]")
+        if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(
+                f"{source} must list sentinels as host:port separated by commas, "
+                f"e.g. sentinel-1:26379,sentinel-2:26379; {item!r} is not host:port"
+            )
+        found.append((host, int(port_text)))
+    if not found:
+        raise ValueError(f"{source} lists no sentinel; e.g. sentinel-1:26379,sentinel-2:26379")
+    return tuple(found)
+
+
+def resolve_topology() -> Topology:
+    """The ``[state_redis]`` options about the servers' layout (Airflow, then environment)."""
+
+    def text(option: str) -> tuple[str, str] | None:
+        return _lookup(option)
+
+    mode_found = text("mode")
+    mode = mode_found[0].lower() if mode_found else "standalone"
+    if mode not in MODES:
+        assert mode_found is not None
+        raise ValueError(f"{mode_found[1]} must be one of {', '.join(MODES)}, got {mode_found[0]!r}")
+    sentinels: tuple[tuple[str, int], ...] = ()
+    if (found := text("sentinels")) is not None:
+        sentinels = parse_sentinels(*found)
+    master = text("sentinel_master")
+    user = text("sentinel_username")
+    password = text("sentinel_password")
+    counts = {
+        option: _parse_count(found[0], found[1], minimum=minimum) if (found := text(option)) else default
+        for option, minimum, default in (
+            ("wait_replicas", 0, 0),
+            ("wait_timeout_ms", 1, DEFAULT_WAIT_TIMEOUT_MS),
+            ("retries", 0, DEFAULT_RETRIES),
+        )
+    }
+    return Topology(
+        mode=mode,
+        sentinel_master=master[0] if master else None,
+        sentinels=sentinels,
+        sentinel_username=user[0] if user else None,
+        sentinel_password=password[0] if password else None,
+        **counts,
+    )
+
+
+def check_topology(topology: Topology) -> None:
+    """Refuse combinations that cannot work, naming the option to fix."""
+    if topology.mode not in MODES:
+        raise ValueError(f"[{SECTION}] mode must be one of {', '.join(MODES)}, got {topology.mode!r}")
+    sentinel_options = [
+        name
+        for name, value in (
+            ("sentinel_master", topology.sentinel_master),
+            ("sentinels", topology.sentinels),
+            ("sentinel_username", topology.sentinel_username),
+            ("sentinel_password", topology.sentinel_password),
+        )
+        if value
+    ]
+    if topology.mode == "sentinel":
+        missing = [name for name in ("sentinel_master", "sentinels") if not getattr(topology, name)]
+        if missing:
+            raise ValueError(
+                f"[{SECTION}] mode is sentinel but [{SECTION}] {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set: set sentinel_master to the "
+                "service name the sentinels monitor (e.g. mymaster) and sentinels to their "
+                "addresses (e.g. sentinel-1:26379,sentinel-2:26379)"
+            )
+    elif sentinel_options:
+        raise ValueError(
+            f"[{SECTION}] {', '.join(sentinel_options)} only apply with [{SECTION}] mode = sentinel, "
+            f"but mode is {topology.mode}; set mode = sentinel or remove them"
+        )
+    for name, minimum in (("wait_replicas", 0), ("wait_timeout_ms", 1), ("retries", 0)):
+        _parse_count(getattr(topology, name), f"[{SECTION}] {name}", minimum=minimum)

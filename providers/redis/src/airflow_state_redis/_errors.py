@@ -50,3 +50,13 @@ def reachable(url: str, source: str) -> Iterator[None]:
             f"{error}. Check that the server is running and that {where} points at it "
             "(the option can also be set with AIRFLOW__STATE_REDIS__URL)."
         ) from error
+
+
+class StateNotReplicatedError(redis.exceptions.RedisError):
+    """
+    A write was applied on the Redis primary, but fewer replicas than ``[state_redis] wait_replicas``
+    acknowledged it within ``[state_redis] wait_timeout_ms``.
+
+    The write is not rolled back (Redis cannot): it is readable now, but would be lost if the
+    primary failed before replicating it. Not a ``ConnectionError``, so no client retries it.
+    """

@@ -53,13 +53,16 @@ local function longest_expiry_ms(meta_key, now)
     return math.ceil(longest / 1000)
 end
 
-local function store(field, data, next_version, now)
-    local ttl_ms, expires_in_ms = ARGV[6], ARGV[7]
+-- Writes fields[j] = datas[j] with version versions[j]; head/tail are the metadata around the
+-- version, ttl_ms/expires_in_ms/map_index as ARGV[6], ARGV[7], ARGV[8] of WRITE below.
+local function store_all(fields, datas, versions, now, head, tail, ttl_ms, expires_in_ms, map_index)
     local left = {}
     for i, name in ipairs(KEYS) do left[i] = redis.call('PTTL', name) end
-    redis.call('HSET', KEYS[1], field, data)
-    redis.call('HSET', KEYS[2], field, ARGV[4] .. next_version .. ARGV[5])
-    if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[8]) end
+    for j = 1, #fields do
+        redis.call('HSET', KEYS[1], fields[j], datas[j])
+        redis.call('HSET', KEYS[2], fields[j], head .. versions[j] .. tail)
+    end
+    if KEYS[3] then redis.call('SADD', KEYS[3], map_index) end
     for i, name in ipairs(KEYS) do
         if ttl_ms == '' then
             redis.call('PERSIST', name)
@@ -70,6 +73,10 @@ local function store(field, data, next_version, now)
             if left[i] < want then redis.call('PEXPIRE', name, string.format('%d', want)) end
         end
     end
+end
+
+local function store(field, data, next_version, now)
+    store_all({field}, {data}, {next_version}, now, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
     return next_version
 end
 """
@@ -257,6 +264,57 @@ redis.call('DEL', KEYS[1])
 return #indexes
 """
 
+
+# SET_MANY: WRITE for many fields of one hash at once (unconditional), in one script so the batch
+# is applied whole. KEYS as WRITE; ARGV[1] now, ARGV[2] metadata head, ARGV[3] metadata tail,
+# ARGV[4] hash TTL in ms, ARGV[5] ms until the keys expire, ARGV[6] map index (see the shared ARGV
+# above), then ARGV[7...] field, value, field, value, ... Returns the new versions, in order.
+SET_MANY = (
+    _META
+    + _STORE
+    + """
+local now = tonumber(ARGV[1])
+local fields, datas, versions = {}, {}, {}
+for i = 7, #ARGV, 2 do
+    local field, version = ARGV[i], '0'
+    -- As WRITE: an expired key still stored continues its versions; a deleted one starts at 1.
+    if redis.call('HEXISTS', KEYS[1], field) == 1 then
+        version = meta_of(redis.call('HGET', KEYS[2], field))
+    end
+    fields[#fields + 1] = field
+    datas[#datas + 1] = ARGV[i + 1]
+    versions[#versions + 1] = string.format('%d', tonumber(version) + 1)
+end
+if #fields > 0 then
+    store_all(fields, datas, versions, now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+end
+return versions
+"""
+)
+
+# DELETE_MANY: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
+# ARGV[1] map index, ARGV[2...] the fields. As DELETE_TASK_KEY, for many fields and for both
+# scopes: an emptied hash takes its metadata (and its map-index entry) with it.
+DELETE_MANY = """
+for i = 2, #ARGV do
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[2])
+    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
+end
+return 0
+"""
+
+# CLEAR_ONE: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only); ARGV[1]
+# map index. A script rather than MULTI so that every write goes through one path (and WAIT).
+CLEAR_ONE = """
+redis.call('DEL', KEYS[1], KEYS[2])
+if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
+return 0
+"""
+
 #: Every script by the name the backend calls it by.
 SCRIPTS = {
     "write": WRITE,
@@ -266,4 +324,7 @@ SCRIPTS = {
     "clean": CLEAN,
     "delete_task_key": DELETE_TASK_KEY,
     "clear_all": CLEAR_ALL_MAP_INDEXES,
+    "set_many": SET_MANY,
+    "delete_many": DELETE_MANY,
+    "clear_one": CLEAR_ONE,
 }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,9 +13,10 @@ from typing import Any, Generic, TypeVar
 import redis
 import redis.asyncio
 import redis.asyncio.client
+import redis.asyncio.cluster
 import redis.client
+import redis.cluster
 from airflow_shared.state import (
-    AssetScope,
     BaseStateBackend,
     StateConflictError,
     StateEntry,
@@ -32,20 +34,20 @@ from airflow_shared.state import (
     validate_write_options,
 )
 from airflow_shared.state.entries import page_of_keys
+from airflow_shared.state.many import validate_many_keys, validate_many_values
 from redis.commands.core import AsyncScript, Script
 
-from ._config import UNSET, RedisSettings, Unset, invalid_url, resolve_settings
+from ._clients import async_client, sync_client
+from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
+from ._durable import write_and_wait
 from ._errors import mask_url, reachable
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
 from ._meta import meta_parts, micros, parse_meta, version_and_expiry
 from ._scripts import SCRIPTS
 
-# Bounded so an unreachable host fails in seconds instead of hanging a task; a
-# `?socket_connect_timeout=` in the URL takes precedence (redis-py lets URL options win).
-_CLIENT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 5.0}
-
-_Pipeline = redis.client.Pipeline | redis.asyncio.client.Pipeline
+_SyncClient = redis.Redis | redis.cluster.RedisCluster
+_AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 _S = TypeVar("_S", Script, AsyncScript)
 
@@ -61,13 +63,16 @@ class _Scripts(Generic[_S]):
     clean: _S
     delete_task_key: _S
     clear_all: _S
+    set_many: _S
+    delete_many: _S
+    clear_one: _S
 
 
-def _sync_scripts(client: redis.Redis) -> _Scripts[Script]:
+def _sync_scripts(client: _SyncClient) -> _Scripts[Script]:
     return _Scripts(**{name: client.register_script(text) for name, text in SCRIPTS.items()})
 
 
-def _async_scripts(client: redis.asyncio.Redis) -> _Scripts[AsyncScript]:
+def _async_scripts(client: _AsyncClient) -> _Scripts[AsyncScript]:
     return _Scripts(**{name: client.register_script(text) for name, text in SCRIPTS.items()})
 
 
@@ -138,6 +143,20 @@ def _written(key: str, if_version: int | None, reply: list[Any]) -> int:
     return int(version)
 
 
+def _found(keys: list[str], values: list[bytes | None], metas: list[bytes | None]) -> dict[str, str]:
+    """The keys of an HMGET pair that hold a live value, as :meth:`get` would see each."""
+    found = {}
+    for key, raw, raw_meta in zip(keys, values, metas, strict=True):
+        visible = _visible(raw, raw_meta)
+        if visible is not None:
+            found[key] = visible.value
+    return found
+
+
+def _versions(keys: list[str], reply: list[bytes | int]) -> dict[str, int | None]:
+    return {key: int(version) for key, version in zip(keys, reply, strict=True)}
+
+
 def _counted(key: str, by: int, reply: list[bytes | int]) -> int:
     """The new integer from the INCREMENT script's reply, or the error for the value it refused."""
     status, text = reply
@@ -163,7 +182,7 @@ class _WriteCall:
 
 @dataclass(frozen=True)
 class _AsyncConnection:
-    client: redis.asyncio.Redis
+    client: _AsyncClient
     scripts: _Scripts[AsyncScript]
 
 
@@ -192,16 +211,43 @@ class RedisStateBackend(BaseStateBackend):
     Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
     is importable) and then from ``AIRFLOW__STATE_REDIS__*`` environment variables.
 
+    **Cluster and Sentinel** (``[state_redis] mode``, :mod:`._clients`). On a Redis Cluster every
+    call touches one hash slot: a task's keys share one hash tag, an asset's metadata hash is
+    tagged with its value hash's name (:mod:`._keys`); :meth:`key_counts` pipelines per node and
+    :meth:`cleanup` scans every primary. With Sentinel the client asks the sentinels for the
+    primary, again after every lost connection.
+
+    **Retries.** Every command, reads and writes alike, is retried on a connection error or a
+    timeout (on a cluster also on a moved slot or a cluster that is down), ``[state_redis]
+    retries`` times with exponential backoff (about 10 s in all), so a failover is ridden through.
+    A write whose connection broke *after* it was sent may have been applied already, and its
+    retry applies it again: for :meth:`set`, :meth:`write`, :meth:`set_many`, :meth:`delete`,
+    :meth:`delete_many` and :meth:`clear` the stored value is the same either way (only the
+    version may have advanced by one more); an :meth:`increment` may then be counted twice, and a
+    conditional :meth:`write` (``if_version``) may fail with ``StateConflictError`` although its
+    value was stored. Redis gives no way to tell the two cases apart; code that must count exactly
+    once should not rely on :meth:`increment` across a failover.
+
+    **Durability.** Redis replication is asynchronous: a write acknowledged by a primary that fails
+    before replicating it is lost. With ``[state_redis] wait_replicas`` = n > 0 every write is
+    followed by ``WAIT n wait_timeout_ms`` on the same connection, and fewer acknowledgements raise
+    :class:`~airflow_state_redis.StateNotReplicatedError` (the write stays on the primary); see
+    :mod:`._durable`. With the default 0 a write is acknowledged as soon as the primary has it.
+
     :param url: a redis-py URL (``redis://``, ``rediss://`` or ``unix://``).
     :param key_prefix: the first component of every key; default ``airflow:state``.
     :param task_ttl_seconds: lifetime of a task instance's state after its last write; ``None``
         or 0: only per-key expiry (and the dag run's state never goes by itself).
     :param asset_ttl_seconds: the same for an asset's state; ``None`` or 0 (the default): none.
+    :param topology: the servers' layout and replication settings; by default from
+        ``[state_redis] mode``, ``sentinel_*``, ``wait_replicas``, ``wait_timeout_ms``, ``retries``.
     """
 
     supports_versions = True
     supports_expiry = True
     supports_increment = True
+    # Batches are one Lua script (writes) or one MULTI/EXEC (reads): all or nothing, never half seen.
+    supports_atomic_many = True
 
     def __init__(
         self,
@@ -210,13 +256,16 @@ class RedisStateBackend(BaseStateBackend):
         key_prefix: str | None = None,
         task_ttl_seconds: int | Unset | None = UNSET,
         asset_ttl_seconds: int | Unset | None = UNSET,
+        topology: Topology | None = None,
     ) -> None:
-        self._settings: RedisSettings = resolve_settings(url, key_prefix, task_ttl_seconds, asset_ttl_seconds)
+        self._settings: RedisSettings = resolve_settings(
+            url, key_prefix, task_ttl_seconds, asset_ttl_seconds, topology
+        )
         self._keys = KeyLayout(self._settings.key_prefix)
         # redis-py connects lazily: building the backend does no I/O, so resolving the backend
         # class (e.g. in `airflow config` or at import) never waits on the network.
         try:
-            self._client: redis.Redis = redis.Redis.from_url(self._settings.url, **_CLIENT_OPTIONS)
+            self._client: _SyncClient = sync_client(self._settings)
         except ValueError as error:  # what _check_url does not look at, e.g. "?socket_timeout=abc"
             raise invalid_url(self._settings.url, self._settings.url_source, error) from None
         self._scripts = _sync_scripts(self._client)
@@ -225,7 +274,7 @@ class RedisStateBackend(BaseStateBackend):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(url={mask_url(self._settings.url)!r}, "
-            f"key_prefix={self._settings.key_prefix!r})"
+            f"key_prefix={self._settings.key_prefix!r}, mode={self._settings.topology.mode!r})"
         )
 
     # --- sync --------------------------------------------------------------------------
@@ -251,8 +300,7 @@ class RedisStateBackend(BaseStateBackend):
     ) -> None:
         _validate_try_number(try_number)
         call = self._write_call(scope, key, value, try_number, None, None, "")
-        with self._reachable():
-            self._scripts.write(keys=call.keys, args=call.args)
+        self._apply("write", call.keys, call.args)
 
     def write(
         self,
@@ -266,9 +314,7 @@ class RedisStateBackend(BaseStateBackend):
         session: Any = None,
     ) -> int:
         call = self._checked_write(scope, key, value, writer, expires_at, if_version)
-        with self._reachable():
-            reply = self._scripts.write(keys=call.keys, args=call.args)
-        return _written(key, if_version, reply)
+        return _written(key, if_version, self._apply("write", call.keys, call.args))
 
     def increment(
         self,
@@ -281,29 +327,48 @@ class RedisStateBackend(BaseStateBackend):
         session: Any = None,
     ) -> int:
         call = self._checked_increment(scope, key, by, writer, expires_at)
-        with self._reachable():
-            reply = self._scripts.increment(keys=call.keys, args=call.args)
-        return _counted(key, by, reply)
+        return _counted(key, by, self._apply("increment", call.keys, call.args))
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         _, field = self._read_target(scope, key)
-        with self._reachable():
-            if isinstance(scope, TaskScope):
-                self._scripts.delete_task_key(keys=self._delete_keys(scope), args=[field, scope.map_index])
-            else:
-                with self._client.pipeline(transaction=True) as pipe:
-                    self._queue_asset_delete(pipe, scope, field)
-                    pipe.execute()
+        self._apply(*self._delete_call(scope, [field]))
 
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _validate_scope(scope)
-        with self._reachable():
-            if isinstance(scope, TaskScope) and all_map_indices:
-                self._scripts.clear_all(keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope))
-                return
-            with self._client.pipeline(transaction=True) as pipe:
-                self._queue_clear(pipe, scope)
-                pipe.execute()
+        self._apply(*self._clear_call(scope, all_map_indices))
+
+    def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
+        """Values of *keys*: one MULTI/EXEC of two HMGETs, so a batch is never seen half written."""
+        names, wanted = self._many_target(scope, keys)
+        if not wanted:
+            return {}
+        fields = [_utf8(key, "key") for key in wanted]
+        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
+            pipe.hmget(names[0], fields)
+            pipe.hmget(names[1], fields)
+            values, metas = pipe.execute()
+        return _found(wanted, values, metas)
+
+    def set_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> dict[str, int | None]:
+        """Write every pair in one Lua script: all are stored, with their metadata, or none."""
+        call, keys = self._set_many_call(scope, values, writer, expires_at)
+        if not keys:
+            return {}
+        return _versions(keys, self._apply("set_many", call.keys, call.args))
+
+    def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
+        """Delete *keys* in one Lua script."""
+        _, wanted = self._many_target(scope, keys)
+        if wanted:
+            self._apply(*self._delete_call(scope, [_utf8(key, "key") for key in wanted]))
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
@@ -363,12 +428,41 @@ class RedisStateBackend(BaseStateBackend):
         if not scopes:
             return []
         now = _now_micros()
-        # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
-        with self._reachable(), self._client.pipeline(transaction=False) as pipe:
-            for scope in scopes:
-                self._scripts.count_live(keys=self._names(scope), args=[now], client=pipe)
-            counts = pipe.execute()
+        with self._reachable():
+            if isinstance(self._client, redis.cluster.RedisCluster):
+                counts = self._cluster_counts(scopes, now)
+            else:
+                # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
+                with self._client.pipeline(transaction=False) as pipe:
+                    for scope in scopes:
+                        self._scripts.count_live(keys=self._names(scope), args=[now], client=pipe)
+                    counts = pipe.execute()
         return [int(count) for count in counts]
+
+    def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
+        """
+        COUNT_LIVE per scope through the cluster pipeline, which sends one batch per node.
+
+        The cluster pipeline cannot load a script on a node that lacks it (a replica promoted
+        since, or a node added): on NOSCRIPT the script is loaded on every primary and the
+        batch sent again (counting changes nothing, so sending it twice is harmless).
+        """
+        script = self._scripts.count_live
+        for attempt in range(2):
+            with self._client.pipeline(transaction=False) as pipe:
+                for scope in scopes:
+                    names = self._names(scope)
+                    pipe.evalsha(script.sha, len(names), *names, now)
+                counts = pipe.execute(raise_on_error=False)
+            missing = any(isinstance(count, redis.exceptions.NoScriptError) for count in counts)
+            if not missing:
+                break
+            if attempt == 0:
+                self._client.script_load(script.script)
+        for count in counts:
+            if isinstance(count, Exception):
+                raise count
+        return counts
 
     def cleanup(
         self,
@@ -426,9 +520,7 @@ class RedisStateBackend(BaseStateBackend):
     ) -> None:
         _validate_try_number(try_number)
         call = self._write_call(scope, key, value, try_number, None, None, "")
-        with self._reachable():
-            connection = await self._async.get()
-            await connection.scripts.write(keys=call.keys, args=call.args)
+        await self._aapply("write", call.keys, call.args)
 
     async def awrite(
         self,
@@ -442,10 +534,7 @@ class RedisStateBackend(BaseStateBackend):
         session: Any = None,
     ) -> int:
         call = self._checked_write(scope, key, value, writer, expires_at, if_version)
-        with self._reachable():
-            connection = await self._async.get()
-            reply = await connection.scripts.write(keys=call.keys, args=call.args)
-        return _written(key, if_version, reply)
+        return _written(key, if_version, await self._aapply("write", call.keys, call.args))
 
     async def aincrement(
         self,
@@ -458,36 +547,49 @@ class RedisStateBackend(BaseStateBackend):
         session: Any = None,
     ) -> int:
         call = self._checked_increment(scope, key, by, writer, expires_at)
-        with self._reachable():
-            connection = await self._async.get()
-            reply = await connection.scripts.increment(keys=call.keys, args=call.args)
-        return _counted(key, by, reply)
+        return _counted(key, by, await self._aapply("increment", call.keys, call.args))
 
     async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         _, field = self._read_target(scope, key)
-        with self._reachable():
-            connection = await self._async.get()
-            if isinstance(scope, TaskScope):
-                await connection.scripts.delete_task_key(
-                    keys=self._delete_keys(scope), args=[field, scope.map_index]
-                )
-            else:
-                async with connection.client.pipeline(transaction=True) as pipe:
-                    self._queue_asset_delete(pipe, scope, field)
-                    await pipe.execute()
+        await self._aapply(*self._delete_call(scope, [field]))
 
     async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _validate_scope(scope)
+        await self._aapply(*self._clear_call(scope, all_map_indices))
+
+    async def aget_many(
+        self, scope: StateScope, keys: Iterable[str], *, session: Any = None
+    ) -> dict[str, str]:
+        names, wanted = self._many_target(scope, keys)
+        if not wanted:
+            return {}
+        fields = [_utf8(key, "key") for key in wanted]
         with self._reachable():
             connection = await self._async.get()
-            if isinstance(scope, TaskScope) and all_map_indices:
-                await connection.scripts.clear_all(
-                    keys=[self._keys.task_index(scope)], args=self._clear_all_args(scope)
-                )
-                return
             async with connection.client.pipeline(transaction=True) as pipe:
-                self._queue_clear(pipe, scope)
-                await pipe.execute()
+                pipe.hmget(names[0], fields)
+                pipe.hmget(names[1], fields)
+                values, metas = await pipe.execute()
+        return _found(wanted, values, metas)
+
+    async def aset_many(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        *,
+        writer: StateWriter | None = None,
+        expires_at: datetime | None = None,
+        session: Any = None,
+    ) -> dict[str, int | None]:
+        call, keys = self._set_many_call(scope, values, writer, expires_at)
+        if not keys:
+            return {}
+        return _versions(keys, await self._aapply("set_many", call.keys, call.args))
+
+    async def adelete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
+        _, wanted = self._many_target(scope, keys)
+        if wanted:
+            await self._aapply(*self._delete_call(scope, [_utf8(key, "key") for key in wanted]))
 
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
@@ -514,8 +616,87 @@ class RedisStateBackend(BaseStateBackend):
         return reachable(self._settings.url, self._settings.url_source)
 
     def _connect_async(self) -> _AsyncConnection:
-        client = redis.asyncio.Redis.from_url(self._settings.url, **_CLIENT_OPTIONS)
+        client = async_client(self._settings)
         return _AsyncConnection(client=client, scripts=_async_scripts(client))
+
+    def _apply(self, script_name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run the write script *script_name*; with ``wait_replicas``, wait for the replicas too."""
+        script: Script = getattr(self._scripts, script_name)
+        topology = self._settings.topology
+        with self._reachable():
+            if not topology.wait_replicas:
+                return script(keys=keys, args=args)
+            return write_and_wait(
+                self._client,
+                script,
+                keys,
+                args,
+                replicas=topology.wait_replicas,
+                timeout_ms=topology.wait_timeout_ms,
+                retries=topology.retries,
+            )
+
+    async def _aapply(self, script_name: str, keys: list[str], args: list[Any]) -> Any:
+        """Async :meth:`_apply`."""
+        if self._settings.topology.wait_replicas:
+            # WAIT must follow the write on its connection; the sync path does that for every
+            # layout (a cluster needs the slot's node itself), so it runs in a worker thread.
+            return await asyncio.to_thread(self._apply, script_name, keys, args)
+        with self._reachable():
+            connection = await self._async.get()
+            script: AsyncScript = getattr(connection.scripts, script_name)
+            return await script(keys=keys, args=args)
+
+    def _many_target(self, scope: StateScope, keys: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Validate a batch of keys (before any I/O): the scope's hashes and the keys, deduplicated."""
+        _validate_scope(scope)
+        wanted = validate_many_keys(keys)
+        for key in wanted:
+            _utf8(key, "key")
+        return self._names(scope), wanted
+
+    def _delete_call(self, scope: StateScope, fields: list[bytes]) -> tuple[str, list[str], list[Any]]:
+        """The DELETE_MANY call for *fields* of *scope* (one key is a batch of one)."""
+        keys = self._names(scope)
+        map_index = ""
+        if isinstance(scope, TaskScope):
+            keys.append(self._keys.task_index(scope))
+            map_index = str(scope.map_index)
+        return "delete_many", keys, [map_index, *fields]
+
+    def _clear_call(self, scope: StateScope, all_map_indices: bool) -> tuple[str, list[str], list[Any]]:
+        if isinstance(scope, TaskScope) and all_map_indices:
+            return "clear_all", [self._keys.task_index(scope)], list(self._clear_all_args(scope))
+        keys = self._names(scope)
+        map_index = ""
+        if isinstance(scope, TaskScope):
+            keys.append(self._keys.task_index(scope))
+            map_index = str(scope.map_index)
+        return "clear_one", keys, [map_index]
+
+    def _set_many_call(
+        self,
+        scope: StateScope,
+        values: Mapping[str, str],
+        writer: StateWriter | None,
+        expires_at: datetime | None,
+    ) -> tuple[_WriteCall, list[str]]:
+        """Validate a batch (before any I/O) and build its SET_MANY call, and the keys in order."""
+        _validate_scope(scope)
+        checked = validate_many_values(values)
+        validate_write_options(expires_at, None)
+        _validate_writer(writer)
+        pairs = [(_utf8(key, "key"), _utf8(value, "value")) for key, value in checked.items()]
+        if not pairs:
+            return _WriteCall([], []), []
+        try_number = writer.try_number if writer is not None else None
+        # The single-key call gives KEYS and the shared ARGV; SET_MANY takes ARGV[3..8] of it.
+        first_key = next(iter(checked))
+        first = self._write_call(scope, first_key, checked[first_key], try_number, writer, expires_at, None)
+        args: list[bytes | str | int] = list(first.args[2:8])
+        for field, data in pairs:
+            args += [field, data]
+        return _WriteCall(first.keys, args), list(checked)
 
     def _hash(self, scope: StateScope) -> str:
         return self._keys.task_hash(scope) if isinstance(scope, TaskScope) else self._keys.asset_hash(scope)
@@ -530,10 +711,6 @@ class RedisStateBackend(BaseStateBackend):
             name = self._keys.task_hash(scope)
             return [name, name + META_SUFFIX]
         return [self._keys.asset_hash(scope), self._keys.asset_meta(scope)]
-
-    def _delete_keys(self, scope: TaskScope) -> list[str]:
-        """KEYS of the ``DELETE_TASK_KEY`` script."""
-        return [self._keys.task_hash(scope), self._keys.task_index(scope), self._keys.task_meta(scope)]
 
     def _clear_all_args(self, scope: TaskScope) -> list[str]:
         """ARGV of the ``CLEAR_ALL_MAP_INDEXES`` script."""
@@ -607,17 +784,6 @@ class RedisStateBackend(BaseStateBackend):
             args.append(expected)
         return _WriteCall(keys, args)
 
-    def _queue_asset_delete(self, pipe: _Pipeline, scope: AssetScope, field: bytes) -> None:
-        pipe.hdel(self._keys.asset_hash(scope), field)
-        pipe.hdel(self._keys.asset_meta(scope), field)
-
-    def _queue_clear(self, pipe: _Pipeline, scope: AssetScope | TaskScope) -> None:
-        if isinstance(scope, TaskScope):
-            pipe.delete(self._keys.task_hash(scope), self._keys.task_meta(scope))
-            pipe.srem(self._keys.task_index(scope), scope.map_index)
-        else:
-            pipe.delete(self._keys.asset_hash(scope), self._keys.asset_meta(scope))
-
     # --- cleanup -------------------------------------------------------------------------
 
     def _metadata_hashes(self, batch_size: int) -> Iterator[_CleanTarget]:
@@ -639,7 +805,7 @@ class RedisStateBackend(BaseStateBackend):
 
         def flush() -> int:
             args: list[bytes | str | int] = [now, before, "1" if dry_run else "0", target.map_index, *batch]
-            count = int(self._scripts.clean(keys=target.keys, args=args))
+            count = int(self._apply("clean", target.keys, args))
             batch.clear()
             return count
 

@@ -1,0 +1,103 @@
+"""
+Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel.
+
+Every client retries a command on a connection error or a timeout (and a cluster client also on a
+slot that moved or a cluster that is down, after reloading the slot map), with exponential backoff
+and jitter: ``retries`` attempts after the first, 0.1 s doubling up to 2 s between them (about
+10 s in all with the default 8), which rides through a Sentinel or Cluster failover. A Sentinel
+client asks the sentinels for the primary again on every reconnection, so after a failover it finds
+the new primary.
+
+What a retry means for a write is said in :class:`~airflow_state_redis.RedisStateBackend`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.connection
+import redis.retry
+import redis.sentinel
+from redis.backoff import ExponentialWithJitterBackoff
+
+from ._config import RedisSettings
+
+# Bounded so an unreachable host fails in seconds instead of hanging a task; a
+# `?socket_connect_timeout=` in the URL takes precedence (redis-py lets URL options win).
+CLIENT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 5.0}
+
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_CAP_S = 2.0
+_RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def _backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
+
+
+def sync_retry(settings: RedisSettings) -> redis.retry.Retry:
+    return redis.retry.Retry(_backoff(), settings.topology.retries, supported_errors=_RETRIED)
+
+
+def async_retry(settings: RedisSettings) -> redis.asyncio.retry.Retry:
+    return redis.asyncio.retry.Retry(_backoff(), settings.topology.retries, supported_errors=_RETRIED)
+
+
+def _sentinel_kwargs(settings: RedisSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(kwargs of the primary's connections, kwargs of the sentinels' connections)``."""
+    parsed = redis.connection.parse_url(settings.url)
+    tls = settings.url.startswith("rediss://")
+    # The sentinels say where the primary is: the URL only gives credentials, database and TLS.
+    for name in ("host", "port", "connection_class"):
+        parsed.pop(name, None)
+    primary = {**CLIENT_OPTIONS, **parsed}
+    sentinel: dict[str, Any] = {
+        name: value for name, value in primary.items() if name.startswith(("ssl_", "socket_"))
+    }
+    if tls:
+        # With rediss:// the sentinels are reached over TLS too, with the same certificates.
+        primary["ssl"] = sentinel["ssl"] = True
+    topology = settings.topology
+    if topology.sentinel_username:
+        sentinel["username"] = topology.sentinel_username
+    if topology.sentinel_password:
+        sentinel["password"] = topology.sentinel_password
+    return primary, sentinel
+
+
+def sync_client(settings: RedisSettings) -> redis.Redis | redis.cluster.RedisCluster:
+    """The client for *settings*; no I/O (every client connects lazily)."""
+    mode = settings.topology.mode
+    if mode == "cluster":
+        return redis.cluster.RedisCluster.from_url(settings.url, retry=sync_retry(settings), **CLIENT_OPTIONS)
+    if mode == "sentinel":
+        primary, sentinel_kwargs = _sentinel_kwargs(settings)
+        sentinel = redis.sentinel.Sentinel(
+            list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
+        )
+        assert settings.topology.sentinel_master is not None  # checked with the settings
+        return sentinel.master_for(settings.topology.sentinel_master, retry=sync_retry(settings))
+    return redis.Redis.from_url(settings.url, retry=sync_retry(settings), **CLIENT_OPTIONS)
+
+
+def async_client(settings: RedisSettings) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """The asyncio client for *settings* (one per event loop, see :mod:`._loops`)."""
+    mode = settings.topology.mode
+    if mode == "cluster":
+        return redis.asyncio.cluster.RedisCluster.from_url(
+            settings.url, retry=async_retry(settings), **CLIENT_OPTIONS
+        )
+    if mode == "sentinel":
+        primary, sentinel_kwargs = _sentinel_kwargs(settings)
+        sentinel = redis.asyncio.sentinel.Sentinel(
+            list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
+        )
+        assert settings.topology.sentinel_master is not None
+        return sentinel.master_for(settings.topology.sentinel_master, retry=async_retry(settings))
+    return redis.asyncio.Redis.from_url(settings.url, retry=async_retry(settings), **CLIENT_OPTIONS)

@@ -1,0 +1,104 @@
+"""
+Writes that wait for replicas: ``[state_redis] wait_replicas`` and ``wait_timeout_ms``.
+
+Redis replicates asynchronously: the primary acknowledges a write before any replica has it, and a
+primary that dies in that window takes the write with it; the replica promoted in its place never
+saw it. ``WAIT n timeout`` blocks until *n* replicas acknowledged every earlier write of the same
+connection, so it must run on the connection that wrote: here the script and ``WAIT`` go out in
+one pipeline on one connection (on a cluster, to the primary of the keys' slot). If fewer than *n*
+replicas answer in time, :class:`StateNotReplicatedError` says so instead of a silent success.
+
+``WAIT`` narrows the window, it does not make Redis synchronous: a write that reached *n* replicas
+survives the failure of the primary only if one of those replicas is the one promoted (Sentinel and
+Cluster prefer the most up-to-date replica, so with ``wait_replicas`` >= 1 and a single failure it
+is), and a replica that restarts without persistence can still lose it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.cluster
+import redis.exceptions
+from redis.commands.core import Script
+
+from ._clients import _backoff
+from ._errors import StateNotReplicatedError
+
+# What a node of a cluster answers while its slots move or it is not (or no longer) their primary:
+# reload the slot map and try the node that now holds the slot.
+_CLUSTER_RETRIED = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.AskError,  # MovedError is a subclass
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def _check(acknowledged: int, replicas: int, timeout_ms: int, keys: Sequence[str]) -> None:
+    if acknowledged < replicas:
+        raise StateNotReplicatedError(
+            f"A state write to {keys[0]!r} was applied on the Redis primary but only {acknowledged} "
+            f"of the {replicas} replica(s) required by [state_redis] wait_replicas acknowledged it "
+            f"within {timeout_ms} ms ([state_redis] wait_timeout_ms). The value is stored but would "
+            "be lost if the primary failed before replicating it. Check the replicas (INFO "
+            "replication) or lower wait_replicas."
+        )
+
+
+def _script_then_wait(
+    client: redis.Redis, script: Script, keys: list[str], args: list[Any], replicas: int, timeout_ms: int
+) -> tuple[Any, int]:
+    with client.pipeline(transaction=False) as pipe:
+        script(keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        reply, acknowledged = pipe.execute()
+    return reply, int(acknowledged)
+
+
+def write_and_wait(
+    client: redis.Redis | redis.cluster.RedisCluster,
+    script: Script,
+    keys: list[str],
+    args: list[Any],
+    *,
+    replicas: int,
+    timeout_ms: int,
+    retries: int,
+) -> Any:
+    """Run *script* on the primary of *keys*, then ``WAIT`` for *replicas* on the same connection."""
+    if not isinstance(client, redis.cluster.RedisCluster):
+        # One connection for the pipeline; the client's own Retry re-sends both on a broken
+        # connection (and a Sentinel pool asks for the primary again when it reconnects).
+        reply, acknowledged = _script_then_wait(client, script, keys, args, replicas, timeout_ms)
+        _check(acknowledged, replicas, timeout_ms, keys)
+        return reply
+    # The cluster client's pipeline would re-send a redirected command on another connection,
+    # where WAIT would not wait for it: talk to the slot's primary directly, and follow a moved
+    # slot (a failover) by reloading the slot map.
+    backoff = _backoff()
+    attempt = 0
+    while True:
+        try:
+            node = client.get_node_from_key(keys[0])
+            reply, acknowledged = _script_then_wait(
+                client.get_redis_connection(node), script, keys, args, replicas, timeout_ms
+            )
+            break
+        except _CLUSTER_RETRIED:
+            if attempt >= retries:
+                raise
+            attempt += 1
+            time.sleep(backoff.compute(attempt))
+            # No node may answer yet: the next attempt tries again.
+            with contextlib.suppress(redis.exceptions.RedisError):
+                client.nodes_manager.initialize()
+    _check(acknowledged, replicas, timeout_ms, keys)
+    return reply
