@@ -6,6 +6,9 @@ import pytest
 from airflow.state import get_state_backend, resolve_state_backend
 from airflow.state.configured_backend import reset_state_backend
 
+# What Airflow makes of our package and settings, whatever database it uses: the SQLite pass only.
+pytestmark = pytest.mark.any_database
+
 
 @pytest.fixture
 def redis_configured(monkeypatch, redis_url):

@@ -423,6 +423,7 @@ def test_help_describes_every_command_and_option(airflow_parser, capsys):
             assert arg.kwargs.get("help"), f"{command.name}: {arg.flags} has no help"
 
 
+@pytest.mark.any_database
 def test_the_provider_hook_registers_the_group_in_the_real_airflow_command(ti):
     # Each `airflow` process takes seconds to start: four of them, for what only they can show.
     shown = run_airflow("state", "--help").stdout

@@ -99,6 +99,7 @@ def test_the_task_facing_api(dags_test, backend):
     assert out["async_batch"] == {"b": {"c": None}}
 
 
+@pytest.mark.any_database
 def test_resumable_job_without_crash_submits_once(dags_test, backend):
     output, run_id = dags_test(EXAMPLE_DAGS, "example_resumable_job", "-c", '{"crash_first_try": false}')
     assert "Submitted job" in output
@@ -108,6 +109,7 @@ def test_resumable_job_without_crash_submits_once(dags_test, backend):
     assert stored == f'"{submitted[0]}"'
 
 
+@pytest.mark.any_database
 def test_resumable_job_resubmits_only_a_failed_job(dags_test, backend):
     output, run_id = dags_test(TEST_DAGS, "state_resubmits_failed_job")
     assert "remote job" in output and "failed" in output
@@ -126,6 +128,7 @@ def test_resumable_job_resubmits_only_a_failed_job(dags_test, backend):
     assert (dags_test.jobs / f"{second.stem}.result").exists()
 
 
+@pytest.mark.any_database
 def test_mapped_instances_keep_separate_state(dags_test, backend):
     _, run_id = dags_test(EXAMPLE_DAGS, "example_mapped_state")
     for index in (0, 1, 2):
@@ -135,12 +138,14 @@ def test_mapped_instances_keep_separate_state(dags_test, backend):
         assert backend.keys(scope) == ["offset", "partition"]
 
 
+@pytest.mark.any_database
 def test_async_task_uses_aget_and_aset(dags_test, backend):
     output, run_id = dags_test(EXAMPLE_DAGS, "example_async_state")
     assert returned(output) == {"resumed_from": 0, "keys": ["checkpoint"]}
     assert backend.get(TaskScope("example_async_state", run_id, "crawl"), "checkpoint") == '{"page":3}'
 
 
+@pytest.mark.any_database
 def test_asset_watermark_is_read_by_the_next_run(dags_test, backend):
     from airflow.models.asset import AssetModel
     from airflow.utils.session import create_session
@@ -178,6 +183,7 @@ def test_every_key_reaches_the_backend_exactly_as_written(dags_test, backend):
             assert json.loads(backend.get(scope, key)) == {"i": i, "key": key}
 
 
+@pytest.mark.any_database
 def test_resumable_job_accepts_plain_string_statuses(monkeypatch):
     """
     A `job_status` returning "running" rather than JobStatus.RUNNING keeps the task waiting, on a
@@ -241,6 +247,7 @@ def test_versions_ttl_increment_and_update_as_task_code_sees_them(dags_test, bac
     assert timedelta(days=29) < entries["rows"].expires_at - now <= timedelta(days=30)
 
 
+@pytest.mark.any_database
 def test_clear_task_state_on_success_clears_only_the_task_that_asks(dags_test, backend, monkeypatch):
     _, run_id = dags_test(TEST_DAGS, "state_clear_on_success")
     assert backend.keys(TaskScope("state_clear_on_success", run_id, "clears")) == []

@@ -33,6 +33,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "any_database: what the test proves does not depend on the metadata database (the CLI's own "
+        "configuration, Redis, task-side behaviour already proven per database elsewhere): it runs in "
+        "the SQLite pass only, so the PostgreSQL and MariaDB passes spend their time on what differs",
+    )
     home = Path(tempfile.mkdtemp(prefix="state-test-home-"))
     url = _servers.enter_context(dbservers.database(config.getoption("--db"), home))
     os.environ.update(
@@ -48,6 +54,15 @@ def pytest_configure(config: pytest.Config) -> None:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         }
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--db") == "sqlite":
+        return
+    skip = pytest.mark.skip(reason="does not depend on the metadata database: runs with --db sqlite")
+    for item in items:
+        if item.get_closest_marker("any_database"):
+            item.add_marker(skip)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
