@@ -31,7 +31,7 @@ from ._errors import StateNotReplicatedError
 
 # What a node of a cluster answers while its slots move or it is not (or no longer) their primary:
 # reload the slot map and try the node that now holds the slot.
-_CLUSTER_RETRIED = (
+CLUSTER_RETRIED = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.AskError,  # MovedError is a subclass
@@ -92,7 +92,7 @@ def write_and_wait(
                 client.get_redis_connection(node), script, keys, args, replicas, timeout_ms
             )
             break
-        except _CLUSTER_RETRIED:
+        except CLUSTER_RETRIED:
             if attempt >= retries:
                 raise
             attempt += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -16,6 +17,7 @@ import redis.asyncio.client
 import redis.asyncio.cluster
 import redis.client
 import redis.cluster
+import redis.connection
 from airflow_shared.state import (
     BaseStateBackend,
     StateConflictError,
@@ -39,7 +41,7 @@ from redis.commands.core import AsyncScript, Script
 
 from ._clients import async_client, sync_client
 from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
-from ._durable import write_and_wait
+from ._durable import CLUSTER_RETRIED, write_and_wait
 from ._errors import mask_url, reachable
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
@@ -264,11 +266,16 @@ class RedisStateBackend(BaseStateBackend):
         self._keys = KeyLayout(self._settings.key_prefix)
         # redis-py connects lazily: building the backend does no I/O, so resolving the backend
         # class (e.g. in `airflow config` or at import) never waits on the network.
+        self._sync_lock = threading.Lock()
+        self._sync_state: tuple[_SyncClient, _Scripts[Script]] | None = None
         try:
-            self._client: _SyncClient = sync_client(self._settings)
+            if self._settings.topology.mode == "cluster":
+                # A cluster client reads the slot map as it is built: that waits until first use.
+                redis.connection.parse_url(self._settings.url)
+            else:
+                self._connect_sync()
         except ValueError as error:  # what _check_url does not look at, e.g. "?socket_timeout=abc"
             raise invalid_url(self._settings.url, self._settings.url_source, error) from None
-        self._scripts = _sync_scripts(self._client)
         self._async: PerLoop[_AsyncConnection] = PerLoop(self._connect_async, _close_async)
 
     def __repr__(self) -> str:
@@ -441,28 +448,30 @@ class RedisStateBackend(BaseStateBackend):
 
     def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
         """
-        COUNT_LIVE per scope through the cluster pipeline, which sends one batch per node.
+        COUNT_LIVE per scope, in one pipeline per primary (the cluster pipeline refuses scripts).
 
-        The cluster pipeline cannot load a script on a node that lacks it (a replica promoted
-        since, or a node added): on NOSCRIPT the script is loaded on every primary and the
-        batch sent again (counting changes nothing, so sending it twice is harmless).
+        If the slot map is stale (a failover, a resharding), the counts are taken again one scope
+        at a time through the cluster client, which follows moved slots and retries; counting
+        writes nothing, so asking twice is harmless.
         """
-        script = self._scripts.count_live
-        for attempt in range(2):
-            with self._client.pipeline(transaction=False) as pipe:
-                for scope in scopes:
-                    names = self._names(scope)
-                    pipe.evalsha(script.sha, len(names), *names, now)
-                counts = pipe.execute(raise_on_error=False)
-            missing = any(isinstance(count, redis.exceptions.NoScriptError) for count in counts)
-            if not missing:
-                break
-            if attempt == 0:
-                self._client.script_load(script.script)
-        for count in counts:
-            if isinstance(count, Exception):
-                raise count
-        return counts
+        assert isinstance(self._client, redis.cluster.RedisCluster)
+        by_node: dict[str, list[int]] = {}
+        try:
+            nodes = {}
+            for i, scope in enumerate(scopes):
+                node = self._client.get_node_from_key(self._names(scope)[0])
+                nodes[node.name] = node
+                by_node.setdefault(node.name, []).append(i)
+            counts: list[Any] = [None] * len(scopes)
+            for name, positions in by_node.items():
+                with self._client.get_redis_connection(nodes[name]).pipeline(transaction=False) as pipe:
+                    for i in positions:
+                        self._scripts.count_live(keys=self._names(scopes[i]), args=[now], client=pipe)
+                    for i, count in zip(positions, pipe.execute(), strict=True):
+                        counts[i] = count
+            return counts
+        except CLUSTER_RETRIED:
+            return [self._scripts.count_live(keys=self._names(scope), args=[now]) for scope in scopes]
 
     def cleanup(
         self,
@@ -602,18 +611,44 @@ class RedisStateBackend(BaseStateBackend):
 
     def close(self) -> None:
         """Close the sync connection pool; async clients close with their event loop."""
-        self._client.close()
+        if self._sync_state is not None:
+            self._sync_state[0].close()
         self._async.forget_all()
 
     async def aclose(self) -> None:
         """Close the running loop's async client and the sync connection pool."""
         await self._async.close_current()
-        self._client.close()
+        if self._sync_state is not None:
+            self._sync_state[0].close()
 
     # --- plumbing ------------------------------------------------------------------------
 
     def _reachable(self) -> AbstractContextManager[None]:
         return reachable(self._settings.url, self._settings.url_source)
+
+    @property
+    def _client(self) -> _SyncClient:
+        return self._connect_sync()[0]
+
+    @property
+    def _scripts(self) -> _Scripts[Script]:
+        return self._connect_sync()[1]
+
+    def _connect_sync(self) -> tuple[_SyncClient, _Scripts[Script]]:
+        """The sync client and its scripts, built on first use (see ``__init__``)."""
+        state = self._sync_state
+        if state is None:
+            with self._sync_lock:
+                if self._sync_state is None:
+                    try:
+                        client = sync_client(self._settings)
+                    except redis.exceptions.RedisClusterException as error:
+                        # "cannot be connected" (no seed answers) and the like: a connection problem
+                        # for every caller, so _reachable words it for the deployer.
+                        raise redis.exceptions.ConnectionError(str(error)) from error
+                    self._sync_state = (client, _sync_scripts(client))
+                state = self._sync_state
+        return state
 
     def _connect_async(self) -> _AsyncConnection:
         client = async_client(self._settings)
