@@ -49,6 +49,26 @@ def async_retry(settings: RedisSettings) -> redis.asyncio.retry.Retry:
     return redis.asyncio.retry.Retry(_backoff(), settings.topology.retries, supported_errors=_RETRIED)
 
 
+class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
+    """
+    A Sentinel-managed connection that asks the sentinels again when it reconnects to send.
+
+    redis-py 8.1 reconnects a broken connection in ``send_packed_command`` with
+    ``connect_check_health``, which reuses the old primary's address instead of the Sentinel-aware
+    ``connect``: a command in flight when the primary died retried against the dead address until
+    its retries ran out, although the sentinels had promoted a replica meanwhile.
+    """
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.connect()
+        super().send_packed_command(command, check_health)
+
+
+class _SentinelSSLConnection(_SentinelConnection, redis.connection.SSLConnection):
+    """:class:`_SentinelConnection` over TLS (as redis-py's ``SentinelManagedSSLConnection``)."""
+
+
 def _sentinel_kwargs(settings: RedisSettings) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(kwargs of the primary's connections, kwargs of the sentinels' connections)``."""
     parsed = redis.connection.parse_url(settings.url)
@@ -60,9 +80,11 @@ def _sentinel_kwargs(settings: RedisSettings) -> tuple[dict[str, Any], dict[str,
     sentinel: dict[str, Any] = {
         name: value for name, value in primary.items() if name.startswith(("ssl_", "socket_"))
     }
+    primary["connection_class"] = _SentinelConnection
     if tls:
         # With rediss:// the sentinels are reached over TLS too, with the same certificates.
-        primary["ssl"] = sentinel["ssl"] = True
+        sentinel["ssl"] = True
+        primary["connection_class"] = _SentinelSSLConnection
     topology = settings.topology
     if topology.sentinel_username:
         sentinel["username"] = topology.sentinel_username

@@ -56,10 +56,20 @@ def _check(acknowledged: int, replicas: int, timeout_ms: int, keys: Sequence[str
 def _script_then_wait(
     client: redis.Redis, script: Script, keys: list[str], args: list[Any], replicas: int, timeout_ms: int
 ) -> tuple[Any, int]:
-    with client.pipeline(transaction=False) as pipe:
-        script(keys=keys, args=args, client=pipe)
-        pipe.execute_command("WAIT", replicas, timeout_ms)
-        reply, acknowledged = pipe.execute()
+    for attempt in range(2):
+        with client.pipeline(transaction=False) as pipe:
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            try:
+                reply, acknowledged = pipe.execute()
+            except redis.exceptions.NoScriptError:
+                # The pipeline loads its scripts before it runs them; if the connection broke in
+                # between and the retry reached a new primary (a failover), that one lacks the
+                # script. NOSCRIPT means nothing ran: send it again, which loads it there first.
+                if attempt:
+                    raise
+                continue
+        break
     return reply, int(acknowledged)
 
 

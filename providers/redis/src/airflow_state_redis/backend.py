@@ -439,11 +439,11 @@ class RedisStateBackend(BaseStateBackend):
             if isinstance(self._client, redis.cluster.RedisCluster):
                 counts = self._cluster_counts(scopes, now)
             else:
-                # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
-                with self._client.pipeline(transaction=False) as pipe:
-                    for scope in scopes:
-                        self._scripts.count_live(keys=self._names(scope), args=[now], client=pipe)
-                    counts = pipe.execute()
+                try:
+                    counts = self._pipelined_counts(self._client, scopes, now)
+                except redis.exceptions.NoScriptError:
+                    # A failover between loading the script and running it (see _durable): again.
+                    counts = self._pipelined_counts(self._client, scopes, now)
         return [int(count) for count in counts]
 
     def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
@@ -464,14 +464,20 @@ class RedisStateBackend(BaseStateBackend):
                 by_node.setdefault(node.name, []).append(i)
             counts: list[Any] = [None] * len(scopes)
             for name, positions in by_node.items():
-                with self._client.get_redis_connection(nodes[name]).pipeline(transaction=False) as pipe:
-                    for i in positions:
-                        self._scripts.count_live(keys=self._names(scopes[i]), args=[now], client=pipe)
-                    for i, count in zip(positions, pipe.execute(), strict=True):
-                        counts[i] = count
+                node_client = self._client.get_redis_connection(nodes[name])
+                found = self._pipelined_counts(node_client, [scopes[i] for i in positions], now)
+                for i, count in zip(positions, found, strict=True):
+                    counts[i] = count
             return counts
-        except CLUSTER_RETRIED:
+        except (*CLUSTER_RETRIED, redis.exceptions.NoScriptError):
             return [self._scripts.count_live(keys=self._names(scope), args=[now]) for scope in scopes]
+
+    def _pipelined_counts(self, client: redis.Redis, scopes: list[StateScope], now: int) -> list[Any]:
+        # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
+        with client.pipeline(transaction=False) as pipe:
+            for scope in scopes:
+                self._scripts.count_live(keys=self._names(scope), args=[now], client=pipe)
+            return pipe.execute()
 
     def cleanup(
         self,

@@ -1,0 +1,133 @@
+"""
+The Redis backend behind Sentinel (a primary with two replicas, three sentinels, a password on
+the data nodes): the whole conformance kit, and a failover in the middle of a stream of writes.
+
+One set-up for the module (about 5 s to start); the failover test kills the primary, so it runs last.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from airflow_shared.state import TaskScope
+from airflow_shared.state.testing import StateBackendConformance
+from airflow_state_redis import RedisStateBackend, RedisStateConnectionError, StateNotReplicatedError
+from airflow_state_redis._config import Topology
+from state_testing.redis_topologies import (
+    SentinelHandle,
+    WriteStream,
+    have_redis_topologies,
+    redis_sentinel,
+    wait_for,
+)
+
+PASSWORD = "s3cret-sentinel-test"
+
+
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[SentinelHandle]:
+    if not have_redis_topologies():
+        pytest.skip("redis-server and redis-cli are not installed (apt-get install redis-server)")
+    with redis_sentinel(replicas=2, password=PASSWORD) as handle:
+        yield handle
+
+
+def _topology(handle: SentinelHandle, **options) -> Topology:
+    return Topology(
+        mode="sentinel", sentinel_master=handle.service, sentinels=handle_sentinels(handle), **options
+    )
+
+
+def handle_sentinels(handle: SentinelHandle) -> tuple[tuple[str, int], ...]:
+    return tuple(("127.0.0.1", s.port) for s in handle.sentinels)
+
+
+@pytest.fixture
+def make_sentinel_backend(sentinel):
+    created: list[RedisStateBackend] = []
+
+    def make(**overrides) -> RedisStateBackend:
+        options = {"key_prefix": f"test-{uuid.uuid4().hex[:12]}", "task_ttl_seconds": 3600}
+        options.update(overrides)
+        options.setdefault("topology", _topology(sentinel))
+        # The URL gives only the password (and database, TLS): the sentinels say where the primary is.
+        backend = RedisStateBackend(f"redis://:{PASSWORD}@/0", **options)
+        created.append(backend)
+        return backend
+
+    yield make
+    for backend in created:
+        backend.close()
+
+
+class TestRedisSentinelConformance(StateBackendConformance):
+    records_writes = True
+    records_asset_writers = True
+
+    @pytest.fixture
+    def backend(self, make_sentinel_backend):
+        return make_sentinel_backend()
+
+
+def test_writes_wait_for_the_replicas_asked_for(make_sentinel_backend, sentinel):
+    scope = TaskScope("dag", "run", "task", dag_run_uid="1.1")
+    backend = make_sentinel_backend(topology=_topology(sentinel, wait_replicas=2))
+    assert backend.write(scope, "k", "v") == 1
+    # Three replicas are asked for and two exist: the write is applied but refused, loudly.
+    greedy = make_sentinel_backend(
+        key_prefix=backend._settings.key_prefix,
+        topology=_topology(sentinel, wait_replicas=3, wait_timeout_ms=50),
+    )
+    with pytest.raises(StateNotReplicatedError, match=r"only 2 of the 3 replica\(s\)"):
+        greedy.set_many(scope, {"k": "w"})
+    assert backend.get(scope, "k") == "w"
+
+
+def test_a_wrong_password_is_a_clear_error_without_the_password(make_sentinel_backend, sentinel):
+    backend = RedisStateBackend(
+        "redis://:not-the-password@/0", key_prefix="x", topology=_topology(sentinel, retries=0)
+    )
+    with pytest.raises(Exception) as caught:
+        backend.get(TaskScope("d", "r", "t", dag_run_uid="1.1"), "k")
+    assert "not-the-password" not in str(caught.value)
+    assert "not-the-password" not in repr(backend)
+    backend.close()
+
+
+def test_sentinel_promotes_a_replica_and_no_acknowledged_write_is_lost(make_sentinel_backend, sentinel):
+    """
+    SIGKILL the primary under a stream of writes: the sentinels promote a replica, the client asks
+    them for the new primary when it reconnects, and every write it reported done (wait_replicas=1:
+    a replica had it) is there afterwards. The second replica follows the new primary, so writes
+    go on being acknowledged without the killed server.
+    """
+    backend = make_sentinel_backend(topology=_topology(sentinel, wait_replicas=1, wait_timeout_ms=500))
+    scope = TaskScope("failover", "run", "writer", dag_run_uid="1.1")
+    victim = sentinel.primary()
+    stream = WriteStream(backend, scope)
+    thread = threading.Thread(target=stream.run)
+    thread.start()
+    try:
+        wait_for(lambda: stream.successes_after(0) >= 20, 5, "writes before the failover")
+        killed_at = time.monotonic()
+        victim.kill()
+        wait_for(lambda: sentinel.primary() is not victim, 15, "promotion")
+        promoted_at = time.monotonic()
+        wait_for(lambda: stream.successes_after(promoted_at + 0.5) >= 20, 10, "writes after the failover")
+    finally:
+        stream.stop.set()
+        thread.join()
+    assert not stream.missing(), stream.missing()
+    print(
+        f"sentinel failover: promoted {promoted_at - killed_at:.1f}s after the kill; "
+        f"{len(stream.calls)} calls, refused: {Counter(type(e).__name__ for e in stream.errors())}"
+    )
+    for started, ended, error in stream.calls:
+        if error is not None:
+            print(f"  +{started - killed_at:.2f}s..+{ended - killed_at:.2f}s {error}")
+    assert all(isinstance(e, (RedisStateConnectionError, StateNotReplicatedError)) for e in stream.errors())
