@@ -11,7 +11,8 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
-from airflow_state_redis import RedisStateBackend
+from airflow_shared.state import TaskScope
+from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
 from airflow_state_redis import _config as config
 from airflow_state_redis._config import UNSET, Topology, resolve_settings, url_from_connection
 from airflow_state_redis._errors import mask_url
@@ -252,3 +253,101 @@ def test_real_airflow_configuration_and_connection(tmp_path):
         None,
     ]
     assert via_option == ["redis://env-host:6392/5", "[state_redis] url", "from-cfg", 60, None]
+
+
+# --- topology: [state_redis] mode, sentinel_*, wait_replicas, retries -------------------------
+
+
+def test_mode_defaults_to_standalone_and_reads_every_topology_option(airflow_options):
+    assert config.resolve_topology() == Topology()
+    airflow_options.update(
+        {
+            "mode": "Sentinel",
+            "sentinel_master": "mymaster",
+            "sentinels": " s1:26379, [::1]:26380 ",
+            "sentinel_username": "watcher",
+            "sentinel_password": "sentinel-secret",
+            "wait_replicas": "1",
+            "wait_timeout_ms": "250",
+            "retries": "3",
+        }
+    )
+    topology = config.resolve_topology()
+    assert topology == Topology(
+        mode="sentinel",
+        sentinel_master="mymaster",
+        sentinels=(("s1", 26379), ("::1", 26380)),
+        sentinel_username="watcher",
+        sentinel_password="sentinel-secret",
+        wait_replicas=1,
+        wait_timeout_ms=250,
+        retries=3,
+    )
+    assert "sentinel-secret" not in repr(topology)
+    settings = resolve()  # sentinel mode needs no URL: the sentinels say where the primary is
+    assert "sentinel-secret" not in repr(settings)
+
+
+def test_the_environment_sets_the_topology_too(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE_REDIS__MODE", "cluster")
+    monkeypatch.setenv("AIRFLOW__STATE_REDIS__WAIT_REPLICAS", "2")
+    assert config.resolve_topology() == Topology(mode="cluster", wait_replicas=2)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mode": "replicated"}, r"\[state_redis\] mode must be one of standalone, cluster, sentinel"),
+        ({"mode": "sentinel"}, r"sentinel_master and sentinels are not set"),
+        (
+            {"mode": "sentinel", "sentinels": "s1:26379"},
+            r"mode is sentinel but \[state_redis\] sentinel_master is",
+        ),
+        ({"mode": "sentinel", "sentinel_master": "m"}, r"\[state_redis\] sentinels is not set"),
+        ({"sentinel_master": "m"}, r"sentinel_master only apply with \[state_redis\] mode = sentinel"),
+        ({"mode": "cluster", "sentinels": "s:1"}, r"sentinels only apply .* but mode is cluster"),
+        ({"mode": "sentinel", "sentinel_master": "m", "sentinels": "s1"}, r"'s1' is not host:port"),
+        ({"mode": "sentinel", "sentinel_master": "m", "sentinels": "s1:0"}, r"'s1:0' is not host:port"),
+        ({"mode": "sentinel", "sentinel_master": "m", "sentinels": " , "}, r"lists no sentinel"),
+        ({"wait_replicas": "-1"}, r"\[state_redis\] wait_replicas must be at least 0, got -1"),
+        ({"wait_replicas": "two"}, r"\[state_redis\] wait_replicas must be a whole number, got 'two'"),
+        ({"wait_timeout_ms": "0"}, r"\[state_redis\] wait_timeout_ms must be at least 1"),
+        ({"retries": "many"}, r"\[state_redis\] retries must be a whole number"),
+    ],
+)
+def test_bad_topology_options_name_the_option_and_the_fix(airflow_options, options, message):
+    airflow_options.update({"url": "redis://:hunter2@h:6379/0", **options})
+    with pytest.raises(ValueError, match=message) as caught:
+        resolve()
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_cluster_cannot_be_a_unix_socket():
+    with pytest.raises(ValueError, match=r"mode is cluster but the Redis URL .* is a unix socket"):
+        resolve_settings("unix:///tmp/redis.sock", None, UNSET, UNSET, Topology(mode="cluster"))
+
+
+def test_building_a_cluster_or_sentinel_backend_does_no_io():
+    # Nothing listens on these ports: construction must still succeed (Airflow builds the backend
+    # at import and in `airflow config`), and the first call fails with the password masked.
+    for topology in (
+        Topology(mode="cluster", retries=0),
+        Topology(mode="sentinel", sentinel_master="m", sentinels=(("127.0.0.1", 1),), retries=0),
+    ):
+        backend = RedisStateBackend("redis://:hunter2@127.0.0.1:1/0", key_prefix="p", topology=topology)
+        assert "hunter2" not in repr(backend)
+        with pytest.raises(RedisStateConnectionError) as caught:
+            backend.get(TaskScope("d", "r", "t", dag_run_uid="1.1"), "k")
+        assert "hunter2" not in str(caught.value)
+        backend.close()
+
+
+def test_provider_info_declares_every_option_the_backend_reads():
+    from airflow_state_redis.provider_info import get_provider_info
+
+    declared = get_provider_info()["config"]["state_redis"]["options"]
+    read = {"url", "redis_conn_id", "key_prefix", "task_ttl_seconds", "asset_ttl_seconds"}
+    read |= {"mode", "sentinel_master", "sentinels", "sentinel_username", "sentinel_password"}
+    read |= {"wait_replicas", "wait_timeout_ms", "retries"}
+    assert set(declared) == read
+    assert declared["sentinel_password"].get("sensitive") is True

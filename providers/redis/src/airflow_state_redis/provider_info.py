@@ -58,6 +58,51 @@ def get_provider_info() -> dict[str, Any]:
                         "0",
                         type_="integer",
                     ),
+                    "mode": _option(
+                        "What url points at: standalone (one server, the default), cluster (any node "
+                        "of a Redis Cluster; the others are discovered) or sentinel (the primary "
+                        "named by sentinel_master, found through sentinels; url then only gives the "
+                        "password, database and TLS).",
+                        "cluster",
+                    ),
+                    "sentinel_master": _option(
+                        "mode = sentinel: the service name the sentinels monitor.", "mymaster"
+                    ),
+                    "sentinels": _option(
+                        "mode = sentinel: the sentinels as host:port separated by commas.",
+                        "sentinel-1:26379,sentinel-2:26379,sentinel-3:26379",
+                    ),
+                    "sentinel_username": _option(
+                        "mode = sentinel: the username for the sentinels themselves, if they require one.",
+                        "sentinel",
+                    ),
+                    "sentinel_password": _option(
+                        "mode = sentinel: the password of the sentinels themselves (the primary's "
+                        "password goes in url or the connection).",
+                        "secret",
+                        sensitive=True,
+                    ),
+                    "wait_replicas": _option(
+                        "After every write, wait until this many replicas acknowledged it (Redis WAIT) "
+                        "and fail the call if fewer did within wait_timeout_ms; the write then stays "
+                        "on the primary. Default 0: a write is done when the primary has it, and is "
+                        "lost if the primary fails before replicating it.",
+                        "1",
+                        type_="integer",
+                    ),
+                    "wait_timeout_ms": _option(
+                        "How long a write waits for wait_replicas replicas (default 1000).",
+                        "1000",
+                        type_="integer",
+                    ),
+                    "retries": _option(
+                        "Attempts after the first on a connection error or timeout (and, on a cluster, "
+                        "a moved slot), with exponential backoff from 0.1 s to 2 s; default 8, about "
+                        "10 s, enough to ride through a failover. A retried write may apply twice "
+                        "(see the README).",
+                        "8",
+                        type_="integer",
+                    ),
                 },
             }
         },
