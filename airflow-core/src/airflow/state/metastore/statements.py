@@ -369,11 +369,12 @@ def _build(
     guarded_source = source.where(_ResetOutcome())
     counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
     increment_value = case((_expired(table), _Proposed("value")), else_=cast(counter, Text()))
+    # One key is found by primary key where it can: an index lookup of the one row, not of all
+    # the keys of the scope (a task instance may hold thousands).
+    one_key = [*(primary_key_filter or scope_filter), same_key]
     return {
-        "select_value": select(table.c.value).where(*scope_filter, same_key, _live(table)),
-        "select_versioned": select(table.c.value, table.c.version).where(
-            *scope_filter, same_key, _live(table)
-        ),
+        "select_value": select(table.c.value).where(*one_key, _live(table)),
+        "select_versioned": select(table.c.value, table.c.version).where(*one_key, _live(table)),
         "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
         "upsert": _Upsert(table)
         .from_select(columns, source)
@@ -381,11 +382,9 @@ def _build(
         "create": _Upsert(table)
         .from_select(columns, guarded_source)
         .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version"]),
-        # By primary key where it can: an index lookup of the one row, not of the scope's keys.
         "update_if_version": update(table)
         .where(
-            *(primary_key_filter or scope_filter),
-            same_key,
+            *one_key,
             table.c.version == bindparam("if_version"),
             _live(table),
         )
@@ -406,7 +405,7 @@ def _build(
             where=or_(_expired(table), counter.is_not(None)),
             returning=["version", "value"],
         ),
-        "delete_key": delete(table).where(*scope_filter, same_key),
+        "delete_key": delete(table).where(*one_key),
         "clear": delete(table).where(*scope_filter),
     }
 
