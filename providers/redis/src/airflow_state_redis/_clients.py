@@ -69,7 +69,7 @@ class _SentinelSSLConnection(_SentinelConnection, redis.connection.SSLConnection
     """:class:`_SentinelConnection` over TLS (as redis-py's ``SentinelManagedSSLConnection``)."""
 
 
-def _sentinel_kwargs(settings: RedisSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(kwargs of the primary's connections, kwargs of the sentinels' connections)``."""
     parsed = redis.connection.parse_url(settings.url)
     tls = settings.url.startswith("rediss://")
@@ -80,11 +80,13 @@ def _sentinel_kwargs(settings: RedisSettings) -> tuple[dict[str, Any], dict[str,
     sentinel: dict[str, Any] = {
         name: value for name, value in primary.items() if name.startswith(("ssl_", "socket_"))
     }
-    primary["connection_class"] = _SentinelConnection
     if tls:
         # With rediss:// the sentinels are reached over TLS too, with the same certificates.
-        sentinel["ssl"] = True
-        primary["connection_class"] = _SentinelSSLConnection
+        primary["ssl"] = sentinel["ssl"] = True
+    if sync:
+        primary["connection_class"] = (
+            _SentinelSSLConnection if primary.pop("ssl", False) else _SentinelConnection
+        )
     topology = settings.topology
     if topology.sentinel_username:
         sentinel["username"] = topology.sentinel_username
@@ -99,7 +101,7 @@ def sync_client(settings: RedisSettings) -> redis.Redis | redis.cluster.RedisClu
     if mode == "cluster":
         return redis.cluster.RedisCluster.from_url(settings.url, retry=sync_retry(settings), **CLIENT_OPTIONS)
     if mode == "sentinel":
-        primary, sentinel_kwargs = _sentinel_kwargs(settings)
+        primary, sentinel_kwargs = _sentinel_kwargs(settings, sync=True)
         sentinel = redis.sentinel.Sentinel(
             list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
         )
@@ -116,7 +118,7 @@ def async_client(settings: RedisSettings) -> redis.asyncio.Redis | redis.asyncio
             settings.url, retry=async_retry(settings), **CLIENT_OPTIONS
         )
     if mode == "sentinel":
-        primary, sentinel_kwargs = _sentinel_kwargs(settings)
+        primary, sentinel_kwargs = _sentinel_kwargs(settings, sync=False)
         sentinel = redis.asyncio.sentinel.Sentinel(
             list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
         )
