@@ -18,6 +18,7 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.connection
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.cluster
@@ -69,6 +70,19 @@ class _SentinelSSLConnection(_SentinelConnection, redis.connection.SSLConnection
     """:class:`_SentinelConnection` over TLS (as redis-py's ``SentinelManagedSSLConnection``)."""
 
 
+class _AsyncSentinelConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """:class:`_SentinelConnection` for asyncio (redis-py's async connection has the same gap)."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self.is_connected:
+            await self.connect()
+        await super().send_packed_command(command, check_health)
+
+
+class _AsyncSentinelSSLConnection(_AsyncSentinelConnection, redis.asyncio.connection.SSLConnection):
+    """:class:`_AsyncSentinelConnection` over TLS."""
+
+
 def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(kwargs of the primary's connections, kwargs of the sentinels' connections)``."""
     parsed = redis.connection.parse_url(settings.url)
@@ -83,10 +97,11 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
     if tls:
         # With rediss:// the sentinels are reached over TLS too, with the same certificates.
         primary["ssl"] = sentinel["ssl"] = True
-    if sync:
-        primary["connection_class"] = (
-            _SentinelSSLConnection if primary.pop("ssl", False) else _SentinelConnection
-        )
+    # redis-py picks its Sentinel connection class from "ssl"; ours close a gap in reconnecting.
+    if primary.pop("ssl", False):
+        primary["connection_class"] = _SentinelSSLConnection if sync else _AsyncSentinelSSLConnection
+    else:
+        primary["connection_class"] = _SentinelConnection if sync else _AsyncSentinelConnection
     topology = settings.topology
     if topology.sentinel_username:
         sentinel["username"] = topology.sentinel_username
