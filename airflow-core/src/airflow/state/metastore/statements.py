@@ -353,13 +353,12 @@ def _build(
     source: Select[Any],
     written: list[str],
     scope_filter: list[Any],
-    primary_key_filter: list[Any] | None = None,
 ) -> dict[str, Any]:
     """
     The statements every scope type has, given its table, the source SELECT of its upsert (which
     finds the dag run or asset and supplies ``insert_columns``), the columns every write replaces
     besides ``value`` (``written``; ``expires_at`` last, see :class:`_OnConflictUpdate`) and the
-    filter of the scope.
+    filter of the scope, on the primary key's leading columns.
     """
     same_key = table.c.key == bindparam("key")
     columns = [*insert_columns, *written]
@@ -369,9 +368,7 @@ def _build(
     guarded_source = source.where(_ResetOutcome())
     counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
     increment_value = case((_expired(table), _Proposed("value")), else_=cast(counter, Text()))
-    # One key is found by primary key where it can: an index lookup of the one row, not of all
-    # the keys of the scope (a task instance may hold thousands).
-    one_key = [*(primary_key_filter or scope_filter), same_key]
+    one_key = [*scope_filter, same_key]
     return {
         "select_value": select(table.c.value).where(*one_key, _live(table)),
         "select_versioned": select(table.c.value, table.c.version).where(*one_key, _live(table)),
@@ -410,13 +407,25 @@ def _build(
     }
 
 
+def _task_run_id() -> Any:
+    """The id of the dag run named by ``:dag_id`` and ``:run_id``, as a scalar subquery."""
+    return (
+        select(_dag_run.c.id)
+        .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
+        .scalar_subquery()
+    )
+
+
+def _same_task() -> list[Any]:
+    """
+    The task in its run as task_state's primary key starts, ``(dag_run_id, task_id)``: every
+    statement finds a task instance's rows (or one of them, with the key) by primary key, so its
+    cost does not grow with the table nor with the keys the task instance holds.
+    """
+    return [_task.c.dag_run_id == _task_run_id(), _task.c.task_id == bindparam("task_id")]
+
+
 def _task_statements() -> Statements:
-    same_task = [
-        _task.c.dag_id == bindparam("dag_id"),
-        _task.c.run_id == bindparam("run_id"),
-        _task.c.task_id == bindparam("task_id"),
-    ]
-    same_map_index = _task.c.map_index == bindparam("map_index")
     written = ["updated_at", "updated_by_try", "expires_at"]
     source = select(
         _dag_run.c.id,
@@ -434,19 +443,9 @@ def _task_statements() -> Statements:
         ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
         source,
         written,
-        [*same_task, same_map_index],
-        [_task.c.dag_run_id == _task_run_id(), _task.c.task_id == bindparam("task_id"), same_map_index],
+        [*_same_task(), _task.c.map_index == bindparam("map_index")],
     )
-    return Statements(**built, clear_all_map_indices=delete(_task).where(*same_task))
-
-
-def _task_run_id() -> Any:
-    """The id of the dag run named by ``:dag_id`` and ``:run_id``, as a scalar subquery."""
-    return (
-        select(_dag_run.c.id)
-        .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-        .scalar_subquery()
-    )
+    return Statements(**built, clear_all_map_indices=delete(_task).where(*_same_task()))
 
 
 #: The asset_state columns of the last writer, as operations name them in parameters.
@@ -510,7 +509,7 @@ class _BatchSource(NamedTuple):
     """What a scope type's batch statements are made of."""
 
     table: Any
-    #: The scope's rows, by primary key where the scope type allows it (a task's run by its id).
+    #: The scope's rows, by primary key.
     by_primary_key: list[Any]
     conflict_columns: list[str]
     insert_columns: list[str]
@@ -570,11 +569,7 @@ def _task_batch_source() -> _BatchSource:
 
     return _BatchSource(
         _task,
-        [
-            _task.c.dag_run_id == _task_run_id(),
-            _task.c.task_id == bindparam("task_id"),
-            _task.c.map_index == bindparam("map_index"),
-        ],
+        [*_same_task(), _task.c.map_index == bindparam("map_index")],
         ["dag_run_id", "task_id", "map_index", "key"],
         ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
         written,
