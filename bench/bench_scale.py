@@ -22,7 +22,12 @@ plans of get, set, keys and get_many at the largest size. PostgreSQL runs as the
 run it (fsync off): the same at every size, which is what the ratios compare.
 
     PYTHONPATH=dev uv run --no-sync python bench/bench_scale.py [--db postgres mysql] \
-        [--sizes 100000 1000000 10000000] [--quick] [--ops 2000] [--api-ops 500]
+        [--sizes 100000 1000000 10000000] [--quick] [--ops 2000] [--api-ops 500] \
+        [--mariadb-buffer-pool-mb 1024]
+
+The header names the memory each database caches pages in (PostgreSQL's shared_buffers, left at
+its default; MariaDB's InnoDB buffer pool, 1 GiB unless told otherwise), read back from the server:
+a table that outgrows it costs a read from the OS cache per page, which the ratios would show.
 """
 
 from __future__ import annotations
@@ -66,6 +71,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="sizes 10^4 and 10^5, fewer operations")
     parser.add_argument("--ops", type=int, default=2000, help="timed operations per latency measure")
     parser.add_argument("--api-ops", type=int, default=500, help="timed requests per state API measure")
+    parser.add_argument(
+        "--mariadb-buffer-pool-mb",
+        type=int,
+        default=1024,
+        help="InnoDB buffer pool for the MariaDB run, set with SET GLOBAL before the fill (MariaDB's "
+        "default, 128 MB, holds task_state at 10^5 rows but not at 10^6: the ratio would measure the "
+        "pool, not the statements); 0 keeps the server's setting",
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.ops, args.api_ops = [10**4, 10**5], 300, 100
@@ -80,6 +93,7 @@ def main() -> None:
         for db in args.db:
             command = [sys.executable, __file__, "--db", db, "--sizes", *map(str, args.sizes)]
             command += ["--ops", str(args.ops), "--api-ops", str(args.api_ops)]
+            command += ["--mariadb-buffer-pool-mb", str(args.mariadb_buffer_pool_mb)]
             subprocess.run(command, check=True)
         return
     run_database(args.db[0], args)
@@ -329,6 +343,17 @@ class Scale:
             for table in tables:
                 self.sql(f"ANALYZE TABLE {table}")
 
+    def task_state_megabytes(self) -> float:
+        """task_state's size on disk, table and indexes, to compare with the page cache."""
+        if self.db == "postgres":
+            size = self.scalar("SELECT pg_total_relation_size('task_state')")
+        else:
+            size = self.scalar(
+                "SELECT data_length + index_length FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_name = 'task_state'"
+            )
+        return int(size) / (1024 * 1024)
+
     def counts(self) -> tuple[int, int]:
         return self.scalar("SELECT COUNT(*) FROM task_state"), self.scalar("SELECT COUNT(*) FROM asset_state")
 
@@ -487,6 +512,11 @@ class Scale:
         writer = {"value": '{"offset": 7}', "updated_at": now, "updated_by_try": None, "expires_at": None}
         cases = [
             ("get (select_value)", sql.TASK_STATE.select_value, {**sql.params(scope, "key_5"), "now": now}),
+            (
+                "get_versioned (select_versioned)",
+                sql.TASK_STATE.select_versioned,
+                {**sql.params(scope, "key_5"), "now": now},
+            ),
             ("set (upsert)", sql.TASK_STATE.upsert, {**sql.params(scope, "key_5"), **writer, "now": now}),
             (
                 "get in the 10k-key task",
@@ -549,19 +579,83 @@ class Scale:
         for row in rows:
             print("  ".join(str(row[names.index(n)]).ljust(widths[n]) for n in wanted))
 
+    # -- the server's cache ---------------------------------------------------------------------
+
+    def resize_buffer_pool(self, megabytes: int) -> None:
+        """
+        Set MariaDB's InnoDB buffer pool (dynamic since 10.2) and wait until the server has resized
+        it: the resize runs in the background, and a fill started before it ends would measure it.
+        """
+        wanted = megabytes * 1024 * 1024
+        self.sql(f"SET GLOBAL innodb_buffer_pool_size = {wanted}")
+        deadline = time.monotonic() + 120
+        while True:
+            size = self.scalar("SELECT @@GLOBAL.innodb_buffer_pool_size")
+            with self.engine.connect() as conn:
+                status = dict(
+                    conn.exec_driver_sql(
+                        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_resize_status', "
+                        "'Innodb_buffer_pool_pages_total')"
+                    ).all()
+                )
+                page = conn.exec_driver_sql("SELECT @@GLOBAL.innodb_page_size").scalar()
+            message = str(status.get("Innodb_buffer_pool_resize_status", ""))
+            # The pages the pool really has (a few percent go to its own bookkeeping).
+            resized = int(status["Innodb_buffer_pool_pages_total"]) * int(page) >= 0.95 * wanted
+            if size >= wanted and resized and ("ompleted" in message or not message):
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"innodb_buffer_pool_size is {size} bytes, not {wanted}, 120 s after SET GLOBAL "
+                    f"(resize status: {message!r}); run with a smaller --mariadb-buffer-pool-mb or 0"
+                )
+            time.sleep(0.5)
+
+    def buffer_settings(self) -> str:
+        """The page cache and durability settings the numbers depend on, as the server reports them."""
+        if self.db == "postgres":
+            names = ("shared_buffers", "effective_cache_size", "work_mem", "fsync", "synchronous_commit")
+            with self.engine.connect() as conn:
+                return ", ".join(f"{n}={conn.exec_driver_sql(f'SHOW {n}').scalar()}" for n in names)
+        with self.engine.connect() as conn:
+            variables = dict(
+                conn.exec_driver_sql(
+                    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_buffer_pool_size', "
+                    "'innodb_buffer_pool_chunk_size', 'innodb_flush_log_at_trx_commit', "
+                    "'innodb_log_file_size', 'innodb_page_size')"
+                ).all()
+            )
+            pages = conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_total'").one()[1]
+        mib = 1024 * 1024
+        chunk = int(variables["innodb_buffer_pool_chunk_size"])
+        # 0: MariaDB sizes the chunks itself (10.8+).
+        chunk_text = f"{chunk // mib}MB" if chunk else "auto"
+        return (
+            f"innodb_buffer_pool_size={int(variables['innodb_buffer_pool_size']) // mib}MB "
+            f"(pages_total={pages} x {variables['innodb_page_size']} B = "
+            f"{int(pages) * int(variables['innodb_page_size']) // mib}MB), "
+            f"innodb_buffer_pool_chunk_size={chunk_text}, "
+            f"innodb_log_file_size={int(variables['innodb_log_file_size']) // mib}MB, "
+            f"innodb_flush_log_at_trx_commit={variables['innodb_flush_log_at_trx_commit']}"
+        )
+
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> None:
         with self.engine.connect() as conn:
             version = conn.exec_driver_sql("SELECT VERSION()").scalar()
         print(f"\n=== bench_scale on {self.db}: {version} ===", flush=True)
+        if self.db == "mysql" and self.args.mariadb_buffer_pool_mb:
+            self.resize_buffer_pool(self.args.mariadb_buffer_pool_mb)
+        print(f"buffers: {self.buffer_settings()}", flush=True)
         self.prepare()
         for size in self.args.sizes:
             fill = self.grow(size)
             rows, asset_rows = self.counts()
             print(
                 f"\nfilled to {size} scale rows: task_state {rows}, asset_state {asset_rows}, "
-                f"in {fill:.1f} s (with ANALYZE)",
+                f"in {fill:.1f} s (with ANALYZE); task_state with its indexes "
+                f"{self.task_state_megabytes():.0f} MB",
                 flush=True,
             )
             result = self.measure(size)
@@ -579,7 +673,7 @@ class Scale:
         names = list(self.results[first])
         print(
             f"\nScale on {self.db}: ms unless (s); ratio = {last:.0e} / {first:.0e} "
-            f"(goal for p50 get/set: < {GOAL}x)"
+            f"(goal for p50 get/set: < {GOAL}x)\nbuffers: {self.buffer_settings()}"
         )
         header = f"{'measure':<26}" + "".join(f"{size:>12.0e}" for size in sizes) + f"{'ratio':>8}"
         print(header)
