@@ -354,6 +354,18 @@ class Scale:
             )
         return int(size) / (1024 * 1024)
 
+    def cache_misses(self) -> int:
+        """
+        Pages read into the database's page cache so far: blocks read into shared_buffers
+        (PostgreSQL), reads the InnoDB buffer pool could not serve (MariaDB).
+        """
+        if self.db == "postgres":
+            # Backends publish their counters about once a second: approximate over a loop of gets.
+            read = "SELECT blks_read FROM pg_stat_database WHERE datname = current_database()"
+            return int(self.scalar(read))
+        with self.engine.connect() as conn:
+            return int(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'").one()[1])
+
     def counts(self) -> tuple[int, int]:
         return self.scalar("SELECT COUNT(*) FROM task_state"), self.scalar("SELECT COUNT(*) FROM asset_state")
 
@@ -386,7 +398,11 @@ class Scale:
 
         # Random scopes and keys drawn before the clock starts; each call hits another row.
         draws = [(self.random_scope(), f"key_{self.rng.randrange(KEYS)}") for _ in range(ops + 100)]
+        misses = self.cache_misses()
         record("get", latencies(lambda i: backend.get(*draws[i]), ops))
+        # Pages the gets had to fetch from outside the database's own cache (server-wide counter:
+        # the deployment's scheduler adds a little), per get including the warm-up.
+        out["get cache misses/op"] = (self.cache_misses() - misses) / (ops + 100)
         record("set", latencies(lambda i: backend.set(*draws[i], f'{{"offset": {i}}}'), ops))
         found = sum(backend.get(*draws[i]) is not None for i in range(50))
         if found != 50:
@@ -578,6 +594,46 @@ class Scale:
         print("  ".join(n.ljust(widths[n]) for n in wanted))
         for row in rows:
             print("  ".join(str(row[names.index(n)]).ljust(widths[n]) for n in wanted))
+        if statement.lstrip().upper().startswith("SELECT"):
+            self.mariadb_reads(cursor, statement, params)
+
+    def mariadb_reads(self, cursor, statement: str, params: Any) -> None:
+        """
+        What one run of *statement* read: the handler calls (index descents, next-row steps) and,
+        per table, the pages InnoDB touched and those it had to read into the buffer pool
+        (ANALYZE FORMAT=JSON's r_engine_stats, MariaDB 10.9+).
+        """
+
+        def handler() -> dict[str, int]:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+            return {name: int(value) for name, value in cursor.fetchall()}
+
+        # The SHOW itself counts a few reads: subtract what one SHOW costs.
+        first, second = handler(), handler()
+        cursor.execute(statement, params)
+        cursor.fetchall()
+        third = handler()
+        reads = {
+            name: (third[name] - second[name]) - (second[name] - first[name])
+            for name in third
+            if (third[name] - second[name]) - (second[name] - first[name])
+        }
+        print("handler reads: " + (", ".join(f"{n}={v}" for n, v in reads.items()) or "none"))
+        cursor.execute("ANALYZE FORMAT=JSON " + statement, params)
+        found: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                if "table_name" in node and "r_engine_stats" in node:
+                    found.append(f"{node['table_name']}: {json.dumps(node['r_engine_stats'])}")
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(json.loads(cursor.fetchone()[0]))
+        print("engine stats (second run): " + ("; ".join(found) or "none reported"))
 
     # -- the server's cache ---------------------------------------------------------------------
 
