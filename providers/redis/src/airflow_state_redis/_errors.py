@@ -36,8 +36,12 @@ def mask_url(url: str) -> str:
 
 
 @contextmanager
-def reachable(url: str, source: str) -> Iterator[None]:
-    """Re-raise connection failures and timeouts as :class:`RedisStateConnectionError`."""
+def reachable(url: str, source: str, layout: str = "") -> Iterator[None]:
+    """
+    Re-raise connection failures and timeouts as :class:`RedisStateConnectionError`.
+
+    *layout* describes a Cluster or Sentinel set-up (e.g. the sentinels' addresses) for the message.
+    """
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
@@ -45,8 +49,11 @@ def reachable(url: str, source: str) -> Iterator[None]:
             raise
         # A URL built from a connection is fixed in that connection, not in the option.
         where = source if source.startswith("Airflow connection") else "[state_redis] url"
+        if layout:
+            where = f"{where} and {layout}"
         raise RedisStateConnectionError(
-            f"Cannot reach the Redis server for Airflow state at {mask_url(url)} (from {source}): "
+            f"Cannot reach the Redis server for Airflow state at {mask_url(url)} (from {source}"
+            f"{'; ' + layout if layout else ''}): "
             f"{error}. Check that the server is running and that {where} points at it "
             "(the option can also be set with AIRFLOW__STATE_REDIS__URL)."
         ) from error

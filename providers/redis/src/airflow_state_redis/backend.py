@@ -145,6 +145,19 @@ def _written(key: str, if_version: int | None, reply: list[Any]) -> int:
     return int(version)
 
 
+def _describe_layout(topology: Topology) -> str:
+    """The set-up in the words of its options, for connection errors ("" for one server)."""
+    if topology.mode == "sentinel":
+        sentinels = ",".join(f"{host}:{port}" for host, port in topology.sentinels)
+        return (
+            f"[state_redis] mode = sentinel, sentinel_master = {topology.sentinel_master}, "
+            f"sentinels = {sentinels}"
+        )
+    if topology.mode == "cluster":
+        return "[state_redis] mode = cluster (url names any node of the cluster)"
+    return ""
+
+
 def _found(keys: list[str], values: list[bytes | None], metas: list[bytes | None]) -> dict[str, str]:
     """The keys of an HMGET pair that hold a live value, as :meth:`get` would see each."""
     found = {}
@@ -264,6 +277,7 @@ class RedisStateBackend(BaseStateBackend):
             url, key_prefix, task_ttl_seconds, asset_ttl_seconds, topology
         )
         self._keys = KeyLayout(self._settings.key_prefix)
+        self._layout = _describe_layout(self._settings.topology)
         # redis-py connects lazily: building the backend does no I/O, so resolving the backend
         # class (e.g. in `airflow config` or at import) never waits on the network.
         self._sync_lock = threading.Lock()
@@ -630,7 +644,7 @@ class RedisStateBackend(BaseStateBackend):
     # --- plumbing ------------------------------------------------------------------------
 
     def _reachable(self) -> AbstractContextManager[None]:
-        return reachable(self._settings.url, self._settings.url_source)
+        return reachable(self._settings.url, self._settings.url_source, self._layout)
 
     @property
     def _client(self) -> _SyncClient:
