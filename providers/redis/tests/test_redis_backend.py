@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -43,8 +44,19 @@ def asset_meta(prefix: str, asset_id: int) -> str:
 
 
 def keys_under(client, prefix: str) -> set[str]:
+    """The state keys under *prefix*, without the short-lived call markers (see call_markers)."""
+    return all_keys_under(client, prefix) - call_markers(client, prefix)
+
+
+def all_keys_under(client, prefix: str) -> set[str]:
     # SCAN is fine in a test on a private server; the backend itself never scans.
     return {key.decode() for key in client.scan_iter(match=f"{prefix}:*", count=1000)}
+
+
+def call_markers(client, prefix: str) -> set[str]:
+    """The keys that make a retried write apply once: ``…:op:<32 hex>``, each expiring by itself."""
+    marker = re.compile(r"(:op:|:asset-op:\{[^{}]*\}:)[0-9a-f]{32}$")
+    return {key for key in all_keys_under(client, prefix) if marker.search(key)}
 
 
 # --- layout --------------------------------------------------------------------------------
@@ -791,3 +803,39 @@ def test_aclose_closes_the_loops_client(make_backend, redis_client):
         assert await backend.aget(TASK, "k") == "v"
 
     asyncio.run(scenario())
+
+
+# --- a retried write applies once --------------------------------------------------------------
+
+
+def test_a_write_call_sent_again_applies_once_and_answers_the_same(make_backend, redis_client, key_prefix):
+    """
+    What a retry after a lost reply does: the same script call (same arguments, same call id)
+    reaches the server a second time. It must not increment twice, bump the version twice, or
+    report a conflict with itself.
+    """
+    backend = make_backend()
+    scope = TaskScope("dag", "run", "task", dag_run_uid=UID)
+    asset = AssetScope(3)
+    backend.write(scope, "n", "10")
+    for target in (scope, asset):
+        calls = [
+            ("increment", backend._checked_increment(target, "n", 5, None, None)),
+            ("write", backend._checked_write(target, "cas", "v", None, None, 0)),
+            ("set_many", backend._set_many_call(target, {"a": "1", "b": "2"}, None, None)[0]),
+        ]
+        for script, call in calls:
+            first = backend._apply(script, list(call.keys), list(call.args))
+            assert backend._apply(script, list(call.keys), list(call.args)) == first
+    assert backend.get(scope, "n") == "15"
+    assert backend.get(asset, "n") == "5"
+    assert backend.get_versioned(scope, "cas").version == 1
+    assert backend.get_versioned(asset, "a").version == 1
+    markers = call_markers(redis_client, key_prefix)
+    assert len(markers) == 7  # one per call: the first write and 3 calls per scope
+    assert all(0 < redis_client.pttl(marker) <= 60_000 for marker in markers)
+    # A marker shares its scope's hash slot (a Redis Cluster runs each script on one node).
+    assert {key_slot(m.encode()) for m in markers} == {
+        key_slot(backend._keys.task_hash(scope).encode()),
+        key_slot(backend._keys.asset_hash(asset).encode()),
+    }

@@ -7,6 +7,8 @@ Where each scope's state lives in Redis.
   listing the map indexes that have a hash, so clearing every map index deletes exactly those
   hashes instead of scanning the keyspace.
 * asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
+* call markers: ``<task base>:op:<id>`` and ``<prefix>:asset-op:{<asset hash>}:<id>``, a short-lived
+  STRING per write call that makes a retried write apply once (``_scripts._once``).
 * write metadata: next to every state HASH, a HASH with the same fields whose values say when,
   by which try (asset state: by which writer) each key was last written, its version and when it
   expires (format in :mod:`._meta`). For task state it is ``<task_hash>:meta``; for asset state
@@ -105,6 +107,16 @@ class KeyLayout:
     def asset_meta(self, scope: AssetScope) -> str:
         # The asset hash has no {...}: its whole name as this key's hash tag puts both on one slot.
         return f"{self.prefix}:asset-meta:{{{self.asset_hash(scope)}}}"
+
+    def call_marker(self, scope: TaskScope | AssetScope, call_id: str) -> str:
+        """
+        The key that marks one write call as done (see ``_scripts._once``), in the scope's slot:
+        ``<task base>:op:<id>`` or ``<prefix>:asset-op:{<asset hash>}:<id>``. No listing or cleanup
+        pattern matches it; it expires by itself.
+        """
+        if isinstance(scope, TaskScope):
+            return f"{self.task_base(scope)}:op:{call_id}"
+        return f"{self.prefix}:asset-op:{{{self.asset_hash(scope)}}}:{call_id}"
 
     # --- finding every metadata hash (for cleanup, which is the only caller that scans) -------
 

@@ -36,7 +36,8 @@ end
 """
 
 # What a write does after deciding to write: the value, its metadata with the next version, and the
-# expiry of the hashes. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
+# expiry of the hashes. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only;
+# the caller also passes the call's marker last, which _once takes off KEYS before this runs);
 # the ARGV positions are the same in WRITE and INCREMENT, see there.
 #
 # The hash-level TTL (ttl_ms) keeps every hash alive at least that long after a write, and never
@@ -81,6 +82,30 @@ local function store(field, data, next_version, now)
 end
 """
 
+# Writes that a retry must not apply twice (a version bump, an increment) run once per call: the
+# last of KEYS is a key naming the call (``…:op:<random id>``, in the same slot as the state); the
+# script keeps its reply there for OP_TTL_MS, and a retry of the same call that finds it answers
+# that reply without writing again. The marker is written by the same script as the state, so a
+# failover keeps both or loses both: a retry after a lost write writes it again.
+OP_TTL_MS = 60_000
+
+
+def _once(helpers: str, body: str) -> str:
+    """*body* (which ends with a ``return``) run at most once per call, see above."""
+    return (
+        helpers
+        + "local OP_KEY = table.remove(KEYS)\n"
+        + "local done = redis.call('GET', OP_KEY)\n"
+        + "if done then return cmsgpack.unpack(done) end\n"
+        + "local function run()\n"
+        + body
+        + "\nend\n"
+        + "local reply = run()\n"
+        + f"redis.call('SET', OP_KEY, cmsgpack.pack(reply), 'PX', {OP_TTL_MS})\n"
+        + "return reply\n"
+    )
+
+
 # The ARGV shared by WRITE and INCREMENT:
 # ARGV[1] field, ARGV[2] value (WRITE) or increment (INCREMENT), ARGV[3] now (epoch micros),
 # ARGV[4] metadata before the version ("<micros>:<try>:"), ARGV[5] metadata after it
@@ -89,10 +114,9 @@ end
 
 # WRITE: ARGV[9] the expected version ('' = unconditional; '0' = absent or expired).
 # Returns {1, new version} or, on a version mismatch, {0, stored version} ('0' = absent/expired).
-WRITE = (
-    _META
-    + _STORE
-    + """
+WRITE = _once(
+    _META + _STORE,
+    """
 local field, now = ARGV[1], tonumber(ARGV[3])
 local version, alive = '0', false
 if redis.call('HEXISTS', KEYS[1], field) == 1 then
@@ -107,17 +131,16 @@ end
 -- An expired key still stored continues its versions; a deleted one starts again at 1.
 local next_version = string.format('%d', tonumber(version) + 1)
 return {1, store(field, ARGV[2], next_version, now)}
-"""
+""",
 )
 
 # INCREMENT: the stored value must be a JSON integer within 64 bits (surrounding whitespace and
 # leading zeros allowed, as airflow_shared.state.counter_value reads it); absent or expired is 0.
 # Returns {0, new value as text} or {1, stored value} when the value is refused (not an integer,
 # out of range, or the sum would overflow): the caller builds the error message, nothing is written.
-INCREMENT = (
-    _META
-    + _STORE
-    + """
+INCREMENT = _once(
+    _META + _STORE,
+    """
 local field, by, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local stored = redis.call('HGET', KEYS[1], field)
 local version = '0'
@@ -152,7 +175,7 @@ end
 local result = redis.call('HGET', KEYS[1], field)
 store(field, result, next_version, now)
 return {0, result}
-"""
+""",
 )
 
 # Expired fields of a hash, as a set. KEYS[1] values, KEYS[2] metadata, ARGV[1] now.
@@ -269,10 +292,9 @@ return #indexes
 # is applied whole. KEYS as WRITE; ARGV[1] now, ARGV[2] metadata head, ARGV[3] metadata tail,
 # ARGV[4] hash TTL in ms, ARGV[5] ms until the keys expire, ARGV[6] map index (see the shared ARGV
 # above), then ARGV[7...] field, value, field, value, ... Returns the new versions, in order.
-SET_MANY = (
-    _META
-    + _STORE
-    + """
+SET_MANY = _once(
+    _META + _STORE,
+    """
 local now = tonumber(ARGV[1])
 local fields, datas, versions = {}, {}, {}
 for i = 7, #ARGV, 2 do
@@ -289,7 +311,7 @@ if #fields > 0 then
     store_all(fields, datas, versions, now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 end
 return versions
-"""
+""",
 )
 
 # DELETE_MANY: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -235,13 +236,15 @@ class RedisStateBackend(BaseStateBackend):
     **Retries.** Every command, reads and writes alike, is retried on a connection error or a
     timeout (on a cluster also on a moved slot or a cluster that is down), ``[state_redis]
     retries`` times with exponential backoff (about 10 s in all), so a failover is ridden through.
-    A write whose connection broke *after* it was sent may have been applied already, and its
-    retry applies it again: for :meth:`set`, :meth:`write`, :meth:`set_many`, :meth:`delete`,
-    :meth:`delete_many` and :meth:`clear` the stored value is the same either way (only the
-    version may have advanced by one more); an :meth:`increment` may then be counted twice, and a
-    conditional :meth:`write` (``if_version``) may fail with ``StateConflictError`` although its
-    value was stored. Redis gives no way to tell the two cases apart; code that must count exactly
-    once should not rely on :meth:`increment` across a failover.
+    A write whose connection broke *after* it was sent may have been applied already. The writes
+    that would differ if applied twice (:meth:`set`, :meth:`write`, :meth:`increment`,
+    :meth:`set_many`: each bumps versions, and an increment adds) carry a random call id; the
+    script records its reply under that id for a minute, in the same slot and the same atomic
+    step, and a retry that finds it returns that reply instead of writing again. So a retried
+    :meth:`increment` counts once and a retried conditional :meth:`write` does not report a
+    conflict with itself. If the primary that applied the first attempt was lost before
+    replicating it, the record is lost with the write, and the retry applies it for the first
+    time. Deletes and clears are retried as they are (applying them twice changes nothing).
 
     **Durability.** Redis replication is asynchronous: a write acknowledged by a primary that fails
     before replicating it is lost. With ``[state_redis] wait_replicas`` = n > 0 every write is
@@ -829,6 +832,8 @@ class RedisStateBackend(BaseStateBackend):
         else:
             # Asset state belongs to no task instance: it records the whole writer, no try.
             ttl, map_index, try_number = self._settings.asset_ttl_seconds, "", None
+        # Last of KEYS: this call's marker, so a retry of it (same arguments) applies it once.
+        keys.append(self._keys.call_marker(scope, uuid.uuid4().hex))
         head, tail = meta_parts(now, try_number, expires_at, writer)
         expires_in_ms = ""
         if expires_at is not None and (left := micros(expires_at) - now) > 0:
