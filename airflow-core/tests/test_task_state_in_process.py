@@ -96,6 +96,7 @@ def test_the_task_facing_api(dags_test, backend):
     assert "the value of key 'bad'" in out["batch_refused"]
     assert out["batch_after_refusal"] == {"partition-99": 99000}  # the refused batch wrote nothing
     assert out["asset_batch"] == {"low": 1, "high": 9}
+    assert out["asset_batch_after_delete"] == {}
     assert out["async_batch"] == {"b": {"c": None}}
 
 

@@ -114,6 +114,8 @@ def _batches(task_state, watermarks) -> dict:
     out["batch_after_refusal"] = task_state.get_many(["partition-99", "bad"])
     watermarks.set_many({"low": 1, "high": 9})
     out["asset_batch"] = watermarks.get_many(["low", "high", "none"])
+    watermarks.delete_many(["low", "high"])
+    out["asset_batch_after_delete"] = watermarks.get_many(["low", "high"])
 
     async def in_async_code():
         await task_state.aset_many({"a": [1], "b": {"c": None}})
