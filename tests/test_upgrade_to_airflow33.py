@@ -72,11 +72,13 @@ def _print_timings(db_kind: str) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def database_url(db_kind: str, tmp_path_factory) -> Iterator[str]:
     """A database of this module's own (3.3's migrations never touch the session's database)."""
-    if db_kind == "sqlite":
-        # Deployments that upgrade run PostgreSQL or MariaDB (Airflow supports SQLite for trying it
-        # out only): CI runs this module on both, and spends its 3.5 minutes for SQLite elsewhere.
-        # The move on SQLite was run too (12 passed); the Redis module migrates SQLite 3.2 -> 3.3.
-        pytest.skip("the upgrade runs on PostgreSQL and MariaDB here: use --db postgres or --db mysql")
+    # CI runs this module (about 6 minutes) on MariaDB only, where the move has the most to get
+    # right (keys as VARBINARY, the real collation of 3.3's key column, rows it refuses); the
+    # PostgreSQL and SQLite passes spend that time elsewhere. It passes on both too: run it there
+    # with STATE_UPGRADE_TEST_DATABASES=postgres,sqlite (a comma list; default: mysql).
+    wanted = os.environ.get("STATE_UPGRADE_TEST_DATABASES", "mysql").split(",")
+    if db_kind not in wanted:
+        pytest.skip(f"the upgrade runs on {', '.join(wanted)} here (STATE_UPGRADE_TEST_DATABASES)")
     with dbservers.scratch_database(db_kind, tmp_path_factory.mktemp("upgrade-db")) as url:
         yield url
 
