@@ -19,6 +19,7 @@ from airflow_shared.state import (
     VersionedValue,
 )
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError
+from airflow_state_redis._config import Topology
 from redis.crc import key_slot
 from state_testing.dbservers import free_port
 
@@ -642,7 +643,14 @@ def test_session_is_accepted_and_ignored(make_backend):
 
 
 def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
-    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
+    backend = RedisStateBackend(
+        unreachable_url,
+        key_prefix="p",
+        task_ttl_seconds=1,
+        asset_ttl_seconds=None,
+        topology=Topology(retries=1),
+    )
     with pytest.raises(RedisStateConnectionError) as caught:
         backend.get(TASK, "k")
     message = str(caught.value)
@@ -657,7 +665,14 @@ def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreac
 
 
 def test_unreachable_server_raises_the_same_error_from_async(unreachable_url):
-    backend = RedisStateBackend(unreachable_url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None)
+    # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
+    backend = RedisStateBackend(
+        unreachable_url,
+        key_prefix="p",
+        task_ttl_seconds=1,
+        asset_ttl_seconds=None,
+        topology=Topology(retries=1),
+    )
     with pytest.raises(RedisStateConnectionError, match=r"\[state_redis\] url") as caught:
         asyncio.run(backend.aset(TASK, "k", "v"))
     assert "s3cr3t-pass" not in str(caught.value)

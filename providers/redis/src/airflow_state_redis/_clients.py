@@ -25,7 +25,7 @@ import redis.cluster
 import redis.connection
 import redis.retry
 import redis.sentinel
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
 from ._config import RedisSettings
 
@@ -102,6 +102,9 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
         primary["connection_class"] = _SentinelSSLConnection if sync else _AsyncSentinelSSLConnection
     else:
         primary["connection_class"] = _SentinelConnection if sync else _AsyncSentinelConnection
+    # One attempt per sentinel: discovery moves on to the next one, and the primary's connection
+    # retries the whole discovery with backoff.
+    sentinel["retry"] = (redis.retry.Retry if sync else redis.asyncio.retry.Retry)(NoBackoff(), 0)
     topology = settings.topology
     if topology.sentinel_username:
         sentinel["username"] = topology.sentinel_username

@@ -98,8 +98,8 @@ def get_provider_info() -> dict[str, Any]:
                     "retries": _option(
                         "Attempts after the first on a connection error or timeout (and, on a cluster, "
                         "a moved slot), with exponential backoff from 0.1 s to 2 s; default 8, about "
-                        "10 s, enough to ride through a failover. A retried write may apply twice "
-                        "(see the README).",
+                        "10 s, enough to ride through a failover. A write retried after a lost reply "
+                        "is applied once (see the README).",
                         "8",
                         type_="integer",
                     ),
