@@ -678,7 +678,7 @@ class Scale:
                 conn.exec_driver_sql(
                     "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_buffer_pool_size', "
                     "'innodb_buffer_pool_chunk_size', 'innodb_flush_log_at_trx_commit', "
-                    "'innodb_log_file_size', 'innodb_page_size')"
+                    "'innodb_log_file_size', 'innodb_page_size', 'innodb_flush_method')"
                 ).all()
             )
             pages = conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_total'").one()[1]
@@ -692,7 +692,9 @@ class Scale:
             f"{int(pages) * int(variables['innodb_page_size']) // mib}MB), "
             f"innodb_buffer_pool_chunk_size={chunk_text}, "
             f"innodb_log_file_size={int(variables['innodb_log_file_size']) // mib}MB, "
-            f"innodb_flush_log_at_trx_commit={variables['innodb_flush_log_at_trx_commit']}"
+            f"innodb_flush_log_at_trx_commit={variables['innodb_flush_log_at_trx_commit']}, "
+            # O_DIRECT: a page the pool lacks comes from the disk, not from the OS page cache.
+            f"innodb_flush_method={variables['innodb_flush_method']}"
         )
 
     # -- the run ------------------------------------------------------------------------------
