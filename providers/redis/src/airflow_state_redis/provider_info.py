@@ -12,11 +12,15 @@ from typing import Any
 
 
 def _option(
-    description: str, example: str | None, type_: str = "string", sensitive: bool = False
+    description: str,
+    example: str | None,
+    type_: str = "string",
+    sensitive: bool = False,
+    added: str = "0.1.0",
 ) -> dict[str, Any]:
     option: dict[str, Any] = {
         "description": description,
-        "version_added": "0.1.0",
+        "version_added": added,
         "type": type_,
         "example": example,
         "default": None,
@@ -64,23 +68,29 @@ def get_provider_info() -> dict[str, Any]:
                         "named by sentinel_master, found through sentinels; url then only gives the "
                         "password, database and TLS).",
                         "cluster",
+                        added="0.4.0",
                     ),
                     "sentinel_master": _option(
-                        "mode = sentinel: the service name the sentinels monitor.", "mymaster"
+                        "mode = sentinel: the service name the sentinels monitor.",
+                        "mymaster",
+                        added="0.4.0",
                     ),
                     "sentinels": _option(
                         "mode = sentinel: the sentinels as host:port separated by commas.",
                         "sentinel-1:26379,sentinel-2:26379,sentinel-3:26379",
+                        added="0.4.0",
                     ),
                     "sentinel_username": _option(
                         "mode = sentinel: the username for the sentinels themselves, if they require one.",
                         "sentinel",
+                        added="0.4.0",
                     ),
                     "sentinel_password": _option(
                         "mode = sentinel: the password of the sentinels themselves (the primary's "
                         "password goes in url or the connection).",
                         "secret",
                         sensitive=True,
+                        added="0.4.0",
                     ),
                     "wait_replicas": _option(
                         "After every write, wait until this many replicas acknowledged it (Redis WAIT) "
@@ -89,11 +99,13 @@ def get_provider_info() -> dict[str, Any]:
                         "lost if the primary fails before replicating it.",
                         "1",
                         type_="integer",
+                        added="0.4.0",
                     ),
                     "wait_timeout_ms": _option(
                         "How long a write waits for wait_replicas replicas (default 1000).",
                         "1000",
                         type_="integer",
+                        added="0.4.0",
                     ),
                     "retries": _option(
                         "Attempts after the first on a connection error or timeout (and, on a cluster, "
@@ -102,6 +114,7 @@ def get_provider_info() -> dict[str, Any]:
                         "is applied once (see the README).",
                         "8",
                         type_="integer",
+                        added="0.4.0",
                     ),
                 },
             }
