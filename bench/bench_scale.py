@@ -354,6 +354,27 @@ class Scale:
             )
         return int(size) / (1024 * 1024)
 
+    def task_state_parts(self) -> str:
+        """The MB of task_state's table and of each of its indexes: which part outgrows the cache."""
+        from sqlalchemy import text
+
+        if self.db == "postgres":
+            query = (
+                "SELECT 'table', pg_relation_size('task_state') UNION ALL "
+                "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                "WHERE indrelid = 'task_state'::regclass"
+            )
+        else:
+            # InnoDB's clustered PRIMARY index is the table; sizes from the persistent statistics
+            # that ANALYZE TABLE has just refreshed.
+            query = (
+                "SELECT index_name, stat_value * @@innodb_page_size FROM mysql.innodb_index_stats "
+                "WHERE database_name = DATABASE() AND table_name = 'task_state' AND stat_name = 'size'"
+            )
+        with self.engine.connect() as conn:
+            parts = conn.execute(text(query)).all()
+        return ", ".join(f"{name} {int(size) / (1024 * 1024):.0f}" for name, size in parts)
+
     def cache_misses(self) -> int:
         """
         Pages read into the database's page cache so far: blocks read into shared_buffers
@@ -713,7 +734,7 @@ class Scale:
             print(
                 f"\nfilled to {size} scale rows: task_state {rows}, asset_state {asset_rows}, "
                 f"in {fill:.1f} s (with ANALYZE); task_state with its indexes "
-                f"{self.task_state_megabytes():.0f} MB",
+                f"{self.task_state_megabytes():.0f} MB ({self.task_state_parts()})",
                 flush=True,
             )
             result = self.measure(size)
