@@ -1,5 +1,7 @@
 """
-Task state through the API against the backend called directly, measured side by side in one run.
+Task state through the API against the backend called directly, measured side by side in one run;
+then a checkpoint of 100 offsets, as one batch (``set_many``/``get_many``) against 100 single calls,
+through the API and on the backend.
 
 A real ``airflow api-server`` (with scheduler and dag processor: the test deployment) runs on
 PostgreSQL, and a task of a bench DAG stays running meanwhile. One side is what that task's code
@@ -79,7 +81,7 @@ def wait_until_running(deployment) -> dict:
 def run(args, ti: dict, credential: str) -> None:
     from airflow.state import codec
     from airflow.state.metastore import MetastoreStateBackend
-    from airflow.state.protocol import task_value_path
+    from airflow.state.protocol import task_value_path, task_values_path
     from airflow.state.worker import client as state_client
     from airflow_shared.state import TaskScope
 
@@ -120,6 +122,66 @@ def run(args, ti: dict, credential: str) -> None:
     for op, by_side in medians.items():
         api, direct = by_side["api"], by_side["backend"]
         print(f"{op:<5}{api:>12.0f}{direct:>16.0f}{api / direct:>13.2f}")
+
+    checkpoints(args, client, backend, scope, value_path, task_values_path(client.ti_id))
+
+
+def checkpoints(args, client, backend, scope, value_path: str, values_path: str) -> None:
+    """100 offsets written and read back: one batch against 100 calls, through the API and direct."""
+    import json
+
+    offsets = {f"partition-{p}": p * 1000 for p in range(100)}
+    stored = {key: str(offset) for key, offset in offsets.items()}
+    batch_body = json.dumps({"values": offsets})
+    keys_body = json.dumps({"keys": list(offsets)})
+
+    def api_singles_set(i: int) -> None:
+        for key, offset in offsets.items():
+            client.request("PUT", value_path, params={"key": key}, content=f'{{"value":{offset + i}}}')
+
+    def api_singles_get(i: int) -> None:
+        for key in offsets:
+            client.request("GET", value_path, params={"key": key})
+
+    def backend_singles_set(i: int) -> None:
+        for key, text in stored.items():
+            backend.set(scope, key, text)
+
+    def backend_singles_get(i: int) -> None:
+        for key in stored:
+            backend.get(scope, key)
+
+    ops = max(args.ops // 100, 5)
+    medians = measure(
+        {
+            "set 100 (api)": {
+                "batch": lambda i: client.request("PUT", values_path, content=batch_body),
+                "singles": api_singles_set,
+            },
+            "get 100 (api)": {
+                "batch": lambda i: client.request("POST", values_path + "/read", content=keys_body).json(),
+                "singles": api_singles_get,
+            },
+            "set 100 (backend)": {
+                "batch": lambda i: backend.set_many(scope, stored),
+                "singles": backend_singles_set,
+            },
+            "get 100 (backend)": {
+                "batch": lambda i: backend.get_many(scope, list(stored)),
+                "singles": backend_singles_get,
+            },
+        },
+        ops,
+        args.rounds,
+    )
+    print(
+        "\nA checkpoint of 100 offsets: one batch vs 100 single calls (PostgreSQL), "
+        f"{args.rounds} rounds x {ops}"
+    )
+    print(f"{'op':<19}{'batch ms':>10}{'singles ms':>12}{'speed-up':>10}")
+    for op, by_side in medians.items():
+        batch, singles = 1000 / by_side["batch"], 1000 / by_side["singles"]
+        print(f"{op:<19}{batch:>10.2f}{singles:>12.2f}{singles / batch:>9.1f}x")
 
 
 if __name__ == "__main__":
