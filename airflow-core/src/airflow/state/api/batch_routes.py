@@ -10,6 +10,7 @@ with one bad entry is refused whole, naming the entry, and writes nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow.state import codec, config, manage
@@ -40,8 +41,7 @@ from airflow.state.protocol import (
     TTL_FIELD,
     Reason,
 )
-from airflow_shared.state import StateScope, validate_many_keys
-from airflow_shared.state.many import MAX_MANY_KEYS
+from airflow_shared.state import StateScope, validate_batch_size, validate_key, validate_many_keys
 from fastapi import APIRouter, Depends, Request
 
 router = APIRouter()
@@ -61,22 +61,26 @@ async def _keys_body(request: Request, claims: Claims) -> list[str]:
     keys = document.get("keys")
     if not isinstance(keys, list):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_KEYS_SHAPE}")
+    _checked_size(len(keys))
     try:
         return validate_many_keys(keys)
     except (TypeError, ValueError) as error:
-        raise unprocessable(_reason_for(error, len(keys)), error) from None
+        raise unprocessable(Reason.INVALID_KEY, error) from None
 
 
-def _reason_for(error: Exception, count: int) -> Reason:
-    return Reason.INVALID_REQUEST if count > MAX_MANY_KEYS else Reason.INVALID_KEY
+def _checked_size(count: int) -> None:
+    try:
+        validate_batch_size(count, "a batch")
+    except ValueError as error:
+        raise unprocessable(Reason.INVALID_REQUEST, error) from None
 
 
+@dataclass(frozen=True)
 class _ValuesBody:
     """A batch write's body: each key's value as stored text, and the batch's ``ttl``."""
 
-    def __init__(self, texts: dict[str, str], ttl: manage.Ttl) -> None:
-        self.texts = texts
-        self.ttl = ttl
+    texts: dict[str, str]
+    ttl: manage.Ttl
 
 
 async def _values_body(request: Request, claims: Claims) -> _ValuesBody:
@@ -86,12 +90,13 @@ async def _values_body(request: Request, claims: Claims) -> _ValuesBody:
     values = document.get("values")
     if not isinstance(values, dict):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_VALUES_SHAPE}")
-    try:
-        validate_many_keys(list(values), "set_many")
-    except (TypeError, ValueError) as error:
-        raise unprocessable(_reason_for(error, len(values)), error) from None
+    _checked_size(len(values))
     texts = {}
     for key, value in values.items():
+        try:
+            validate_key(key)
+        except ValueError as error:
+            raise unprocessable(Reason.INVALID_KEY, error) from None
         try:
             texts[key] = codec.encode(value)
         except (TypeError, ValueError) as error:

@@ -43,12 +43,12 @@ from airflow.state.protocol import (
 from airflow.state.worker.client import StateClient
 from airflow.state.worker.options import Versioned, ttl_field
 from airflow_shared.state import (
+    validate_batch_size,
     validate_increment,
     validate_key,
     validate_many_keys,
     validate_write_options,
 )
-from airflow_shared.state.many import MAX_MANY_KEYS
 
 _OUTSIDE_TASK = (
     "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
@@ -257,11 +257,7 @@ class _StateNamespace:
             raise TypeError(
                 f"{self._what}.set_many takes a mapping of keys to values, got {type(values).__name__}"
             )
-        if len(values) > MAX_MANY_KEYS:
-            raise ValueError(
-                f"{self._what}.set_many takes at most {MAX_MANY_KEYS} keys per call, got {len(values)}; "
-                "split it into several calls"
-            )
+        validate_batch_size(len(values), f"{self._what}.set_many")
         if not values:
             return {}
         return self._many("PUT", "", _many_body(values, ttl_field(ttl), self._what)).json()["versions"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .backend import BaseStateBackend
 from .entries import StateEntry, StateEntryPage, validate_listing
-from .many import MAX_MANY_KEYS, validate_many_keys, validate_many_values
+from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 from .writes import (
@@ -49,6 +49,7 @@ __all__ = [
     "counter_value",
     "dag_run_uid",
     "incremented",
+    "validate_batch_size",
     "validate_increment",
     "validate_key",
     "validate_listing",

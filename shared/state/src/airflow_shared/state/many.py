@@ -16,10 +16,12 @@ from .validation import validate_key, validate_value
 MAX_MANY_KEYS = 1000
 
 
-def _too_many(count: int, what: str) -> ValueError:
-    return ValueError(
-        f"{what} takes at most {MAX_MANY_KEYS} keys per call, got {count}; split it into several calls"
-    )
+def validate_batch_size(count: int, what: str) -> None:
+    """Raise ``ValueError`` when a batch of *count* keys is larger than :data:`MAX_MANY_KEYS`."""
+    if count > MAX_MANY_KEYS:
+        raise ValueError(
+            f"{what} takes at most {MAX_MANY_KEYS} keys per call, got {count}; split it into several calls"
+        )
 
 
 def validate_many_keys(keys: object, what: str = "get_many/delete_many") -> list[str]:
@@ -32,8 +34,7 @@ def validate_many_keys(keys: object, what: str = "get_many/delete_many") -> list
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
         raise TypeError(f"{what} takes a list of keys, got {type(keys).__name__}: {keys!r:.60}")
     unique = list(dict.fromkeys(keys))  # type: ignore[call-overload]
-    if len(unique) > MAX_MANY_KEYS:
-        raise _too_many(len(unique), what)
+    validate_batch_size(len(unique), what)
     for key in unique:
         validate_key(key)
     return unique
@@ -49,8 +50,7 @@ def validate_many_values(values: object, what: str = "set_many") -> dict[str, st
     """
     if not isinstance(values, Mapping):
         raise TypeError(f"{what} takes a mapping of keys to values, got {type(values).__name__}")
-    if len(values) > MAX_MANY_KEYS:
-        raise _too_many(len(values), what)
+    validate_batch_size(len(values), what)
     checked = dict(values)
     for key, value in checked.items():
         validate_key(key)
