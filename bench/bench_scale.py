@@ -10,7 +10,8 @@ chunks), not through the backend: each size has size/1,000 dag runs of 10 tasks 
 PostgreSQL: the state an autovacuumed table is in), then, at that size:
 
 - get and set of a random key of a random task instance, through MetastoreStateBackend in this
-  process (p50/p99), and the same for random assets;
+  process (p50/p99), and the same for random assets; with the pages the gets had to read into the
+  database's cache, per get (where a get that grows with the table goes);
 - get in a task instance that holds 10,000 keys, keys() of it, and get_many of 100 of its keys;
 - DELETE of one dag run holding 1,000 state rows (the foreign key cascades to them);
 - `airflow db clean --tables dag_run` removing 1,000 old dag runs with 10 state rows each (the
