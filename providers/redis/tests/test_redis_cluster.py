@@ -92,12 +92,14 @@ def test_key_counts_and_cleanup_reach_every_primary(make_cluster_backend, cluste
 
     backend = make_cluster_backend()
     scopes = _scopes_on_every_primary(backend, cluster)
-    soon = datetime.now(UTC) + timedelta(milliseconds=300)
+    # Expiries far from now either way: a slow machine must not expire a key before it is counted.
+    later, earlier = datetime.now(UTC) + timedelta(hours=1), datetime.now(UTC) - timedelta(seconds=1)
     for n, scope in enumerate(scopes):
         backend.set_many(scope, {f"k{j}": "v" for j in range(n % 3 + 1)})
-        backend.write(scope, "fleeting", "x", expires_at=soon)
+        backend.write(scope, "fleeting", "x", expires_at=later)
     assert backend.key_counts(scopes) == [n % 3 + 2 for n in range(len(scopes))]
-    time.sleep(0.4)
+    for scope in scopes:
+        backend.write(scope, "fleeting", "x", expires_at=earlier)  # expired at once, still stored
     assert backend.key_counts(scopes) == [n % 3 + 1 for n in range(len(scopes))]
     # The expired keys of every primary are found (SCAN of each) and removed.
     assert backend.cleanup(now=datetime.now(UTC)) == len(scopes)
