@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -48,21 +47,14 @@ def handle_sentinels(handle: SentinelHandle) -> tuple[tuple[str, int], ...]:
 
 
 @pytest.fixture
-def make_sentinel_backend(sentinel):
-    created: list[RedisStateBackend] = []
-
-    def make(**overrides) -> RedisStateBackend:
-        options = {"key_prefix": f"test-{uuid.uuid4().hex[:12]}", "task_ttl_seconds": 3600}
-        options.update(overrides)
-        options.setdefault("topology", _topology(sentinel))
-        # The URL gives only the password (and database, TLS): the sentinels say where the primary is.
-        backend = RedisStateBackend(f"redis://:{PASSWORD}@/0", **options)
-        created.append(backend)
-        return backend
-
-    yield make
-    for backend in created:
-        backend.close()
+def make_sentinel_backend(make_backend, sentinel):
+    """
+    ``make(**overrides)``: conftest's ``make_backend`` behind the sentinels. The URL gives only the
+    password (and database, TLS): the sentinels say where the primary is.
+    """
+    return lambda **overrides: make_backend(
+        **{"url": f"redis://:{PASSWORD}@/0", "topology": _topology(sentinel), **overrides}
+    )
 
 
 class TestRedisSentinelConformance(StateBackendConformance):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 import uuid
@@ -196,10 +197,24 @@ class _WriteCall:
     args: list[bytes | str | int]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _AsyncConnection:
     client: _AsyncClient
     scripts: _Scripts[AsyncScript]
+    # redis-py's async cluster client loads the slot map on first use, and several coroutines
+    # doing so at once can share a connection still being opened ('NoneType' object has no
+    # attribute 'writelines'): the first caller loads it, the others wait.
+    ready: bool = False
+    ready_lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+
+    async def ensure_ready(self) -> _AsyncConnection:
+        if not self.ready:
+            async with self.ready_lock:
+                if not self.ready:
+                    if isinstance(self.client, redis.asyncio.cluster.RedisCluster):
+                        await self.client.initialize()
+                    self.ready = True
+        return self
 
 
 async def _close_async(connection: _AsyncConnection) -> None:
@@ -537,7 +552,7 @@ class RedisStateBackend(BaseStateBackend):
     ) -> VersionedValue | None:
         (name, meta_name), field = self._read_target(scope, key)
         with self._reachable():
-            connection = await self._async.get()
+            connection = await self._async_connection()
             async with connection.client.pipeline(transaction=True) as pipe:
                 pipe.hget(name, field)
                 pipe.hget(meta_name, field)
@@ -597,7 +612,7 @@ class RedisStateBackend(BaseStateBackend):
             return {}
         fields = [_utf8(key, "key") for key in wanted]
         with self._reachable():
-            connection = await self._async.get()
+            connection = await self._async_connection()
             async with connection.client.pipeline(transaction=True) as pipe:
                 pipe.hmget(names[0], fields)
                 pipe.hmget(names[1], fields)
@@ -626,7 +641,7 @@ class RedisStateBackend(BaseStateBackend):
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
         with self._reachable():
-            connection = await self._async.get()
+            connection = await self._async_connection()
             fields = await connection.scripts.live_fields(keys=self._names(scope), args=[_now_micros()])
         return sorted(_field_text(field) for field in fields)
 
@@ -673,6 +688,10 @@ class RedisStateBackend(BaseStateBackend):
                 state = self._sync_state
         return state
 
+    async def _async_connection(self) -> _AsyncConnection:
+        """This event loop's client, ready for concurrent use."""
+        return await (await self._async.get()).ensure_ready()
+
     def _connect_async(self) -> _AsyncConnection:
         client = async_client(self._settings)
         return _AsyncConnection(client=client, scripts=_async_scripts(client))
@@ -701,7 +720,7 @@ class RedisStateBackend(BaseStateBackend):
             # layout (a cluster needs the slot's node itself), so it runs in a worker thread.
             return await asyncio.to_thread(self._apply, script_name, keys, args)
         with self._reachable():
-            connection = await self._async.get()
+            connection = await self._async_connection()
             script: AsyncScript = getattr(connection.scripts, script_name)
             return await script(keys=keys, args=args)
 
