@@ -100,27 +100,9 @@ def main() -> None:
     run_database(args.db[0], args)
 
 
-# A task that stays running while the benchmark speaks for it with its credential (bench_api.py).
-HOLDER_DAG = """
-import time
-from datetime import datetime
-from pathlib import Path
-from airflow.sdk import dag, task
-
-@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
-def bench_holder():
-    @task
-    def hold():
-        while not (Path(__file__).parent / "release").exists():
-            time.sleep(0.5)
-    hold()
-
-bench_holder()
-"""
-
-
 def run_database(db: str, args) -> None:
-    from bench_api import wait_until_running
+    # The bench task that stays running while this process speaks for it: bench_api.py's.
+    from bench_api import HOLDER_DAG, wait_until_running
     from state_testing.deployment import airflow_deployment
 
     dags = Path(tempfile.mkdtemp(prefix="state-bench-dags-"))

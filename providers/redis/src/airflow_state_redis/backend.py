@@ -378,10 +378,9 @@ class RedisStateBackend(BaseStateBackend):
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
         """Values of *keys*: one MULTI/EXEC of two HMGETs, so a batch is never seen half written."""
-        names, wanted = self._many_target(scope, keys)
+        names, wanted, fields = self._many_target(scope, keys)
         if not wanted:
             return {}
-        fields = [_utf8(key, "key") for key in wanted]
         with self._reachable(), self._client.pipeline(transaction=True) as pipe:
             pipe.hmget(names[0], fields)
             pipe.hmget(names[1], fields)
@@ -405,9 +404,9 @@ class RedisStateBackend(BaseStateBackend):
 
     def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
         """Delete *keys* in one Lua script."""
-        _, wanted = self._many_target(scope, keys)
-        if wanted:
-            self._apply(*self._delete_call(scope, [_utf8(key, "key") for key in wanted]))
+        _, _, fields = self._many_target(scope, keys)
+        if fields:
+            self._apply(*self._delete_call(scope, fields))
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
@@ -607,10 +606,9 @@ class RedisStateBackend(BaseStateBackend):
     async def aget_many(
         self, scope: StateScope, keys: Iterable[str], *, session: Any = None
     ) -> dict[str, str]:
-        names, wanted = self._many_target(scope, keys)
+        names, wanted, fields = self._many_target(scope, keys)
         if not wanted:
             return {}
-        fields = [_utf8(key, "key") for key in wanted]
         with self._reachable():
             connection = await self._async_connection()
             async with connection.client.pipeline(transaction=True) as pipe:
@@ -634,9 +632,9 @@ class RedisStateBackend(BaseStateBackend):
         return _versions(keys, await self._aapply("set_many", call.keys, call.args))
 
     async def adelete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
-        _, wanted = self._many_target(scope, keys)
-        if wanted:
-            await self._aapply(*self._delete_call(scope, [_utf8(key, "key") for key in wanted]))
+        _, _, fields = self._many_target(scope, keys)
+        if fields:
+            await self._aapply(*self._delete_call(scope, fields))
 
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         _validate_scope(scope)
@@ -724,13 +722,16 @@ class RedisStateBackend(BaseStateBackend):
             script: AsyncScript = getattr(connection.scripts, script_name)
             return await script(keys=keys, args=args)
 
-    def _many_target(self, scope: StateScope, keys: Iterable[str]) -> tuple[list[str], list[str]]:
-        """Validate a batch of keys (before any I/O): the scope's hashes and the keys, deduplicated."""
+    def _many_target(
+        self, scope: StateScope, keys: Iterable[str]
+    ) -> tuple[list[str], list[str], list[bytes]]:
+        """
+        Validate a batch of keys (before any I/O): the scope's hashes, the keys deduplicated, and
+        the hash fields they address.
+        """
         _validate_scope(scope)
         wanted = validate_many_keys(keys)
-        for key in wanted:
-            _utf8(key, "key")
-        return self._names(scope), wanted
+        return self._names(scope), wanted, [_utf8(key, "key") for key in wanted]
 
     def _delete_call(self, scope: StateScope, fields: list[bytes]) -> tuple[str, list[str], list[Any]]:
         """The DELETE_MANY call for *fields* of *scope* (one key is a batch of one)."""
