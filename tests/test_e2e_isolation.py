@@ -93,12 +93,9 @@ def test_a_hostile_task_cannot_read_or_change_another_dags_state(deployment, sha
     refused = [a for a in attempts if a["status"] in (401, 403)]
     assert refused == attempts, [a for a in attempts if a not in refused]
     by_name = {a["name"]: a for a in attempts}
-    assert by_name["victim's challenge proven in own fields"]["detail"]["reason"] == "proof_not_found"
+    assert by_name["victim's proof written in own fields"]["detail"]["reason"] == "proof_not_found"
     assert by_name["Airflow token: write the victim's rendered fields"]["status"] == 403
-    assert (
-        by_name["victim's challenge after the Airflow token's writes"]["detail"]["reason"]
-        == "proof_not_found"
-    )
+    assert by_name["victim's proof after the Airflow token's writes"]["detail"]["reason"] == "proof_not_found"
     assert by_name["own credential: write victim asset"]["detail"]["reason"] == "asset_not_declared"
     assert by_name["own credential: read"]["detail"]["reason"] == "forbidden"
 

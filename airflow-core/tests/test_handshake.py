@@ -11,7 +11,7 @@ from uuid import UUID
 
 import jwt
 import pytest
-from airflow.state.api.credentials import TaskInstanceClaims, issue_challenge, issue_credential
+from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
 from airflow.state.api.signing_keys import forget_configured_keys, signing_key
 from airflow.state.protocol import PROOF_FIELD, proof
 from sqlalchemy import select
@@ -49,25 +49,17 @@ def other_task_instance_id(claims: TaskInstanceClaims) -> str:
         )
 
 
-def challenge_for(api, ti_id: str) -> str:
-    answer = api.post("/challenges", json={"task_instance_id": ti_id})
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["field"] == PROOF_FIELD
-    return answer.json()["challenge"]
-
-
-def redeem(api, challenge: str, verifier: str = VERIFIER):
-    return api.post("/credentials", json={"challenge": challenge, "verifier": verifier})
+def redeem(api, ti_id: str, verifier: str = VERIFIER):
+    return api.post("/credentials", json={"task_instance_id": ti_id, "verifier": verifier})
 
 
 def bearer(credential: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
-def test_a_proven_challenge_gives_a_credential_for_that_task_instance_and_try(api, running):
-    challenge = challenge_for(api, running.ti_id)
-    put_rendered_fields(running.ti_id, {"bash_command": "echo", PROOF_FIELD: proof(challenge, VERIFIER)})
-    granted = redeem(api, challenge)
+def test_a_proof_gives_a_credential_for_that_task_instance_and_try(api, running):
+    put_rendered_fields(running.ti_id, {"bash_command": "echo", PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    granted = redeem(api, running.ti_id)
     assert granted.status_code == 200, granted.text
     assert granted.json()["expires_in"] == 600
     credential = granted.json()["credential"]
@@ -81,69 +73,90 @@ def test_a_proven_challenge_gives_a_credential_for_that_task_instance_and_try(ap
     written = api.put(**at(running, "via_handshake"), json={"value": 1}, headers=bearer(credential))
     assert written.status_code == 200 and written.json() == {"key": "via_handshake", "version": 1}
     assert api.get(**at(running, "via_handshake"), headers=bearer(credential)).json()["value"] == 1
+    # One proof serves every process of the try: each redeems it with the verifier they share.
+    assert redeem(api, running.ti_id).status_code == 200
 
 
-def test_without_the_proof_a_challenge_is_worth_nothing(api, running):
-    challenge = challenge_for(api, running.ti_id)
+def test_without_the_proof_a_verifier_is_worth_nothing(api, running):
     put_rendered_fields(running.ti_id, {"bash_command": "echo"})
-    missing = redeem(api, challenge)
+    missing = redeem(api, running.ti_id)
     assert missing.status_code == 403 and detail(missing)["reason"] == "proof_not_found"
     assert "only the supervisor" in detail(missing)["message"]
 
     # Who reads the rendered fields (the UI shows them) sees the proof, never the verifier.
-    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
-    for guess in (proof(challenge, VERIFIER), "w" * 43):
-        assert redeem(api, challenge, guess).status_code == 403
-
-    # The proof of one challenge does not prove another.
-    second = challenge_for(api, running.ti_id)
-    assert redeem(api, second).status_code == 403
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    for guess in (proof(running.ti_id, VERIFIER), "w" * 43, VERIFIER + "x"):
+        refused = redeem(api, running.ti_id, guess)
+        assert refused.status_code == 403 and detail(refused)["reason"] == "proof_not_found"
 
 
 def test_a_proof_in_another_task_instances_fields_proves_nothing(api, running):
-    """A task asks a challenge for its victim's id, then proves it in its own rendered fields."""
+    """A task proves a verifier for its victim's id where it can write: its own rendered fields."""
     attacker = other_task_instance_id(running)
-    challenge = challenge_for(api, running.ti_id)
+    attacking = TaskInstanceClaims(attacker, "", "", "", -1, 0)
+    set_ti_state(attacking, "running")
     put_rendered_fields(running.ti_id, {"bash_command": "echo"})
-    put_rendered_fields(attacker, {PROOF_FIELD: proof(challenge, VERIFIER)})
-    refused = redeem(api, challenge)
+    put_rendered_fields(attacker, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    refused = redeem(api, running.ti_id)
     assert refused.status_code == 403 and detail(refused)["reason"] == "proof_not_found"
-    # And its own challenge, proven in its own fields, names its own task instance only.
-    own = challenge_for(api, attacker)
-    put_rendered_fields(attacker, {PROOF_FIELD: proof(own, VERIFIER)})
-    attackers_credential = redeem(api, own).json()["credential"]
+    # The proof of another task instance's id in its own fields does not prove its own either.
+    assert redeem(api, attacker).status_code == 403
+    # And its own proof, in its own fields, names its own task instance only.
+    put_rendered_fields(attacker, {PROOF_FIELD: proof(attacker, VERIFIER)})
+    attackers_credential = redeem(api, attacker).json()["credential"]
     assert jwt.decode(attackers_credential, options={"verify_signature": False})["sub"] == attacker
     on_the_victim = api.get(**at(running), headers=bearer(attackers_credential))
     assert on_the_victim.status_code == 403 and detail(on_the_victim)["reason"] == "forbidden"
+    set_ti_state(attacking, "success")
 
 
-@pytest.mark.parametrize("kind", ["expired", "other-key", "credential", "garbage", "unknown-ti"])
-def test_challenges_the_server_did_not_issue_now_are_refused(api, running, kind):
-    challenges = {
-        "expired": lambda: issue_challenge(running.ti_id, signing_key(), now=time.time() - 3600),
-        "other-key": lambda: issue_challenge(running.ti_id, b"k" * 32),
-        "credential": lambda: issue_credential(running, signing_key()),
-        "garbage": lambda: "not-a-challenge",
-        "unknown-ti": lambda: issue_challenge("01234567-89ab-7def-8123-456789abcdef", signing_key()),
-    }
-    challenge = challenges[kind]()
-    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
-    refused = redeem(api, challenge)
-    if kind == "unknown-ti":
-        assert refused.status_code == 403 and "does not exist" in detail(refused)["message"]
-    else:
-        assert refused.status_code == 401 and detail(refused)["reason"] == "invalid_token"
+@pytest.mark.parametrize("state", ["success", "failed", "up_for_retry", "queued", "deferred", "restarting"])
+def test_a_try_that_is_not_running_gets_no_credential(api, running, state):
+    """
+    A process left behind by a try that ended, with its verifier and its proof still in the
+    rendered fields, gets nothing new: only a running try may obtain a credential. What it already
+    holds keeps its documented lifetime (reads only).
+    """
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    held = redeem(api, running.ti_id).json()["credential"]
+    set_ti_state(running, state)
+    refused = redeem(api, running.ti_id)
+    assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
+    assert f"is {state}" in detail(refused)["message"]
+    assert api.get(**at(running), headers=bearer(held)).status_code in (200, 404)
+    written = api.put(**at(running), json={"value": 1}, headers=bearer(held))
+    assert written.status_code == 403 and detail(written)["reason"] == "not_running"
+
+
+def test_a_task_instance_that_is_gone_gets_no_credential(api, running):
+    """A try's id names that try only: once a newer try started, the old id is gone from the table."""
+    gone = "01234567-89ab-7def-8123-456789abcdef"
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(gone, VERIFIER)})
+    refused = redeem(api, gone)
+    assert refused.status_code == 403 and "does not exist" in detail(refused)["message"]
 
 
 @pytest.mark.parametrize(
     "body",
-    [{"challenge": "c", "verifier": "short"}, {"challenge": "c" * 5000, "verifier": VERIFIER}, {"task": 1}],
-    ids=["short-verifier", "huge-challenge", "no-fields"],
+    [
+        {"task_instance_id": "01234567-89ab-7def-8123-456789abcdef", "verifier": "short"},
+        {"task_instance_id": "01234567-89ab-7def-8123-456789abcdef", "verifier": "v" * 257},
+        {"task_instance_id": "not-a-uuid", "verifier": VERIFIER},
+        {"verifier": VERIFIER},
+        {"task": 1},
+    ],
+    ids=["short-verifier", "long-verifier", "not-a-uuid", "no-task-instance", "no-fields"],
 )
 def test_malformed_handshake_bodies_are_422(api, body):
     refused = api.post("/credentials", json=body)
     assert refused.status_code == 422 and detail(refused)["reason"] == "invalid_request"
-    assert api.post("/challenges", json={"task_instance_id": "not-a-uuid"}).status_code == 422
+
+
+def test_a_task_process_of_an_earlier_release_is_told_to_upgrade(api, running):
+    """Workers of 0.4 asked for a challenge first: they fail with a message that says what to do."""
+    answer = api.post("/challenges", json={"task_instance_id": running.ti_id})
+    assert answer.status_code == 410 and detail(answer)["reason"] == "invalid_request"
+    assert "same version of airflow-task-state on the workers" in detail(answer)["message"]
 
 
 def test_a_running_try_renews_its_credential_an_ended_one_cannot(api, running):
@@ -201,13 +214,12 @@ def test_the_key_derives_from_airflows_jwt_secret_or_private_key_without_any_set
     from_private_key = signing_key()
     assert len({from_secret, from_private_key, pem}) == 3
 
-    challenge = challenge_for(api, running.ti_id)
-    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(challenge, VERIFIER)})
-    assert redeem(api, challenge).status_code == 200
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    assert redeem(api, running.ti_id).status_code == 200
 
     monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "too-short")
     forget_configured_keys()
-    short = api.post("/challenges", json={"task_instance_id": running.ti_id})
+    short = redeem(api, running.ti_id)
     assert short.status_code == 503 and "at least 32 characters" in detail(short)["message"]
     forget_configured_keys()
 
@@ -222,10 +234,9 @@ def task_client(api, running, monkeypatch):
     rendered fields) done as the Execution API does it. Returns a client factory and the paths
     requested, in order.
     """
-    import contextlib
     from types import SimpleNamespace
 
-    from airflow.state.worker import client
+    from airflow.state.worker import client, handshake
 
     requested: list[str] = []
     send = api.request
@@ -234,15 +245,15 @@ def task_client(api, running, monkeypatch):
         requested.append(f"{method} {url}")
         return send(method, url, *args, **kwargs)
 
-    @contextlib.contextmanager
-    def through_the_execution_api(ti, field, value):
-        put_rendered_fields(str(ti.id), {"bash_command": "echo", field: value})
-        yield
-        put_rendered_fields(str(ti.id), {"bash_command": "echo"})
+    def through_the_execution_api(ti, fields):
+        requested.append("SetRenderedFields")
+        put_rendered_fields(str(ti.id), fields)
 
     monkeypatch.setattr(api, "request", recording)
     monkeypatch.setattr(client, "_sync_client", lambda base_url, in_process: api)
-    monkeypatch.setattr(client, "proof_in_rendered_fields", through_the_execution_api)
+    monkeypatch.setattr(handshake, "_send", through_the_execution_api)
+    monkeypatch.setattr(handshake, "_rendered_fields", lambda ti: {"bash_command": "echo"})
+    monkeypatch.setattr(handshake, "_proofs", {})
     monkeypatch.setattr(client, "_credentials", {})
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://testserver")
     ti = SimpleNamespace(id=running.ti_id)
@@ -257,7 +268,7 @@ def test_concurrent_first_calls_of_a_process_share_one_handshake(task_client, ru
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: new_client().request("GET", keys).status_code, range(16)))
     assert answers == [200] * 16
-    assert requested.count("POST /challenges") == requested.count("POST /credentials") == 1
+    assert requested.count("SetRenderedFields") == requested.count("POST /credentials") == 1
     assert requested.count(f"GET {keys}") == 16
 
 
@@ -272,13 +283,14 @@ def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
     [(cache_key, held)] = client._credentials.items()
     client._credentials[cache_key] = client._Credential(held.token, renew_at=0.0, expires_at=held.expires_at)
     assert new_client().request("GET", keys).status_code == 200
-    assert requested.count("POST /credentials/renew") == 1 and requested.count("POST /challenges") == 1
+    assert requested.count("POST /credentials/renew") == 1 and requested.count("POST /credentials") == 1
 
     # The server's key changes without a previous key: the credential is refused, the client proves again.
     monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "rotated-without-notice-" + "r" * 40)
     forget_configured_keys()
     assert new_client().request("GET", keys).status_code == 200
-    assert requested.count("POST /challenges") == 2
+    # A new credential for the proof already there: no second write through the supervisor.
+    assert requested.count("POST /credentials") == 2 and requested.count("SetRenderedFields") == 1
 
     # Once the try has ended, renewal is refused: the credential it holds still reads, never writes.
     from airflow.state import StateAccessDeniedError
@@ -291,3 +303,16 @@ def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
         new_client().request(
             "PUT", f"/task-instances/{running.ti_id}/value", params={"key": "k"}, json={"value": 1}
         )
+
+
+def test_a_proof_replaced_since_it_was_written_is_written_again(task_client, running):
+    """The task runner rewrites the rendered fields after some tasks (overwrite_rtif_after_execution)."""
+    from airflow.state.worker import client
+
+    new_client, requested = task_client
+    keys = f"/task-instances/{running.ti_id}/keys"
+    assert new_client().request("GET", keys).status_code == 200
+    put_rendered_fields(running.ti_id, {"bash_command": "echo"})
+    client._credentials.clear()
+    assert new_client().request("GET", keys).status_code == 200
+    assert requested.count("SetRenderedFields") == 2 and requested.count("POST /credentials") == 3

@@ -181,10 +181,10 @@ def signed_with_the_servers_key(claims: TaskInstanceClaims, **overrides) -> dict
             "expired",
         ),
         ({"iat": int(time.time()) + 3600, "exp": int(time.time()) + 3700}, "issued in the future"),
-        ({"aud": "airflow-task-state:challenge"}, "Audience"),
+        ({"aud": "airflow-task-state:other"}, "Audience"),
         ({"sub": "someone-else"}, "subject"),
     ],
-    ids=["exp-in-10-years", "iat-5-years-ago", "old-but-short", "future-iat", "challenge-audience", "sub"],
+    ids=["exp-in-10-years", "iat-5-years-ago", "old-but-short", "future-iat", "other-audience", "sub"],
 )
 def test_the_server_caps_what_a_credential_says_about_itself(api, running, overrides, message):
     response = api.get(**at(running), headers=signed_with_the_servers_key(running, **overrides))
@@ -227,8 +227,8 @@ def test_server_without_any_key_says_what_to_set(monkeypatch, exercise_ti):
     headers = {"Authorization": "Bearer anything"}
     with TestClient(create_app()) as client:
         response = client.get(**at(exercise_ti), headers=headers)
-        challenge = client.post("/challenges", json={"task_instance_id": exercise_ti.ti_id})
-    for refused in (response, challenge):
+        renewal = client.post("/credentials/renew", headers=headers)
+    for refused in (response, renewal):
         assert refused.status_code == 503 and detail(refused)["reason"] == "misconfigured"
         assert "Set [state] session_key" in detail(refused)["message"]
     forget_configured_keys()

@@ -169,24 +169,22 @@ def isolation_hostile():
         # 3. Its own, valid credential, aimed at the victim.
         every_victim_operation("own credential", bearer(own))
 
-        # 4. A challenge for the victim, proven where it can write: its own rendered fields.
-        asked = http.post(f"{api}/challenges", json={"task_instance_id": victim["ti_id"]}).json()
+        # 4. A proof for the victim, written where it can write: its own rendered fields.
         verifier = "h" * 43
         task_runner.SUPERVISOR_COMMS.send(
-            SetRenderedFields(rendered_fields={PROOF_FIELD: proof(asked["challenge"], verifier)})
+            SetRenderedFields(rendered_fields={PROOF_FIELD: proof(victim["ti_id"], verifier)})
         )
         redeemed = http.post(
-            f"{api}/credentials", json={"challenge": asked["challenge"], "verifier": verifier}
+            f"{api}/credentials", json={"task_instance_id": victim["ti_id"], "verifier": verifier}
         )
-        attempt("victim's challenge proven in own fields", redeemed)
+        attempt("victim's proof written in own fields", redeemed)
 
         # 5. Its supervisor's Airflow token, read from the forked frames.
         token = _airflow_token_from_memory()
         found["airflow_token"] = token is not None
         if token is not None:
             every_victim_operation("own Airflow token as credential", bearer(token))
-            asked = http.post(f"{api}/challenges", json={"task_instance_id": victim["ti_id"]}).json()
-            fields = {PROOF_FIELD: proof(asked["challenge"], verifier)}
+            fields = {PROOF_FIELD: proof(victim["ti_id"], verifier)}
             attempt(
                 "Airflow token: write the victim's rendered fields",
                 http.put(
@@ -200,8 +198,10 @@ def isolation_hostile():
             )
             found["airflow_token_wrote_own_fields"] = own_fields.status_code
             attempt(
-                "victim's challenge after the Airflow token's writes",
-                http.post(f"{api}/credentials", json={"challenge": asked["challenge"], "verifier": verifier}),
+                "victim's proof after the Airflow token's writes",
+                http.post(
+                    f"{api}/credentials", json={"task_instance_id": victim["ti_id"], "verifier": verifier}
+                ),
             )
 
         # 6. The credential of its earlier try.

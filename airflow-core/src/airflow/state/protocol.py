@@ -49,25 +49,26 @@ NEVER_EXPIRES = "never"
 
 KEY_PARAMETER = "key"
 
-# The handshake that gives a task process its credential (see airflow.state.worker.handshake):
-# ask for a challenge (POST), prove it through the supervisor, redeem it for a credential (POST);
+# The handshake that gives a task process its credential (see airflow.state.worker.handshake): the
+# task's supervisor writes the proof among the rendered fields, then the task redeems it (POST);
 # a running try renews its credential before it expires (POST, with the credential).
-CHALLENGES_PATH = "/challenges"
 CREDENTIALS_PATH = "/credentials"
 CREDENTIAL_RENEWAL_PATH = "/credentials/renew"
+# Where clients of 0.4 and earlier asked for a challenge first: now answers 410, saying to upgrade.
+RETIRED_CHALLENGES_PATH = "/challenges"
 
-# The rendered template field that carries the proof for the few milliseconds of a handshake. Its
-# name holds none of the words (token, secret, key...) that make Airflow mask a field's value.
+# The rendered template field that carries the proof while the try runs. Its name holds none of the
+# words (token, secret, key...) that make Airflow mask a field's value.
 PROOF_FIELD = "airflow_task_state_proof"
 
 
-def proof(challenge: str, verifier: str) -> str:
+def proof(task_instance_id: str, verifier: str) -> str:
     """
-    What the task's supervisor writes for it: a digest of the server's challenge and of a verifier
-    only the task process knows, so that anyone who reads the rendered fields (the UI shows them)
-    learns nothing they could redeem.
+    What the task's supervisor writes for it: a digest of the task instance id (so a try's id, as
+    every try has its own) and of a verifier only that try's processes know, so that anyone who
+    reads the rendered fields (the UI shows them) learns nothing they could redeem.
     """
-    return hashlib.sha256(f"{challenge}\n{verifier}".encode()).hexdigest()
+    return hashlib.sha256(f"airflow-task-state proof\n{task_instance_id}\n{verifier}".encode()).hexdigest()
 
 
 class Reason(StrEnum):

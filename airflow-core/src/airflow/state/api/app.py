@@ -35,7 +35,7 @@ def create_app() -> FastAPI:
         description=(
             "Task and asset state for code running in Airflow tasks (AIP-103). A task process first "
             "proves which task instance it runs, through its supervisor's authenticated Execution API "
-            "channel (`/challenges`, then `/credentials`); every state request then carries the "
+            "channel, then redeems that proof (`/credentials`); every state request then carries the "
             "short-lived credential it got, which names that task instance and try."
         ),
         version="1",

@@ -1,16 +1,15 @@
 """
-What the state API signs, and only the state API: handshake challenges, and the credentials a task
-process holds once it has proven which task instance it runs.
+What the state API signs, and only the state API: the credentials a task process holds once it has
+proven which task instance it runs.
 
-Both are JWTs signed with HS256 by a key from :mod:`airflow.state.api.signing_keys`, each with an
-audience of its own so neither can pass for the other. The server caps their lifetime whatever
-they claim: a credential whose ``exp`` is further than its lifetime from its ``iat``, or whose
-``iat`` is older than that, is refused even though its signature is good.
+They are JWTs signed with HS256 by a key from :mod:`airflow.state.api.signing_keys`, with an
+audience of their own, so no other token signed with a related key passes for one. The server caps
+their lifetime whatever they claim: a credential whose ``exp`` is further than its lifetime from its
+``iat``, or whose ``iat`` is older than that, is refused even though its signature is good.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -19,12 +18,9 @@ import jwt
 
 ALGORITHM = "HS256"
 CREDENTIAL_AUDIENCE = "airflow-task-state"
-CHALLENGE_AUDIENCE = "airflow-task-state:challenge"
 # A running try renews its credential when half of this is left (one handshake per task process);
 # a credential kept after its try ended works for what is left of this, for reads of its own state.
 CREDENTIAL_LIFETIME_SECONDS = 600
-# Enough for the supervisor to write the proof through the Execution API, with its retries.
-CHALLENGE_LIFETIME_SECONDS = 120
 # Workers' and API servers' clocks differ a little.
 CLOCK_LEEWAY_SECONDS = 30
 
@@ -64,20 +60,6 @@ def verify_credential(token: str, keys: Sequence[bytes], now: float | None = Non
     if payload.get("sub") != claims.ti_id:
         raise jwt.InvalidTokenError("credential's subject is not its task instance")
     return claims
-
-
-def issue_challenge(ti_id: str, key: bytes, now: float | None = None) -> str:
-    # The nonce makes every challenge, and so every proof, unique.
-    payload = {"sub": ti_id, "nonce": secrets.token_urlsafe(16)}
-    return _sign(payload, CHALLENGE_AUDIENCE, CHALLENGE_LIFETIME_SECONDS, key, now)
-
-
-def verify_challenge(challenge: str, keys: Sequence[bytes], now: float | None = None) -> str:
-    """The task instance id a valid challenge was issued for; ``jwt.InvalidTokenError`` otherwise."""
-    payload = _verify(challenge, CHALLENGE_AUDIENCE, CHALLENGE_LIFETIME_SECONDS, keys, now)
-    if not isinstance(payload.get("sub"), str):
-        raise jwt.InvalidTokenError("challenge names no task instance")
-    return payload["sub"]
 
 
 def _sign(payload: dict, audience: str, lifetime: int, key: bytes, now: float | None) -> str:

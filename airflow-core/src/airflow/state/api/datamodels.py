@@ -104,19 +104,8 @@ class StateKeysResponse(BaseModel):
 # Bounded, so an unauthenticated caller cannot make the server hash or parse large bodies.
 
 
-class ChallengeRequest(BaseModel):
-    task_instance_id: UUID
-
-
-class ChallengeResponse(BaseModel):
-    challenge: str
-    # Where the task's supervisor must put protocol.proof(challenge, verifier).
-    field: str
-    expires_in: int
-
-
 class CredentialRequest(BaseModel):
-    challenge: str = Field(max_length=2048)
+    task_instance_id: UUID
     verifier: str = Field(min_length=32, max_length=256)
 
 

@@ -12,7 +12,7 @@ from airflow.state.api.errors import refusal, unprocessable
 from airflow.state.api.signing_keys import verification_keys
 from airflow.state.metastore.engine import execute
 from airflow.state.metastore.run_identity import dag_run_uid
-from airflow.state.protocol import CHALLENGES_PATH, Reason
+from airflow.state.protocol import CREDENTIALS_PATH, Reason
 from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,7 +20,7 @@ from sqlalchemy import Select, and_, bindparam, exists, select
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description=f"A task credential, obtained through the handshake that starts at {CHALLENGES_PATH}",
+    description=f"A task credential, obtained through the handshake that ends at {CREDENTIALS_PATH}",
 )
 
 

@@ -24,8 +24,8 @@ serves the same app in-process instead (no API server, no handshake, no configur
 
 from __future__ import annotations
 
+import logging
 import os
-import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -44,17 +44,17 @@ from airflow.state.exceptions import (
     StateUnsupportedError,
 )
 from airflow.state.protocol import (
-    CHALLENGES_PATH,
     CREDENTIAL_RENEWAL_PATH,
     CREDENTIALS_PATH,
     IF_VERSION_PARAMETER,
     KEY_PARAMETER,
     Reason,
-    proof,
 )
-from airflow.state.worker.handshake import proof_in_rendered_fields
+from airflow.state.worker.handshake import verifier_with_proof
 
-__all__ = ["RetryPolicy", "StateClient"]
+__all__ = ["RetryPolicy", "StateClient", "start_handshake"]
+
+log = logging.getLogger(__name__)
 
 
 def _in_process() -> bool:
@@ -118,6 +118,16 @@ _credentials: dict[tuple[int, str], _Credential] = {}
 _credentials_lock = threading.Lock()
 # Stop using a credential this long before it expires: the request may wait in retries.
 _EXPIRY_MARGIN_SECONDS = 60.0
+
+
+def _unlock_in_child() -> None:
+    # Task code forks (multiprocessing, executors): a child forked while another thread held a
+    # lock would wait for it forever. What the locks guard is keyed by pid, so a child starts clean.
+    global _clients_lock, _credentials_lock
+    _clients_lock, _credentials_lock = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_in_child)
 
 
 class StateClient:
@@ -204,11 +214,18 @@ class StateClient:
         started = time.monotonic()
         if self.in_process:
             return _held(_mint_in_process(self.ti), started)
-        asked = self._post(CHALLENGES_PATH, {"task_instance_id": self.ti_id})
-        challenge, verifier = asked["challenge"], secrets.token_urlsafe(32)
-        with proof_in_rendered_fields(self.ti, asked["field"], proof(challenge, verifier)):
-            granted = self._post(CREDENTIALS_PATH, {"challenge": challenge, "verifier": verifier})
-        return _held(granted, started)
+        answer = self._redeem(verifier_with_proof(self.ti))
+        if answer.status_code == 403 and _reason(answer)[0] == Reason.PROOF_NOT_FOUND.value:
+            # The proof was replaced since it was written: the task runner rewrites the rendered
+            # fields after some tasks, and a process forked before the try's verifier was drawn
+            # writes one of its own. Write it again, once.
+            answer = self._redeem(verifier_with_proof(self.ti, rewrite=True))
+        return _held(_checked(answer).json(), started)
+
+    def _redeem(self, verifier: str) -> httpx.Response:
+        return self._send(
+            "POST", CREDENTIALS_PATH, json={"task_instance_id": self.ti_id, "verifier": verifier}
+        )
 
     def _renewed(self, held: _Credential) -> _Credential:
         if self.in_process:
@@ -223,8 +240,26 @@ class StateClient:
             # The try has ended (code in a callback): what is left of the credential still reads.
             return _Credential(held.token, renew_at=held.expires_at, expires_at=held.expires_at)
 
-    def _post(self, path: str, body: dict[str, str]) -> dict[str, Any]:
-        return _checked(self._send("POST", path, json=body)).json()
+
+def start_handshake(ti: Any) -> None:
+    """
+    Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: its first
+    state call then waits only for what is left of it, and a try that must clear its state when it
+    succeeds holds the credential it needs then (once a try has ended, it gets no new one).
+    A failure here is left for the first call to meet again, and to report.
+    """
+    client = StateClient(ti)
+    if not client.in_process:
+        threading.Thread(
+            target=_quietly, args=(client._auth_header,), name="state-handshake", daemon=True
+        ).start()
+
+
+def _quietly(call: Any) -> None:
+    try:
+        call()
+    except Exception:
+        log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
 
 
 def _bearer(token: str) -> dict[str, str]:

@@ -2,44 +2,148 @@
 The task side of the handshake (the server side, and why it proves identity, is in
 :mod:`airflow.state.api.handshake`): the task process has its own supervisor write a proof among
 its rendered template fields, through the Execution API channel the supervisor authenticates with
-the try's own token, and puts the fields back right after.
+the try's own token. The task process never holds a key, and never sees the supervisor's token.
 
-The task process never holds a key, and never sees the supervisor's token.
+One proof serves every process of a try. Its verifier is drawn once per try, when the try starts
+(:func:`prepare`, called by the plugin's listener before the task's code runs), so the processes
+the task forks inherit it: whichever of them writes the proof first, the others find it there, and
+concurrent handshakes cannot overwrite each other's proof. It stays among the rendered fields while
+the try runs (it is worth nothing without the verifier, and a try that has ended gets no credential
+for it) and is removed when the try ends (:func:`withdraw`).
+
+The supervisor's channel is one socket, inherited by forked processes, and Airflow only guards it
+against threads: each exchange here holds an ``fcntl`` lock on a file inherited the same way, so
+two processes never interleave their frames. The handshake may run in a thread of its own (see
+:func:`airflow.state.worker.client.start_handshake`), so a fork waits for an exchange in flight to
+end: a child forked in the middle would inherit Airflow's channel lock held, for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import secrets
+import tempfile
+import threading
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import IO, Any
 
 from airflow.state.exceptions import StateUnavailableError
+from airflow.state.protocol import PROOF_FIELD, proof
+
+
+@dataclass
+class _TryProof:
+    verifier: str
+    # An open file the try's forked processes inherit, so one they all see: locked (fcntl locks
+    # are per process) around each exchange with the supervisor; its first byte says whether one
+    # of them has written the proof.
+    shared: IO[bytes] = field(default_factory=tempfile.TemporaryFile)
+
+    @property
+    def written(self) -> bool:
+        return os.pread(self.shared.fileno(), 1, 0) == b"1"
+
+    @written.setter
+    def written(self, value: bool) -> None:
+        os.pwrite(self.shared.fileno(), b"1" if value else b"0", 0)
+
+
+# By task instance id (each try has its own). Inherited by forked processes, which is the point.
+_proofs: dict[str, _TryProof] = {}
+_proofs_lock = threading.Lock()
+# Held by a thread of this process while it exchanges with the supervisor, and by a fork.
+_exchange_lock = threading.Lock()
+
+
+def prepare(ti: Any) -> None:
+    """Draw the try's verifier before the task's code runs, so that every process it forks shares it."""
+    _proof_of(str(ti.id))
+
+
+def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
+    """
+    The try's verifier, once its proof is among the task instance's rendered fields: written now
+    unless a process of the try already wrote it; with *rewrite*, written again (it may have been
+    replaced: the task runner rewrites the rendered fields after some tasks).
+    """
+    held = _proof_of(str(ti.id))
+    with _supervisor_channel(held):
+        if rewrite or not held.written:
+            _send(ti, {**_rendered_fields(ti), PROOF_FIELD: proof(str(ti.id), held.verifier)})
+            held.written = True
+    return held.verifier
+
+
+def withdraw(ti: Any) -> None:
+    """Put the rendered fields back as the task runner wrote them, if a process of the try wrote the proof."""
+    held = _proofs.get(str(ti.id))
+    if held is None:
+        return
+    with _supervisor_channel(held):
+        if held.written:
+            # Airflow's Execution API cannot store empty rendered fields (it would render the task's
+            # templates instead, and has no task there): a task without any keeps the field, emptied.
+            _send(ti, _rendered_fields(ti) or {PROOF_FIELD: ""})
+            held.written = False
+
+
+def _proof_of(ti_id: str) -> _TryProof:
+    with _proofs_lock:
+        held = _proofs.get(ti_id)
+        if held is None:
+            held = _proofs[ti_id] = _TryProof(secrets.token_urlsafe(32))
+        return held
 
 
 @contextlib.contextmanager
-def proof_in_rendered_fields(ti: Any, field: str, proof: str) -> Iterator[None]:
-    """Have the supervisor add *field* = *proof* to the task instance's rendered fields, then remove it."""
+def _supervisor_channel(held: _TryProof) -> Iterator[None]:
+    with _exchange_lock:
+        fcntl.lockf(held.shared, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(held.shared, fcntl.LOCK_UN)
+
+
+def _rendered_fields(ti: Any) -> dict[str, Any]:
+    """What the task runner itself sent when the try started: its template fields, as rendered."""
+    from airflow.sdk.execution_time import task_runner
+
+    return task_runner._serialize_rendered_fields(ti.task) if ti.task.template_fields else {}
+
+
+def _send(ti: Any, fields: dict[str, Any]) -> None:
     from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import SetRenderedFields
 
     comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
     if comms is None:
         raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
-    # What the task runner itself sent at start: the template fields as rendered for this try.
-    original = task_runner._serialize_rendered_fields(ti.task) if ti.task.template_fields else {}
-
-    def send(fields: dict[str, Any]) -> None:
-        try:
-            comms.send(SetRenderedFields(rendered_fields=fields))
-        except Exception as error:  # the supervisor answers with the Execution API's error
-            raise StateUnavailableError(
-                f"the task supervisor could not store the state API handshake's proof ({error})"
-            ) from error
-
-    send({**original, field: proof})
     try:
-        yield
-    finally:
-        # Airflow's Execution API cannot store empty rendered fields (it would render the task's
-        # templates instead, and has no task there): a task without any keeps the field, emptied.
-        send(original or {field: ""})
+        comms.send(SetRenderedFields(rendered_fields=fields))
+    except Exception as error:  # the supervisor answers with the Execution API's error
+        raise StateUnavailableError(
+            f"the task supervisor could not store the state API handshake's proof ({error})"
+        ) from error
+
+
+def _before_fork() -> None:
+    _exchange_lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _exchange_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    # Both were held when the process forked, or may have been, by threads the child does not have.
+    global _proofs_lock, _exchange_lock
+    _proofs_lock, _exchange_lock = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)

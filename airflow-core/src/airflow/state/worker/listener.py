@@ -1,12 +1,19 @@
 """
-Clears a task instance's state when it succeeds, if asked: ``[state] clear_on_success``, or the
-task's own ``clear_task_state_on_success`` attribute (which wins either way).
+What the task process does as its try starts and ends: an Airflow listener, registered by the state
+plugin, whose hooks Airflow 3.2's task runner calls in the task process itself.
 
-An Airflow listener, registered by the state plugin. Airflow 3.2's task runner calls
-``on_task_instance_success`` in the task process itself, after the supervisor has reported the
-success to the API server, so this works the same under every executor (local, Celery,
-Kubernetes, edge...): the task process asks the state API, with its own credential, to clear
-its state, and the API server does it only because the try has succeeded.
+When the try starts, before the task's code runs, it draws the try's handshake verifier, so that
+the processes the task forks share it (:mod:`airflow.state.worker.handshake`), and starts the
+handshake in the background when the task will need a credential: its code imported the state
+accessors (the DAG file or an operator's module did), or it clears its state on success. When the
+try ends, it takes the handshake's proof out of the rendered fields again.
+
+When the try succeeds, it clears the task instance's state, if asked: ``[state] clear_on_success``,
+or the task's own ``clear_task_state_on_success`` attribute (which wins either way). The task
+runner calls ``on_task_instance_success`` after the supervisor has reported the success to the API
+server, so this works the same under every executor (local, Celery, Kubernetes, edge...): the
+task process asks the state API, with the credential it got while running, to clear its state,
+and the API server does it only because the try has succeeded.
 
 Airflow also calls this hook in the API server when someone marks a task instance successful by
 hand; that is not a try succeeding, and nothing is cleared then.
@@ -24,6 +31,9 @@ import pluggy
 
 log = logging.getLogger(__name__)
 hookimpl = pluggy.HookimplMarker("airflow")
+
+# Imported by task code that uses state (``from airflow.state import task_state`` imports it).
+_ACCESSORS = "airflow.state.worker.accessors"
 
 #: The attribute a task (an operator class, or one task in the DAG file) sets to opt in or out.
 OPT_IN_ATTRIBUTE = "clear_task_state_on_success"
@@ -54,9 +64,51 @@ def _in_task_process(task_instance: Any) -> bool:
 
 
 @hookimpl
-def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
+    if not _in_task_process(task_instance):
+        return
     try:
-        if not _in_task_process(task_instance) or not wants_clear(task_instance.task):
+        from airflow.state.worker import client, handshake
+
+        handshake.prepare(task_instance)
+        if _ACCESSORS in sys.modules or wants_clear(task_instance.task):
+            client.start_handshake(task_instance)
+    except Exception:
+        log.warning("Could not prepare the state handshake; the first state call will", exc_info=True)
+
+
+@hookimpl
+def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+    if not _in_task_process(task_instance):
+        return
+    _clear_if_asked(task_instance)
+    _withdraw_proof(task_instance)
+
+
+@hookimpl
+def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
+    if _in_task_process(task_instance):
+        _withdraw_proof(task_instance)
+
+
+@hookimpl
+def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
+    if _in_task_process(task_instance):
+        _withdraw_proof(task_instance)
+
+
+def _withdraw_proof(task_instance: Any) -> None:
+    from airflow.state.worker import handshake
+
+    try:
+        handshake.withdraw(task_instance)
+    except Exception:
+        log.warning("Could not remove the state handshake's proof from the rendered fields", exc_info=True)
+
+
+def _clear_if_asked(task_instance: Any) -> None:
+    try:
+        if not wants_clear(task_instance.task):
             return
         from airflow.state.protocol import task_succeeded_path
         from airflow.state.worker.client import StateClient
