@@ -150,20 +150,27 @@ def test_a_credential_for_one_task_instance_is_refused_on_anothers_state(deploym
 def test_forked_processes_of_a_try_each_get_a_credential(deployment):
     """
     Six processes forked by one task make their first state call at once: each gets a credential
-    (they share the try's proof instead of overwriting each other's), and the proof is gone from
-    the rendered fields once the try has ended.
+    (they share the try's proof instead of overwriting each other's), whether multiprocessing
+    started them (they cannot reach the supervisor: the task wrote the proof before forking) or a
+    bare fork did and they write it themselves. The proof is gone from the rendered fields once
+    the try has ended.
     """
     run_to_end(deployment, "state_forked_first_calls", "forked_1")
     written = task_state(deployment, "state_forked_first_calls", "forked_1")
-    assert {key: value for (_, _, key), (value, _) in written.items()} == {f"child_{i}": i for i in range(6)}
-    [fields] = deployment.query(
+    assert {(task, key): value for (task, _, key), (value, _) in written.items()} == {
+        **{("fork_children", f"child_{i}"): i for i in range(6)},
+        **{("fork_children_that_import_state", f"late_child_{i}"): i for i in range(6)},
+    }
+    rows = deployment.query(
         "SELECT rendered_fields FROM rendered_task_instance_fields WHERE dag_id = :d AND run_id = :r",
         d="state_forked_first_calls",
         r="forked_1",
     )
-    rendered = fields["rendered_fields"]
-    rendered = json.loads(rendered) if isinstance(rendered, str) else rendered
-    assert rendered.get("airflow_task_state_proof", "") == "", rendered
+    assert len(rows) == 2
+    for row in rows:
+        rendered = row["rendered_fields"]
+        rendered = json.loads(rendered) if isinstance(rendered, str) else rendered
+        assert rendered.get("airflow_task_state_proof", "") == "", rendered
 
 
 def test_every_key_round_trips_exactly_through_the_api_server(deployment):

@@ -73,7 +73,45 @@ def state_forked_first_calls():
             raise RuntimeError(f"{len(failed)} of {CHILDREN} forked processes failed: {failed}")
         return {"children": CHILDREN}
 
-    fork_children()
+    @task(retries=0)
+    def fork_children_that_import_state() -> dict:
+        """
+        The same with bare os.fork, and the state accessors imported by the children only: nothing
+        is written before the fork, so the children write the proof themselves, all at once, over
+        the supervisor channel they share.
+        """
+        import os
+        import tempfile
+        import time
+        from pathlib import Path
+
+        results = Path(tempfile.mkdtemp())
+        start_at = time.time() + 1.0
+        pids = []
+        for i in range(CHILDREN):
+            pid = os.fork()
+            if pid == 0:
+                outcome = "ok"
+                try:
+                    from airflow.state import task_state
+
+                    time.sleep(max(0.0, start_at - time.time()))
+                    task_state.set(f"late_child_{i}", i)
+                except BaseException as error:
+                    outcome = f"{type(error).__name__}: {error}"
+                finally:
+                    (results / str(i)).write_text(outcome)
+                    os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        found = {int(path.name): path.read_text() for path in results.iterdir()}
+        failed = {i: outcome for i, outcome in found.items() if outcome != "ok"}
+        if failed or len(found) != CHILDREN:
+            raise RuntimeError(f"{len(failed)} of {CHILDREN} forked processes failed: {failed}")
+        return {"children": CHILDREN}
+
+    fork_children() >> fork_children_that_import_state()
 
 
 state_forked_first_calls()

@@ -11,6 +11,10 @@ concurrent handshakes cannot overwrite each other's proof. It stays among the re
 the try runs (it is worth nothing without the verifier, and a try that has ended gets no credential
 for it) and is removed when the try ends (:func:`withdraw`).
 
+A process that ``multiprocessing`` starts cannot reach the supervisor itself (it closes standard
+input, which is the supervisor's socket), so a task process that has imported the state accessors
+writes the proof just before it forks, and the child only redeems it.
+
 The supervisor's channel is one socket, inherited by forked processes, and Airflow only guards it
 against threads: each exchange here holds an ``fcntl`` lock on a file inherited the same way, so
 two processes never interleave their frames. The handshake may run in a thread of its own (see
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import secrets
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -33,10 +39,17 @@ from typing import IO, Any
 from airflow.state.exceptions import StateUnavailableError
 from airflow.state.protocol import PROOF_FIELD, proof
 
+log = logging.getLogger(__name__)
+
+# Imported by task code that uses state (``from airflow.state import task_state`` imports it).
+ACCESSORS_MODULE = "airflow.state.worker.accessors"
+
 
 @dataclass
 class _TryProof:
     verifier: str
+    # The task instance as the task runner has it, when the try was prepared as it started.
+    ti: Any = None
     # An open file the try's forked processes inherit, so one they all see: locked (fcntl locks
     # are per process) around each exchange with the supervisor; its first byte says whether one
     # of them has written the proof.
@@ -60,7 +73,7 @@ _exchange_lock = threading.Lock()
 
 def prepare(ti: Any) -> None:
     """Draw the try's verifier before the task's code runs, so that every process it forks shares it."""
-    _proof_of(str(ti.id))
+    _proof_of(str(ti.id)).ti = ti
 
 
 def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
@@ -124,6 +137,13 @@ def _send(ti: Any, fields: dict[str, Any]) -> None:
         raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
     try:
         comms.send(SetRenderedFields(rendered_fields=fields))
+    except OSError as error:
+        raise StateUnavailableError(
+            f"this process cannot reach its task supervisor ({error}) to prove its identity to the state "
+            "API: a process started by multiprocessing has closed the supervisor's channel. Import the "
+            "state accessors (from airflow.state import task_state) in the task itself before it forks, "
+            "so that the proof is written before and the forked process only redeems it"
+        ) from error
     except Exception as error:  # the supervisor answers with the Execution API's error
         raise StateUnavailableError(
             f"the task supervisor could not store the state API handshake's proof ({error})"
@@ -131,7 +151,24 @@ def _send(ti: Any, fields: dict[str, Any]) -> None:
 
 
 def _before_fork() -> None:
+    _prove_before_fork()
     _exchange_lock.acquire()
+
+
+def _prove_before_fork() -> None:
+    """
+    Write the proof now if the forking process uses state: a ``multiprocessing`` child cannot reach
+    the supervisor (it closes standard input, and the supervisor's socket is descriptor 0), but it
+    can redeem a proof already there with the verifier it inherits.
+    """
+    if ACCESSORS_MODULE not in sys.modules:
+        return
+    for held in list(_proofs.values()):
+        if held.ti is not None and not held.written:
+            try:
+                verifier_with_proof(held.ti)
+            except Exception:  # the child's first state call meets it again, and reports it
+                log.debug("Could not write the state handshake's proof before forking", exc_info=True)
 
 
 def _after_fork_in_parent() -> None:

@@ -32,9 +32,6 @@ import pluggy
 log = logging.getLogger(__name__)
 hookimpl = pluggy.HookimplMarker("airflow")
 
-# Imported by task code that uses state (``from airflow.state import task_state`` imports it).
-_ACCESSORS = "airflow.state.worker.accessors"
-
 #: The attribute a task (an operator class, or one task in the DAG file) sets to opt in or out.
 OPT_IN_ATTRIBUTE = "clear_task_state_on_success"
 
@@ -71,7 +68,7 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
         from airflow.state.worker import client, handshake
 
         handshake.prepare(task_instance)
-        if _ACCESSORS in sys.modules or wants_clear(task_instance.task):
+        if handshake.ACCESSORS_MODULE in sys.modules or wants_clear(task_instance.task):
             client.start_handshake(task_instance)
     except Exception:
         log.warning("Could not prepare the state handshake; the first state call will", exc_info=True)
