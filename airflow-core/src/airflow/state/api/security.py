@@ -24,7 +24,9 @@ _bearer = HTTPBearer(
 )
 
 
-def credential_claims(
+# Async, though nothing is awaited: FastAPI runs a plain function dependency in its thread pool, a
+# hop that costs more than checking a signature on every state request.
+async def credential_claims(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TaskInstanceClaims:
     if credentials is None:

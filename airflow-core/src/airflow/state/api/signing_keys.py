@@ -93,7 +93,7 @@ def _configured_keys() -> tuple[bytes | None, tuple[bytes, ...]]:
 
 def signing_key() -> bytes:
     """
-    The key new credentials and challenges are signed with.
+    The key new credentials are signed with.
 
     :raises StateConfigurationError: when the API server holds nothing to derive it from.
     """
