@@ -191,6 +191,9 @@ def test_any_task_reads_another_running_tasks_airflow_token_from_the_broker(depl
         options={"verify_aud": False},
     )
     assert claims["sub"] == victim_id == report["claims"]["sub"]
+    # Issued when the scheduler queued the try, for [execution_api] jwt_expiration_time (600 s by
+    # default): the window in which a copy read from the broker is still good.
+    assert claims["exp"] - claims["iat"] == 600
 
     # Airflow refuses the victim's rendered fields to no token and to the hostile task's own token,
     # and accepts them with the stolen one.
