@@ -23,6 +23,7 @@ import jwt
 import psutil
 import pytest
 import redis
+from celery import Celery
 from state_testing.deployment import CELERY_WORKER, Deployment, airflow_deployment
 
 DAG_ID = "celery_smoke"
@@ -161,8 +162,9 @@ def test_any_task_reads_another_running_tasks_airflow_token_from_the_broker(depl
     twice over: in kombu's ``unacked`` hash, where ``task_acks_late`` keeps a message until its task
     ends, and in Celery's ``inspect active``, which answers with every running task's arguments.
     Airflow's Execution API accepts the token as that task (a ``ti:self`` route). No key of ours is
-    involved and none could stop it; what a deployer does is in the README ("What this rests on").
-    If Airflow stops sending the token in the message, this fails: rewrite that README paragraph.
+    involved and none could stop it; what a deployer does is in the README ("Per executor: where a
+    running task's Airflow token can be read"). If Airflow stops sending the token in the message,
+    this fails: rewrite that README paragraph.
     """
     deployment.wait_for_dag("broker_victim", timeout=90)
     deployment.wait_for_dag("broker_hostile", timeout=90)
@@ -244,10 +246,8 @@ def in_flight_args(broker: redis.Redis, key: str) -> list:
     return found
 
 
-def team_app(broker_url: str, team: str):
+def team_app(broker_url: str, team: str) -> Celery:
     """A Celery app as a team's Airflow workers would run it: its own user, its own key prefix."""
-    from celery import Celery
-
     app = Celery(team, broker=broker_url.replace("redis://", f"redis://{team}:{TEAM_PASSWORD}@", 1))
     app.conf.update(
         # What [celery_broker_transport_options] global_keyprefix sets in Airflow (default_celery.py).
