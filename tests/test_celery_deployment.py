@@ -4,7 +4,7 @@ The harness's production-shaped deployment: the CeleryExecutor with a Redis brok
 no metadata database. One tiny DAG runs there; the checks are about where and how it ran.
 
 The broker tests then show what that worker can still reach: the Celery broker, which carries every
-running task's Airflow token (Airflow 3.2's own exposure, see the README's "What this rests on"),
+running task's Airflow token (Airflow 3.2's own exposure, see the README's "Per executor" subsection),
 and how far a broker credential confined to one team's keys narrows it.
 """
 
