@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import configparser
+import contextlib
 import json
 import shutil
 import textwrap
@@ -227,12 +228,13 @@ TEAM_PASSWORD = "team-password"
 def confine_to_team(broker: redis.Redis, team: str) -> None:
     """
     A Redis ACL user for one team's Celery workers: keys and channels under the team's prefix only,
-    no administrative commands. kombu subscribes to the remote-control channel with PSUBSCRIBE, whose
-    pattern Redis compares literally with the user's channel patterns: it is named on its own.
+    no administrative commands. kombu subscribes with PSUBSCRIBE, whose pattern Redis compares
+    literally with the user's channel patterns, so the two it uses are named: remote control, and
+    the other workers' events (gossip, on by default in `airflow celery worker`).
     """
     broker.execute_command(
-        "ACL", "SETUSER", team, "reset", "on", f">{TEAM_PASSWORD}",
-        f"~{team}.*", f"&{team}.*", f"&{team}./0.celery.pidbox", "+@all", "-@dangerous",
+        "ACL", "SETUSER", team, "reset", "on", f">{TEAM_PASSWORD}", f"~{team}.*", f"&{team}.*",
+        f"&{team}./0.celery.pidbox", f"&{team}./0.celeryev/worker.*", "+@all", "-@dangerous",
     )  # fmt: skip
 
 
@@ -244,6 +246,39 @@ def in_flight_args(broker: redis.Redis, key: str) -> list:
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
         found.append(args)
     return found
+
+
+@contextlib.contextmanager
+def running_worker(app: Celery) -> Iterator[None]:
+    """
+    A Celery worker in a thread, with what `airflow celery worker` leaves on by default and Celery's
+    start_worker turns off: gossip, mingle, heartbeats; and task events.
+    """
+    from celery.contrib.testing.worker import TestWorkController, setup_app_for_worker
+    from celery.worker import state
+
+    setup_app_for_worker(app, "WARNING", None)
+    worker = TestWorkController(
+        app=app,
+        pool="threads",
+        concurrency=1,
+        hostname=f"{app.main}@test",
+        without_gossip=False,
+        without_mingle=False,
+        without_heartbeat=False,
+        task_events=True,
+    )
+    thread = threading.Thread(target=worker.start, daemon=True)
+    thread.start()
+    worker.ensure_started()
+    try:
+        yield
+    finally:
+        # How Celery's own start_worker stops its thread.
+        state.should_terminate = 0
+        thread.join(30)
+        state.should_terminate = None
+        assert not thread.is_alive()
 
 
 def team_app(broker_url: str, team: str) -> Celery:
@@ -272,9 +307,8 @@ def test_a_broker_user_confined_to_its_teams_key_prefix_reads_nothing_of_another
     it (kombu's QoS.restore_visible). Airflow 3.2 gives each team such settings only through
     multi-team executors; that part is not run here.
     """
-    from celery.contrib.testing.worker import start_worker
-
     admin = redis.Redis.from_url(deployment.broker_url)
+    admin.acl_log_reset()
     for team in ("team_a", "team_b"):
         confine_to_team(admin, team)
     release = threading.Event()
@@ -287,7 +321,7 @@ def test_a_broker_user_confined_to_its_teams_key_prefix_reads_nothing_of_another
     team_a = team_app(deployment.broker_url, "team_a")
     as_team_a = redis.Redis.from_url(team_a.conf.broker_url)
     try:
-        with start_worker(team_b, pool="threads", perform_ping_check=False, shutdown_timeout=30):
+        with running_worker(team_b):
             hold.apply_async(args=["team b's token"])
             deployment._wait(lambda: admin.hlen("team_b.unacked") == 1, 30, "team b's task to run")
             # The broker's default user (what the Airflow worker here holds) reads it; team a cannot.
@@ -308,6 +342,9 @@ def test_a_broker_user_confined_to_its_teams_key_prefix_reads_nothing_of_another
             assert team_a.control.inspect(timeout=2).active() is None
             release.set()
             deployment._wait(lambda: not admin.hlen("team_b.unacked"), 30, "team b's task to end")
+        # Team b's worker was refused nothing: the ACL fits what a Celery worker does.
+        assert [entry for entry in admin.acl_log() if entry["username"] == "team_b"] == []
+        assert {entry["username"] for entry in admin.acl_log()} == {"team_a"}
     finally:
         release.set()
         as_team_a.close()
