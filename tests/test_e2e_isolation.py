@@ -1,14 +1,15 @@
 """
-Task code can only ever act as its own task instance, on a deployment shaped like production: the
-CeleryExecutor with a real Redis broker and a real Celery worker, whose configuration holds neither
-Airflow's JWT key nor any key of ours (only the API server and the scheduler hold Airflow's), and
-api-server, scheduler and dag-processor on PostgreSQL.
+Task code can only act as its own task instance through anything of ours, on a deployment shaped
+like production: the CeleryExecutor with a real Redis broker and a real Celery worker, whose
+configuration holds neither Airflow's JWT key nor any key of ours (only the API server and the
+scheduler hold Airflow's), and api-server, scheduler and dag-processor on PostgreSQL.
 
 A hostile task in one DAG attacks the state of a running task of another DAG with everything it
-can reach on its worker (see tests/dags/state_isolation_dags.py); every attempt is refused and
-nothing changes. A well-behaved task on the same deployment still reconnects after a SIGKILL.
-(What the worker holds is checked in tests/test_celery_deployment.py; the hostile task reports it
-again from inside.)
+can reach on its worker but the broker (see tests/dags/state_isolation_dags.py); every attempt is
+refused and nothing changes. The broker hands any task another running task's Airflow token, which
+is Airflow 3.2's exposure: tests/test_celery_deployment.py asserts it as it is today. A
+well-behaved task on the same deployment still reconnects after a SIGKILL. (What the worker holds
+is checked in tests/test_celery_deployment.py; the hostile task reports it again from inside.)
 """
 
 from __future__ import annotations

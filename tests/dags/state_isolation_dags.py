@@ -1,7 +1,8 @@
 """
 The isolation test's DAGs: a victim that keeps task and asset state while it runs, and a hostile
-task (in another DAG) that uses everything it can reach on its worker to read or change that
-state. The hostile task records every attempt and its answer; it never asserts, the test does.
+task (in another DAG) that uses everything it can reach on its worker, but the Celery broker (see
+celery_broker_dags.py), to read or change that state. The hostile task records every attempt and
+its answer; it never asserts, the test does.
 
 Both read ``ISOLATION_DIR`` (shared with the test) from the environment; the hostile task gets the
 victim's ids from its run's conf (task instance ids are not secrets: nothing may rest on them).
