@@ -213,6 +213,10 @@ def test_the_key_derives_from_airflows_jwt_secret_or_private_key_without_any_set
     forget_configured_keys()
     from_private_key = signing_key()
     assert len({from_secret, from_private_key, pem}) == 3
+    # Both set (Edge workers hold jwt_secret to sign their own requests): the private key wins.
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "jwt-secret-" + "j" * 60)
+    forget_configured_keys()
+    assert signing_key() == from_private_key
 
     put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
     assert redeem(api, running.ti_id).status_code == 200

@@ -1,9 +1,11 @@
 """
-The keys that sign task credentials and handshake challenges. Only API servers hold them.
+The keys that sign task credentials. Only API servers hold them.
 
 No setting is needed: the key is derived from what an API server already holds to check Airflow's
-own task tokens, ``[api_auth] jwt_secret`` or else the key file at ``[api_auth]
-jwt_private_key_path``. A deployer may set ``[state] session_key`` instead (required when the API
+own task tokens, the key file at ``[api_auth] jwt_private_key_path``, or else ``[api_auth]
+jwt_secret``. The private key comes first because some workers hold ``jwt_secret``: the Edge
+provider's workers sign their own requests with it, so on Edge the key must come from the private
+key or from ``[state] session_key``. A deployer may set ``[state] session_key`` instead (required when the API
 servers hold neither, e.g. when they check Airflow's tokens against ``trusted_jwks_url``).
 
 Every source goes through HKDF with a label of our own, so a credential key is never Airflow's key
@@ -37,7 +39,7 @@ def derive(material: bytes) -> bytes:
 
 
 def _configured_material() -> bytes | None:
-    """What the signing key is derived from: ``[state] session_key``, else Airflow's own JWT key."""
+    """What the key comes from: ``[state] session_key``, else Airflow's JWT key (the private one first)."""
     dedicated = config.session_key()
     if dedicated:
         if len(dedicated) < MIN_SESSION_KEY_LENGTH:
@@ -46,9 +48,6 @@ def _configured_material() -> bytes | None:
                 "output of `python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
             )
         return dedicated.encode()
-    jwt_secret = conf.get("api_auth", "jwt_secret", fallback="")
-    if jwt_secret:
-        return jwt_secret.encode()
     private_key_path = conf.get("api_auth", "jwt_private_key_path", fallback="")
     if private_key_path:
         try:
@@ -57,7 +56,8 @@ def _configured_material() -> bytes | None:
             raise StateConfigurationError(
                 f"cannot read [api_auth] jwt_private_key_path to derive the task credential key: {error}"
             ) from None
-    return None
+    jwt_secret = conf.get("api_auth", "jwt_secret", fallback="")
+    return jwt_secret.encode() if jwt_secret else None
 
 
 _process_key: bytes | None = None
