@@ -12,6 +12,10 @@ import enum
 import time
 from typing import Any
 
+# Imported with the operator's module, so a try of it starts its handshake as it starts (see
+# airflow.state.worker.listener): its first call, the stored job id, is the one that matters.
+from airflow.state.worker.accessors import task_state
+
 
 class JobStatus(enum.StrEnum):
     RUNNING = "running"
@@ -53,8 +57,6 @@ class ResumableJobMixin:
         """Called once a newly submitted job's id is safe in task state (a hook; does nothing)."""
 
     def execute(self, context: Any) -> Any:
-        from airflow.state import task_state
-
         log = getattr(self, "log", None)
         job_id = task_state.get(self.job_id_key)
         if job_id is not None:
