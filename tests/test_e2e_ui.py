@@ -382,6 +382,59 @@ def test_clear_all_asks_for_confirmation(ui: UI, scratch) -> None:
     assert ui.entries(SCRATCH_TASK) == {}
 
 
+@contextlib.contextmanager
+def page_of_another_origin(html: str) -> Iterator[str]:
+    """Serves *html* from another port of 127.0.0.1: another origin, but the same site (cookies)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_page_of_another_origin_cannot_change_state_with_the_users_cookie(ui: UI, scratch) -> None:
+    """
+    What a page needs no CORS preflight for, with the editor's cookie in the browser: a no-cors
+    fetch (its body goes as text/plain) and an HTML form's POST. The counter does not move.
+    """
+    counter = scratch("ui_csrf_counter", 5)
+    url = f"{ui.base}/state/api/v1{ui.entry_url(SCRATCH_TASK)}".replace("stateEntry", "stateIncrement")
+    url += f"?key={counter}"
+    html = f"""<!doctype html><title>loading</title>
+<form id="form" method="POST" action="{url}"></form>
+<script>
+  fetch("{url}", {{method: "POST", mode: "no-cors", credentials: "include", body: '{{"by": 1000}}'}})
+    .finally(() => {{ document.title = "fetched"; }});
+</script>"""
+    with (
+        page_of_another_origin(html) as attacker,
+        ui.page("editor", attacker, allowed_errors=r"status of 415 ") as page,
+    ):
+        page.wait_for_function("document.title === 'fetched'")
+        page.evaluate("document.getElementById('form').submit()")
+        page.wait_for_url(re.compile(r"/stateIncrement\?"))
+        assert "application/json" in page.content()
+    assert ui.get(SCRATCH_TASK, counter).json()["value"] == 5
+
+
 def test_state_page_lists_assets_and_finds_a_runs_task_instances(ui: UI, screenshots: Path) -> None:
     from playwright.sync_api import expect
 

@@ -169,7 +169,7 @@ def test_a_running_try_renews_its_credential_an_ended_one_cannot(api, running):
     set_ti_state(running, "success")
     ended = api.post("/credentials/renew", headers=bearer(fresh))
     assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
-    assert api.post("/credentials/renew").status_code == 401
+    assert api.post("/credentials/renew", json={}).status_code == 401
 
 
 def test_rotating_the_key_keeps_credentials_of_the_previous_one_for_their_lifetime(api, running, monkeypatch):

@@ -950,7 +950,9 @@ def test_without_a_token_every_route_is_401(api, run, asset):
 
 def test_a_write_without_a_token_is_refused_before_its_body_is_read(api, run, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "10")
-    response = api.put(run.ti("submit", "state/k"), content="x" * 100_000)
+    response = api.put(
+        run.ti("submit", "state/k"), content="x" * 100_000, headers={"Content-Type": "application/json"}
+    )
     refused(response, 401, "unauthenticated")
 
 

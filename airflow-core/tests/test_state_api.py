@@ -387,7 +387,7 @@ def test_malformed_keys_are_refused_not_rewritten(api, running, query, message):
 def test_bodies_are_read_only_for_a_valid_token_and_never_past_the_limit(api, running, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
     body = '{"value": "' + "x" * 5000 + '"}'
-    unauthenticated = api.put(**at(running), content=body)
+    unauthenticated = api.put(**at(running), content=body, headers={"Content-Type": "application/json"})
     assert unauthenticated.status_code == 401
     too_large = api.put(**at(running), content=body, headers=auth(running))
     assert too_large.status_code == 413 and detail(too_large)["reason"] == "body_too_large"

@@ -22,11 +22,13 @@ def create_app() -> FastAPI:
     )
     from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.operator.routes import router as operator_router
+    from airflow.state.api.request_checks import json_declared, plain_path_parameters
     from airflow.state.api.routes import router
     from airflow.state.api.ui.static import router as ui_router
     from airflow.state.exceptions import StateConfigurationError
     from airflow.state.manage import NotFound
     from airflow_shared.state import StateCapabilityError, StateConflictError
+    from fastapi import Depends
     from fastapi.exceptions import RequestValidationError
     from sqlalchemy.exc import DBAPIError
 
@@ -39,6 +41,8 @@ def create_app() -> FastAPI:
             "short-lived credential it got, which names that task instance and try."
         ),
         version="1",
+        # Before every route's own dependencies, Airflow's access checks included.
+        dependencies=[Depends(plain_path_parameters), Depends(json_declared)],
     )
     from airflow.state import config
 

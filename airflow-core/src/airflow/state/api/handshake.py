@@ -29,6 +29,7 @@ from airflow.state.api.credentials import (
 )
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
 from airflow.state.api.errors import refusal
+from airflow.state.api.request_checks import SmallBodyRoute
 from airflow.state.api.security import Claims, check_task_instance, forbidden
 from airflow.state.api.signing_keys import signing_key
 from airflow.state.protocol import (
@@ -42,7 +43,8 @@ from airflow.state.protocol import (
 from fastapi import APIRouter, status
 from sqlalchemy import and_, select
 
-router = APIRouter(tags=["Handshake"])
+# Every route here answers anyone: its body is bounded before it is read.
+router = APIRouter(tags=["Handshake"], route_class=SmallBodyRoute)
 
 _DOCUMENTED: dict[int | str, dict[str, Any]] = {
     401: {"description": "Invalid or expired credential (`invalid_token`)"},
@@ -50,6 +52,7 @@ _DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "description": "No such task instance (`forbidden`), a try that is not running (`not_running`), "
         "or no proof (`proof_not_found`)"
     },
+    413: {"description": "A body over 4 KiB (`body_too_large`)"},
     503: {"description": "The server cannot sign credentials (`misconfigured`); retry later"},
 }
 

@@ -24,6 +24,18 @@ def refusing_backend_errors() -> Iterator[None]:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
 
 
+# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
+_NOT_JSON: dict[int | str, dict[str, Any]] = {
+    415: {
+        "description": "Sent with the UI's cookie but without `Content-Type: application/json`, empty "
+        "bodies included (`invalid_request`): pages of other origins can send such requests"
+    }
+}
+
 # What the write routes document beside the operator API's common errors (OPERATOR_DOCUMENTED).
-WRITE_DOCUMENTED: dict[int | str, dict[str, Any]] = {**CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
-INCREMENT_DOCUMENTED: dict[int | str, dict[str, Any]] = UNSUPPORTED_DOCUMENTED
+WRITE_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    **CONFLICT_DOCUMENTED,
+    **UNSUPPORTED_DOCUMENTED,
+    **_NOT_JSON,
+}
+INCREMENT_DOCUMENTED: dict[int | str, dict[str, Any]] = {**UNSUPPORTED_DOCUMENTED, **_NOT_JSON}

@@ -81,8 +81,8 @@ function errorMessage(status, body, text) {
 async function request(method, url, body) {
   const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
   if (body !== undefined) {
-    // Writes are PUT and DELETE with a JSON body: no cross-site HTML form can send those, and the
-    // session cookie (SameSite=Lax) is not sent with another site's fetch.
+    // Declared JSON: the API refuses a POST or PUT with the session cookie that is not (415), since
+    // a page of another origin can send a form or a text/plain body with that cookie, unasked.
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
