@@ -81,9 +81,9 @@ async def plain_path_parameters(request: Request) -> None:
             )
 
 
-# A handshake request is a task instance id, or a challenge (a signed token of a few hundred
-# bytes) and a verifier: 4 KiB leaves room to spare. These routes answer anyone, so without a bound
-# any client could make the API server hold a body of any size.
+# A handshake request is a task instance id and a verifier of at most 256 characters, some 350
+# bytes: 4 KiB leaves room to spare. These routes answer anyone, so without a bound any client could
+# make the API server hold a body of any size.
 UNAUTHENTICATED_BODY_BYTES = 4096
 
 
