@@ -25,7 +25,6 @@ from airflow_shared.state import (
     StateScope,
     StateWriter,
     TaskScope,
-    WriterKind,
     validate_listing,
     validate_scope,
 )
@@ -92,14 +91,17 @@ def _writer(row: Any) -> StateWriter | None:
     kind = getattr(row, "updated_by", None)
     if kind is None:
         return None
-    return StateWriter(
-        WriterKind(kind),
-        row.updated_by_dag_id,
-        row.updated_by_run_id,
-        row.updated_by_task_id,
-        row.updated_by_map_index,
-        row.updated_by_try,
-    )
+    try:
+        return StateWriter(
+            kind,
+            row.updated_by_dag_id,
+            row.updated_by_run_id,
+            row.updated_by_task_id,
+            row.updated_by_map_index,
+            row.updated_by_try,
+        )
+    except (TypeError, ValueError):  # stored before StateWriter checked its fields: not known
+        return None
 
 
 def _entry(key: str, row: Any) -> StateEntry:

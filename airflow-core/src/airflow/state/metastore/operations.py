@@ -37,6 +37,7 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
     validate_write_options,
+    validate_writer,
 )
 
 if TYPE_CHECKING:
@@ -144,8 +145,7 @@ def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | Non
 
 
 def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:
-    if writer is not None and not isinstance(writer, StateWriter):
-        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}")
+    validate_writer(writer)
     match scope:
         case TaskScope():
             return {"updated_by_try": writer.try_number if writer is not None else None}

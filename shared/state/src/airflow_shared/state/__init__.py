@@ -16,6 +16,7 @@ from .writes import (
     API_WRITER,
     CLI_WRITER,
     MAX_COUNTER,
+    MAX_TASK_NUMBER,
     MIN_COUNTER,
     StateCapabilityError,
     StateConflictError,
@@ -26,6 +27,7 @@ from .writes import (
     incremented,
     validate_increment,
     validate_write_options,
+    validate_writer,
 )
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_COUNTER",
     "MAX_KEY_LENGTH",
     "MAX_MANY_KEYS",
+    "MAX_TASK_NUMBER",
     "MIN_COUNTER",
     "AssetScope",
     "BaseStateBackend",
@@ -58,4 +61,5 @@ __all__ = [
     "validate_scope",
     "validate_value",
     "validate_write_options",
+    "validate_writer",
 ]

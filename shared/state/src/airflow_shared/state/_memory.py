@@ -34,6 +34,7 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
     validate_write_options,
+    validate_writer,
 )
 from airflow_shared.state.entries import page_of_keys
 
@@ -157,6 +158,7 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         validate_value(value)
         validate_write_options(expires_at, if_version)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             if if_version is not None:
@@ -178,6 +180,7 @@ class MemoryStateBackend(BaseStateBackend):
         _check(scope)
         checked = validate_many_values(values)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             return {
@@ -201,6 +204,7 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         validate_increment(by)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             live = _live(self._data.get((scope, key)), datetime.now(UTC))

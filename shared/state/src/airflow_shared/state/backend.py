@@ -20,6 +20,7 @@ from .writes import (
     incremented,
     validate_increment,
     validate_write_options,
+    validate_writer,
 )
 
 
@@ -125,6 +126,7 @@ class BaseStateBackend(ABC):
         validate_scope(scope)
         checked = validate_many_values(values)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         return {
             key: self.write(scope, key, value, writer=writer, expires_at=expires_at, session=session)
             for key, value in checked.items()
@@ -179,6 +181,7 @@ class BaseStateBackend(ABC):
             raise StateCapabilityError(self, "versioned writes (if_version)")
         if expires_at is not None:
             raise StateCapabilityError(self, "expiry (expires_at)")
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         self.set_by_try(scope, key, value, try_number=try_number, session=session)
         return None
@@ -210,6 +213,7 @@ class BaseStateBackend(ABC):
         """
         validate_increment(by)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         if not self.supports_versions:
             raise StateCapabilityError(self, "atomic increments")
         while True:
