@@ -7,7 +7,7 @@ backend without installing Airflow's core.
 
 from __future__ import annotations
 
-from .backend import BaseStateBackend
+from .backend import BaseStateBackend, capability_names, contract_methods
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
@@ -49,6 +49,8 @@ __all__ = [
     "TaskScope",
     "VersionedValue",
     "WriterKind",
+    "capability_names",
+    "contract_methods",
     "counter_value",
     "dag_run_uid",
     "incremented",

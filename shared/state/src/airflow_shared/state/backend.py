@@ -406,3 +406,32 @@ class BaseStateBackend(ABC):
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         """Async :meth:`keys`."""
         return await asyncio.to_thread(self.keys, scope, session=session)
+
+
+def contract_methods() -> tuple[str, ...]:
+    """
+    The public methods of :class:`BaseStateBackend`, sync and async: what a backend that wraps
+    another (to measure, log or trace it) must pass on, each to the same method of the wrapped
+    backend. A helper not meant to be overridden is marked ``@typing.final`` and left out.
+    """
+    return tuple(
+        sorted(
+            name
+            for name, member in vars(BaseStateBackend).items()
+            if not name.startswith("_") and callable(member) and not getattr(member, "__final__", False)
+        )
+    )
+
+
+def capability_names() -> tuple[str, ...]:
+    """
+    The capabilities :class:`BaseStateBackend` declares as class attributes (``supports_*``): a
+    wrapper must read the same as the backend it wraps on each.
+    """
+    return tuple(
+        sorted(
+            name
+            for name, member in vars(BaseStateBackend).items()
+            if not name.startswith("_") and not callable(member)
+        )
+    )

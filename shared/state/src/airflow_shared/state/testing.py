@@ -61,6 +61,7 @@ import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
+from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
 from .entries import StateEntryPage
