@@ -24,6 +24,7 @@ class KeysAndValuesOnly(MemoryStateBackend):
 
     entries = BaseStateBackend.entries
     key_counts = BaseStateBackend.key_counts
+    get_entry = BaseStateBackend.get_entry
 
 
 class TestDefaultListingConforms(StateBackendConformance):
@@ -136,6 +137,9 @@ class IgnoresDagRunUid(MemoryStateBackend):
 
     def entries(self, scope, **listing):
         return super().entries(forget_uid(scope), **listing)
+
+    def get_entry(self, scope, key, *, session=None):
+        return super().get_entry(forget_uid(scope), key)
 
     def delete(self, scope, key, *, session=None):
         super().delete(forget_uid(scope), key)

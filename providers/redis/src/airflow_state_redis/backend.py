@@ -453,6 +453,26 @@ class RedisStateBackend(BaseStateBackend):
             )
         return StateEntryPage(found, total)
 
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        """The key's value and metadata: one MULTI/EXEC, as :meth:`get_versioned`, no listing."""
+        (name, meta_name), field = self._read_target(scope, key)
+        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(name, field)
+            pipe.hget(meta_name, field)
+            raw, raw_meta = pipe.execute()
+        meta = parse_meta(raw_meta, isinstance(scope, TaskScope))
+        if raw is None or meta.expired(_now_micros()):
+            return None
+        return StateEntry(
+            key,
+            _field_text(raw),
+            meta.updated_at,
+            meta.updated_by_try,
+            meta.version,
+            meta.expires_at,
+            meta.writer,
+        )
+
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
         scopes = list(scopes)
         for scope in scopes:

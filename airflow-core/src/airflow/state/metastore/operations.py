@@ -22,9 +22,11 @@ from airflow._shared.timezones import timezone
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
 from airflow.state.metastore.engine import Outcome, compiled_for, execute
+from airflow.state.metastore.listing import stored_writer
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
+    StateEntry,
     StateScope,
     StateWriter,
     TaskScope,
@@ -142,6 +144,24 @@ def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | Non
     values = statements.params(scope, key)
     values["now"] = _now()
     return Operation(statements.for_scope(scope).select_versioned, values, _versioned)
+
+
+def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
+    """One SELECT by primary key of the key's value and what a listing shows of it."""
+    validate_scope(scope)
+    validate_key(key)
+    values = statements.params(scope, key)
+    values["now"] = _now()
+
+    def entry(outcome: Outcome) -> StateEntry | None:
+        if not outcome.rows:
+            return None
+        value, updated_at, version, expires_at, *writer = outcome.rows[0]
+        if isinstance(scope, TaskScope):  # the try that wrote it
+            return StateEntry(key, value, updated_at, writer[0], version, expires_at)
+        return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
+
+    return Operation(statements.for_scope(scope).select_entry, values, entry)
 
 
 def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "delete_many": ((_TASK, ["a", "b"]), {}),
     "keys": ((_TASK,), {}),
     "entries": ((_TASK,), {"key_prefix": "k", "limit": 1}),
+    "get_entry": ((_ASSET, "k"), {}),
     "key_counts": (([_TASK, _ASSET],), {}),
     "cleanup": ((), {"now": datetime(2000, 1, 1, tzinfo=UTC), "dry_run": True}),
 }

@@ -119,6 +119,11 @@ class MemoryStateBackend(BaseStateBackend):
         keys, total = page_of_keys(list(stored), key_prefix, offset, limit)
         return StateEntryPage([stored[key] for key in keys], total)
 
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        _check(scope)
+        validate_key(key)
+        return _live(self._data.get((scope, key)), datetime.now(UTC))
+
     def _live_entries(self, scope: StateScope) -> dict[str, StateEntry]:
         now = datetime.now(UTC)
         # Under the lock: iterating a dict that another thread is growing raises RuntimeError.

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import validate_many_keys, validate_many_values
 from .scopes import StateScope
-from .validation import validate_scope
+from .validation import validate_key, validate_scope
 from .writes import (
     StateCapabilityError,
     StateConflictError,
@@ -294,6 +294,28 @@ class BaseStateBackend(ABC):
             if value is not None:  # deleted between listing and reading
                 found.append(StateEntry(key, value))
         return StateEntryPage(found, total)
+
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        """
+        Return the entry of *key* in *scope* (its value and what :meth:`entries` shows of it), or
+        ``None`` when the key is absent or expired.
+
+        What operators read when they name one key (the REST API, ``airflow state get``, each row
+        of an import). The default pages :meth:`entries` by the key as prefix, which is correct
+        but may read the whole scope to find one key; backends that can read one key with its
+        metadata in one round trip override it. A backend that cannot list keys gets the
+        :meth:`get` value alone.
+        """
+        validate_scope(scope)
+        validate_key(key)
+        try:
+            # Keys sort by code point, so a key comes first among the keys it prefixes.
+            page = self.entries(scope, key_prefix=key, limit=1, session=session)
+        except NotImplementedError:
+            value = self.get(scope, key, session=session)
+            return None if value is None else StateEntry(key, value)
+        found = page.entries[0] if page.entries else None
+        return found if found is not None and found.key == key else None
 
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
         """
