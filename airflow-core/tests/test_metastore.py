@@ -34,9 +34,9 @@ def autocommit_statements():
     seen: list[str] = []
     run = _AutocommitEngine._run
 
-    def recording_run(self, compiled, parameters):
+    def recording_run(self, compiled, *arguments):
         seen.append(compiled.sql)
-        return run(self, compiled, parameters)
+        return run(self, compiled, *arguments)
 
     _AutocommitEngine._run = recording_run
     try:
@@ -331,15 +331,11 @@ def pooled_engine(monkeypatch):
     monkeypatch.setattr(_engine, "_cached", None)
 
 
-def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, pooled_engine):
-    """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
-    if db_kind == "sqlite":
-        pytest.skip("SQLite has no server to drop connections")
+def kill_other_connections(db_kind):
+    """The server drops every connection to the database but the one asking (the pool's too)."""
     from airflow import settings
     from sqlalchemy import create_engine, text
 
-    backend.set(scope, "k", "before")
-    assert pooled_engine.pool.checkedin() == 1
     kill = {
         "postgres": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
         "AND datname = current_database()",
@@ -357,10 +353,37 @@ def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, 
                 if pid != me:
                     conn.execute(text(f"KILL {pid}"))
     killer.dispose()
+
+
+def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, pooled_engine):
+    """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no server to drop connections")
+    backend.set(scope, "k", "before")
+    assert pooled_engine.pool.checkedin() == 1
+    kill_other_connections(db_kind)
     assert backend.get(scope, "k") == "before"
     backend.set(scope, "k", "after")
     assert backend.get(scope, "k") == "after"
     assert pooled_engine.pool.checkedin() == 1
+
+
+def test_a_dead_pooled_connection_is_found_before_an_increment_is_sent(
+    backend, scope, db_kind, pooled_engine
+):
+    """An increment is never sent twice, so it is sent only on a connection a ping found alive."""
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no server to drop connections")
+    for write in (
+        lambda: backend.increment(scope, "n", 1),
+        lambda: backend.write(scope, "new", "v", if_version=0),
+    ):
+        backend.set(scope, "k", "v")
+        assert pooled_engine.pool.checkedin() == 1
+        kill_other_connections(db_kind)
+        write()  # no error: the dead connection was replaced before anything was sent
+    assert backend.get(scope, "n") == "1"
+    assert backend.get_versioned(scope, "new").version == 1
 
 
 def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters(

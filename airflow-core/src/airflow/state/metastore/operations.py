@@ -51,14 +51,28 @@ T = TypeVar("T")
 
 
 class Operation(Generic[T]):
-    """One statement with its parameters, and how to read what it returned."""
+    """
+    One statement with its parameters, and how to read what it returned.
 
-    __slots__ = ("read", "statement", "values")
+    *idempotent* is ``False`` for a statement whose second run would differ from its first (an
+    increment adds again, a create-only or conditional write then conflicts with itself): the
+    engine never sends it twice (see :func:`~airflow.state.metastore.engine.execute`).
+    """
 
-    def __init__(self, statement: Executable, values: dict[str, Any], read: Callable[[Outcome], T]) -> None:
+    __slots__ = ("idempotent", "read", "statement", "values")
+
+    def __init__(
+        self,
+        statement: Executable,
+        values: dict[str, Any],
+        read: Callable[[Outcome], T],
+        *,
+        idempotent: bool = True,
+    ) -> None:
         self.statement = statement
         self.values = values
         self.read = read
+        self.idempotent = idempotent
 
 
 # --- reading outcomes ----------------------------------------------------------------------
@@ -235,12 +249,12 @@ def write(
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
         values["if_version"] = if_version
-        if (yield Operation(sql.update_if_version, values, _rowcount)):
+        if (yield Operation(sql.update_if_version, values, _rowcount, idempotent=False)):
             return if_version + 1
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
     for _attempt in range(2):
-        created = yield Operation(sql.create, values, partial(_upserted, 1))
+        created = yield Operation(sql.create, values, partial(_upserted, 1), idempotent=False)
         if created is not None:
             return int(created[0])
         stored = yield get_versioned(scope, key)
@@ -269,7 +283,7 @@ def increment(
     while True:
         values = _write_values(scope, key, str(by), writer, expires_at)
         values["by"] = by
-        added = yield Operation(sql.increment, values, partial(_upserted, 2))
+        added = yield Operation(sql.increment, values, partial(_upserted, 2), idempotent=False)
         if added is not None:
             return int(added[1])
         stored = yield get_versioned(scope, key)
@@ -377,7 +391,7 @@ def delete_many(scope: StateScope, keys: Iterable[str]) -> Operation[None] | Non
 def run(operation: Operation[T], session: Session | None) -> T:
     """Run *operation* in *session* (the caller commits), or autocommitted on its own without one."""
     if session is None:
-        return operation.read(execute(operation.statement, operation.values))
+        return operation.read(execute(operation.statement, operation.values, idempotent=operation.idempotent))
     connection = session.connection()
     compiled = compiled_for(operation.statement, connection.dialect)
     result = connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
