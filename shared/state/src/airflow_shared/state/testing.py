@@ -33,6 +33,9 @@ Set ``records_asset_writers = True`` when ``entries()`` of asset state reports t
 Batches (``get_many``, ``set_many``, ``delete_many``) are tested as the single-key calls are; a
 backend that declares ``supports_atomic_many`` is also checked never to show a batch half applied.
 
+A backend that wraps another one also passes :class:`StateBackendWrapperConformance` (fixture
+``wrap(backend) -> wrapper``): every contract method and capability passes through unchanged.
+
 Versions, expiry and increments are tested as the backend's own flags declare them
 (``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
 default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
