@@ -652,7 +652,7 @@ def test_bad_expiry_and_writer_fields_are_refused_with_line_numbers(refused, dep
         'line 2: "expires_at" must name its UTC offset (e.g. 2999-01-01T00:00:00+00:00), '
         "not '2999-01-01T00:00:00'",
         'line 3: "updated_by": "kind" must be one of task, api, cli, not \'robot\'',
-        'line 4: "updated_by": "run_id" of a task writer must be a non-empty string, not None',
+        'line 4: "updated_by": run_id of a task writer must be a non-empty string, not None',
         "line 5: unknown field for task state: updated_by",
     ]
     assert stored_now(deployment) == {}

@@ -7,7 +7,7 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from airflow_shared.state import AssetScope, TaskScope
+from airflow_shared.state import CLI_WRITER, AssetScope, TaskScope
 from sqlalchemy import delete, event, select
 
 
@@ -34,9 +34,9 @@ def autocommit_statements():
     seen: list[str] = []
     run = _AutocommitEngine._run
 
-    def recording_run(self, compiled, parameters):
+    def recording_run(self, compiled, *arguments):
         seen.append(compiled.sql)
-        return run(self, compiled, parameters)
+        return run(self, compiled, *arguments)
 
     _AutocommitEngine._run = recording_run
     try:
@@ -331,15 +331,11 @@ def pooled_engine(monkeypatch):
     monkeypatch.setattr(_engine, "_cached", None)
 
 
-def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, pooled_engine):
-    """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
-    if db_kind == "sqlite":
-        pytest.skip("SQLite has no server to drop connections")
+def kill_other_connections(db_kind):
+    """The server drops every connection to the database but the one asking (the pool's too)."""
     from airflow import settings
     from sqlalchemy import create_engine, text
 
-    backend.set(scope, "k", "before")
-    assert pooled_engine.pool.checkedin() == 1
     kill = {
         "postgres": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
         "AND datname = current_database()",
@@ -357,10 +353,37 @@ def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, 
                 if pid != me:
                     conn.execute(text(f"KILL {pid}"))
     killer.dispose()
+
+
+def test_a_connection_killed_by_the_server_is_replaced(backend, scope, db_kind, pooled_engine):
+    """Without pre-ping, a dead pooled connection costs one retry, never a failed call."""
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no server to drop connections")
+    backend.set(scope, "k", "before")
+    assert pooled_engine.pool.checkedin() == 1
+    kill_other_connections(db_kind)
     assert backend.get(scope, "k") == "before"
     backend.set(scope, "k", "after")
     assert backend.get(scope, "k") == "after"
     assert pooled_engine.pool.checkedin() == 1
+
+
+def test_a_dead_pooled_connection_is_found_before_an_increment_is_sent(
+    backend, scope, db_kind, pooled_engine
+):
+    """An increment is never sent twice, so it is sent only on a connection a ping found alive."""
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no server to drop connections")
+    for write in (
+        lambda: backend.increment(scope, "n", 1),
+        lambda: backend.write(scope, "new", "v", if_version=0),
+    ):
+        backend.set(scope, "k", "v")
+        assert pooled_engine.pool.checkedin() == 1
+        kill_other_connections(db_kind)
+        write()  # no error: the dead connection was replaced before anything was sent
+    assert backend.get(scope, "n") == "1"
+    assert backend.get_versioned(scope, "new").version == 1
 
 
 def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters(
@@ -683,3 +706,37 @@ def test_set_many_records_the_writer_and_expiry_of_every_key(backend, scope, mak
     assert all(abs((e.expires_at - until).total_seconds()) < 0.01 for e in task_entries.values())
     (asset_entry,) = backend.entries(asset).entries
     assert asset_entry.writer == writer and asset_entry.expires_at is None
+
+
+def test_an_operator_reading_one_key_sends_one_statement_in_a_scope_of_10000_keys(backend, scope, make_asset):
+    """`manage.entry` (REST GET of a key, `airflow state get/delete`, each import row) reads one row."""
+    from airflow import settings
+    from airflow.state import manage
+
+    asset = AssetScope(make_asset(1))
+    for target in (scope, asset):
+        for start in range(0, 10_000, 1000):
+            backend.set_many(target, {f"key/{n:05d}": f'"{n}"' for n in range(start, start + 1000)})
+    backend.write(asset, "key/04321", '"4321"', writer=CLI_WRITER)
+    for target in (scope, asset):
+        with autocommit_statements() as sent, statements_on(settings.engine) as listed:
+            entry = manage.entry(target, "key/04321")
+        assert (entry.key, entry.value, entry.version) == ("key/04321", "4321", 1 if target is scope else 2)
+        assert entry.updated_at is not None
+        assert listed == [], "the key was found by listing the scope"
+        assert len(sent) == 1, sent
+        assert "LIMIT" not in sent[0].upper() and "ORDER BY" not in sent[0].upper()
+    assert entry.updated_by is not None and entry.updated_by.kind == "cli"
+    with autocommit_statements() as sent, pytest.raises(manage.NotFound):
+        manage.entry(scope, "key/")
+    assert len(sent) == 1
+
+
+def test_get_entry_joins_a_callers_session_with_one_statement(backend, scope):
+    from airflow.utils.session import create_session
+
+    backend.set_many(scope, {f"k{n:04d}": str(n) for n in range(1000)})
+    with create_session() as session, statements_on(session.get_bind()) as seen:
+        found = backend.get_entry(scope, "k0042", session=session)
+    assert found is not None and found.value == "42"
+    assert len(seen) == 1, seen

@@ -13,7 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow_shared.state import AssetScope, StateConflictError, TaskScope
-from airflow_shared.state.testing import MemoryStateBackend, StateBackendConformance
+from airflow_shared.state.testing import (
+    MemoryStateBackend,
+    StateBackendConformance,
+    StateBackendWrapperConformance,
+)
 
 MEMORY = "airflow_shared.state.testing.MemoryStateBackend"
 TASK = TaskScope("dag", "run", "task", 0, dag_run_uid="uid-1")
@@ -123,6 +127,27 @@ def test_every_operation_is_counted_and_timed(statsd, memory_backend):
         assert len(durations) == calls, operation
         assert all(0 <= ms < 5000 for ms in durations), durations
     assert sorted(statsd.timers["airflow.state.value_bytes"]) == [2, 3, 3, 6]
+
+
+def test_batches_are_counted_once_and_reach_the_backend_whole(statsd, memory_backend):
+    backend = memory_backend
+    assert backend.supports_atomic_many is True
+    assert backend.set_many(TASK, {"a": "1", "b": "héllo"}) == {"a": 1, "b": 1}
+    assert backend.get_many(TASK, ["a", "b", "c"]) == {"a": "1", "b": "héllo"}
+    backend.delete_many(TASK, ["a"])
+    assert asyncio.run(backend.aget_many(TASK, ["a", "b"])) == {"b": "héllo"}
+    asyncio.run(backend.aset_many(TASK, {"c": "xyz"}))
+    asyncio.run(backend.adelete_many(TASK, ["b", "c"]))
+
+    counters = statsd.counters()
+    # One count per batch, none per key: no write, get or delete was made key by key.
+    assert counters == {
+        "airflow.state.set_many": 2,
+        "airflow.state.get_many": 2,
+        "airflow.state.delete_many": 2,
+    }
+    assert len(statsd.timers["airflow.state.set_many.duration"]) == 2
+    assert sorted(statsd.timers["airflow.state.value_bytes"]) == [1, 3, 6]
 
 
 def test_conflicts_refusals_and_cleanup_are_counted(statsd, memory_backend):
@@ -254,3 +279,14 @@ class TestMeasuredBackendConforms(StateBackendConformance):
 
         ensure_stats_configured()
         return measured(MemoryStateBackend())
+
+
+class TestMeasuredBackendIsTransparent(StateBackendWrapperConformance):
+    """Every contract method and capability passes through the metrics wrapper, batches included."""
+
+    @pytest.fixture
+    def wrap(self, statsd):
+        from airflow.state.metrics import ensure_stats_configured, measured
+
+        ensure_stats_configured()
+        return measured

@@ -627,6 +627,45 @@ def test_increment_is_atomic_and_refuses_what_is_not_an_integer(api, running):
     assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
 
 
+def test_an_increment_whose_reply_from_the_database_is_lost_is_a_503_and_never_applied_twice(
+    api, running, db_kind, monkeypatch
+):
+    """The server does not send it again, says the outcome is unknown, and the client does not retry."""
+    from types import SimpleNamespace
+
+    import httpx
+    from airflow.state import StateUnavailableError
+    from airflow.state.worker.client import StateClient
+    from state_testing.proxy import autocommit_engine_through_a_proxy
+
+    if db_kind == "sqlite":
+        pytest.skip("SQLite has no connection to lose")
+    headers = auth(running)
+    url = f"/task-instances/{running.ti_id}/increment"
+    api.delete(**at(running, "lost"), headers=headers)
+    with autocommit_engine_through_a_proxy() as proxy:
+        assert api.post(url, params={"key": "lost"}, json={"by": 1}, headers=headers).json()["value"] == 1
+        proxy.arm(b"task_state")
+        lost = api.post(url, params={"key": "lost"}, json={"by": 5}, headers=headers)
+        assert proxy.dropped.is_set()
+    assert lost.status_code == 503 and detail(lost)["reason"] == "database_unavailable"
+    assert "may or may not have been applied" in detail(lost)["message"]
+    assert api.get(**at(running, "lost"), headers=headers).json()["value"] == 6
+
+    # The task's client, given that answer to its increment, raises at once rather than retrying.
+    sent = []
+
+    def answer(self, method, path, **kwargs):
+        sent.append(method)
+        return httpx.Response(lost.status_code, json=lost.json(), request=httpx.Request(method, path))
+
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state.invalid/state")
+    monkeypatch.setattr(httpx.Client, "request", answer)
+    with pytest.raises(StateUnavailableError, match="may or may not have been applied"):
+        StateClient(SimpleNamespace(id=running.ti_id))._send("POST", url, idempotent=False)
+    assert sent == ["POST"]
+
+
 def test_asset_writes_record_the_task_try_that_wrote(api, running, backend):
     from airflow.models.asset import AssetModel
     from airflow.utils.session import create_session

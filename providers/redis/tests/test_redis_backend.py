@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import airflow_state_redis.backend
 import pytest
+import redis.connection
 from airflow_shared.state import (
+    CLI_WRITER,
     AssetScope,
     BaseStateBackend,
     StateEntry,
@@ -854,3 +856,30 @@ def test_a_write_call_sent_again_applies_once_and_answers_the_same(make_backend,
         key_slot(backend._keys.task_hash(scope).encode()),
         key_slot(backend._keys.asset_hash(asset).encode()),
     }
+
+
+# --- reading one key with its metadata ------------------------------------------------------
+
+
+def test_get_entry_is_one_round_trip_in_a_scope_of_10000_keys(make_backend, monkeypatch):
+    backend = make_backend()
+    for scope in (TASK, AssetScope(7)):
+        for start in range(0, 10_000, 1000):
+            backend.set_many(scope, {f"key/{n:05d}": str(n) for n in range(start, start + 1000)})
+    backend.write(AssetScope(7), "key/04321", "4321", writer=CLI_WRITER)
+    sent: list[bytes] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting_send(self, command, check_health=True):
+        sent.append(b"".join(command) if isinstance(command, list) else command)
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting_send)
+    for scope, version in ((TASK, 1), (AssetScope(7), 2)):
+        sent.clear()
+        entry = backend.get_entry(scope, "key/04321")
+        assert entry is not None and (entry.value, entry.version) == ("4321", version)
+        assert entry.updated_at is not None
+        assert len(sent) == 1, sent  # one MULTI/EXEC: no listing script, no HSCAN
+        assert b"HSCAN" not in sent[0] and b"EVALSHA" not in sent[0]
+    assert entry.writer == CLI_WRITER

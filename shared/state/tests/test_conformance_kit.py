@@ -24,6 +24,7 @@ class KeysAndValuesOnly(MemoryStateBackend):
 
     entries = BaseStateBackend.entries
     key_counts = BaseStateBackend.key_counts
+    get_entry = BaseStateBackend.get_entry
 
 
 class TestDefaultListingConforms(StateBackendConformance):
@@ -136,6 +137,9 @@ class IgnoresDagRunUid(MemoryStateBackend):
 
     def entries(self, scope, **listing):
         return super().entries(forget_uid(scope), **listing)
+
+    def get_entry(self, scope, key, *, session=None):
+        return super().get_entry(forget_uid(scope), key)
 
     def delete(self, scope, key, *, session=None):
         super().delete(forget_uid(scope), key)
@@ -391,3 +395,68 @@ def test_default_batches_are_built_on_the_single_key_methods():
     backend.delete_many(scope, ["b"])
     assert calls == [("set", "a"), ("set", "b"), ("get", "a"), ("get", "b"), ("delete", "b")]
     assert not backend.supports_atomic_many
+
+
+WRAPPERS = """
+import pytest
+from airflow_shared.state import BaseStateBackend, capability_names, contract_methods
+from airflow_shared.state.testing import StateBackendWrapperConformance
+
+
+def passing(name):
+    def call(self, *args, **kwargs):
+        return getattr(self.wrapped, name)(*args, **kwargs)
+
+    async def acall(self, *args, **kwargs):
+        return await getattr(self.wrapped, name)(*args, **kwargs)
+
+    return acall if name.startswith("a") and name[1:] in contract_methods() else call
+
+
+class Transparent(BaseStateBackend):
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        for name in capability_names():
+            setattr(self, name, getattr(wrapped, name))
+
+
+for name in contract_methods():
+    setattr(Transparent, name, passing(name))
+Transparent.__abstractmethods__ = frozenset()
+
+
+class ForgetsBatches(Transparent):
+    # What a wrapper written before batches existed looks like: the per-key defaults, no flag.
+    supports_atomic_many = False
+    for name in ("get_many", "set_many", "delete_many", "aget_many", "aset_many", "adelete_many"):
+        locals()[name] = getattr(BaseStateBackend, name)
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+
+class TestTransparent(StateBackendWrapperConformance):
+    @pytest.fixture
+    def wrap(self):
+        return Transparent
+
+
+class TestForgetsBatches(StateBackendWrapperConformance):
+    @pytest.fixture
+    def wrap(self):
+        return ForgetsBatches
+"""
+
+
+def test_wrapper_kit_passes_a_transparent_wrapper_and_catches_one_that_forgets_batches(pytester):
+    pytester.makepyfile(test_wrappers=WRAPPERS)
+    result = pytester.runpytest("-q", "-p", "no:cacheprovider", "-rf")
+    failed = {line.split(" ")[1].split("[")[0] for line in result.stdout.lines if line.startswith("FAILED ")}
+    assert failed == {
+        f"test_wrappers.py::TestForgetsBatches::{test}"
+        for test in (
+            "test_every_contract_method_is_passed_on_by_the_wrapper_class",
+            "test_every_capability_reads_as_the_wrapped_backends",
+            "test_every_call_is_one_call_of_the_same_method_of_the_wrapped_backend",
+        )
+    }, result.stdout.str()

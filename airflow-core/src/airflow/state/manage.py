@@ -253,12 +253,9 @@ def entries(
 
 def entry(scope: StateScope, key: str) -> Entry:
     """One entry, with what the backend records of its last write; :class:`NotFound` when missing."""
-    validate_key(key)
-    # Keys sort by code point and a key sorts before every longer key it prefixes, so the first
-    # entry with the key as prefix is the key itself when it exists: one call, metadata included.
-    page = backend().entries(scope, key_prefix=key, limit=1)
-    if page.entries and page.entries[0].key == key:
-        return Entry.of(page.entries[0])
+    found = backend().get_entry(scope, key)  # one key read, not a listing of the scope
+    if found is not None:
+        return Entry.of(found)
     raise NotFound(Reason.KEY_NOT_FOUND, f"no state stored under key {key!r}")
 
 

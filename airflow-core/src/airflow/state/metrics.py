@@ -9,8 +9,10 @@ statsd_prefix``, ``airflow`` by default) carries the tags ``backend`` (the backe
 and ``operation``:
 
 * ``state.<operation>`` (counter): calls of one backend operation (``get``, ``get_versioned``,
-  ``set``, ``write``, ``increment``, ``delete``, ``clear``, ``keys``, ``entries``, ``key_counts``,
-  ``cleanup``), failed ones included; the async twin of an operation counts under its name.
+  ``set``, ``write``, ``increment``, ``delete``, ``clear``, ``get_many``, ``set_many``,
+  ``delete_many``, ``keys``, ``entries``, ``key_counts``, ``cleanup``: every method of the
+  contract), failed ones included; the async twin of an operation counts under its name, and a
+  batch counts once, whatever its size.
 * ``state.<operation>.duration`` (timer, milliseconds): how long each call took.
 * ``state.conflicts`` (counter): conditional writes refused because another write came first.
 * ``state.refused`` (counter, tag ``reason``: ``invalid_value``, ``invalid_type``,
@@ -19,7 +21,7 @@ and ``operation``:
 * ``state.failed`` (counter, tag ``error``: the exception's class): any other error (the store is
   down, a timeout).
 * ``state.value_bytes`` (timer used as a histogram; the value is bytes, not milliseconds): the size
-  of each value written, in UTF-8.
+  of each value written, in UTF-8 (each value of a ``set_many`` too).
 * ``state.cleaned`` (counter): keys removed by ``cleanup`` (a dry run removes none).
 
 A deployment has one configured backend, so plain StatsD, which drops tags, loses nothing by it.
@@ -27,37 +29,16 @@ A deployment has one configured backend, so plain StatsD, which drops tags, lose
 
 from __future__ import annotations
 
+import abc
 import functools
+import inspect
 import time
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from airflow._shared.observability.metrics.stats import Stats
-from airflow_shared.state import (
-    BaseStateBackend,
-    StateConflictError,
-    StateEntryPage,
-    StateScope,
-    StateWriter,
-    VersionedValue,
-)
-
-#: The backend operations measured; each async twin counts under the same name.
-OPERATIONS = (
-    "get",
-    "get_versioned",
-    "set",
-    "write",
-    "increment",
-    "delete",
-    "clear",
-    "keys",
-    "entries",
-    "key_counts",
-    "cleanup",
-)
+from airflow_shared.state import BaseStateBackend, StateConflictError, capability_names, contract_methods
 
 
 def metrics_enabled() -> bool:
@@ -134,13 +115,86 @@ class _Measurement:
             Stats.incr("state.failed", tags={**self._tags, "error": type(error).__name__})
 
 
+# What a call reports beyond its count and time, by operation, once it returned.
+def _value_of_set(
+    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any
+) -> None:
+    # set, set_by_try and write take (scope, key, value, ...).
+    backend._value_written(kwargs["value"] if "value" in kwargs else args[2])
+
+
+def _values_of_set_many(
+    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any
+) -> None:
+    for value in (kwargs["values"] if "values" in kwargs else args[1]).values():
+        backend._value_written(value)
+
+
+def _cleaned(
+    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], removed: Any
+) -> None:
+    if not kwargs.get("dry_run", False):
+        Stats.incr("state.cleaned", removed, tags=backend._backend_tags)
+
+
+_AFTER: dict[str, Callable[[MeasuredStateBackend, tuple[Any, ...], dict[str, Any], Any], None]] = {
+    "set": _value_of_set,
+    "write": _value_of_set,
+    "set_many": _values_of_set_many,
+    "cleanup": _cleaned,
+}
+
+
+def _operation(method: str) -> str:
+    """The operation a contract method counts as: its async twin's is the sync name's."""
+    sync = method[1:] if inspect.iscoroutinefunction(getattr(BaseStateBackend, method)) else method
+    return "set" if sync == "set_by_try" else sync  # a try's write is a set
+
+
+#: The operations measured, one per sync contract method (``set_by_try`` counts as ``set``).
+OPERATIONS = tuple(dict.fromkeys(_operation(method) for method in contract_methods()))
+
+
+def _measured_method(method: str) -> Callable[..., Any]:
+    """*method* of the wrapped backend, counted and timed as its operation."""
+    operation = _operation(method)
+    after = _AFTER.get(operation)
+    if inspect.iscoroutinefunction(getattr(BaseStateBackend, method)):
+
+        async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+            with self._measure(operation):
+                result = await getattr(self.wrapped, method)(*args, **kwargs)
+            if after is not None:
+                after(self, args, kwargs, result)
+            return result
+
+        call: Callable[..., Any] = measured_async
+    else:
+
+        def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+            with self._measure(operation):
+                result = getattr(self.wrapped, method)(*args, **kwargs)
+            if after is not None:
+                after(self, args, kwargs, result)
+            return result
+
+        call = measured_sync
+    call.__name__ = method
+    call.__qualname__ = f"MeasuredStateBackend.{method}"
+    call.__doc__ = f"The wrapped backend's ``{method}``, counted and timed as ``state.{operation}``."
+    return call
+
+
 class MeasuredStateBackend(BaseStateBackend):
     """
     The configured backend, with every call counted and timed through ``Stats``.
 
-    It delegates each method, sync and async, to :attr:`wrapped` (so a backend's own async client
-    keeps being used) and declares the same capabilities; code that needs the backend's own class
-    calls :func:`unwrap_state_backend`. Build it with :func:`measured`.
+    Every method of the contract (:func:`~airflow_shared.state.contract_methods`), sync and async,
+    is passed to the same method of :attr:`wrapped` (so a backend's own async client and its
+    batches keep being used), and every capability reads as the wrapped backend's: the methods are
+    generated from the contract, so one added to it later cannot be forgotten here. Code that
+    needs the backend's own class calls :func:`unwrap_state_backend`. Build it with
+    :func:`measured`.
     """
 
     def __init__(self, wrapped: BaseStateBackend) -> None:
@@ -154,6 +208,8 @@ class MeasuredStateBackend(BaseStateBackend):
             for operation in OPERATIONS
         }
         self._backend_tags = {"backend": backend}
+        for name in capability_names():  # also what the instance declares beside its class
+            setattr(self, name, getattr(wrapped, name))
 
     def __getattr__(self, name: str) -> Any:
         # What a backend offers beyond the contract (its own helpers) stays reachable.
@@ -173,207 +229,22 @@ class MeasuredStateBackend(BaseStateBackend):
         if size is not None:
             Stats.timing("state.value_bytes", size, tags=self._backend_tags)
 
-    # --- sync --------------------------------------------------------------------------------
 
-    def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        with self._measure("get"):
-            return self.wrapped.get(scope, key, session=session)
-
-    def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        with self._measure("get_versioned"):
-            return self.wrapped.get_versioned(scope, key, session=session)
-
-    def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        with self._measure("set"):
-            self.wrapped.set(scope, key, value, session=session)
-        self._value_written(value)
-
-    def set_by_try(
-        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
-    ) -> None:
-        with self._measure("set"):
-            self.wrapped.set_by_try(scope, key, value, try_number=try_number, session=session)
-        self._value_written(value)
-
-    def write(
-        self,
-        scope: StateScope,
-        key: str,
-        value: str,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        if_version: int | None = None,
-        session: Any = None,
-    ) -> int | None:
-        with self._measure("write"):
-            version = self.wrapped.write(
-                scope,
-                key,
-                value,
-                writer=writer,
-                expires_at=expires_at,
-                if_version=if_version,
-                session=session,
-            )
-        self._value_written(value)
-        return version
-
-    def increment(
-        self,
-        scope: StateScope,
-        key: str,
-        by: int = 1,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        session: Any = None,
-    ) -> int:
-        with self._measure("increment"):
-            return self.wrapped.increment(
-                scope, key, by, writer=writer, expires_at=expires_at, session=session
-            )
-
-    def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        with self._measure("delete"):
-            self.wrapped.delete(scope, key, session=session)
-
-    def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        with self._measure("clear"):
-            self.wrapped.clear(scope, all_map_indices=all_map_indices, session=session)
-
-    def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        with self._measure("keys"):
-            return self.wrapped.keys(scope, session=session)
-
-    def entries(
-        self,
-        scope: StateScope,
-        *,
-        key_prefix: str | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        session: Any = None,
-    ) -> StateEntryPage:
-        with self._measure("entries"):
-            return self.wrapped.entries(
-                scope, key_prefix=key_prefix, offset=offset, limit=limit, session=session
-            )
-
-    def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
-        with self._measure("key_counts"):
-            return self.wrapped.key_counts(scopes, session=session)
-
-    def cleanup(
-        self,
-        *,
-        now: datetime,
-        updated_before: datetime | None = None,
-        batch_size: int = 1000,
-        dry_run: bool = False,
-        session: Any = None,
-    ) -> int:
-        with self._measure("cleanup"):
-            removed = self.wrapped.cleanup(
-                now=now,
-                updated_before=updated_before,
-                batch_size=batch_size,
-                dry_run=dry_run,
-                session=session,
-            )
-        if not dry_run:
-            Stats.incr("state.cleaned", removed, tags=self._backend_tags)
-        return removed
-
-    # --- async: the wrapped backend's own twins, which may use a native async client ---------
-
-    async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        with self._measure("get"):
-            return await self.wrapped.aget(scope, key, session=session)
-
-    async def aget_versioned(
-        self, scope: StateScope, key: str, *, session: Any = None
-    ) -> VersionedValue | None:
-        with self._measure("get_versioned"):
-            return await self.wrapped.aget_versioned(scope, key, session=session)
-
-    async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        with self._measure("set"):
-            await self.wrapped.aset(scope, key, value, session=session)
-        self._value_written(value)
-
-    async def aset_by_try(
-        self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
-    ) -> None:
-        with self._measure("set"):
-            await self.wrapped.aset_by_try(scope, key, value, try_number=try_number, session=session)
-        self._value_written(value)
-
-    async def awrite(
-        self,
-        scope: StateScope,
-        key: str,
-        value: str,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        if_version: int | None = None,
-        session: Any = None,
-    ) -> int | None:
-        with self._measure("write"):
-            version = await self.wrapped.awrite(
-                scope,
-                key,
-                value,
-                writer=writer,
-                expires_at=expires_at,
-                if_version=if_version,
-                session=session,
-            )
-        self._value_written(value)
-        return version
-
-    async def aincrement(
-        self,
-        scope: StateScope,
-        key: str,
-        by: int = 1,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        session: Any = None,
-    ) -> int:
-        with self._measure("increment"):
-            return await self.wrapped.aincrement(
-                scope, key, by, writer=writer, expires_at=expires_at, session=session
-            )
-
-    async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        with self._measure("delete"):
-            await self.wrapped.adelete(scope, key, session=session)
-
-    async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        with self._measure("clear"):
-            await self.wrapped.aclear(scope, all_map_indices=all_map_indices, session=session)
-
-    async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        with self._measure("keys"):
-            return await self.wrapped.akeys(scope, session=session)
+for _method in contract_methods():
+    setattr(MeasuredStateBackend, _method, _measured_method(_method))
+# The four abstract methods are among those just set; mypy cannot see methods set by name.
+abc.update_abstractmethods(MeasuredStateBackend)  # type: ignore[type-abstract]
 
 
 @functools.cache
 def _measured_class(backend_class: type[BaseStateBackend]) -> type[MeasuredStateBackend]:
-    # The capability flags are class attributes that callers read on the class or the instance:
-    # one subclass per wrapped class declares the same ones.
+    # The capabilities are class attributes that callers read on the class or the instance: one
+    # subclass per wrapped class declares the same ones.
+    capabilities = {name: getattr(backend_class, name) for name in capability_names()}
     return type(
         f"Measured{backend_class.__name__}",
         (MeasuredStateBackend,),
-        {
-            "supports_versions": backend_class.supports_versions,
-            "supports_expiry": backend_class.supports_expiry,
-            "supports_increment": backend_class.supports_increment,
-            "__module__": __name__,
-        },
+        {**capabilities, "__module__": __name__},
     )
 
 

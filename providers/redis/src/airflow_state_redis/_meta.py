@@ -85,9 +85,10 @@ def decode_writer(text: bytes) -> StateWriter | None:
         if kind is not WriterKind.TASK:
             return StateWriter(kind)
         dag_id, run_id, task_id, map_index, try_number = parts[1:]
+        # A writer stored before StateWriter checked its fields may be refused now: not known.
+        return StateWriter(kind, dag_id, run_id, task_id, map_index, try_number)
     except (ValueError, TypeError, IndexError, KeyError):
         return None
-    return StateWriter(kind, dag_id, run_id, task_id, map_index, try_number)
 
 
 def parse_meta(raw: bytes | str | None, is_task: bool) -> Meta:

@@ -36,6 +36,7 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
     validate_write_options,
+    validate_writer,
 )
 from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
@@ -110,13 +111,6 @@ def _field_text(raw: bytes | str) -> str:
 def _validate_try_number(try_number: object) -> None:
     if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
         raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
-
-
-def _validate_writer(writer: object) -> None:
-    if writer is not None and not isinstance(writer, StateWriter):
-        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}: {writer!r}")
-    if writer is not None:
-        _validate_try_number(writer.try_number)
 
 
 def _check_moment(name: str, moment: object, *, optional: bool) -> None:
@@ -459,6 +453,26 @@ class RedisStateBackend(BaseStateBackend):
             )
         return StateEntryPage(found, total)
 
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        """The key's value and metadata: one MULTI/EXEC, as :meth:`get_versioned`, no listing."""
+        (name, meta_name), field = self._read_target(scope, key)
+        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(name, field)
+            pipe.hget(meta_name, field)
+            raw, raw_meta = pipe.execute()
+        meta = parse_meta(raw_meta, isinstance(scope, TaskScope))
+        if raw is None or meta.expired(_now_micros()):
+            return None
+        return StateEntry(
+            key,
+            _field_text(raw),
+            meta.updated_at,
+            meta.updated_by_try,
+            meta.version,
+            meta.expires_at,
+            meta.writer,
+        )
+
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
         scopes = list(scopes)
         for scope in scopes:
@@ -763,7 +777,7 @@ class RedisStateBackend(BaseStateBackend):
         _validate_scope(scope)
         checked = validate_many_values(values)
         validate_write_options(expires_at, None)
-        _validate_writer(writer)
+        validate_writer(writer)
         pairs = [(_utf8(key, "key"), _utf8(value, "value")) for key, value in checked.items()]
         if not pairs:
             return _WriteCall([], []), []
@@ -810,7 +824,7 @@ class RedisStateBackend(BaseStateBackend):
         if_version: int | None,
     ) -> _WriteCall:
         validate_write_options(expires_at, if_version)
-        _validate_writer(writer)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         expected = "" if if_version is None else str(if_version)
         return self._write_call(scope, key, value, try_number, writer, expires_at, expected)
@@ -820,7 +834,7 @@ class RedisStateBackend(BaseStateBackend):
     ) -> _WriteCall:
         validate_increment(by)
         validate_write_options(expires_at, None)
-        _validate_writer(writer)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         # The same call as a write, with the increment where the value goes and no expected version.
         call = self._write_call(scope, key, "0", try_number, writer, expires_at, None)

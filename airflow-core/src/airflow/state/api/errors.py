@@ -88,16 +88,17 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     A metadata database that cannot be reached (restarting, failing over) answers 503, which task
     clients retry; any other database error is a bug and stays a 500.
     """
-    from airflow.state.metastore.engine import is_unavailable
+    from airflow.state.metastore.engine import StatementOutcomeUnknownError, is_unavailable
 
     if not is_unavailable(error):
         raise error
-    body = {
-        "detail": {
-            "reason": Reason.DATABASE_UNAVAILABLE.value,
-            "message": f"the metadata database cannot be reached ({type(error).__name__}); retry later",
-        }
-    }
+    if isinstance(error, StatementOutcomeUnknownError):
+        # Still 503: the database is what failed. Clients send such requests (an increment, a
+        # conditional write) as not idempotent and do not retry them on a 503.
+        message = str(error)
+    else:
+        message = f"the metadata database cannot be reached ({type(error).__name__}); retry later"
+    body = {"detail": {"reason": Reason.DATABASE_UNAVAILABLE.value, "message": message}}
     return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
 
 

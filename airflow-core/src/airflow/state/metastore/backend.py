@@ -10,7 +10,14 @@ from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import adrive, arun, drive, run
-from airflow_shared.state import BaseStateBackend, StateEntryPage, StateScope, StateWriter, VersionedValue
+from airflow_shared.state import (
+    BaseStateBackend,
+    StateEntry,
+    StateEntryPage,
+    StateScope,
+    StateWriter,
+    VersionedValue,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -149,6 +156,9 @@ class MetastoreStateBackend(BaseStateBackend):
         session: Session | None = None,
     ) -> StateEntryPage:
         return listing.entries(scope, key_prefix, offset, limit, session)
+
+    def get_entry(self, scope: StateScope, key: str, *, session: Session | None = None) -> StateEntry | None:
+        return run(op.get_entry(scope, key), session)
 
     def key_counts(self, scopes: Sequence[StateScope], *, session: Session | None = None) -> list[int]:
         return listing.key_counts(scopes, session)

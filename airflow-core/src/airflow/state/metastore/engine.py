@@ -7,9 +7,14 @@ trips. Airflow's own engine pings every connection it hands out (pool_pre_ping) 
 each one into autocommit and back. The engine here is built from the same settings, through
 Airflow's own factory (so deployment hooks in ``airflow_local_settings`` apply), but it stays in
 autocommit and does not ping. A connection found dead is replaced, and the statement runs once
-more; every state statement is idempotent. A dead connection usually means the server dropped
-them all (it restarted, or failed over), so every connection the pool opened before that moment
-is replaced too, and the retry gets a fresh one.
+more, if that is safe: a lost connection may have lost only the reply of a statement the server
+ran and committed. Reads, plain writes and deletes give the same result run twice. An increment, a
+create-only write or a conditional write do not (a counter counts twice, a write conflicts with
+itself), so their callers say so (``idempotent=False``): such a statement is sent on a pooled
+connection only after a ping found it alive, is retried only when it was never sent, and
+otherwise raises :class:`StatementOutcomeUnknownError`. A dead connection usually means the server
+dropped them all (it restarted, or failed over), so every connection the pool opened before that
+moment is replaced too, and the retry gets a fresh one.
 
 SQLAlchemy compiles each statement once per engine and supplies its type conversions. The
 statement then runs on the DBAPI cursor of a pooled connection, without SQLAlchemy's
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow import settings
 from airflow.configuration import conf
 from sqlalchemy import Select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine, Executable
@@ -99,6 +104,23 @@ class _Compiled:
         return tuple(convert(value) if convert else value for convert, value in pairs)
 
 
+class StatementOutcomeUnknownError(OperationalError):
+    """
+    The connection was lost after a statement that must not run twice (an increment, a
+    create-only or conditional write) was sent: the server may have run and committed it, or not.
+    It is not sent again. Like every lost connection it counts as the database being unavailable
+    (:func:`is_unavailable`: the state API answers 503 ``database_unavailable``, which the task's
+    client does not retry for such a request either).
+    """
+
+    def __str__(self) -> str:
+        return (
+            "the connection to the metadata database was lost after the statement was sent, so it may "
+            "or may not have been applied; it is not sent again, since applying it twice would be wrong "
+            f"(an increment, a conditional write): read the key to find out ({self.orig})"
+        )
+
+
 class _AutocommitEngine:
     """An autocommit engine and the statements compiled for it."""
 
@@ -107,24 +129,41 @@ class _AutocommitEngine:
         self._dialect = engine.dialect
         self._compiled: dict[Executable, _Compiled] = {}
 
-    def execute(self, statement: Executable, values: dict[str, Any]) -> Outcome:
+    def execute(self, statement: Executable, values: dict[str, Any], idempotent: bool) -> Outcome:
         compiled = self._compiled.get(statement)
         if compiled is None:
             compiled = self._compiled.setdefault(statement, _Compiled(statement, self._dialect))
         parameters = compiled.parameters(values)
-        try:
-            return self._run(compiled, parameters)
-        except DBAPIError as error:
-            if not error.connection_invalidated:
-                raise
-        return self._run(compiled, parameters)
+        for last in (False, True):
+            try:
+                return self._run(compiled, parameters, idempotent)
+            except _Lost as lost:
+                if lost.sent and not idempotent:
+                    raise StatementOutcomeUnknownError(
+                        compiled.sql,
+                        parameters,
+                        lost.driver_error,
+                        hide_parameters=True,
+                        connection_invalidated=True,
+                    ) from lost.error
+                if last:
+                    raise lost.error from lost.__cause__
+        raise AssertionError("unreachable")
 
-    def _run(self, compiled: _Compiled, parameters: Any) -> Outcome:
+    def _run(self, compiled: _Compiled, parameters: Any, idempotent: bool) -> Outcome:
         dbapi_error = self._dialect.loaded_dbapi.Error
         connection = cursor = None
+        sent = False
         try:
             connection = self.engine.raw_connection()
+            if _served_before(connection) and not idempotent:
+                # A connection the server dropped is found before a statement that must not run
+                # twice is sent on it, as SQLAlchemy's pre-ping would: a ping costs less than an
+                # outcome unknown after every database restart.
+                assert connection.dbapi_connection is not None  # checked out, so connected
+                self._dialect.do_ping(connection.dbapi_connection)
             cursor = connection.cursor()
+            sent = True
             cursor.execute(compiled.sql, parameters)
             return compiled.outcome(cursor)
         except dbapi_error as error:
@@ -139,7 +178,7 @@ class _AutocommitEngine:
                 # of a connection opened after that time (a second restart) moves it again.
                 # Then this connection is invalidated and returned, as before.
                 self.engine.pool._invalidate(connection, error)
-            raise DBAPIError.instance(
+            wrapped = DBAPIError.instance(
                 compiled.sql,
                 parameters,
                 error,
@@ -147,12 +186,38 @@ class _AutocommitEngine:
                 hide_parameters=True,
                 connection_invalidated=disconnected,
                 dialect=self._dialect,
-            ) from error
+            )
+            if disconnected:
+                raise _Lost(wrapped, error, sent) from error
+            raise wrapped from error
         finally:
             if connection is not None:
                 if cursor is not None and connection.is_valid:
                     cursor.close()
                 connection.close()
+
+
+def _served_before(connection: Any) -> bool:
+    """Whether a pooled connection ran statements before this checkout (not when just opened)."""
+    record = connection._connection_record
+    if record is None:
+        return True
+    # SQLAlchemy marks a connection fresh when it opens it, and only its pre-ping clears the mark.
+    served, record.fresh = not record.fresh, False
+    return served
+
+
+class _Lost(Exception):
+    """
+    The connection was lost: *error* as SQLAlchemy words it, and the driver's own. *sent*: the
+    statement may have reached the server.
+    """
+
+    def __init__(self, error: StatementError, driver_error: BaseException, sent: bool) -> None:
+        super().__init__(error)
+        self.error = error
+        self.driver_error = driver_error
+        self.sent = sent
 
 
 # Statements compiled for the dialects of callers' sessions (sync and async drivers differ).
@@ -223,12 +288,17 @@ def autocommit_engine() -> Engine:
     return _autocommit_engine().engine
 
 
-def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
+def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
     """
     Run *statement* with *values* as one autocommitted statement, once more if the connection was
-    dead. *statement* is compiled on first use and kept: pass statements built once, not per call.
+    dead and that is safe. *statement* is compiled on first use and kept: pass statements built
+    once, not per call.
+
+    :param idempotent: ``False`` for a statement whose second run would differ from its first (an
+        increment, a create-only or conditional write): it is sent again only if it surely never
+        reached the server, and otherwise :class:`StatementOutcomeUnknownError` is raised.
     """
-    return _autocommit_engine().execute(statement, values)
+    return _autocommit_engine().execute(statement, values, idempotent)
 
 
 # What drivers say when they cannot reach the server at all. Such errors come from connecting, not

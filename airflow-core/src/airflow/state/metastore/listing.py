@@ -25,7 +25,6 @@ from airflow_shared.state import (
     StateScope,
     StateWriter,
     TaskScope,
-    WriterKind,
     validate_listing,
     validate_scope,
 )
@@ -87,19 +86,24 @@ def _columns_and_filter(scope: StateScope, now: datetime) -> tuple[Any, list[Any
             assert_never(scope)
 
 
-def _writer(row: Any) -> StateWriter | None:
-    """The last writer of an asset_state row (``None`` for task state, and when not recorded)."""
-    kind = getattr(row, "updated_by", None)
+def stored_writer(kind: str | None, *task_instance: Any) -> StateWriter | None:
+    """
+    The last writer of an asset_state row from its ``updated_by*`` columns (in the order of
+    :data:`ASSET_WRITER_COLUMNS`); ``None`` when not recorded.
+    """
     if kind is None:
         return None
-    return StateWriter(
-        WriterKind(kind),
-        row.updated_by_dag_id,
-        row.updated_by_run_id,
-        row.updated_by_task_id,
-        row.updated_by_map_index,
-        row.updated_by_try,
-    )
+    try:
+        return StateWriter(kind, *task_instance)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # stored before StateWriter checked its fields: not known
+        return None
+
+
+def _writer(row: Any) -> StateWriter | None:
+    """The last writer of an asset_state row (``None`` for task state, and when not recorded)."""
+    if "updated_by" not in row._fields:
+        return None
+    return stored_writer(*(getattr(row, name) for name in ASSET_WRITER_COLUMNS))
 
 
 def _entry(key: str, row: Any) -> StateEntry:

@@ -22,9 +22,11 @@ from airflow._shared.timezones import timezone
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
 from airflow.state.metastore.engine import Outcome, compiled_for, execute
+from airflow.state.metastore.listing import stored_writer
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
+    StateEntry,
     StateScope,
     StateWriter,
     TaskScope,
@@ -37,6 +39,7 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
     validate_write_options,
+    validate_writer,
 )
 
 if TYPE_CHECKING:
@@ -48,14 +51,28 @@ T = TypeVar("T")
 
 
 class Operation(Generic[T]):
-    """One statement with its parameters, and how to read what it returned."""
+    """
+    One statement with its parameters, and how to read what it returned.
 
-    __slots__ = ("read", "statement", "values")
+    *idempotent* is ``False`` for a statement whose second run would differ from its first (an
+    increment adds again, a create-only or conditional write then conflicts with itself): the
+    engine never sends it twice (see :func:`~airflow.state.metastore.engine.execute`).
+    """
 
-    def __init__(self, statement: Executable, values: dict[str, Any], read: Callable[[Outcome], T]) -> None:
+    __slots__ = ("idempotent", "read", "statement", "values")
+
+    def __init__(
+        self,
+        statement: Executable,
+        values: dict[str, Any],
+        read: Callable[[Outcome], T],
+        *,
+        idempotent: bool = True,
+    ) -> None:
         self.statement = statement
         self.values = values
         self.read = read
+        self.idempotent = idempotent
 
 
 # --- reading outcomes ----------------------------------------------------------------------
@@ -143,9 +160,26 @@ def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | Non
     return Operation(statements.for_scope(scope).select_versioned, values, _versioned)
 
 
+def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
+    """One SELECT by primary key of the key's value and what a listing shows of it."""
+    validate_scope(scope)
+    validate_key(key)
+    values = statements.params(scope, key)
+    values["now"] = _now()
+
+    def entry(outcome: Outcome) -> StateEntry | None:
+        if not outcome.rows:
+            return None
+        value, updated_at, version, expires_at, *writer = outcome.rows[0]
+        if isinstance(scope, TaskScope):  # the try that wrote it
+            return StateEntry(key, value, updated_at, writer[0], version, expires_at)
+        return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
+
+    return Operation(statements.for_scope(scope).select_entry, values, entry)
+
+
 def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:
-    if writer is not None and not isinstance(writer, StateWriter):
-        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}")
+    validate_writer(writer)
     match scope:
         case TaskScope():
             return {"updated_by_try": writer.try_number if writer is not None else None}
@@ -215,12 +249,12 @@ def write(
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
         values["if_version"] = if_version
-        if (yield Operation(sql.update_if_version, values, _rowcount)):
+        if (yield Operation(sql.update_if_version, values, _rowcount, idempotent=False)):
             return if_version + 1
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
     for _attempt in range(2):
-        created = yield Operation(sql.create, values, partial(_upserted, 1))
+        created = yield Operation(sql.create, values, partial(_upserted, 1), idempotent=False)
         if created is not None:
             return int(created[0])
         stored = yield get_versioned(scope, key)
@@ -249,7 +283,7 @@ def increment(
     while True:
         values = _write_values(scope, key, str(by), writer, expires_at)
         values["by"] = by
-        added = yield Operation(sql.increment, values, partial(_upserted, 2))
+        added = yield Operation(sql.increment, values, partial(_upserted, 2), idempotent=False)
         if added is not None:
             return int(added[1])
         stored = yield get_versioned(scope, key)
@@ -357,7 +391,7 @@ def delete_many(scope: StateScope, keys: Iterable[str]) -> Operation[None] | Non
 def run(operation: Operation[T], session: Session | None) -> T:
     """Run *operation* in *session* (the caller commits), or autocommitted on its own without one."""
     if session is None:
-        return operation.read(execute(operation.statement, operation.values))
+        return operation.read(execute(operation.statement, operation.values, idempotent=operation.idempotent))
     connection = session.connection()
     compiled = compiled_for(operation.statement, connection.dialect)
     result = connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))

@@ -76,6 +76,10 @@ class Statements(NamedTuple):
     select_versioned: Select[Any]
     #: Every live key of the scope (``now``).
     select_keys: Select[Any]
+    #: The value of ``:key`` if live (``now``) with what a listing shows of it: ``value``,
+    #: ``updated_at``, ``version``, ``expires_at``, then the writer's columns (the try for task
+    #: state, :data:`ASSET_WRITER_COLUMNS` for asset state).
+    select_entry: Select[Any]
     #: Insert or replace ``:key`` (``value``, ``updated_at``, ``expires_at`` and the writer
     #: columns); returns the new version, or no row when the dag run (or asset) does not exist.
     upsert: Executable
@@ -353,6 +357,7 @@ def _build(
     source: Select[Any],
     written: list[str],
     scope_filter: list[Any],
+    writer_columns: list[str],
 ) -> dict[str, Any]:
     """
     The statements every scope type has, given its table, the source SELECT of its upsert (which
@@ -373,6 +378,9 @@ def _build(
         "select_value": select(table.c.value).where(*one_key, _live(table)),
         "select_versioned": select(table.c.value, table.c.version).where(*one_key, _live(table)),
         "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
+        "select_entry": select(
+            *(table.c[name] for name in ("value", "updated_at", "version", "expires_at", *writer_columns))
+        ).where(*one_key, _live(table)),
         "upsert": _Upsert(table)
         .from_select(columns, source)
         .on_conflict_update(conflict_columns, replace, returning=["version"]),
@@ -444,6 +452,7 @@ def _task_statements() -> Statements:
         source,
         written,
         [*_same_task(), _task.c.map_index == bindparam("map_index")],
+        ["updated_by_try"],
     )
     return Statements(**built, clear_all_map_indices=delete(_task).where(*_same_task()))
 
@@ -474,6 +483,7 @@ def _asset_statements() -> Statements:
         source,
         written,
         [_asset.c.asset_id == bindparam("asset_id")],
+        list(ASSET_WRITER_COLUMNS),
     )
     return Statements(**built, clear_all_map_indices=built["clear"])
 

@@ -7,7 +7,7 @@ backend without installing Airflow's core.
 
 from __future__ import annotations
 
-from .backend import BaseStateBackend
+from .backend import BaseStateBackend, capability_names, contract_methods
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
@@ -16,6 +16,7 @@ from .writes import (
     API_WRITER,
     CLI_WRITER,
     MAX_COUNTER,
+    MAX_TASK_NUMBER,
     MIN_COUNTER,
     StateCapabilityError,
     StateConflictError,
@@ -26,6 +27,7 @@ from .writes import (
     incremented,
     validate_increment,
     validate_write_options,
+    validate_writer,
 )
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_COUNTER",
     "MAX_KEY_LENGTH",
     "MAX_MANY_KEYS",
+    "MAX_TASK_NUMBER",
     "MIN_COUNTER",
     "AssetScope",
     "BaseStateBackend",
@@ -46,6 +49,8 @@ __all__ = [
     "TaskScope",
     "VersionedValue",
     "WriterKind",
+    "capability_names",
+    "contract_methods",
     "counter_value",
     "dag_run_uid",
     "incremented",
@@ -58,4 +63,5 @@ __all__ = [
     "validate_scope",
     "validate_value",
     "validate_write_options",
+    "validate_writer",
 ]

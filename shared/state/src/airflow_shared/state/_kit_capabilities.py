@@ -29,6 +29,7 @@ from .writes import (
     StateConflictError,
     StateWriter,
     VersionedValue,
+    WriterKind,
 )
 
 
@@ -175,6 +176,44 @@ class CapabilityConformance:
             with pytest.raises(error):
                 asyncio.run(backend.awrite(scope, "k", "new", **options))
             assert backend.get(scope, "k") == "kept"
+
+    @pytest.mark.parametrize(
+        ("make_writer", "error"),
+        [
+            (lambda: StateWriter(WriterKind.TASK, "dag", "run", None, -1, 1), ValueError),
+            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -1, None), ValueError),
+            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -2, 1), ValueError),
+            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", True, 1), TypeError),
+            (lambda: StateWriter(WriterKind.API, dag_id="dag"), ValueError),
+            (lambda: StateWriter("operator"), ValueError),  # type: ignore[arg-type]
+            (lambda: "api", TypeError),
+        ],
+        ids=[
+            "task-no-task-id",
+            "task-no-try",
+            "task-bad-index",
+            "task-bool-index",
+            "api-dag-id",
+            "bad-kind",
+            "str",
+        ],
+    )
+    def test_a_writer_that_breaks_the_contract_is_refused_and_nothing_written(
+        self, backend, make_task_scope, make_asset_scope, make_writer, error
+    ):
+        # What is stored must be what `airflow state export` writes and `import` reads back.
+        for scope in (make_task_scope(), make_asset_scope(1)):
+            backend.set(scope, "k", "kept")
+            with pytest.raises(error):
+                backend.write(scope, "k", "new", writer=make_writer())
+            with pytest.raises(error):
+                asyncio.run(backend.awrite(scope, "k", "new", writer=make_writer()))
+            with pytest.raises(error):
+                backend.set_many(scope, {"k": "new", "other": "new"}, writer=make_writer())
+            if _can_increment(backend):
+                with pytest.raises(error):
+                    backend.increment(scope, "counter", writer=make_writer())
+            assert backend.get_many(scope, ["k", "other", "counter"]) == {"k": "kept"}
 
     @pytest.mark.parametrize(
         ("key", "value", "error"),

@@ -34,6 +34,7 @@ from airflow_shared.state import (
     validate_scope,
     validate_value,
     validate_write_options,
+    validate_writer,
 )
 from airflow_shared.state.entries import page_of_keys
 
@@ -118,6 +119,11 @@ class MemoryStateBackend(BaseStateBackend):
         keys, total = page_of_keys(list(stored), key_prefix, offset, limit)
         return StateEntryPage([stored[key] for key in keys], total)
 
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        _check(scope)
+        validate_key(key)
+        return _live(self._data.get((scope, key)), datetime.now(UTC))
+
     def _live_entries(self, scope: StateScope) -> dict[str, StateEntry]:
         now = datetime.now(UTC)
         # Under the lock: iterating a dict that another thread is growing raises RuntimeError.
@@ -157,6 +163,7 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         validate_value(value)
         validate_write_options(expires_at, if_version)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             if if_version is not None:
@@ -178,6 +185,7 @@ class MemoryStateBackend(BaseStateBackend):
         _check(scope)
         checked = validate_many_values(values)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             return {
@@ -201,6 +209,7 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         validate_increment(by)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         with self._lock:
             live = _live(self._data.get((scope, key)), datetime.now(UTC))

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import validate_many_keys, validate_many_values
 from .scopes import StateScope
-from .validation import validate_scope
+from .validation import validate_key, validate_scope
 from .writes import (
     StateCapabilityError,
     StateConflictError,
@@ -20,6 +20,7 @@ from .writes import (
     incremented,
     validate_increment,
     validate_write_options,
+    validate_writer,
 )
 
 
@@ -125,6 +126,7 @@ class BaseStateBackend(ABC):
         validate_scope(scope)
         checked = validate_many_values(values)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         return {
             key: self.write(scope, key, value, writer=writer, expires_at=expires_at, session=session)
             for key, value in checked.items()
@@ -179,6 +181,7 @@ class BaseStateBackend(ABC):
             raise StateCapabilityError(self, "versioned writes (if_version)")
         if expires_at is not None:
             raise StateCapabilityError(self, "expiry (expires_at)")
+        validate_writer(writer)
         try_number = writer.try_number if writer is not None else None
         self.set_by_try(scope, key, value, try_number=try_number, session=session)
         return None
@@ -210,6 +213,7 @@ class BaseStateBackend(ABC):
         """
         validate_increment(by)
         validate_write_options(expires_at, None)
+        validate_writer(writer)
         if not self.supports_versions:
             raise StateCapabilityError(self, "atomic increments")
         while True:
@@ -290,6 +294,28 @@ class BaseStateBackend(ABC):
             if value is not None:  # deleted between listing and reading
                 found.append(StateEntry(key, value))
         return StateEntryPage(found, total)
+
+    def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        """
+        Return the entry of *key* in *scope* (its value and what :meth:`entries` shows of it), or
+        ``None`` when the key is absent or expired.
+
+        What operators read when they name one key (the REST API, ``airflow state get``, each row
+        of an import). The default pages :meth:`entries` by the key as prefix, which is correct
+        but may read the whole scope to find one key; backends that can read one key with its
+        metadata in one round trip override it. A backend that cannot list keys gets the
+        :meth:`get` value alone.
+        """
+        validate_scope(scope)
+        validate_key(key)
+        try:
+            # Keys sort by code point, so a key comes first among the keys it prefixes.
+            page = self.entries(scope, key_prefix=key, limit=1, session=session)
+        except NotImplementedError:
+            value = self.get(scope, key, session=session)
+            return None if value is None else StateEntry(key, value)
+        found = page.entries[0] if page.entries else None
+        return found if found is not None and found.key == key else None
 
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
         """
@@ -402,3 +428,32 @@ class BaseStateBackend(ABC):
     async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         """Async :meth:`keys`."""
         return await asyncio.to_thread(self.keys, scope, session=session)
+
+
+def contract_methods() -> tuple[str, ...]:
+    """
+    The public methods of :class:`BaseStateBackend`, sync and async: what a backend that wraps
+    another (to measure, log or trace it) must pass on, each to the same method of the wrapped
+    backend. A helper not meant to be overridden is marked ``@typing.final`` and left out.
+    """
+    return tuple(
+        sorted(
+            name
+            for name, member in vars(BaseStateBackend).items()
+            if not name.startswith("_") and callable(member) and not getattr(member, "__final__", False)
+        )
+    )
+
+
+def capability_names() -> tuple[str, ...]:
+    """
+    The capabilities :class:`BaseStateBackend` declares as class attributes (``supports_*``): a
+    wrapper must read the same as the backend it wraps on each.
+    """
+    return tuple(
+        sorted(
+            name
+            for name, member in vars(BaseStateBackend).items()
+            if not name.startswith("_") and not callable(member)
+        )
+    )

@@ -33,6 +33,9 @@ Set ``records_asset_writers = True`` when ``entries()`` of asset state reports t
 Batches (``get_many``, ``set_many``, ``delete_many``) are tested as the single-key calls are; a
 backend that declares ``supports_atomic_many`` is also checked never to show a batch half applied.
 
+A backend that wraps another one also passes :class:`StateBackendWrapperConformance` (fixture
+``wrap(backend) -> wrapper``): every contract method and capability passes through unchanged.
+
 Versions, expiry and increments are tested as the backend's own flags declare them
 (``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
 default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
@@ -61,15 +64,24 @@ import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
+from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
-from .entries import StateEntryPage
-from .scopes import AssetScope, TaskScope
+from .entries import StateEntry, StateEntryPage
+from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH
 
 MakeTaskScope = Callable[..., TaskScope]
 MakeAssetScope = Callable[[int], AssetScope]
 RecreateDagRun = Callable[[TaskScope], TaskScope]
+
+
+def _listed_entries(backend: BaseStateBackend, scope: StateScope) -> dict[str, StateEntry] | None:
+    """The entries of *scope* by key, or ``None`` when the backend does not list keys."""
+    try:
+        return {entry.key: entry for entry in backend.entries(scope).entries}
+    except NotImplementedError:
+        return None
 
 
 def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | None:
@@ -539,6 +551,44 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         for entry in [*entries.values(), asset_entry]:
             assert entry.updated_at is not None and entry.updated_at.tzinfo is not None, entry
             assert before <= entry.updated_at <= after, entry
+
+    def test_get_entry_is_the_listed_entry_of_that_key(self, backend, make_task_scope, make_asset_scope):
+        task, asset = make_task_scope(), make_asset_scope(1)
+        # Keys around the one read: longer ones it prefixes, one that sorts before, another scope's.
+        for scope in (task, asset):
+            backend.set(scope, "a", "before")
+            backend.set_by_try(scope, "job", "mine", try_number=2)
+            backend.set(scope, "job/1", "longer")
+            backend.set(scope, "jobs", "longer too")
+        backend.set(make_task_scope(map_index=3), "other", "other's")
+        expires_at = datetime.now(UTC) + timedelta(hours=1)
+        if backend.supports_expiry:
+            backend.write(asset, "job", "mine", expires_at=expires_at)
+        for scope in (task, asset):
+            found = backend.get_entry(scope, "job")
+            assert found is not None and found.value == "mine"
+            listed = _listed_entries(backend, scope)
+            if listed is not None:
+                assert found == listed["job"]
+            assert backend.get_entry(scope, "jo") is None  # a prefix of keys is not a key
+            assert backend.get_entry(scope, "job/") is None
+            assert backend.get_entry(scope, "never_set") is None
+            assert backend.get_entry(scope, "other") is None
+        if self.records_writes:
+            assert backend.get_entry(task, "job").updated_by_try == 2
+        backend.delete(task, "job")
+        assert backend.get_entry(task, "job") is None
+
+    def test_get_entry_hides_an_expired_key_and_refuses_bad_input(self, backend, make_task_scope):
+        scope = make_task_scope()
+        if backend.supports_expiry:
+            backend.write(scope, "gone", "v", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+            assert backend.get_entry(scope, "gone") is None
+        for key, error in (("", ValueError), (None, TypeError), ("k" * (MAX_KEY_LENGTH + 1), ValueError)):
+            with pytest.raises(error):
+                backend.get_entry(scope, key)
+        with pytest.raises(TypeError, match="scope"):
+            backend.get_entry("dag/run/task", "k")
 
     def test_key_counts_count_each_scope(self, backend, make_task_scope, make_asset_scope):
         scopes = [make_task_scope(map_index=n) for n in (-1, 0, 1)] + [

@@ -23,6 +23,11 @@ class WriterKind(StrEnum):
     CLI = "cli"
 
 
+#: Map indexes and try numbers are 32-bit columns in Airflow.
+MAX_TASK_NUMBER = 2**31 - 1
+_TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+
+
 @dataclass(frozen=True)
 class StateWriter:
     """
@@ -31,7 +36,9 @@ class StateWriter:
 
     :param kind: a task try, the REST API or the CLI.
     :param dag_id, run_id, task_id, map_index, try_number: the task instance and its try, for
-        ``kind=task``; ``None`` otherwise.
+        ``kind=task`` (all required: non-empty ids, a map index of -1 or more, a try number of 0
+        or more); ``None`` otherwise.
+    :raises ValueError, TypeError: for any other combination, when the writer is built.
     """
 
     kind: WriterKind
@@ -40,6 +47,39 @@ class StateWriter:
     task_id: str | None = None
     map_index: int | None = None
     try_number: int | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, the one place every writer passes through, so no backend can store a writer
+        # that `airflow state export` would write and `import` refuse.
+        try:
+            kind = WriterKind(self.kind)
+        except ValueError:
+            kinds = ", ".join(kind.value for kind in WriterKind)
+            raise ValueError(f"kind of a writer must be one of {kinds}, not {self.kind!r}") from None
+        object.__setattr__(self, "kind", kind)
+        fields = {name: getattr(self, name) for name in _TASK_FIELDS}
+        if kind is not WriterKind.TASK:
+            named = [name for name, value in fields.items() if value is not None]
+            if named:
+                raise ValueError(
+                    f"a {kind.value} writer names no task instance, but {', '.join(named)} is set"
+                )
+            return
+        for name in ("dag_id", "run_id", "task_id"):
+            text = fields[name]
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"{name} of a task writer must be a non-empty string, not {text!r:.60}")
+            if not text:
+                raise ValueError(f"{name} of a task writer must be a non-empty string, not {text!r}")
+        for name, low in (("map_index", -1), ("try_number", 0)):
+            number = fields[name]
+            wrong = (
+                f"{name} of a task writer must be an int from {low} to {MAX_TASK_NUMBER}, not {number!r:.60}"
+            )
+            if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
+                raise TypeError(wrong)
+            if number is None or not low <= number <= MAX_TASK_NUMBER:
+                raise ValueError(wrong)
 
     @classmethod
     def task_try(cls, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> StateWriter:
@@ -98,6 +138,15 @@ class StateCapabilityError(NotImplementedError):
             f"{type(backend).__name__} does not support {capability}; use a backend that does (the "
             "metastore and Redis backends support every capability), or leave the option out"
         )
+
+
+def validate_writer(writer: object) -> None:
+    """
+    Raise ``TypeError`` unless *writer* is a :class:`StateWriter` or ``None``. (A ``StateWriter``
+    checks its own fields when it is built.)
+    """
+    if writer is not None and not isinstance(writer, StateWriter):
+        raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}: {writer!r:.60}")
 
 
 def validate_write_options(expires_at: object, if_version: object) -> None:

@@ -1,0 +1,166 @@
+"""
+The conformance kit for wrappers: a backend that wraps another one (to measure, log, trace or
+guard its calls) must be transparent. Each contract method goes to the same method of the wrapped
+backend, once, and every capability reads as the wrapped backend's. A wrapper that forgets one
+falls back to the base class's default: a batch becomes one call per key, neither atomic nor
+measured, and the capability flag reads ``False``, so the kit skips the tests that would notice.
+
+Subclass :class:`StateBackendWrapperConformance` and provide ``wrap(backend) -> wrapper``::
+
+    from airflow_shared.state.testing import StateBackendWrapperConformance
+
+    class TestMyWrapper(StateBackendWrapperConformance):
+        @pytest.fixture
+        def wrap(self):
+            return MyWrapper
+
+Run :class:`~airflow_shared.state.testing.StateBackendConformance` through the wrapper as well
+(its ``backend`` fixture returning ``MyWrapper(real_backend)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ._memory import MemoryStateBackend
+from .backend import BaseStateBackend, capability_names, contract_methods
+from .scopes import AssetScope, TaskScope
+from .writes import StateWriter
+
+_TASK = TaskScope("kit_dag", "kit_run", "kit_task", -1, dag_run_uid="kit-uid")
+_ASSET = AssetScope(1)
+_WRITER = StateWriter.task_try("kit_dag", "kit_run", "kit_task", -1, 1)
+
+#: A valid call of every contract method (the async twins take the same arguments).
+SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+    "get": ((_TASK, "k"), {}),
+    "get_versioned": ((_TASK, "k"), {}),
+    "set": ((_TASK, "k", "v"), {}),
+    "set_by_try": ((_TASK, "k", "v"), {"try_number": 2}),
+    "write": ((_ASSET, "k", "v"), {"writer": _WRITER, "if_version": None}),
+    "increment": ((_TASK, "n", 2), {"writer": _WRITER}),
+    "delete": ((_TASK, "k"), {}),
+    "clear": ((_TASK,), {"all_map_indices": True}),
+    "get_many": ((_TASK, ["a", "b"]), {}),
+    "set_many": ((_TASK, {"a": "1", "b": "2"}), {"writer": _WRITER}),
+    "delete_many": ((_TASK, ["a", "b"]), {}),
+    "keys": ((_TASK,), {}),
+    "entries": ((_TASK,), {"key_prefix": "k", "limit": 1}),
+    "get_entry": ((_ASSET, "k"), {}),
+    "key_counts": (([_TASK, _ASSET],), {}),
+    "cleanup": ((), {"now": datetime(2000, 1, 1, tzinfo=UTC), "dry_run": True}),
+}
+
+
+def _sample(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    sync = name[1:] if inspect.iscoroutinefunction(getattr(BaseStateBackend, name)) else name
+    if sync not in SAMPLE_CALLS:
+        raise AssertionError(
+            f"the kit has no sample call of BaseStateBackend.{sync}: add one to SAMPLE_CALLS"
+        )
+    return SAMPLE_CALLS[sync]
+
+
+# How deep in spied calls the current call is: only calls the wrapper makes itself (depth 0) are
+# recorded, not those the wrapped backend makes to its own methods.
+_depth: contextvars.ContextVar[int] = contextvars.ContextVar("depth", default=0)
+
+
+def _spy_on(backend: BaseStateBackend) -> list[str]:
+    """Record every contract method called on *backend* from outside it, by name, in order."""
+    calls: list[str] = []
+
+    def spy(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def call_async(*args: Any, **kwargs: Any) -> Any:
+                if _depth.get() == 0:
+                    calls.append(name)
+                token = _depth.set(_depth.get() + 1)
+                try:
+                    return await method(*args, **kwargs)
+                finally:
+                    _depth.reset(token)
+
+            return call_async
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if _depth.get() == 0:
+                calls.append(name)
+            token = _depth.set(_depth.get() + 1)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _depth.reset(token)
+
+        return call
+
+    for name in contract_methods():
+        setattr(backend, name, spy(name, getattr(backend, name)))  # shadows the class's method
+    return calls
+
+
+class _NoCapabilities(MemoryStateBackend):
+    supports_versions = supports_expiry = supports_increment = supports_atomic_many = False
+
+
+class StateBackendWrapperConformance:
+    """What every wrapper of a backend must pass: it adds behaviour, never removes any."""
+
+    @pytest.fixture
+    def wrap(self) -> Callable[[BaseStateBackend], BaseStateBackend]:
+        raise NotImplementedError("provide a `wrap` fixture: wrap(backend) -> the wrapper of backend")
+
+    @pytest.fixture
+    def wrapped(self) -> BaseStateBackend:
+        """The backend the kit wraps; the in-memory reference backend unless overridden."""
+        return MemoryStateBackend()
+
+    def test_the_wrapper_is_a_backend(self, wrap, wrapped):
+        assert isinstance(wrap(wrapped), BaseStateBackend)
+
+    def test_every_contract_method_is_passed_on_by_the_wrapper_class(self, wrap, wrapped):
+        wrapper_class = type(wrap(wrapped))
+        inherited = [
+            name
+            for name in contract_methods()
+            if getattr(wrapper_class, name) is getattr(BaseStateBackend, name)
+        ]
+        assert not inherited, (
+            f"{wrapper_class.__name__} inherits BaseStateBackend's default of {', '.join(inherited)}: "
+            "calls fall back to the per-key loop or the refusal of the base class instead of reaching "
+            "the wrapped backend"
+        )
+
+    @pytest.mark.parametrize("wrapped_class", [MemoryStateBackend, _NoCapabilities])
+    def test_every_capability_reads_as_the_wrapped_backends(self, wrap, wrapped_class):
+        backend = wrapped_class()
+        wrapper = wrap(backend)
+        for name in capability_names():
+            assert getattr(wrapper, name) == getattr(backend, name), name
+
+    def test_every_call_is_one_call_of_the_same_method_of_the_wrapped_backend(self, wrap, wrapped):
+        calls = _spy_on(wrapped)  # before wrapping: a wrapper may keep bound methods
+        wrapper = wrap(wrapped)
+        wrong = {}
+        for name in contract_methods():
+            args, kwargs = _sample(name)
+            calls.clear()
+            result = getattr(wrapper, name)(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                asyncio.run(result)
+            if calls != [name]:
+                wrong[name] = list(calls)
+        assert not wrong, (
+            f"calls on the wrapper that did not reach the same method once (called instead): {wrong}"
+        )
