@@ -466,7 +466,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
     )
     print(
         f"{'side':<28}{'clients':>8}{'gc':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}"
-        f"{'conn/s':>8}{'xact/s':>8}{'gc max ms':>10}{'gc>100ms':>9}"
+        f"{'conn/s':>8}{'xact/s':>8}{'gc max ms':>10}{'gc>100ms':>9}{'in gc':>9}"
     )
     baseline = next((t for t in targets if t.name == AIRFLOW33), None)
     for clients in args.clients:
@@ -476,12 +476,14 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                 pauses = [p for point in points if point.gc for p in point.gc["pauses"]]
                 long_pauses = sum(1 for _, seconds in pauses if seconds > 0.1) / len(points) if pauses else 0
                 gc_max = f"{max(s for _, s in pauses) * 1000:10.0f}" if pauses else f"{'-':>10}"
+                in_gc = sum(s for _, s in pauses) / sum(p.seconds for p in points)
+                gc_share = f"{in_gc:9.1%}" if pauses else ""
                 print(
                     f"{target.name:<28}{clients:>8}{mode:>8}{median(points, 'rps'):>8.0f}"
                     f"{statistics.median(p.percentile(0.5) for p in points):>8.1f}"
                     f"{statistics.median(p.percentile(0.99) for p in points):>8.1f}"
                     f"{sum(p.errors for p in points):>7}{median(points, 'sessions_per_s'):>8.1f}"
-                    f"{median(points, 'xacts_per_s'):>8.0f}{gc_max}{long_pauses:>9.1f}"
+                    f"{median(points, 'xacts_per_s'):>8.0f}{gc_max}{long_pauses:>9.1f}{gc_share}"
                 )
     if baseline is None:
         return
