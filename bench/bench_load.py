@@ -27,14 +27,15 @@ and failed connections), and what the database saw meanwhile: new connections pe
 (``pg_stat_database.sessions``) and transactions per second.
 
 With ``--gc-probe``, the api-server processes load a probe (a ``sitecustomize`` on their
-``PYTHONPATH``) that times every garbage collection and can freeze or unfreeze the heap on
-request; every point is then also measured with the heap the server had after start-up frozen
-(``gc.freeze()``), and the pauses are reported. ``--ours-env NAME=VALUE`` adds a variant of this
-project's side per value (one deployment each), e.g. ``--ours-env AIRFLOW__STATE__DATABASE_POOL_SIZE=5
-AIRFLOW__STATE__DATABASE_POOL_SIZE=40``.
+``PYTHONPATH``) that times every garbage collection, and the pauses are reported; with
+``--gc-freeze`` the probe also freezes or unfreezes the heap on request, and every point is also
+measured with the heap the server had after start-up frozen (``gc.collect(); gc.freeze()``).
+
+``--ours-env NAME=VALUE`` adds a variant of this project's side per value (one deployment each),
+e.g. ``--ours-env AIRFLOW__STATE__DATABASE_POOL_SIZE=5 AIRFLOW__STATE__DATABASE_POOL_SIZE=40``.
 
     PYTHONPATH=dev uv run --no-sync python bench/bench_load.py [--tis 20] [--clients 20 100] \\
-        [--seconds 20] [--rounds 2] [--gc-probe] [--ours-env NAME=VALUE ...]
+        [--seconds 20] [--rounds 2] [--gc-probe] [--gc-freeze] [--ours-env NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -196,13 +197,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per point")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each point")
     parser.add_argument("--hold", type=float, default=1800.0, help="the longest the task instances run")
+    parser.add_argument("--gc-probe", action="store_true", help="time the api-servers' GC pauses")
     parser.add_argument(
-        "--gc-probe", action="store_true", help="time GC pauses; also measure with gc.freeze()"
+        "--gc-freeze", action="store_true", help="each point also with gc.freeze() (implies --gc-probe)"
     )
     parser.add_argument("--ours-env", nargs="+", default=[], metavar="NAME=VALUE", help="variants of ours")
     parser.add_argument("--no-airflow33", action="store_true", help="this project's variants only")
     parser.set_defaults(rounds=2)
     args = parser.parse_args()
+    args.gc_probe = args.gc_probe or args.gc_freeze
 
     probe_root = Path(tempfile.mkdtemp(prefix="state-bench-gc-"))
     (probe_root / "sitecustomize.py").write_text(GC_PROBE)
@@ -244,7 +247,7 @@ def main() -> None:
         }
         print(f"{args.tis} task instances running on each side", flush=True)
         prepared = [prepare(each, probe, running[each.name]) for each, probe in targets]
-        gc_modes = ["default", "frozen"] if args.gc_probe else ["default"]
+        gc_modes = ["default", "frozen"] if args.gc_freeze else ["default"]
         for clients in args.clients:
             for round_ in range(args.rounds):
                 order = prepared if round_ % 2 == 0 else prepared[::-1]
@@ -324,7 +327,7 @@ def our_credential(each: Side, ti: dict) -> str:
 
 
 def run_point(target: Target, clients: int, gc_mode: str, args) -> Point:
-    if target.gc_probe is not None:
+    if args.gc_freeze and target.gc_probe is not None:
         probe_command(target.gc_probe, "freeze" if gc_mode == "frozen" else "unfreeze")
     # Credentials live ten minutes: fresh ones for every point of this project's side.
     if target.name != AIRFLOW33:
