@@ -256,7 +256,7 @@ def main() -> None:
                         point = run_point(target, clients, mode, args)
                         target.results.setdefault((clients, mode), []).append(point)
                         print(
-                            f"  {target.name:<28} {clients:>4} clients gc {mode:<8} {point.rps:7.0f} req/s "
+                            f"  {target.name:<36} {clients:>4} clients gc {mode:<8} {point.rps:7.0f} req/s "
                             f"p50 {point.percentile(0.5):7.1f} ms p99 {point.percentile(0.99):7.1f} ms "
                             f"errors {point.errors}",
                             flush=True,
@@ -468,7 +468,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
         "points (each point's own p50/p99)"
     )
     print(
-        f"{'side':<28}{'clients':>8}{'gc':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}"
+        f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}"
         f"{'conn/s':>8}{'xact/s':>8}{'gc max ms':>10}{'gc>100ms':>9}{'in gc':>9}"
     )
     baseline = next((t for t in targets if t.name == AIRFLOW33), None)
@@ -482,7 +482,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                 in_gc = sum(s for _, s in pauses) / sum(p.seconds for p in points)
                 gc_share = f"{in_gc:9.1%}" if pauses else ""
                 print(
-                    f"{target.name:<28}{clients:>8}{mode:>8}{median(points, 'rps'):>8.0f}"
+                    f"{target.name:<36}{clients:>8}{mode:>8}{median(points, 'rps'):>8.0f}"
                     f"{statistics.median(p.percentile(0.5) for p in points):>8.1f}"
                     f"{statistics.median(p.percentile(0.99) for p in points):>8.1f}"
                     f"{sum(p.errors for p in points):>7}{median(points, 'sessions_per_s'):>8.1f}"
@@ -491,7 +491,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
     if baseline is None:
         return
     print("\nRatios to Airflow 3.3.2 (same clients, same GC mode)")
-    print(f"{'side':<28}{'clients':>8}{'gc':>8}{'req/s x':>9}{'p99 x':>8}")
+    print(f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s x':>9}{'p99 x':>8}")
     for clients in args.clients:
         for mode in gc_modes:
             theirs = baseline.results[(clients, mode)]
@@ -503,7 +503,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                 p99 = statistics.median(p.percentile(0.99) for p in ours) / statistics.median(
                     p.percentile(0.99) for p in theirs
                 )
-                print(f"{target.name:<28}{clients:>8}{mode:>8}{rps:>9.2f}{p99:>8.2f}")
+                print(f"{target.name:<36}{clients:>8}{mode:>8}{rps:>9.2f}{p99:>8.2f}")
     print("\nGoal (issue 22) at 100 clients: >= 3x 3.3.2's throughput and p99 under 300 ms")
 
 
