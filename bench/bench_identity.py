@@ -21,7 +21,6 @@ the other (about a minute each to start), so drift on the machine between them i
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -34,11 +33,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from _common import parse_args
+from _deployments import RESULTS_VARIABLE, side
 
 BEFORE_COMMIT = "9e046b6"
 REPOSITORY = Path(__file__).resolve().parent.parent
 DAG_ID = "bench_identity"
-RESULTS_VARIABLE = "STATE_BENCH_RESULTS"
 
 # Written into the dags folder with the number of processes and ops filled in. The same file runs
 # on both sides: the timing of the handshake's parts is only installed where there is one.
@@ -232,34 +231,24 @@ def before_checkout(commit: str) -> Iterator[Path]:
 
 
 def run_side(
-    side: str, airflow: Path, extra_env: dict[str, str], dags: Path, args
+    name: str, airflow: Path, extra_env: dict[str, str], dags: Path, args
 ) -> list[dict[str, object]]:
     """Start a deployment with *airflow*, run the bench DAG *args.rounds* times, return the samples."""
     from state_testing import deployment as harness
 
-    results = Path(tempfile.mkdtemp(prefix=f"state-bench-{side}-"))
-    harness.AIRFLOW = airflow
     started = time.monotonic()
-    try:
-        with harness.airflow_deployment(dags, extra_env={RESULTS_VARIABLE: str(results), **extra_env}) as d:
-            print(f"{side}: deployment up in {time.monotonic() - started:.0f}s", flush=True)
-            d.wait_for_dag(DAG_ID, timeout=180)
-            for round_ in range(args.rounds):
-                run_id = f"{side}-{round_}"
-                d.trigger(DAG_ID, run_id)
-                state = d.wait_for_run(DAG_ID, run_id, timeout=120 + 30 * args.processes)
-                if state != "success":
-                    raise harness.DeploymentError(f"run {run_id} ended {state}\n{d.logs()}")
-            challenges = server_side_count(d.home / "api-server.log", "POST /state/challenges")
-            samples = [json.loads(path.read_text()) for path in sorted(results.glob("*.json"))]
-            if len(samples) != args.processes * args.rounds:
-                raise harness.DeploymentError(f"{len(samples)} result files\n{d.logs()}")
-            for sample in samples:
-                sample["server_challenges"] = challenges
-        print(f"{side}: done in {time.monotonic() - started:.0f}s", flush=True)
-        return samples
-    finally:
-        shutil.rmtree(results, ignore_errors=True)
+    with side(name, dags, airflow, extra_env) as running:
+        running.deployment.wait_for_dag(DAG_ID, timeout=180)
+        for round_ in range(args.rounds):
+            running.run_dag(DAG_ID, f"{name}-{round_}", timeout=120 + 30 * args.processes)
+        challenges = server_side_count(running.deployment.home / "api-server.log", "POST /state/challenges")
+        samples = running.samples()
+        if len(samples) != args.processes * args.rounds:
+            raise harness.DeploymentError(f"{len(samples)} result files\n{running.deployment.logs()}")
+        for sample in samples:
+            sample["server_challenges"] = challenges
+    print(f"{name}: done in {time.monotonic() - started:.0f}s", flush=True)
+    return samples
 
 
 def server_side_count(log: Path, request: str) -> int | None:

@@ -56,7 +56,13 @@ def test_each_option_reads_its_environment_variable(monkeypatch):
     assert config.api_url() == "https://state.example/state"
 
 
-@pytest.mark.parametrize("option", ["max_value_bytes", "max_batch_bytes"])
+def test_database_pool_size_defaults_to_the_provider_info_and_reads_its_variable(monkeypatch):
+    assert config.database_pool_size() == int(STATE_OPTIONS["database_pool_size"]["default"])
+    monkeypatch.setenv("AIRFLOW__STATE__DATABASE_POOL_SIZE", "7")
+    assert config.database_pool_size() == 7
+
+
+@pytest.mark.parametrize("option", ["max_value_bytes", "max_batch_bytes", "database_pool_size"])
 @pytest.mark.parametrize("text", ["64k", "0", "-5"])
 def test_a_size_limit_that_is_not_a_positive_number_names_the_option(monkeypatch, option, text):
     monkeypatch.setenv(f"AIRFLOW__STATE__{option.upper()}", text)

@@ -331,6 +331,25 @@ def pooled_engine(monkeypatch):
     monkeypatch.setattr(_engine, "_cached", None)
 
 
+def test_the_state_engine_pool_has_its_own_size(monkeypatch, db_kind):
+    """[state] database_pool_size, not Airflow's [database] sql_alchemy_pool_size; overflow is Airflow's."""
+    if db_kind == "sqlite":
+        pytest.skip("Airflow gives SQLite no pool size")
+    from airflow.state.metastore import engine as _engine
+
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE", "3")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_MAX_OVERFLOW", "4")
+    monkeypatch.setenv("AIRFLOW__STATE__DATABASE_POOL_SIZE", "7")
+    monkeypatch.setattr(_engine, "_cached", None)
+    try:
+        pool = _engine.autocommit_engine().pool
+        assert (pool.size(), pool._max_overflow) == (7, 4)  # type: ignore[attr-defined]
+    finally:
+        _engine.autocommit_engine().dispose()
+        monkeypatch.setattr(_engine, "_cached", None)
+
+
 def kill_other_connections(db_kind):
     """The server drops every connection to the database but the one asking (the pool's too)."""
     from airflow import settings

@@ -91,8 +91,12 @@ class Deployment:
         sql_alchemy_conn: str,
         worker_env: dict[str, str] | None = None,
         broker_url: str | None = None,
+        airflow: Path | None = None,
     ) -> None:
         self.home = home
+        # The `airflow` program of every component and CLI command: this environment's by default,
+        # another one's (an older checkout, Airflow 3.3) for benchmarks that compare them.
+        self.airflow_program = airflow or AIRFLOW
         # The environment of the CLI commands and of every component but the Celery worker.
         self.env = env
         self.api_url = api_url
@@ -110,7 +114,7 @@ class Deployment:
     def airflow(self, *args: str, timeout: float = 300) -> str:
         """Run an ``airflow`` CLI command in the deployment's environment; return its output."""
         result = subprocess.run(
-            [str(AIRFLOW), *args],
+            [str(self.airflow_program), *args],
             env=self.env,
             cwd=self.home,
             capture_output=True,
@@ -266,14 +270,14 @@ class Deployment:
 # -- set-up and tear-down -------------------------------------------------------------------------
 
 
-def _base_environment() -> dict[str, str]:
+def _base_environment(airflow: Path = AIRFLOW) -> dict[str, str]:
     """The machine's environment without any Airflow setting the calling process may carry."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("AIRFLOW", "_AIRFLOW")) and key != "STATE_TEST_HOME"
     }
-    env["PATH"] = f"{AIRFLOW.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{airflow.parent}{os.pathsep}{env.get('PATH', '')}"
     # The dags folder may be inside the repository: leave no __pycache__ behind in it.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # Task processes reach the Execution API on loopback; a proxy set for the machine must not apply.
@@ -290,8 +294,9 @@ def _deployment_environment(
     extra_env: dict[str, str] | None,
     executor: str = "LocalExecutor",
     celery: dict[str, str] | None = None,
+    airflow: Path = AIRFLOW,
 ) -> dict[str, str]:
-    env = _base_environment()
+    env = _base_environment(airflow)
     env.update(
         {
             MARKER_VARIABLE: secrets.token_hex(8),
@@ -437,7 +442,7 @@ def _start(deployment: Deployment, name: str, *args: str) -> None:
     assert not worker or deployment.worker_env is not None
     with open(deployment.home / f"{name}.log", "ab") as log:
         deployment.processes[name] = subprocess.Popen(
-            [str(AIRFLOW), *COMMANDS.get(name, (name,)), *args],
+            [str(deployment.airflow_program), *COMMANDS.get(name, (name,)), *args],
             env=deployment.worker_env if worker else deployment.env,
             cwd=deployment.worker_home if worker else deployment.home,
             stdin=subprocess.DEVNULL,
@@ -529,6 +534,7 @@ def airflow_deployment(
     database: str = "postgres",
     executor: str = "local",
     users: dict[str, str] | None = None,
+    airflow: Path | None = None,
 ) -> Iterator[Deployment]:
     """
     Run a database (``postgres``, ``mysql`` or ``sqlite``), ``airflow db migrate``, the API
@@ -540,6 +546,8 @@ def airflow_deployment(
 
     *users* maps user names to SimpleAuthManager roles (``viewer``, ``user``, ``op``, ``admin``);
     each gets the password :data:`PASSWORD`, and :meth:`Deployment.token` logs them in.
+
+    *airflow* is the ``airflow`` program every component runs (default: this environment's).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}: choose {' or '.join(EXECUTORS)}")
@@ -557,12 +565,15 @@ def airflow_deployment(
                 {**_user_settings(home, users), **(extra_env or {})},
                 executor=EXECUTORS[executor],
                 celery=_celery_settings(broker_url) if broker_url else None,
+                airflow=airflow or AIRFLOW,
             )
             worker_env = None
             if broker_url:
                 worker_env = _worker_environment(env, home / WORKER_HOME, extra_env)
                 _make_worker_home(home / WORKER_HOME)
-            deployment = Deployment(home, env, f"http://127.0.0.1:{port}", url, worker_env, broker_url)
+            deployment = Deployment(
+                home, env, f"http://127.0.0.1:{port}", url, worker_env, broker_url, airflow=airflow
+            )
             try:
                 deployment.airflow("db", "migrate", timeout=600)
                 _start(deployment, "api-server", "--host", "127.0.0.1", "--port", str(port))

@@ -56,6 +56,11 @@ def max_batch_bytes() -> int:
     return _positive_int("max_batch_bytes")
 
 
+def database_pool_size() -> int:
+    """``[state] database_pool_size``: connections the state engine keeps open per process."""
+    return _positive_int("database_pool_size")
+
+
 def default_task_retention() -> timedelta | None:
     """``[state] default_task_retention``: how long task state lives after a write; ``None``: forever."""
     text = _state_option("default_task_retention").strip()
@@ -66,14 +71,23 @@ def default_task_retention() -> timedelta | None:
     return retention or None
 
 
-def clear_on_success() -> bool:
-    """``[state] clear_on_success``: clear every task instance's state when it succeeds."""
-    text = _state_option("clear_on_success").strip().lower()
+def _boolean(option: str) -> bool:
+    text = _state_option(option).strip().lower()
     if text in ("true", "t", "1", "yes", "on"):
         return True
     if text in ("false", "f", "0", "no", "off", ""):
         return False
-    raise StateConfigurationError(f"[state] clear_on_success must be True or False, not {text!r}")
+    raise StateConfigurationError(f"[state] {option} must be True or False, not {text!r}")
+
+
+def clear_on_success() -> bool:
+    """``[state] clear_on_success``: clear every task instance's state when it succeeds."""
+    return _boolean("clear_on_success")
+
+
+def freeze_gc_after_startup() -> bool:
+    """``[state] freeze_gc_after_startup``: ``gc.freeze()`` the API server at the first state request."""
+    return _boolean("freeze_gc_after_startup")
 
 
 # --- the key that signs task credentials: API servers only -------------------------------------

@@ -99,6 +99,35 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         "example": "7d",
         "default": "30",
     },
+    "database_pool_size": {
+        "description": (
+            "Database connections the state engine keeps open in each process: its own pool, not\n"
+            "Airflow's, opened only as concurrent state calls need them. The default matches the\n"
+            "threads an API server runs its routes on (40, anyio's default), so under load no\n"
+            "state call opens a connection of its own; with Airflow's pool size (5) an API server\n"
+            "under load opened and closed one for most requests. ``[database]\n"
+            "sql_alchemy_max_overflow`` more may open for a moment, as in Airflow's pool. Lower it\n"
+            "when many API server processes share a small ``max_connections``. Not used with\n"
+            "SQLite or with Airflow's pool disabled.\n"
+        ),
+        "version_added": "0.5.0",
+        "type": "integer",
+        "example": None,
+        "default": "40",
+    },
+    "freeze_gc_after_startup": {
+        "description": (
+            "Freeze the API server process's heap (``gc.freeze()``) once, at the state API's first\n"
+            "request, when Airflow's app and the state API are built: the objects of start-up are\n"
+            "then never scanned again by Python's garbage collector, whose full collections of an\n"
+            "API server's heap pause every thread, Airflow's routes included, for up to seconds.\n"
+            "Off by default: it changes the collector of the whole process, which is Airflow's.\n"
+        ),
+        "version_added": "0.5.0",
+        "type": "boolean",
+        "example": None,
+        "default": "False",
+    },
     "clear_on_success": {
         "description": (
             "Clear a task instance's state when it succeeds, for every task. Off: only tasks that\n"

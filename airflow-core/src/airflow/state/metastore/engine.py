@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow import settings
 from airflow.configuration import conf
+from airflow.state import config
 from sqlalchemy import Select
 from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
@@ -246,6 +247,8 @@ def _build() -> Engine:
 
     engine_args = settings.prepare_engine_args()
     engine_args.pop("pool_pre_ping", None)
+    if "pool_size" in engine_args:  # absent with SQLite or a disabled pool (NullPool)
+        engine_args["pool_size"] = config.database_pool_size()
     engine_args["isolation_level"] = "AUTOCOMMIT"
     # Nothing to roll back on return: no transaction is ever open. MySQL drivers would otherwise
     # send a ROLLBACK each time.

@@ -1,0 +1,68 @@
+"""[state] freeze_gc_after_startup: the API server's heap is frozen once, at the first state request."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+from airflow.state.api import app as state_app
+
+
+@pytest.fixture
+def gc_calls(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(state_app.gc, "collect", lambda: calls.append("collect"))
+    monkeypatch.setattr(state_app.gc, "freeze", lambda: calls.append("freeze"))
+    return calls
+
+
+def serve(app: state_app.LazyStateApp, times: int) -> None:
+    """*times* requests for a path the state API does not have (answered 404)."""
+
+    async def requests() -> None:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        for _ in range(times):
+            scope = {
+                "type": "http",
+                "method": "GET",
+                "path": "/nowhere",
+                "raw_path": b"/nowhere",
+                "root_path": "",
+                "query_string": b"",
+                "headers": [],
+                "scheme": "http",
+                "server": ("127.0.0.1", 80),
+                "http_version": "1.1",
+            }
+            await app(scope, receive, send)
+        assert sent[0]["status"] == 404
+
+    asyncio.run(requests())
+
+
+def test_off_by_default_the_collector_is_left_alone(gc_calls):
+    serve(state_app.LazyStateApp(), 2)
+    assert gc_calls == []
+
+
+def test_on_the_heap_is_collected_then_frozen_once_at_the_first_request(monkeypatch, gc_calls):
+    monkeypatch.setenv("AIRFLOW__STATE__FREEZE_GC_AFTER_STARTUP", "True")
+    serve(state_app.LazyStateApp(), 3)
+    assert gc_calls == ["collect", "freeze"]
+
+
+def test_the_real_freeze_moves_objects_out_of_reach():
+    before = gc.get_freeze_count()
+    try:
+        state_app.freeze_heap()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
