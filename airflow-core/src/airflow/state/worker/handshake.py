@@ -51,17 +51,20 @@ class _TryProof:
     # The task instance as the task runner has it, when the try was prepared as it started.
     ti: Any = None
     # An open file the try's forked processes inherit, so one they all see: locked (fcntl locks
-    # are per process) around each exchange with the supervisor; its first byte says whether one
-    # of them has written the proof.
+    # are per process) around each exchange with the supervisor; its first byte says where the
+    # proof stands: not written yet, written by one of them, or withdrawn as the try ended.
     shared: IO[bytes] = field(default_factory=tempfile.TemporaryFile)
 
     @property
-    def written(self) -> bool:
-        return os.pread(self.shared.fileno(), 1, 0) == b"1"
+    def stage(self) -> bytes:
+        return os.pread(self.shared.fileno(), 1, 0) or _NOT_WRITTEN
 
-    @written.setter
-    def written(self, value: bool) -> None:
-        os.pwrite(self.shared.fileno(), b"1" if value else b"0", 0)
+    @stage.setter
+    def stage(self, value: bytes) -> None:
+        os.pwrite(self.shared.fileno(), value, 0)
+
+
+_NOT_WRITTEN, _WRITTEN, _WITHDRAWN = b"-", b"w", b"x"
 
 
 # By task instance id (each try has its own). Inherited by forked processes, which is the point.
@@ -84,9 +87,11 @@ def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
     """
     held = _proof_of(str(ti.id))
     with _supervisor_channel(held):
-        if rewrite or not held.written:
+        if held.stage == _WITHDRAWN:  # a process still busy after its try ended (it gets nothing new)
+            raise StateUnavailableError(f"the try of task instance {ti.id} has ended: no new credential")
+        if rewrite or held.stage == _NOT_WRITTEN:
             _send(ti, {**_rendered_fields(ti), PROOF_FIELD: proof(str(ti.id), held.verifier)})
-            held.written = True
+            held.stage = _WRITTEN
     return held.verifier
 
 
@@ -96,11 +101,11 @@ def withdraw(ti: Any) -> None:
     if held is None:
         return
     with _supervisor_channel(held):
-        if held.written:
+        if held.stage == _WRITTEN:
             # Airflow's Execution API cannot store empty rendered fields (it would render the task's
             # templates instead, and has no task there): a task without any keeps the field, emptied.
             _send(ti, _rendered_fields(ti) or {PROOF_FIELD: ""})
-            held.written = False
+        held.stage = _WITHDRAWN
 
 
 def _proof_of(ti_id: str) -> _TryProof:
@@ -164,7 +169,7 @@ def _prove_before_fork() -> None:
     if ACCESSORS_MODULE not in sys.modules:
         return
     for held in list(_proofs.values()):
-        if held.ti is not None and not held.written:
+        if held.ti is not None and held.stage == _NOT_WRITTEN:
             try:
                 verifier_with_proof(held.ti)
             except Exception:  # the child's first state call meets it again, and reports it
