@@ -128,6 +128,65 @@ def test_a_try_that_is_not_running_gets_no_credential(api, running, state):
     assert written.status_code == 403 and detail(written)["reason"] == "not_running"
 
 
+def proving(ti_id: str, verifier: str = VERIFIER) -> dict[str, str]:
+    return {"Authorization": f"StateProof {ti_id}.{verifier}"}
+
+
+def test_a_first_request_carrying_the_proof_is_answered_with_a_credential(api, running):
+    """The handshake folded into a task process's first state request: no round trip of its own."""
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    written = api.put(**at(running, "first"), json={"value": 1}, headers=proving(running.ti_id))
+    assert written.status_code == 200, written.text
+    credential = written.headers["X-Airflow-State-Credential"]
+    assert written.headers["X-Airflow-State-Credential-Expires-In"] == "600"
+    assert jwt.decode(credential, options={"verify_signature": False})["sub"] == running.ti_id
+    # Whatever the route answers: a missing key's 404 brings it too.
+    missing = api.get(**at(running, "absent"), headers=proving(running.ti_id))
+    assert missing.status_code == 404 and "X-Airflow-State-Credential" in missing.headers
+    assert api.get(**at(running, "first"), headers=bearer(credential)).json()["value"] == 1
+    # A request with a credential gets none back.
+    assert (
+        "X-Airflow-State-Credential"
+        not in api.get(**at(running, "first"), headers=bearer(credential)).headers
+    )
+
+
+@pytest.mark.parametrize(
+    "presented, status, reason",
+    [
+        ("{ti}.{verifier}x", 403, "proof_not_found"),
+        ("{ti}.short", 401, "invalid_token"),
+        ("not-a-uuid.{verifier}", 401, "invalid_token"),
+        ("{ti}", 401, "invalid_token"),
+        ("{other}.{verifier}", 403, "forbidden"),
+    ],
+    ids=["wrong-verifier", "short-verifier", "not-a-uuid", "no-verifier", "no-such-task-instance"],
+)
+def test_a_first_request_with_a_bad_proof_is_refused_and_changes_nothing(
+    api, running, presented, status, reason
+):
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    header = {
+        "Authorization": "StateProof "
+        + presented.format(ti=running.ti_id, verifier=VERIFIER, other="01234567-89ab-7def-8123-456789abcdef")
+    }
+    refused = api.put(**at(running, "refused"), json={"value": 1}, headers=header)
+    assert refused.status_code == status and detail(refused)["reason"] == reason
+    assert "X-Airflow-State-Credential" not in refused.headers
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    assert redeem(api, running.ti_id).status_code == 200
+    credential = redeem(api, running.ti_id).json()["credential"]
+    assert api.get(**at(running, "refused"), headers=bearer(credential)).status_code == 404
+
+
+def test_a_first_request_of_a_try_that_is_not_running_is_refused(api, running):
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    set_ti_state(running, "success")
+    refused = api.get(**at(running), headers=proving(running.ti_id))
+    assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
+    assert "X-Airflow-State-Credential" not in refused.headers
+
+
 def test_a_task_instance_that_is_gone_gets_no_credential(api, running):
     """A try's id names that try only: once a newer try started, the old id is gone from the table."""
     gone = "01234567-89ab-7def-8123-456789abcdef"
@@ -246,7 +305,8 @@ def task_client(api, running, monkeypatch):
     send = api.request
 
     def recording(method, url, *args, **kwargs):
-        requested.append(f"{method} {url}")
+        proving = kwargs.get("headers", {}).get("Authorization", "").startswith("StateProof ")
+        requested.append(f"{method} {url}" + (" with proof" if proving else ""))
         return send(method, url, *args, **kwargs)
 
     def through_the_execution_api(ti, fields):
@@ -272,8 +332,18 @@ def test_concurrent_first_calls_of_a_process_share_one_handshake(task_client, ru
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: new_client().request("GET", keys).status_code, range(16)))
     assert answers == [200] * 16
-    assert requested.count("SetRenderedFields") == requested.count("POST /credentials") == 1
-    assert requested.count(f"GET {keys}") == 16
+    # The first request carried the proof and brought the credential back: no request of its own.
+    assert requested.count("SetRenderedFields") == requested.count(f"GET {keys} with proof") == 1
+    assert requested.count(f"GET {keys}") == 15 and "POST /credentials" not in requested
+
+
+def test_a_first_call_that_finds_no_key_still_brings_the_credential(task_client, running):
+    """A resumable task's first call reads a job id it has not stored yet: 404, and a credential."""
+    new_client, requested = task_client
+    value = f"/task-instances/{running.ti_id}/value"
+    assert new_client().request("GET", value, params={"key": "never-written"}).status_code == 404
+    assert new_client().request("GET", value, params={"key": "never-written"}).status_code == 404
+    assert requested == ["SetRenderedFields", f"GET {value} with proof", f"GET {value}"]
 
 
 def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
@@ -287,14 +357,14 @@ def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
     [(cache_key, held)] = client._credentials.items()
     client._credentials[cache_key] = client._Credential(held.token, renew_at=0.0, expires_at=held.expires_at)
     assert new_client().request("GET", keys).status_code == 200
-    assert requested.count("POST /credentials/renew") == 1 and requested.count("POST /credentials") == 1
+    assert requested.count("POST /credentials/renew") == 1 and requested.count(f"GET {keys} with proof") == 1
 
     # The server's key changes without a previous key: the credential is refused, the client proves again.
     monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "rotated-without-notice-" + "r" * 40)
     forget_configured_keys()
     assert new_client().request("GET", keys).status_code == 200
-    # A new credential for the proof already there: no second write through the supervisor.
-    assert requested.count("POST /credentials") == 2 and requested.count("SetRenderedFields") == 1
+    # With the proof already there: no second write through the supervisor.
+    assert requested.count(f"GET {keys} with proof") == 2 and requested.count("SetRenderedFields") == 1
 
     # Once the try has ended, renewal is refused: the credential it holds still reads, never writes.
     from airflow.state import StateAccessDeniedError
@@ -319,4 +389,23 @@ def test_a_proof_replaced_since_it_was_written_is_written_again(task_client, run
     put_rendered_fields(running.ti_id, {"bash_command": "echo"})
     client._credentials.clear()
     assert new_client().request("GET", keys).status_code == 200
-    assert requested.count("SetRenderedFields") == 2 and requested.count("POST /credentials") == 3
+    assert requested.count("SetRenderedFields") == 2 and requested.count(f"GET {keys} with proof") == 3
+
+
+def test_an_increment_refused_for_its_proof_is_applied_once_after_the_proof_is_written_again(
+    task_client, running
+):
+    """Refused at the door (403 proof_not_found), the request did nothing: sent again, it counts once."""
+    from airflow.state.worker import client, handshake
+
+    new_client, requested = task_client
+    keys = f"/task-instances/{running.ti_id}/keys"
+    assert new_client().request("GET", keys).status_code == 200
+    put_rendered_fields(running.ti_id, {"bash_command": "echo"})
+    client._credentials.clear()
+    increment = f"/task-instances/{running.ti_id}/increment"
+    answer = new_client().request(
+        "POST", increment, params={"key": "counted"}, json={"by": 5}, idempotent=False
+    )
+    assert answer.json()["value"] == 5
+    assert requested.count(f"POST {increment} with proof") == 2 and handshake._proofs

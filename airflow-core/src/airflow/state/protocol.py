@@ -54,6 +54,12 @@ KEY_PARAMETER = "key"
 # a running try renews its credential before it expires (POST, with the credential).
 CREDENTIALS_PATH = "/credentials"
 CREDENTIAL_RENEWAL_PATH = "/credentials/renew"
+# The first request of a task process may carry the try's proof instead of a credential
+# (``Authorization: StateProof <task instance id>.<verifier>``): its answer then brings the
+# credential in these headers, so the handshake costs no request of its own.
+PROOF_SCHEME = "StateProof"
+CREDENTIAL_HEADER = "X-Airflow-State-Credential"
+CREDENTIAL_EXPIRES_HEADER = "X-Airflow-State-Credential-Expires-In"
 # Where clients of 0.4 and earlier asked for a challenge first: now answers 410, saying to upgrade.
 RETIRED_CHALLENGES_PATH = "/challenges"
 

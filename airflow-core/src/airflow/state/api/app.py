@@ -26,6 +26,7 @@ def create_app() -> FastAPI:
     from airflow.state.api.operator.routes import router as operator_router
     from airflow.state.api.request_checks import json_declared, plain_path_parameters
     from airflow.state.api.routes import router
+    from airflow.state.api.security import IssuedCredentialHeaders
     from airflow.state.api.ui.static import router as ui_router
     from airflow.state.exceptions import StateConfigurationError
     from airflow.state.manage import NotFound
@@ -65,6 +66,7 @@ def create_app() -> FastAPI:
     # A versioned write that lost (409) and a capability the backend lacks (501), from any route.
     app.add_exception_handler(StateConflictError, version_conflict)
     app.add_exception_handler(StateCapabilityError, unsupported)
+    app.add_middleware(IssuedCredentialHeaders)
     return app
 
 

@@ -7,9 +7,11 @@ The handshake: how a task process gets its credential while its worker holds no 
    ``PUT /task-instances/{id}/rtif`` with the try's own token, filling in its own id whatever the task
    asks, and Airflow checks that the token's subject is that id (the ``ti:self`` scope). So only the
    supervisor of that very try can put anything there.
-2. ``POST /credentials`` with the task instance id and the verifier: the server reads the task
-   instance and its rendered fields from the database and issues a credential for that task instance
-   and try when the try is running and the proof is there.
+2. The task presents the task instance id and the verifier, and the server reads the task instance
+   and its rendered fields from the database and issues a credential for that task instance and try
+   when the try is running and the proof is there: either on the first state request of the task
+   process itself (``Authorization: StateProof <id>.<verifier>``; the answer carries the credential
+   in headers, see :mod:`airflow.state.api.security`), or with ``POST /credentials``.
 
 Nothing here is a secret but the verifier, which never leaves the try's processes except to this
 server: someone who reads the rendered fields (the UI shows them) cannot redeem the proof, and a
@@ -18,9 +20,7 @@ try that has ended cannot get a credential any more, whatever it still holds.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
-from uuid import UUID
 
 from airflow.state.api.credentials import (
     CREDENTIAL_LIFETIME_SECONDS,
@@ -30,18 +30,10 @@ from airflow.state.api.credentials import (
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
 from airflow.state.api.errors import refusal
 from airflow.state.api.request_checks import SmallBodyRoute
-from airflow.state.api.security import Claims, check_task_instance, forbidden
+from airflow.state.api.security import Claims, check_task_instance, claims_for_proof
 from airflow.state.api.signing_keys import signing_key
-from airflow.state.protocol import (
-    CREDENTIAL_RENEWAL_PATH,
-    CREDENTIALS_PATH,
-    PROOF_FIELD,
-    RETIRED_CHALLENGES_PATH,
-    Reason,
-    proof,
-)
+from airflow.state.protocol import CREDENTIAL_RENEWAL_PATH, CREDENTIALS_PATH, RETIRED_CHALLENGES_PATH, Reason
 from fastapi import APIRouter, status
-from sqlalchemy import and_, select
 
 # Every route here answers anyone: its body is bounded before it is read.
 router = APIRouter(tags=["Handshake"], route_class=SmallBodyRoute)
@@ -66,30 +58,7 @@ def _credential(claims: TaskInstanceClaims) -> CredentialResponse:
 @router.post(CREDENTIALS_PATH, responses=_DOCUMENTED)
 def redeem_proof(body: CredentialRequest) -> CredentialResponse:
     """A credential for the running try whose rendered fields hold the proof of this verifier."""
-    from airflow.utils.state import TaskInstanceState
-
-    ti_id = str(body.task_instance_id)
-    row = _task_instance_and_rendered_fields(body.task_instance_id)
-    if row is None:
-        raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
-    dag_id, run_id, task_id, map_index, try_number, state, rendered_fields = row
-    if state != TaskInstanceState.RUNNING:
-        # A process left behind by a finished try keeps what it holds (a credential lives its ten
-        # minutes), but gets nothing new.
-        raise forbidden(
-            f"task instance {ti_id} is {state}: only a running try may obtain a credential",
-            Reason.NOT_RUNNING,
-        )
-    found = rendered_fields.get(PROOF_FIELD) if isinstance(rendered_fields, dict) else None
-    if not isinstance(found, str) or not hmac.compare_digest(found, proof(ti_id, body.verifier)):
-        raise refusal(
-            status.HTTP_403_FORBIDDEN,
-            Reason.PROOF_NOT_FOUND,
-            f"the proof of this verifier is not among the rendered fields of task instance {ti_id}: only "
-            "the supervisor of that task instance's running try can put it there, through Airflow's "
-            "Execution API",
-        )
-    return _credential(TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number))
+    return _credential(claims_for_proof(str(body.task_instance_id), body.verifier))
 
 
 @router.post(CREDENTIAL_RENEWAL_PATH, responses=_DOCUMENTED)
@@ -108,34 +77,3 @@ def retired_challenge() -> None:
         "this API server runs airflow-task-state 0.5 or later, whose handshake needs no challenge: "
         "install the same version of airflow-task-state on the workers as on the API servers",
     )
-
-
-def _task_instance_and_rendered_fields(ti_id: UUID) -> tuple[Any, ...] | None:
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    query = (
-        select(
-            TaskInstance.dag_id,
-            TaskInstance.run_id,
-            TaskInstance.task_id,
-            TaskInstance.map_index,
-            TaskInstance.try_number,
-            TaskInstance.state,
-            Rendered.rendered_fields,
-        )
-        .outerjoin(
-            Rendered,
-            and_(
-                Rendered.dag_id == TaskInstance.dag_id,
-                Rendered.run_id == TaskInstance.run_id,
-                Rendered.task_id == TaskInstance.task_id,
-                Rendered.map_index == TaskInstance.map_index,
-            ),
-        )
-        .where(TaskInstance.id == ti_id)
-    )
-    with create_session() as session:
-        row = session.execute(query).first()
-    return None if row is None else tuple(row)

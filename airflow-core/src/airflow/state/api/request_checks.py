@@ -18,13 +18,16 @@ from typing import Any
 
 from airflow.state.api.errors import refusal
 from airflow.state.api.routes import _body_within
-from airflow.state.protocol import KEY_PARAMETER, Reason
+from airflow.state.protocol import KEY_PARAMETER, PROOF_SCHEME, Reason
 from fastapi import Request, Response, status
 from fastapi.routing import APIRoute
 
 # The methods whose body routes read; GET and DELETE routes read none.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON = "application/json"
+# Authorization schemes a browser never attaches by itself (it does Basic and Negotiate): a page
+# can send them only through a preflight. The second is a task's first request (its proof).
+_SET_BY_SCRIPTS_ONLY = frozenset({"bearer", PROOF_SCHEME.lower()})
 
 
 async def json_declared(request: Request) -> None:
@@ -42,7 +45,7 @@ async def json_declared(request: Request) -> None:
     if request.method not in _BODY_METHODS:
         return
     scheme = request.headers.get("authorization", "").partition(" ")[0]
-    if scheme.lower() == "bearer":
+    if scheme.lower() in _SET_BY_SCRIPTS_ONLY:
         return
     declared = request.headers.get("content-type")
     if declared is not None and declared.partition(";")[0].strip().lower() == JSON:

@@ -1,20 +1,40 @@
-"""Who is calling: the task instance named by a verified credential, checked against the database."""
+"""
+Who is calling: the task instance named by a verified credential, checked against the database; or,
+on the first request of a task process, by the try's proof (see :mod:`airflow.state.api.handshake`),
+which that request's answer exchanges for a credential.
+"""
 
 from __future__ import annotations
 
+import hmac
+import json
 from functools import cache
 from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
-from airflow.state.api.credentials import TaskInstanceClaims, verify_credential
+from airflow.state.api.credentials import (
+    CREDENTIAL_LIFETIME_SECONDS,
+    TaskInstanceClaims,
+    issue_credential,
+    verify_credential,
+)
 from airflow.state.api.errors import refusal, unprocessable
-from airflow.state.api.signing_keys import verification_keys
+from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.metastore.engine import execute
 from airflow.state.metastore.run_identity import dag_run_uid
-from airflow.state.protocol import CREDENTIALS_PATH, Reason
+from airflow.state.protocol import (
+    CREDENTIAL_EXPIRES_HEADER,
+    CREDENTIAL_HEADER,
+    CREDENTIALS_PATH,
+    PROOF_FIELD,
+    PROOF_SCHEME,
+    Reason,
+    proof,
+)
 from airflow_shared.state import TaskScope
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, and_, bindparam, exists, select
 
@@ -24,13 +44,28 @@ _bearer = HTTPBearer(
 )
 
 
-# Async, though nothing is awaited: FastAPI runs a plain function dependency in its thread pool, a
-# hop that costs more than checking a signature on every state request.
+# Where a request's answer finds the credential its proof earned (the request's state, set below).
+ISSUED_CREDENTIAL = "airflow_task_state_issued_credential"
+
+
+# Async: FastAPI runs a plain function dependency in its thread pool, a hop that costs more than
+# checking a signature on every state request. Only a proof, once per task process, needs the database.
 async def credential_claims(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> TaskInstanceClaims:
     if credentials is None:
-        raise unauthorized("missing bearer credential")
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme != PROOF_SCHEME:
+            raise unauthorized("missing bearer credential")
+        ti_id, _, verifier = presented.partition(".")
+        claims = await run_in_threadpool(claims_for_proof, ti_id, verifier)
+        credential = issue_credential(claims, signing_key())
+        request.state.airflow_task_state_issued_credential = [
+            (CREDENTIAL_HEADER.lower().encode(), credential.encode()),
+            (CREDENTIAL_EXPIRES_HEADER.lower().encode(), str(CREDENTIAL_LIFETIME_SECONDS).encode()),
+        ]
+        return claims
     try:
         return verify_credential(credentials.credentials, verification_keys())
     except jwt.ExpiredSignatureError:
@@ -50,6 +85,68 @@ Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
 
 def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
     return refusal(status.HTTP_403_FORBIDDEN, reason, message)
+
+
+@cache
+def _proof_row() -> Select[Any]:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.taskinstance import TaskInstance
+
+    ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
+    same_task_instance = and_(
+        *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
+    )
+    return (
+        select(
+            ti.c.dag_id,
+            ti.c.run_id,
+            ti.c.task_id,
+            ti.c.map_index,
+            ti.c.try_number,
+            ti.c.state,
+            rendered.c.rendered_fields,
+        )
+        .select_from(ti.outerjoin(rendered, same_task_instance))
+        .where(ti.c.id == bindparam("ti_id"))
+    )
+
+
+def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
+    """
+    The try the proof of *verifier* speaks for: 403 unless the task instance *ti_id* is running and
+    its rendered fields hold that proof (only the supervisor of its try can put it there).
+    """
+    from airflow.utils.state import TaskInstanceState
+
+    try:
+        uuid = UUID(ti_id)
+    except ValueError:
+        raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
+    if not 32 <= len(verifier) <= 256:
+        raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
+    # One statement on the state engine, as every credential check.
+    rows = execute(_proof_row(), {"ti_id": uuid}).rows
+    if not rows:
+        raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
+    dag_id, run_id, task_id, map_index, try_number, state, rendered = rows[0]
+    if state != TaskInstanceState.RUNNING:
+        # A process left behind by a finished try keeps what it holds (a credential lives its ten
+        # minutes), but gets nothing new.
+        raise forbidden(
+            f"task instance {ti_id} is {state}: only a running try may obtain a credential",
+            Reason.NOT_RUNNING,
+        )
+    if isinstance(rendered, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
+        rendered = json.loads(rendered)
+    found = rendered.get(PROOF_FIELD) if isinstance(rendered, dict) else None
+    if not isinstance(found, str) or not hmac.compare_digest(found, proof(ti_id, verifier)):
+        raise forbidden(
+            f"the proof of this verifier is not among the rendered fields of task instance {ti_id}: only "
+            "the supervisor of that task instance's running try can put it there, through Airflow's "
+            "Execution API",
+            Reason.PROOF_NOT_FOUND,
+        )
+    return TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
 
 
 @cache
@@ -174,3 +271,27 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
     raise forbidden(
         f"{task} does not declare asset {described} as an inlet or outlet", Reason.ASSET_NOT_DECLARED
     )
+
+
+class IssuedCredentialHeaders:
+    """
+    ASGI middleware: the answer to a request authenticated by a proof carries the credential it
+    earned, whatever the route answers (a missing key's 404 included: a task's first call is often
+    the read of a job id it has not stored yet).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_credential(message: dict[str, Any]) -> None:
+            issued = scope.get("state", {}).get(ISSUED_CREDENTIAL)
+            if message["type"] == "http.response.start" and issued:
+                message = {**message, "headers": [*message.get("headers", []), *issued]}
+            await send(message)
+
+        await self.app(scope, receive, with_credential)

@@ -44,10 +44,13 @@ from airflow.state.exceptions import (
     StateUnsupportedError,
 )
 from airflow.state.protocol import (
+    CREDENTIAL_EXPIRES_HEADER,
+    CREDENTIAL_HEADER,
     CREDENTIAL_RENEWAL_PATH,
     CREDENTIALS_PATH,
     IF_VERSION_PARAMETER,
     KEY_PARAMETER,
+    PROOF_SCHEME,
     Reason,
 )
 from airflow.state.worker.handshake import verifier_with_proof
@@ -151,7 +154,7 @@ class StateClient:
             conditional write): it is retried only when it surely never reached the server.
         """
         for last_chance in (False, True):
-            response = self._send(method, path, headers=self._auth_header(), idempotent=idempotent, **kwargs)
+            response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
             if response.status_code == 401 and not last_chance:
                 # Expired while waiting, or the server's key was rotated: prove identity again, once.
                 self._forget_credential()
@@ -194,17 +197,50 @@ class StateClient:
 
     # --- the credential ----------------------------------------------------------------------
 
-    def _auth_header(self) -> dict[str, str]:
+    def _send_as_this_try(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """
+        Send a request with this process's credential; the first request of the process instead
+        carries the try's proof, and the answer brings the credential along (one round trip).
+        Concurrent first calls of a process wait for that one, then use its credential.
+        """
         key = (os.getpid(), self.ti_id)
         with _credentials_lock:
             held = _credentials.get(key)
             now = time.monotonic()
-            if held is None or now >= held.expires_at:
-                held = self._new_credential()
-            elif now >= held.renew_at:
-                held = self._renewed(held)
-            _credentials[key] = held
-        return _bearer(held.token)
+            if held is not None and now < held.expires_at:
+                if now >= held.renew_at:
+                    held = _credentials[key] = self._renewed(held)
+            elif self.in_process:
+                held = _credentials[key] = _held(_mint_in_process(self.ti), now)
+            else:
+                response = self._send_proving(method, path, **kwargs)
+                granted = response.headers.get(CREDENTIAL_HEADER)
+                if granted:
+                    _credentials[key] = _held(
+                        {"credential": granted, "expires_in": response.headers[CREDENTIAL_EXPIRES_HEADER]},
+                        now,
+                    )
+                return response
+        return self._send(method, path, headers=_bearer(held.token), **kwargs)
+
+    def _send_proving(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        response = self._send(
+            method, path, headers=_proving(self.ti_id, verifier_with_proof(self.ti)), **kwargs
+        )
+        if response.status_code == 403 and _reason(response)[0] == Reason.PROOF_NOT_FOUND.value:
+            # The proof was replaced since it was written (the task runner rewrites the rendered
+            # fields after some tasks; a process forked before the try's verifier was drawn writes
+            # one of its own): write it again, once. Refused at the door, the request did nothing.
+            verifier = verifier_with_proof(self.ti, rewrite=True)
+            response = self._send(method, path, headers=_proving(self.ti_id, verifier), **kwargs)
+        return response
+
+    def obtain_credential(self) -> None:
+        """Redeem the try's proof for a credential now (a try that must clear its state on success)."""
+        key = (os.getpid(), self.ti_id)
+        with _credentials_lock:
+            if key not in _credentials:
+                _credentials[key] = self._new_credential()
 
     def _forget_credential(self) -> None:
         with _credentials_lock:
@@ -241,18 +277,25 @@ class StateClient:
             return _Credential(held.token, renew_at=held.expires_at, expires_at=held.expires_at)
 
 
-def start_handshake(ti: Any) -> None:
+def start_handshake(ti: Any, *, credential: bool = False) -> None:
     """
-    Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: its first
-    state call then waits only for what is left of it, and a try that must clear its state when it
-    succeeds holds the credential it needs then (once a try has ended, it gets no new one).
+    Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: the
+    proof is written through the supervisor and the HTTP client made, so the first state call
+    waits only for what is left of it. With *credential*, the proof is redeemed too: a try that
+    must clear its state when it succeeds needs one then, and once a try has ended it gets none.
     A failure here is left for the first call to meet again, and to report.
     """
     client = StateClient(ti)
-    if not client.in_process:
-        threading.Thread(
-            target=_quietly, args=(client._auth_header,), name="state-handshake", daemon=True
-        ).start()
+    if client.in_process:
+        return
+
+    def prepare() -> None:
+        verifier_with_proof(ti)
+        _sync_client(client.base_url, in_process=False)
+        if credential:
+            client.obtain_credential()
+
+    threading.Thread(target=_quietly, args=(prepare,), name="state-handshake", daemon=True).start()
 
 
 def _quietly(call: Any) -> None:
@@ -264,6 +307,10 @@ def _quietly(call: Any) -> None:
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def _proving(ti_id: str, verifier: str) -> dict[str, str]:
+    return {"Authorization": f"{PROOF_SCHEME} {ti_id}.{verifier}"}
 
 
 def _held(granted: dict[str, Any], started: float) -> _Credential:

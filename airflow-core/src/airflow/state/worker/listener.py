@@ -68,8 +68,9 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
         from airflow.state.worker import client, handshake
 
         handshake.prepare(task_instance)
-        if handshake.ACCESSORS_MODULE in sys.modules or wants_clear(task_instance.task):
-            client.start_handshake(task_instance)
+        clears = wants_clear(task_instance.task)
+        if clears or handshake.ACCESSORS_MODULE in sys.modules:
+            client.start_handshake(task_instance, credential=clears)
     except Exception:
         log.warning("Could not prepare the state handshake; the first state call will", exc_info=True)
 
