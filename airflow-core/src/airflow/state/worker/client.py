@@ -224,6 +224,8 @@ class StateClient:
         return self._send(method, path, headers=_bearer(held.token), **kwargs)
 
     def _send_proving(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # The HTTP client first: made while the handshake's head start may still be writing the proof.
+        _sync_client(self.base_url, self.in_process)
         response = self._send(
             method, path, headers=_proving(self.ti_id, verifier_with_proof(self.ti)), **kwargs
         )
@@ -280,8 +282,8 @@ class StateClient:
 def start_handshake(ti: Any, *, credential: bool = False) -> None:
     """
     Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: the
-    proof is written through the supervisor and the HTTP client made, so the first state call
-    waits only for what is left of it. With *credential*, the proof is redeemed too: a try that
+    proof is written through the supervisor, so the first state call waits only for what is left
+    of that write, then carries the proof. With *credential*, the proof is redeemed too: a try that
     must clear its state when it succeeds needs one then, and once a try has ended it gets none.
     A failure here is left for the first call to meet again, and to report.
     """
@@ -290,8 +292,7 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
         return
 
     def prepare() -> None:
-        verifier_with_proof(ti)
-        _sync_client(client.base_url, in_process=False)
+        verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
         if credential:
             client.obtain_credential()
 
