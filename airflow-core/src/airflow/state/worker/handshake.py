@@ -126,6 +126,15 @@ def _supervisor_channel(held: _TryProof) -> Iterator[None]:
             fcntl.lockf(held.shared, fcntl.LOCK_UN)
 
 
+def _supervisor() -> Any:
+    from airflow.sdk.execution_time import task_runner
+
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None:
+        raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
+    return comms
+
+
 def _rendered_fields(ti: Any) -> dict[str, Any]:
     """What the task runner itself sent when the try started: its template fields, as rendered."""
     from airflow.sdk.execution_time import task_runner
@@ -134,12 +143,9 @@ def _rendered_fields(ti: Any) -> dict[str, Any]:
 
 
 def _send(ti: Any, fields: dict[str, Any]) -> None:
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import SetRenderedFields
 
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None:
-        raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
+    comms = _supervisor()
     try:
         comms.send(SetRenderedFields(rendered_fields=fields))
     except OSError as error:
