@@ -934,3 +934,33 @@ def test_openapi_documents_the_batch_routes(api):
     body = paths[values]["put"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["required"] == ["values"] and body["properties"]["values"]["maxProperties"] == 1000
     assert {"put", "post"} <= set(paths["/assets/values"]) | set(paths["/assets/values/read"])
+
+
+def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never(api, running):
+    """A new try of the task instance (its try number moves on): writes refused at once, reads after 1 s."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.state.api.security import READ_CHECK_SECONDS
+    from airflow.utils.session import create_session
+
+    headers = auth(running)
+    assert api.put(**at(running, "checked"), json={"value": 1}, headers=headers).status_code == 200
+    with create_session() as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == UUID(running.ti_id))
+            .values(try_number=running.try_number + 1)
+        )
+    try:
+        written = api.put(**at(running, "checked"), json={"value": 2}, headers=headers)
+        assert written.status_code == 403 and detail(written)["reason"] == "forbidden"
+        assert api.get(**at(running, "checked"), headers=headers).json()["value"] == 1
+        time.sleep(READ_CHECK_SECONDS + 0.1)
+        refused = api.get(**at(running, "checked"), headers=headers)
+        assert refused.status_code == 403 and detail(refused)["reason"] == "forbidden"
+    finally:
+        with create_session() as session:
+            session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == UUID(running.ti_id))
+                .values(try_number=running.try_number)
+            )

@@ -45,6 +45,13 @@ def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None =
 
 def verify_credential(token: str, keys: Sequence[bytes], now: float | None = None) -> TaskInstanceClaims:
     """The claims of a valid credential; ``jwt.InvalidTokenError`` otherwise."""
+    return verify_credential_until(token, keys, now)[0]
+
+
+def verify_credential_until(
+    token: str, keys: Sequence[bytes], now: float | None = None
+) -> tuple[TaskInstanceClaims, float]:
+    """The claims of a valid credential and the time (``time.time()``) until which it is valid."""
     payload = _verify(token, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, keys, now)
     try:
         claims = TaskInstanceClaims(
@@ -59,7 +66,8 @@ def verify_credential(token: str, keys: Sequence[bytes], now: float | None = Non
         raise jwt.InvalidTokenError(f"credential does not name a task instance: {error}") from None
     if payload.get("sub") != claims.ti_id:
         raise jwt.InvalidTokenError("credential's subject is not its task instance")
-    return claims
+    valid_until = min(payload["exp"], payload["iat"] + CREDENTIAL_LIFETIME_SECONDS) + CLOCK_LEEWAY_SECONDS
+    return claims, valid_until
 
 
 def _sign(payload: dict, audience: str, lifetime: int, key: bytes, now: float | None) -> str:

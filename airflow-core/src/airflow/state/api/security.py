@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from functools import cache
 from typing import Annotated, Any
 from uuid import UUID
@@ -17,7 +18,7 @@ from airflow.state.api.credentials import (
     CREDENTIAL_LIFETIME_SECONDS,
     TaskInstanceClaims,
     issue_credential,
-    verify_credential,
+    verify_credential_until,
 )
 from airflow.state.api.errors import refusal, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
@@ -67,11 +68,33 @@ async def credential_claims(
         ]
         return claims
     try:
-        return verify_credential(credentials.credentials, verification_keys())
+        return _verified_claims(credentials.credentials)
     except jwt.ExpiredSignatureError:
         raise unauthorized("credential expired") from None
     except jwt.InvalidTokenError as error:
         raise unauthorized(f"invalid credential ({error})") from None
+
+
+# A task process sends one credential with every request for minutes: its signature is checked
+# once per API server process and set of keys, its lifetime on every request.
+_verified: dict[str, tuple[TaskInstanceClaims, float]] = {}
+_verified_with: tuple[bytes, ...] = ()
+_VERIFIED_KEPT = 4096
+
+
+def _verified_claims(token: str) -> TaskInstanceClaims:
+    global _verified, _verified_with
+    keys = verification_keys()
+    if keys != _verified_with:  # rotated: what the keys of before verified proves nothing now
+        _verified, _verified_with = {}, keys
+    known = _verified.get(token)
+    if known is not None and time.time() <= known[1]:
+        return known[0]
+    claims, valid_until = verify_credential_until(token, keys)
+    if len(_verified) >= _VERIFIED_KEPT:
+        _verified.clear()
+    _verified[token] = (claims, valid_until)
+    return claims
 
 
 def unauthorized(message: str) -> HTTPException:
@@ -172,6 +195,13 @@ def _task_instance_row() -> Select[Any]:
     )
 
 
+# A read trusts a check of its task instance made this recently (by a read or a write): a try
+# reads its own state, which every try of the task instance shares, and one whose task instance has
+# just been superseded or deleted can read it this much longer. Writes are checked every time.
+READ_CHECK_SECONDS = 1.0
+_recently_checked: dict[TaskInstanceClaims, tuple[float, TaskScope]] = {}
+
+
 def check_task_instance(
     claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None, succeeded: bool = False
 ) -> TaskScope:
@@ -182,7 +212,8 @@ def check_task_instance(
     *succeeded*, the try must have succeeded instead (only the clear-on-success route asks this).
 
     Return the task instance's scope, with the identity of this incarnation of its dag run (a run
-    deleted and created again under the same run_id gets a new one, so it starts empty).
+    deleted and created again under the same run_id gets a new one, so it starts empty). A read
+    trusts a check made in the last ``READ_CHECK_SECONDS``.
     """
     from airflow.utils.state import TaskInstanceState
 
@@ -190,6 +221,10 @@ def check_task_instance(
         raise forbidden(
             f"a credential for task instance {claims.ti_id} cannot access task instance {path_ti_id}"
         )
+    if not write and not succeeded:
+        recent = _recently_checked.get(claims)
+        if recent is not None and time.monotonic() < recent[0]:
+            return recent[1]
     # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
     rows = execute(_task_instance_row(), {"ti_id": UUID(claims.ti_id)}).rows
     if not rows:
@@ -216,9 +251,13 @@ def check_task_instance(
             f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
             "clear its state this way (a running task clears it with task_state.clear())"
         )
-    return TaskScope(
+    scope = TaskScope(
         dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
     )
+    if len(_recently_checked) >= _VERIFIED_KEPT:
+        _recently_checked.clear()
+    _recently_checked[claims] = (time.monotonic() + READ_CHECK_SECONDS, scope)
+    return scope
 
 
 def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> int:
