@@ -101,7 +101,7 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
                 transport=transport,
                 timeout=config.request_timeout(),
                 # Loading the CA bundle takes about 50 ms, which a plain-http API never uses: half
-                # of a task process's first state call, measured by bench/bench_identity.py.
+                # of a task process's first state call, measured when the handshake was first timed.
                 verify=not base_url.startswith("http://"),
             )
             _clients[key] = client
