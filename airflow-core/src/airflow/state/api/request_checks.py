@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from airflow.state.api.errors import refusal
-from airflow.state.api.routes import _body_within
+from airflow.state.api.routes import body_within
 from airflow.state.protocol import KEY_PARAMETER, PROOF_SCHEME, Reason
 from fastapi import Request, Response, status
 from fastapi.routing import APIRoute
@@ -103,7 +103,7 @@ class SmallBodyRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def bounded(request: Request) -> Response:
-            body = await _body_within(
+            body = await body_within(
                 request, UNAUTHENTICATED_BODY_BYTES, "handshake requests are a few hundred bytes"
             )
             # Starlette's own cache of the body, where FastAPI reads it from.

@@ -126,7 +126,7 @@ Key = Annotated[str, Depends(_valid_key)]
 # --- the value: read only after the credential is verified, and never past the size limit -------
 
 
-async def _body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
+async def body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
     """The request body, refused (413) past *limit* bytes with *explanation* (default: one value's)."""
     explanation = explanation or (
         f"values are limited to {limit - BODY_ENVELOPE_BYTES} bytes of compact UTF-8 JSON "
@@ -159,7 +159,7 @@ async def json_object(
     The request body: a JSON object of *fields* only (an unknown field is refused, not ignored),
     of at most *limit* bytes (default: one value and its envelope; *explanation* says which limit).
     """
-    body = await _body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
+    body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:

@@ -15,7 +15,7 @@ from airflow.state.api.errors import unprocessable
 
 # The task routes' reader of a body (size cap before parsing) and their strict `key` query
 # parameter: one rule for both APIs.
-from airflow.state.api.routes import BODY_ENVELOPE_BYTES, IfVersion, Key, _body_within, body_ttl
+from airflow.state.api.routes import BODY_ENVELOPE_BYTES, IfVersion, Key, body_within, body_ttl
 from airflow.state.protocol import TTL_FIELD, Reason
 from airflow_shared.state import validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request
@@ -123,7 +123,7 @@ async def _json_object(
     request: Request, shape: str, reason: Reason, *, empty_is: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The request's body as a JSON object (bounded in size); *reason* says why it is not one."""
-    body = await _body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
+    body = await body_within(request, codec.max_value_bytes() + BODY_ENVELOPE_BYTES)
     if not body.strip() and empty_is is not None:
         return empty_is
     try:
