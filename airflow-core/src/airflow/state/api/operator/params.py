@@ -15,7 +15,7 @@ from airflow.state.api.errors import unprocessable
 
 # The task routes' reader of a body (size cap before parsing) and their strict `key` query
 # parameter: one rule for both APIs.
-from airflow.state.api.routes import BODY_ENVELOPE_BYTES, IfVersion, Key, body_within, body_ttl
+from airflow.state.api.routes import BODY_ENVELOPE_BYTES, IfVersion, Key, body_ttl, body_within
 from airflow.state.protocol import TTL_FIELD, Reason
 from airflow_shared.state import validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request
