@@ -112,10 +112,11 @@ def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
 
 @cache
 def _proof_row() -> Select[Any]:
+    from airflow.models.dagrun import DagRun
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
 
-    ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
+    ti, run, rendered = TaskInstance.__table__, DagRun.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
     )
@@ -128,8 +129,15 @@ def _proof_row() -> Select[Any]:
             ti.c.try_number,
             ti.c.state,
             rendered.c.rendered_fields,
+            run.c.id,
+            run.c.created_at,
+            run.c.run_after,
         )
-        .select_from(ti.outerjoin(rendered, same_task_instance))
+        .select_from(
+            ti.join(run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id)).outerjoin(
+                rendered, same_task_instance
+            )
+        )
         .where(ti.c.id == bindparam("ti_id"))
     )
 
@@ -151,7 +159,9 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     rows = execute(_proof_row(), {"ti_id": uuid}).rows
     if not rows:
         raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
-    dag_id, run_id, task_id, map_index, try_number, state, rendered = rows[0]
+    dag_id, run_id, task_id, map_index, try_number, state, rendered, dag_run_id, created_at, run_after = rows[
+        0
+    ]
     if state != TaskInstanceState.RUNNING:
         # A process left behind by a finished try keeps what it holds (a credential lives its ten
         # minutes), but gets nothing new.
@@ -169,7 +179,13 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
             "Execution API",
             Reason.PROOF_NOT_FOUND,
         )
-    return TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
+    claims = TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
+    # Checked as check_task_instance checks a read: the request this proof came with need not ask again.
+    scope = TaskScope(
+        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
+    )
+    _remember_check(claims, scope)
+    return claims
 
 
 @cache
@@ -254,10 +270,14 @@ def check_task_instance(
     scope = TaskScope(
         dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
     )
+    _remember_check(claims, scope)
+    return scope
+
+
+def _remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
     if len(_recently_checked) >= _VERIFIED_KEPT:
         _recently_checked.clear()
     _recently_checked[claims] = (time.monotonic() + READ_CHECK_SECONDS, scope)
-    return scope
 
 
 def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> int:
