@@ -112,33 +112,18 @@ def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
 
 @cache
 def _proof_row() -> Select[Any]:
-    from airflow.models.dagrun import DagRun
+    """The task instance check's row (see _task_instance_row), and the task instance's rendered fields."""
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
 
-    ti, run, rendered = TaskInstance.__table__, DagRun.__table__, RenderedTaskInstanceFields.__table__
+    ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
     )
     return (
-        select(
-            ti.c.dag_id,
-            ti.c.run_id,
-            ti.c.task_id,
-            ti.c.map_index,
-            ti.c.try_number,
-            ti.c.state,
-            rendered.c.rendered_fields,
-            run.c.id,
-            run.c.created_at,
-            run.c.run_after,
-        )
-        .select_from(
-            ti.join(run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id)).outerjoin(
-                rendered, same_task_instance
-            )
-        )
-        .where(ti.c.id == bindparam("ti_id"))
+        _task_instance_row()
+        .outerjoin_from(ti, rendered, same_task_instance)
+        .add_columns(rendered.c.rendered_fields)
     )
 
 
@@ -159,9 +144,8 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     rows = execute(_proof_row(), {"ti_id": uuid}).rows
     if not rows:
         raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
-    dag_id, run_id, task_id, map_index, try_number, state, rendered, dag_run_id, created_at, run_after = rows[
-        0
-    ]
+    *checked, rendered = rows[0]
+    dag_id, run_id, task_id, map_index, state, try_number = checked[:6]
     if state != TaskInstanceState.RUNNING:
         # A process left behind by a finished try keeps what it holds (a credential lives its ten
         # minutes), but gets nothing new.
@@ -181,10 +165,7 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
         )
     claims = TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
     # Checked as check_task_instance checks a read: the request this proof came with need not ask again.
-    scope = TaskScope(
-        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
-    )
-    _remember_check(claims, scope)
+    _remember_check(claims, _scope_of(checked))
     return claims
 
 
@@ -248,7 +229,7 @@ def check_task_instance(
             f"task instance {claims.ti_id} does not exist: its try has ended and a newer one started, "
             "or its dag run was deleted"
         )
-    dag_id, run_id, task_id, map_index, state, try_number, dag_run_id, created_at, run_after = rows[0]
+    dag_id, run_id, task_id, map_index, state, try_number = rows[0][:6]
     if (dag_id, run_id, task_id, map_index, try_number) != (
         claims.dag_id,
         claims.run_id,
@@ -267,11 +248,17 @@ def check_task_instance(
             f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
             "clear its state this way (a running task clears it with task_state.clear())"
         )
-    scope = TaskScope(
-        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
-    )
+    scope = _scope_of(rows[0])
     _remember_check(claims, scope)
     return scope
+
+
+def _scope_of(row: Any) -> TaskScope:
+    """The scope of a _task_instance_row, with the identity of this incarnation of its dag run."""
+    dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
+    return TaskScope(
+        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
+    )
 
 
 def _remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
