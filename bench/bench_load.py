@@ -283,29 +283,29 @@ def prepare(each: Side, probe: Path | None, tis: list[dict]) -> Target:
 
 
 def airflow33_requests(host: str, port: int, ti_id: str, token: str, api_version: str):
-    headers = (
-        f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\nAirflow-API-Version: {api_version}\r\n"
+    return _get_and_put(
+        host,
+        port,
+        f"Authorization: Bearer {token}\r\nAirflow-API-Version: {api_version}\r\n",
+        lambda key: f"/execution/store/ti/{ti_id}/{quote(key, safe='')}",
     )
-
-    def request(key: str, value: int | None) -> bytes:
-        path = f"/execution/store/ti/{ti_id}/{quote(key, safe='')}"
-        if value is None:
-            return f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode()
-        body = json.dumps({"value": value})
-        return (
-            f"PUT {path} HTTP/1.1\r\n{headers}Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n{body}"
-        ).encode()
-
-    return request
 
 
 def ours_requests(each: Side, host: str, port: int, ti: dict):
-    credential = our_credential(each, ti)
-    headers = f"Host: {host}:{port}\r\nAuthorization: Bearer {credential}\r\n"
+    return _get_and_put(
+        host,
+        port,
+        f"Authorization: Bearer {our_credential(each, ti)}\r\n",
+        lambda key: f"/state/task-instances/{ti['id']}/value?key={quote(key, safe='')}",
+    )
+
+
+def _get_and_put(host: str, port: int, auth_headers: str, path_of):
+    """Raw HTTP/1.1 requests of one side: a GET of a key (value None) or a PUT of a value."""
+    headers = f"Host: {host}:{port}\r\n{auth_headers}"
 
     def request(key: str, value: int | None) -> bytes:
-        path = f"/state/task-instances/{ti['id']}/value?key={quote(key, safe='')}"
+        path = path_of(key)
         if value is None:
             return f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode()
         body = json.dumps({"value": value})
