@@ -317,13 +317,17 @@ class RedisStateBackend(BaseStateBackend):
         return None if found is None else found.value
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
+        return _visible(*self._value_and_meta(scope, key))
+
+    def _value_and_meta(self, scope: StateScope, key: str) -> tuple[Any, Any]:
+        """A key's raw value and metadata in one round trip."""
         (name, meta_name), field = self._read_target(scope, key)
         # A MULTI/EXEC, not a script: as atomic, and a fraction of the server time of EVALSHA.
         with self._reachable(), self._client.pipeline(transaction=True) as pipe:
             pipe.hget(name, field)
             pipe.hget(meta_name, field)
             raw, raw_meta = pipe.execute()
-        return _visible(raw, raw_meta)
+        return raw, raw_meta
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.set_by_try(scope, key, value, try_number=None, session=session)
@@ -455,11 +459,7 @@ class RedisStateBackend(BaseStateBackend):
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         """The key's value and metadata: one MULTI/EXEC, as :meth:`get_versioned`, no listing."""
-        (name, meta_name), field = self._read_target(scope, key)
-        with self._reachable(), self._client.pipeline(transaction=True) as pipe:
-            pipe.hget(name, field)
-            pipe.hget(meta_name, field)
-            raw, raw_meta = pipe.execute()
+        raw, raw_meta = self._value_and_meta(scope, key)
         meta = parse_meta(raw_meta, isinstance(scope, TaskScope))
         if raw is None or meta.expired(_now_micros()):
             return None
