@@ -43,15 +43,13 @@ def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None =
     )
 
 
-def verify_credential(token: str, keys: Sequence[bytes], now: float | None = None) -> TaskInstanceClaims:
-    """The claims of a valid credential; ``jwt.InvalidTokenError`` otherwise."""
-    return verify_credential_until(token, keys, now)[0]
-
-
 def verify_credential_until(
     token: str, keys: Sequence[bytes], now: float | None = None
 ) -> tuple[TaskInstanceClaims, float]:
-    """The claims of a valid credential and the time (``time.time()``) until which it is valid."""
+    """
+    The claims of a valid credential and the time (``time.time()``) until which it is valid;
+    ``jwt.InvalidTokenError`` otherwise.
+    """
     payload = _verify(token, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, keys, now)
     try:
         claims = TaskInstanceClaims(
