@@ -53,7 +53,7 @@ def losing_the_reply(proxy, call):
 
 def assert_outcome_unknown(outcome: object) -> None:
     assert type(outcome).__name__ == "StatementOutcomeUnknownError", repr(outcome)
-    from airflow.state.metastore.engine import StatementOutcomeUnknownError, is_unavailable
+    from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 
     assert isinstance(outcome, StatementOutcomeUnknownError)
     assert "may or may not have been applied" in str(outcome)

@@ -29,7 +29,7 @@ def statements_on(engine):
 @contextmanager
 def autocommit_statements():
     """Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events)."""
-    from airflow.state.metastore.engine import _AutocommitEngine
+    from airflow.state.airflow_db.engine import _AutocommitEngine
 
     seen: list[str] = []
     run = _AutocommitEngine._run
@@ -322,7 +322,7 @@ def test_keys_differing_only_by_trailing_space_stay_apart(backend, scope):
 @pytest.fixture
 def pooled_engine(monkeypatch):
     """The tests run without pooling; this test needs the pool a deployment has."""
-    from airflow.state.metastore import engine as _engine
+    from airflow.state.airflow_db import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setattr(_engine, "_cached", None)
@@ -335,7 +335,7 @@ def test_the_state_engine_pool_has_its_own_size(monkeypatch, db_kind):
     """[state] database_pool_size, not Airflow's [database] sql_alchemy_pool_size; overflow is Airflow's."""
     if db_kind == "sqlite":
         pytest.skip("Airflow gives SQLite no pool size")
-    from airflow.state.metastore import engine as _engine
+    from airflow.state.airflow_db import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE", "3")
@@ -409,7 +409,7 @@ def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters
     backend, scope, pooled_engine
 ):
     """Stored values may be secrets: SQLAlchemy must not list them in error messages and logs."""
-    from airflow.state.metastore.engine import execute
+    from airflow.state.airflow_db.engine import execute
     from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from airflow.state.metastore.run_identity import dag_run_uid, task_scope
+from airflow.state.airflow_db.run_identity import dag_run_uid, task_scope
 from airflow_shared.state import TaskScope
 
 
@@ -193,7 +193,7 @@ def test_task_scope_is_exported_and_importing_it_leaves_the_orm_models_alone():
     code = (
         "import sys, airflow.state\n"
         "from airflow.state import task_scope\n"
-        "from airflow.state.metastore.run_identity import task_scope as direct\n"
+        "from airflow.state.airflow_db.run_identity import task_scope as direct\n"
         "assert task_scope is direct\n"
         "assert 'task_scope' in airflow.state.__all__\n"
         "assert 'airflow.models.dagrun' not in sys.modules, 'task_scope imported the ORM models'\n"

@@ -25,7 +25,7 @@ from airflow_state_redis._config import Topology
 from redis.crc import key_slot
 from state_testing.dbservers import free_port
 
-# What airflow.state.metastore.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
+# What airflow.state.airflow_db.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
 UID = "42.1764504000123456"
 TASK = TaskScope("dag", "run_1", "task", -1, UID)
 

@@ -6,7 +6,7 @@ import json
 import sys
 
 from airflow.models.dagrun import DagRun
-from airflow.state.metastore.run_identity import uid_of_run
+from airflow.state.airflow_db.run_identity import uid_of_run
 from airflow.utils.session import create_session
 from sqlalchemy import select
 

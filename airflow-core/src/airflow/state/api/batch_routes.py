@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow.state import codec, config, manage
+from airflow.state import codec, config, expiry
 from airflow.state.api.datamodels import (
     KEYS_BODY_SCHEMA,
     VALUES_BODY_SCHEMA,
@@ -80,7 +80,7 @@ class _ValuesBody:
     """A batch write's body: each key's value as stored text, and the batch's ``ttl``."""
 
     texts: dict[str, str]
-    ttl: manage.Ttl
+    ttl: expiry.Ttl
 
 
 async def _values_body(request: Request, claims: Claims) -> _ValuesBody:
@@ -124,7 +124,7 @@ def _write(scope: StateScope, body: _ValuesBody, claims: Any) -> StateVersionsRe
         scope,
         body.texts,
         writer=writer_of(claims),
-        expires_at=manage.expires_at_for(scope, body.ttl, backend),
+        expires_at=expiry.expires_at_for(scope, body.ttl, backend),
     )
     return StateVersionsResponse(versions=versions)
 

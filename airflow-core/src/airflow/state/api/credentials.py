@@ -13,8 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import jwt
+from airflow.state.api.signing_keys import use_process_key
 
 ALGORITHM = "HS256"
 CREDENTIAL_AUDIENCE = "airflow-task-state"
@@ -35,6 +37,25 @@ class TaskInstanceClaims:
     task_id: str
     map_index: int
     try_number: int
+
+
+def grant_in_process(ti: Any) -> dict[str, Any]:
+    """
+    A credential for *ti*, under ``dag.test()``, where the state API runs in the task's own process:
+    signed with a key only this process holds, so no proof is exchanged.
+    """
+    claims = TaskInstanceClaims(
+        str(ti.id),
+        ti.dag_id,
+        ti.run_id,
+        ti.task_id,
+        -1 if ti.map_index is None else ti.map_index,
+        ti.try_number,
+    )
+    return {
+        "credential": issue_credential(claims, use_process_key()),
+        "expires_in": CREDENTIAL_LIFETIME_SECONDS,
+    }
 
 
 def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None = None) -> str:

@@ -88,7 +88,7 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     A metadata database that cannot be reached (restarting, failing over) answers 503, which task
     clients retry; any other database error is a bug and stays a 500.
     """
-    from airflow.state.metastore.engine import StatementOutcomeUnknownError, is_unavailable
+    from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 
     if not is_unavailable(error):
         raise error

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec, manage
+from airflow.state import codec, expiry
 from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import (
     INCREMENT_BODY_SCHEMA,
@@ -79,7 +79,7 @@ _INCREMENT_ERRORS = {**DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
 
 
 def state_backend() -> BaseStateBackend:
-    from airflow.state import get_state_backend
+    from airflow.state.configured_backend import get_state_backend
 
     return get_state_backend()
 
@@ -176,13 +176,13 @@ class WriteBody:
     """A write's body: the value as stored text, and its ``ttl`` (``None``: the default)."""
 
     text: str
-    ttl: manage.Ttl = None
+    ttl: expiry.Ttl = None
 
 
 @dataclass(frozen=True)
 class IncrementBody:
     by: int = 1
-    ttl: manage.Ttl = None
+    ttl: expiry.Ttl = None
 
 
 _VALUE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
@@ -217,20 +217,20 @@ IncrementBodyDep = Annotated[IncrementBody, Depends(_increment_body)]
 
 # --- expiry: the body's ttl, else the default ---------------------------------------------------
 
-LONGEST_TTL_SECONDS = int(manage.LONGEST_TTL.total_seconds())
+LONGEST_TTL_SECONDS = int(expiry.LONGEST_TTL.total_seconds())
 
 
-def body_ttl(document: dict[str, Any], shape: str) -> manage.Ttl:
+def body_ttl(document: dict[str, Any], shape: str) -> expiry.Ttl:
     """
     A write body's ``ttl``: a number of seconds (more than 0, at most a century) or ``"never"``;
-    absent: ``None``, the default (:func:`airflow.state.manage.expires_at_for` applies it). The
+    absent: ``None``, the default (:func:`airflow.state.expiry.expires_at_for` applies it). The
     operator routes read theirs with this too.
     """
     if TTL_FIELD not in document:
         return None
     ttl = document[TTL_FIELD]
     if ttl == NEVER_EXPIRES:
-        return manage.NEVER
+        return expiry.NEVER
     if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl <= LONGEST_TTL_SECONDS:
         return timedelta(seconds=ttl)
     raise unprocessable(
@@ -274,7 +274,7 @@ def _write(
         key,
         body.text,
         writer=writer_of(claims),
-        expires_at=manage.expires_at_for(scope, body.ttl, backend),
+        expires_at=expiry.expires_at_for(scope, body.ttl, backend),
         if_version=if_version,
     )
     return StateWriteResponse(key=key, version=version)
@@ -284,7 +284,7 @@ def _increment(
     scope: StateScope, key: str, body: IncrementBody, claims: TaskInstanceClaims
 ) -> StateIncrementResponse:
     backend = state_backend()
-    when = manage.expires_at_for(scope, body.ttl, backend)
+    when = expiry.expires_at_for(scope, body.ttl, backend)
     try:
         value = backend.increment(scope, key, body.by, writer=writer_of(claims), expires_at=when)
     except ValueError as error:  # not an integer stored, or the sum leaves 64 bits: nothing written

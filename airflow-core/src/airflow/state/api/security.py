@@ -14,6 +14,8 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
+from airflow.state.airflow_db.engine import execute
+from airflow.state.airflow_db.run_identity import dag_run_uid
 from airflow.state.api.credentials import (
     CREDENTIAL_LIFETIME_SECONDS,
     TaskInstanceClaims,
@@ -22,8 +24,6 @@ from airflow.state.api.credentials import (
 )
 from airflow.state.api.errors import refusal, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
-from airflow.state.metastore.engine import execute
-from airflow.state.metastore.run_identity import dag_run_uid
 from airflow.state.protocol import (
     CREDENTIAL_EXPIRES_HEADER,
     CREDENTIAL_HEADER,

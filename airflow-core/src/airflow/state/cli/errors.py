@@ -65,7 +65,7 @@ def one_line_errors(command: F) -> F:
 
 def configured_backend() -> BaseStateBackend:
     """The configured backend, or a one-line exit saying what is wrong with ``[state] backend``."""
-    from airflow.state import get_state_backend
+    from airflow.state.configured_backend import get_state_backend
 
     try:
         return get_state_backend()

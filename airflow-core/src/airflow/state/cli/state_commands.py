@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from argparse import Namespace
 
-from airflow.state import codec, manage
+from airflow.state import codec, expiry, manage
 from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors, refusing
 from airflow.state.cli.output import print_entries
 from airflow.state.cli.scope_options import NamedScope, named_scope
@@ -93,13 +93,13 @@ def increment(args: Namespace) -> None:
     print(value)
 
 
-def _checked_ttl(text: str | None) -> manage.Ttl:
+def _checked_ttl(text: str | None) -> expiry.Ttl:
     if text is None:
         return None
     with refusing("invalid --ttl"):
-        ttl = manage.parse_ttl(text)
-    if ttl != manage.NEVER and ttl > manage.LONGEST_TTL:
-        raise fail(f"invalid --ttl: at most {manage.LONGEST_TTL.days} days; for no expiry, say 'never'")
+        ttl = expiry.parse_ttl(text)
+    if ttl != expiry.NEVER and ttl > expiry.LONGEST_TTL:
+        raise fail(f"invalid --ttl: at most {expiry.LONGEST_TTL.days} days; for no expiry, say 'never'")
     return ttl
 
 

@@ -3,10 +3,10 @@ Every metastore operation, defined once, and the two ways of running one.
 
 An :class:`Operation` is what one backend call sends and how its answer is read: a statement of
 :mod:`~airflow.state.metastore.statements`, its parameters, and a function of the
-:class:`~airflow.state.metastore.engine.Outcome`. The functions that build operations validate
+:class:`~airflow.state.airflow_db.engine.Outcome`. The functions that build operations validate
 their input first, so bad input never reaches a database. :func:`run` sends an operation on a
 caller's ``Session``, or else as one autocommitted statement on the hot path
-(:func:`~airflow.state.metastore.engine.execute`); :func:`arun` on a caller's ``AsyncSession``, or
+(:func:`~airflow.state.airflow_db.engine.execute`); :func:`arun` on a caller's ``AsyncSession``, or
 else on a session of its own from Airflow's async engine. The backend's sync and async methods
 differ only in which of the two they call.
 """
@@ -19,9 +19,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
+from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
-from airflow.state.metastore.engine import Outcome, compiled_for, execute
 from airflow.state.metastore.listing import stored_writer
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
@@ -56,7 +56,7 @@ class Operation(Generic[T]):
 
     *idempotent* is ``False`` for a statement whose second run would differ from its first (an
     increment adds again, a create-only or conditional write then conflicts with itself): the
-    engine never sends it twice (see :func:`~airflow.state.metastore.engine.execute`).
+    engine never sends it twice (see :func:`~airflow.state.airflow_db.engine.execute`).
     """
 
     __slots__ = ("idempotent", "read", "statement", "values")

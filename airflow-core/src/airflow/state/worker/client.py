@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -70,15 +71,36 @@ def _in_process() -> bool:
     return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
 
 
+@dataclass(frozen=True)
+class InProcessApi:
+    """
+    The state API served inside the task's own process, under ``dag.test()``. The worker never
+    imports the API server's code: the plugin (:mod:`airflow.state.plugin`), which wires both
+    sides, sets :data:`in_process_api`.
+    """
+
+    #: Builds an HTTP transport that hands requests to the state API's app in this process.
+    transport: Callable[[], httpx.BaseTransport]
+    #: A credential for the task instance, signed with a key only this process holds:
+    #: ``{"credential": ..., "expires_in": ...}``.
+    credential: Callable[[Any], dict[str, Any]]
+
+
+in_process_api: InProcessApi | None = None
+
+
 @cache
 def _in_process_transport() -> httpx.BaseTransport:
-    """The state app served in this process, through a WSGI bridge."""
-    from a2wsgi import ASGIMiddleware
-    from airflow.state.api.app import create_app
+    return _served_in_process().transport()
 
-    # Both are a valid ASGI app and WSGI callable; FastAPI, a2wsgi and httpx each spell the
-    # protocol types their own way, and mypy cannot see they agree.
-    return httpx.WSGITransport(app=ASGIMiddleware(create_app()))  # type: ignore[arg-type]
+
+def _served_in_process() -> InProcessApi:
+    if in_process_api is None:
+        raise StateConfigurationError(
+            "the task runs in-process (dag.test()) but the state plugin is not loaded: install "
+            "airflow-task-state where the DAG is tested, so that Airflow loads its plugin"
+        )
+    return in_process_api
 
 
 _clients_lock = threading.Lock()
@@ -211,7 +233,7 @@ class StateClient:
                 if now >= held.renew_at:
                     held = _credentials[key] = self._renewed(held)
             elif self.in_process:
-                held = _credentials[key] = _held(_mint_in_process(self.ti), now)
+                held = _credentials[key] = _held(_served_in_process().credential(self.ti), now)
             else:
                 response = self._send_proving(method, path, **kwargs)
                 granted = response.headers.get(CREDENTIAL_HEADER)
@@ -251,7 +273,7 @@ class StateClient:
     def _new_credential(self) -> _Credential:
         started = time.monotonic()
         if self.in_process:
-            return _held(_mint_in_process(self.ti), started)
+            return _held(_served_in_process().credential(self.ti), started)
         answer = self._redeem(verifier_with_proof(self.ti))
         if answer.status_code == 403 and _reason(answer)[0] == Reason.PROOF_NOT_FOUND.value:
             # The proof was replaced since it was written: the task runner rewrites the rendered
@@ -321,27 +343,6 @@ def _held(granted: dict[str, Any], started: float) -> _Credential:
         renew_at=started + lifetime / 2,
         expires_at=started + max(lifetime - _EXPIRY_MARGIN_SECONDS, lifetime / 2),
     )
-
-
-def _mint_in_process(ti: Any) -> dict[str, Any]:
-    """Under dag.test() the state API runs in this process: it signs with a key only this process has."""
-    from airflow.state.api.credentials import (
-        CREDENTIAL_LIFETIME_SECONDS,
-        TaskInstanceClaims,
-        issue_credential,
-    )
-    from airflow.state.api.signing_keys import use_process_key
-
-    claims = TaskInstanceClaims(
-        ti_id=str(ti.id),
-        dag_id=ti.dag_id,
-        run_id=ti.run_id,
-        task_id=ti.task_id,
-        map_index=ti.map_index if ti.map_index is not None else -1,
-        try_number=ti.try_number,
-    )
-    token = issue_credential(claims, use_process_key())
-    return {"credential": token, "expires_in": CREDENTIAL_LIFETIME_SECONDS}
 
 
 def _reason(response: httpx.Response) -> tuple[str | None, str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec, manage
+from airflow.state import codec, expiry
 from airflow.state.api.errors import unprocessable
 
 # The task routes' reader of a body (size cap before parsing) and their strict `key` query
@@ -108,7 +108,7 @@ class WriteRequest:
     """A write's body: the value and its ``ttl`` (``None``: the default)."""
 
     value: Any
-    ttl: manage.Ttl
+    ttl: expiry.Ttl
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class IncrementRequest:
     """An increment's body: what to add and the key's ``ttl`` (``None``: the default)."""
 
     by: int
-    ttl: manage.Ttl
+    ttl: expiry.Ttl
 
 
 async def _json_object(

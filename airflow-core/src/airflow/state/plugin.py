@@ -1,14 +1,22 @@
-"""Mounts the state API on the Airflow API server (entry point ``airflow.plugins``)."""
+"""
+Where the state package is wired together (entry point ``airflow.plugins``): the state API mounted
+on the API server, the task process's listener, and, under ``dag.test()``, the state API served
+inside the task's own process. Only this module imports both ``api/`` and ``worker/``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
-from airflow.state.api.app import LazyStateApp
+from airflow.state.api.app import LazyStateApp, create_app
+from airflow.state.api.credentials import grant_in_process
 from airflow.state.protocol import URL_PREFIX
-from airflow.state.worker import listener as clear_on_success_listener
+from airflow.state.worker import client
+from airflow.state.worker import listener as try_listener
 
 #: The name of both React apps: the task instance tab's label and the navigation entry's. Airflow
 #: 3.2's UI finds an app's component at ``globalThis[name]``, so ``state.js`` registers this name.
@@ -23,8 +31,6 @@ def ui_path() -> str:
     (``/static/assets/``), not against the page, so the URL must be root-absolute and carry the
     deployment's path prefix when the API server is served under one.
     """
-    from airflow.configuration import conf
-
     base_path = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
     return f"{base_path}{URL_PREFIX}/ui"
 
@@ -49,5 +55,17 @@ class TaskStatePlugin(AirflowPlugin):
     name = "task_state"
     fastapi_apps = [{"app": LazyStateApp(), "url_prefix": URL_PREFIX, "name": "Task state API"}]
     react_apps = state_react_apps()
-    # Clears a task instance's state when its try succeeds, if configured (runs in task processes).
-    listeners = [clear_on_success_listener]
+    # Starts the try's handshake, and clears its state on success if configured (task processes).
+    listeners = [try_listener]
+
+
+def _in_process_transport() -> httpx.BaseTransport:
+    # a2wsgi is imported only by dag.test(), which serves the state API in the task's own process.
+    from a2wsgi import ASGIMiddleware
+
+    # Both are a valid ASGI app and WSGI callable; FastAPI, a2wsgi and httpx each spell the
+    # protocol types their own way, and mypy cannot see they agree.
+    return httpx.WSGITransport(app=ASGIMiddleware(create_app()))  # type: ignore[arg-type]
+
+
+client.in_process_api = client.InProcessApi(transport=_in_process_transport, credential=grant_in_process)

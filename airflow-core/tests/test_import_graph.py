@@ -1,0 +1,109 @@
+"""
+The state package's import graph runs one way: each layer imports only the layers below it.
+
+From the bottom: the floor beside ``__init__`` (protocol, errors, settings, expiry, the backend's
+selection) and ``airflow_db/`` (Airflow's own metadata database); ``metastore/``, the default
+storage, one backend among others; ``manage``, what operators do to state; the surfaces ``api/``
+(API server), ``cli/`` and ``worker/`` (task processes), which never import one another; and on top
+the package's faces (``__init__``, ``resumable``, the example DAGs) and ``plugin``, the one module
+that wires the API server and the task process together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import airflow.state
+
+PACKAGE = Path(airflow.state.__file__).parent
+
+# Each module's layer: the first folder or module under airflow/state that names one.
+LAYERS = {
+    "airflow_db": 0,
+    "metastore": 1,
+    "manage": 2,
+    "api": 3,
+    "cli": 3,
+    "worker": 3,
+    "__init__": 4,
+    "resumable": 4,
+    "example_dags": 4,
+    "plugin": 5,
+}
+FLOOR = 0  # every other module beside __init__
+# Modules of the floor that Airflow asks for by name (provider discovery, [state] backend's
+# default), and so may name the storage they install.
+FLOOR_EXCEPTIONS = {("provider_info", "metastore")}
+
+
+def _layer(module: str) -> tuple[str, int]:
+    part = module.split(".")[2] if module.count(".") >= 2 else "__init__"
+    return part, LAYERS.get(part, FLOOR)
+
+
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, module, names the package face) of every import of airflow.state in *path*."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("airflow.state"):
+            if node.module == "airflow.state":
+                for alias in node.names:
+                    face = not (PACKAGE / alias.name).is_dir() and not (PACKAGE / f"{alias.name}.py").exists()
+                    found.append((node.lineno, f"airflow.state.{alias.name}", face))
+            else:
+                found.append((node.lineno, node.module, False))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, False) for a in node.names if a.name.startswith("airflow.state.")]
+    return found
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return [
+        ("airflow.state." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts), path)
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def test_no_module_imports_a_layer_above_it_or_a_sibling_surface():
+    crossings = []
+    for module, path in _modules():
+        source_part, source_layer = _layer(module)
+        for line, target, _ in _imports(path):
+            target_part, target_layer = _layer(target)
+            if source_part == target_part or (source_part, target_part) in FLOOR_EXCEPTIONS:
+                continue
+            if target_layer > source_layer or (target_layer == source_layer and source_layer != FLOOR):
+                crossings.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
+    assert crossings == []
+
+
+def test_the_api_server_and_task_processes_reach_storage_only_through_the_backend_contract():
+    reaching = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {target}"
+        for module, path in _modules()
+        if _layer(module)[0] in ("api", "worker")
+        for line, target, _ in _imports(path)
+        if _layer(target)[0] == "metastore"
+    ]
+    assert reaching == []
+
+
+def test_modules_of_the_package_import_defining_modules_not_the_package_face():
+    faces = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for module, path in _modules()
+        if _layer(module)[0] != "example_dags"
+        for line, _, face in _imports(path)
+        if face
+    ]
+    assert faces == []
+
+
+def test_the_checks_see_a_crossing(tmp_path):
+    # The walk finds imports at any depth, and the layer table places both sides of a crossing.
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from airflow.state.api.app import create_app\n")
+    assert _imports(probe) == [(2, "airflow.state.api.app", False)]
+    assert _layer("airflow.state.worker.client")[1] == _layer("airflow.state.api.app")[1] == 3
+    assert _layer("airflow.state.airflow_db.engine")[1] < _layer("airflow.state.metastore.backend")[1]
