@@ -504,7 +504,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                     p.percentile(0.99) for p in theirs
                 )
                 print(f"{target.name:<36}{clients:>8}{mode:>8}{rps:>9.2f}{p99:>8.2f}")
-    print("\nGoal (issue 22) at 100 clients: >= 3x 3.3.2's throughput and p99 under 300 ms")
+    print("\nGoal at 100 clients: >= 3x 3.3.2's throughput and p99 under 300 ms")
 
 
 def median(points: list[Point], attribute: str) -> float:

@@ -35,7 +35,7 @@ from _deployments import airflow33_program, dags_folder, side, wait_for_dags
 DAG_ID = "bench_vs_airflow33"
 AIRFLOW33, OURS = "airflow 3.3.2", "this project"
 
-# Goals of issue 22: the first call at most 2x 3.3.2's, steady calls at least 3x faster.
+# Goals: the first call at most 2x 3.3.2's, steady calls at least 3x faster.
 FIRST_CALL_GOAL = 2.0
 STEADY_GOAL = 3.0
 
@@ -182,7 +182,7 @@ def report(samples: dict[str, list[dict]], args) -> None:
         f"first call, range over the processes (ms): 3.3.2 {spread[AIRFLOW33]}, this project {spread[OURS]}"
     )
 
-    print("\nGoals (issue 22)")
+    print("\nGoals")
     first = medians["first_ms"][1] / medians["first_ms"][0]
     verdict = "met" if first <= FIRST_CALL_GOAL else "NOT met"
     print(f"  first call <= {FIRST_CALL_GOAL:g}x 3.3.2's: {first:.2f}x  {verdict}")

@@ -507,7 +507,7 @@ def test_a_write_that_fails_on_the_metastore_leaves_nothing_written(
     assert stored_now(deployment) == {}
 
 
-# --- expiry and writers (issue 12) ----------------------------------------------------------------
+# --- expiry and writers -----------------------------------------------------------------
 
 
 def entries_by_key(scope: StateScope) -> dict:
@@ -606,7 +606,7 @@ def test_a_row_expired_by_the_time_of_the_import_is_skipped_and_counted(cli, dep
 
 
 def test_a_file_exported_before_expiry_existed_still_imports(cli, deployment, tmp_path):
-    """Issue 11's rows: no expires_at, no updated_by. They never expire, and no writer is known."""
+    """Rows of the first export format (no expires_at, no updated_by) never expire and have no writer."""
     path = tmp_path / "old.jsonl"
     old_task_row = {
         "scope": "task",

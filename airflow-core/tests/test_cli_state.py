@@ -440,7 +440,7 @@ def test_the_provider_hook_registers_the_group_in_the_real_airflow_command(ti):
     assert "Traceback" not in missing.stderr
 
 
-# --- versions, expiry, increment (issue 12) ---------------------------------------------------------
+# --- versions, expiry, increment ----------------------------------------------------------
 
 
 def as_json(cli, *argv: str) -> dict:

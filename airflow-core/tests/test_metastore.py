@@ -424,7 +424,7 @@ def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters
     assert pooled_engine.pool.checkedin() == 1
 
 
-# --- versions, expiry, increments, writers, clean-up (issue 12) -----------------------------------
+# --- versions, expiry, increments, writers, clean-up ------------------------------------
 
 
 def in_a_session(call):
@@ -629,7 +629,7 @@ def test_async_versioned_calls_run_on_airflows_async_engine(backend, scope):
     assert len(async_seen) == 3 and sync_seen == []
 
 
-# --- batches (issue 14) ------------------------------------------------------------------------
+# --- batches -------------------------------------------------------------------------
 
 
 def test_each_batch_is_one_statement(backend, scope, make_asset):

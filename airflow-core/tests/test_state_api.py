@@ -494,7 +494,7 @@ def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
         _checked(undeclared)
 
 
-# --- versions, expiry, increments (issue 12) ----------------------------------------------------
+# --- versions, expiry, increments -----------------------------------------------------
 
 
 def _stored_expiry(claims: TaskInstanceClaims, key: str):
@@ -780,7 +780,7 @@ def test_openapi_documents_versions_expiry_and_increments(api):
     assert "/task-instances/{task_instance_id}/succeeded" in paths
 
 
-# --- many keys in one request (issue 14) -----------------------------------------------------
+# --- many keys in one request ------------------------------------------------------
 
 
 def values_url(claims: TaskInstanceClaims, ti_id: str | None = None) -> str:

@@ -114,7 +114,7 @@ def test_an_undeclared_asset_is_refused_in_the_task_as_access_denied():
     assert isinstance(raised.value, PermissionError)  # what task code written before still catches
 
 
-# --- versions, ttl, increments (issue 12) --------------------------------------------------------
+# --- versions, ttl, increments ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(

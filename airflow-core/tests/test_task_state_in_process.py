@@ -206,7 +206,7 @@ def test_resumable_job_accepts_plain_string_statuses(monkeypatch):
     ) in output, output[-3000:]
 
 
-# --- versions, expiry, increments, update, clear on success (issue 12) -------------------------
+# --- versions, expiry, increments, update, clear on success --------------------------
 
 
 def test_versions_ttl_increment_and_update_as_task_code_sees_them(dags_test, backend):

@@ -304,15 +304,15 @@ class Incremented(NamedTuple):
 def put(
     scope: StateScope,
     key: str,
-    value: Any,
+    text: str,
     *,
     ttl: Ttl = None,
     if_version: int | None = None,
     writer: StateWriter | None = None,
 ) -> Written:
     """
-    Store *value* (any JSON but null, within ``[state] max_value_bytes``) under *key*, as *writer*
-    (``API_WRITER``, ``CLI_WRITER``; no try is recorded).
+    Store *text*, a value as :func:`airflow.state.codec.encode` made it at the boundary that took it,
+    under *key*, as *writer* (``API_WRITER``, ``CLI_WRITER``; no try is recorded).
 
     :param ttl: how long the key lives from now, :data:`NEVER`, or ``None`` for the default.
     :param if_version: write only if the stored version is this one (0: only if absent), else
@@ -320,7 +320,6 @@ def put(
     :raises StateCapabilityError: for a ``ttl`` or ``if_version`` the backend cannot honour.
     """
     validate_key(key)
-    text = codec.encode(value)
     state = backend()
     expires_at = expires_at_for(scope, ttl, state)
     version = state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)

@@ -309,15 +309,9 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
     except Exception as error:
         kept = (
             "nothing was imported"
-            if _transactional(backend)
+            if backend.supports_session_transactions
             else f"the {_count(written, 'key')} written before it stay"
         )
         # The first line only: a database error goes on with the statement and its parameters.
         reason = (str(error).splitlines() or [""])[0]
         raise fail(f"line {number}: writing failed: {type(error).__name__}: {reason}; {kept}") from None
-
-
-def _transactional(backend: BaseStateBackend) -> bool:
-    from airflow.state.metastore import MetastoreStateBackend
-
-    return isinstance(unwrap_state_backend(backend), MetastoreStateBackend)

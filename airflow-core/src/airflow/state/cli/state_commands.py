@@ -66,13 +66,13 @@ def list_entries(args: Namespace) -> None:
 def set_value(args: Namespace) -> None:
     key = _checked_key(args.key)
     with refusing("invalid value"):
-        value = manage.parse_json_value(args.value)
-        codec.encode(value)  # null, NaN, too large: refused before any lookup
+        # null, NaN, too large: refused before any lookup
+        text = codec.encode(manage.parse_json_value(args.value))
     ttl = _checked_ttl(args.ttl)
     named = _resolve(args)
     with refusing():  # the value was checked above: what is left is the ttl against the backend
         version = manage.put(
-            named.scope, key, value, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER
+            named.scope, key, text, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER
         ).version
     # A lost --if-version race is a StateConflictError: one_line_errors exits 1 with its message,
     # which names the stored version.

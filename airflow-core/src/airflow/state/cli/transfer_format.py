@@ -23,7 +23,7 @@ expired when it is imported is skipped. Versions are not carried: a key the impo
 at version 1, one it overwrites goes on from its own version.
 
 There is no format version field. The file of an export before expiry existed (``airflow state``
-of issue 11) is the same format without ``expires_at`` and ``updated_by``, and still imports: a row
+of releases before 0.2) is the same format without ``expires_at`` and ``updated_by``, and still imports: a row
 without ``expires_at`` never expires (as the state it came from never did), one without
 ``updated_by`` has no known writer. Every field but ``scope``, the key and the value, and what names
 the scope, may be null or left out, and so may ``map_index`` (-1) and one of

@@ -45,6 +45,7 @@ class MetastoreStateBackend(BaseStateBackend):
     supports_expiry = True
     supports_increment = True
     supports_atomic_many = True
+    supports_session_transactions = True
 
     # --- sync --------------------------------------------------------------------------
 

@@ -69,6 +69,9 @@ class BaseStateBackend(ABC):
     #: :meth:`set_many` and :meth:`delete_many` apply every key or none, and no reader (nor
     #: :meth:`get_many`) ever sees a batch half applied. The defaults, one call per key, do not.
     supports_atomic_many: ClassVar[bool] = False
+    #: Calls given a caller's ``session`` join its transaction: they commit with it or roll back
+    #: with it, so many calls in one session are all applied or none (``airflow state import``).
+    supports_session_transactions: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:

@@ -136,7 +136,7 @@ def _get(asset_id: int, key: str) -> AssetStateEntryResponse:
 def _put(asset_id: int, key: str, write: WriteRequest, if_version: int | None) -> StateWriteResponse:
     scope = _scope(asset_id)
     with refusing_backend_errors():
-        written = manage.put(scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
+        written = manage.put(scope, key, write.text, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
     return StateWriteResponse(key=key, version=written.version, expires_at=written.expires_at)
 
 

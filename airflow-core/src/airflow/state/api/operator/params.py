@@ -105,9 +105,9 @@ PathKey = Annotated[str, Depends(_path_key)]
 
 @dataclass(frozen=True)
 class WriteRequest:
-    """A write's body: the value and its ``ttl`` (``None``: the default)."""
+    """A write's body: the value as stored text and its ``ttl`` (``None``: the default)."""
 
-    value: Any
+    text: str
     ttl: expiry.Ttl
 
 
@@ -153,12 +153,11 @@ async def _new_write(request: Request) -> WriteRequest:
             Reason.INVALID_VALUE,
             f"request body must be {_WRITE_SHAPE} ({problem}); to remove a key, DELETE it",
         )
-    value = document["value"]
     try:
-        codec.encode(value)
+        text = codec.encode(document["value"])
     except (TypeError, ValueError) as error:
         raise unprocessable(Reason.INVALID_VALUE, error) from None
-    return WriteRequest(value, body_ttl(document, _WRITE_SHAPE))
+    return WriteRequest(text, body_ttl(document, _WRITE_SHAPE))
 
 
 NewWrite = Annotated[WriteRequest, Depends(_new_write)]

@@ -164,7 +164,7 @@ def _put(
 ) -> StateWriteResponse:
     scope = _scope(dag_id, dag_run_id, task_id, map_index)
     with refusing_backend_errors():
-        written = manage.put(scope, key, write.value, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
+        written = manage.put(scope, key, write.text, ttl=write.ttl, if_version=if_version, writer=API_WRITER)
     return StateWriteResponse(key=key, version=written.version, expires_at=written.expires_at)
 
 
