@@ -415,7 +415,7 @@ def test_help_describes_every_command_and_option(airflow_parser, capsys):
     for command in ("get", "set", "increment", "delete", "list", "clear", "clean", "export", "import"):
         assert f"\n    {command} " in shown or f"\n    {command}\n" in shown  # long names wrap
     assert "[state] backend" in shown  # not eaten as rich markup
-    from airflow.state.cli.state_definition import STATE_COMMANDS
+    from airflow.state.cli.definition import STATE_COMMANDS
 
     for command in STATE_COMMANDS:
         assert command.help and command.description
@@ -495,7 +495,9 @@ def test_set_ttl_sets_when_the_key_expires_and_never_clears_it(cli, refused, ti,
     assert refused("set", "k", "1", *ti, "--ttl", "0").startswith(
         "invalid --ttl: a ttl must be longer than 0"
     )
-    assert refused("set", "k", "1", *ti, "--ttl", "99999w").startswith("invalid --ttl: at most 36500 days")
+    assert refused("set", "k", "1", *ti, "--ttl", "99999w").startswith(
+        "invalid --ttl: a ttl must be at most 36500 days"
+    )
 
 
 def timedelta_between(start, end) -> float:

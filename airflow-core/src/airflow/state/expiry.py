@@ -29,14 +29,11 @@ LONGEST_TTL = timedelta(days=365 * 100)
 def parse_ttl(text: str) -> timedelta | Literal["never"]:
     """
     A ``ttl`` as people type it: ``never``, or a duration (``90s``, ``12h``, ``7d``, ``2w``; a bare
-    number is seconds). ``ValueError`` says what is accepted.
+    number is seconds), more than 0 and at most :data:`LONGEST_TTL`. ``ValueError`` says what is accepted.
     """
     if text.strip().lower() == NEVER:
         return NEVER
-    ttl = parse_duration(text, bare_unit="s")
-    if ttl <= timedelta(0):
-        raise ValueError(f"a ttl must be longer than 0 (got {text!r}); for no expiry, say {NEVER!r}")
-    return ttl
+    return _in_range(parse_duration(text, bare_unit="s"))
 
 
 def expires_at_for(
@@ -66,13 +63,17 @@ def expires_at_for(
         raise TypeError(f"ttl must be a timedelta, {NEVER!r} or None, got {type(ttl).__name__}: {ttl!r}")
     elif not state.supports_expiry:
         raise StateCapabilityError(state, "expiry (ttl)")
+    return (now or datetime.now(UTC)) + _in_range(ttl)
+
+
+def _in_range(ttl: timedelta) -> timedelta:
     if ttl <= timedelta(0):
         raise ValueError(f"a ttl must be longer than 0, got {ttl}; for no expiry, say {NEVER!r}")
     if ttl > LONGEST_TTL:
         raise ValueError(
             f"a ttl must be at most {LONGEST_TTL.days} days, got {ttl}; for no expiry, say {NEVER!r}"
         )
-    return (now or datetime.now(UTC)) + ttl
+    return ttl
 
 
 _warned_no_expiry: set[str] = set()

@@ -5,7 +5,7 @@ written before a point in time) through the configured backend's ``cleanup()``.
 Expired keys are already invisible to every read; this reclaims their space. The backend works in
 batches of ``--batch-size`` keys, each its own short transaction, so tasks keep reading and writing
 meanwhile. A backend that cannot do what is asked (``--older-than`` on one without expiry) says so
-(``StateCapabilityError``, turned into a one-line exit by :func:`.errors.one_line_errors`).
+(``StateCapabilityError``, a one-line exit like every error of :data:`.errors.OPERATOR_ERRORS`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from argparse import Namespace
 from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
-from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
+from airflow.state.cli.errors import command, configured_backend, confirmed, fail
+from airflow.state.cli.output import count
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
-from airflow.utils import cli as cli_utils
-from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=True)
 def clean(args: Namespace) -> None:
     backend = configured_backend()
     # Named for people: the class the operator configured, not the metrics wrapper around it.
@@ -38,10 +35,10 @@ def clean(args: Namespace) -> None:
     ):
         print("Cancelled, nothing was removed.")
         return
-    count = backend.cleanup(
+    removed = backend.cleanup(
         now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
     )
-    keys = f"{count} key{'' if count == 1 else 's'}"
+    keys = count(removed, "key")
     if args.dry_run:
         print(f"Dry run: would remove {keys} ({what}); nothing was removed")
     else:
@@ -64,7 +61,10 @@ def older_than(text: str, *, now: datetime) -> datetime:
             f"--older-than {text}: say the unit, e.g. {text}d for {text} days or {text}h for {text} hours"
         )
     try:
-        cutoff = now - _positive(parse_duration(text), text)
+        duration = parse_duration(text)
+        if duration <= timedelta(0):
+            raise fail(f"--older-than {text!r} is no time at all: it would remove every key; give e.g. 30d")
+        cutoff = now - duration
     except OverflowError:
         raise fail(f"--older-than {text!r} reaches back before the year 1: give a shorter duration") from None
     except ValueError as not_a_duration:
@@ -83,9 +83,3 @@ def older_than(text: str, *, now: datetime) -> datetime:
             "give a time in the past"
         )
     return cutoff
-
-
-def _positive(duration: timedelta, text: str) -> timedelta:
-    if duration <= timedelta(0):
-        raise fail(f"--older-than {text!r} is no time at all: it would remove every key; give e.g. 30d")
-    return duration

@@ -1,6 +1,6 @@
 """
-How `airflow state` commands fail and ask: one line on stderr and exit status 1, never a traceback,
-for what the operator got wrong; a y/n question unless ``-y``.
+How `airflow state` commands run, fail and ask: one line on stderr and exit status 1, never a
+traceback, for what the operator got wrong; a y/n question unless ``-y``.
 
 Airflow's own commands fail with ``SystemExit(message)`` (Python prints the message to stderr and
 exits 1), so these do too.
@@ -9,18 +9,25 @@ exits 1), so these do too.
 from __future__ import annotations
 
 import functools
+from argparse import Namespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from airflow.state.configured_backend import get_state_backend
 from airflow.state.exceptions import StateError
 from airflow.state.manage import NotFound
-from airflow_shared.state import StateCapabilityError, StateConflictError
-
-if TYPE_CHECKING:
-    from airflow_shared.state import BaseStateBackend
+from airflow.utils.cli import action_cli, suppress_logs_and_warning
+from airflow.utils.helpers import ask_yesno
+from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+from airflow_shared.state import BaseStateBackend, StateCapabilityError, StateConflictError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Errors every command turns into a one-line exit with their message: a missing dag run, task
+#: instance, asset or key; an unusable backend (``StateError``); a conditional write that lost (the
+#: message names the stored version); a backend asked for what it cannot do (the message says what).
+OPERATOR_ERRORS = (NotFound, StateError, StateConflictError, StateCapabilityError)
 
 
 def fail(message: str) -> SystemExit:
@@ -29,48 +36,43 @@ def fail(message: str) -> SystemExit:
 
 
 @contextmanager
-def refusing(what: str | None = None) -> Iterator[None]:
+def refusing(
+    what: str | None = None, errors: tuple[type[Exception], ...] = (ValueError, TypeError)
+) -> Iterator[None]:
     """
-    Turn the ``ValueError``/``TypeError`` of the shared validators and the codec (a bad key, a value
-    that is not JSON or too large) into a one-line exit, prefixed by *what* when given.
-
-    Only around checks of the operator's input: elsewhere those errors are bugs and keep their
-    traceback.
+    Turn *errors* into a one-line exit, prefixed by *what* when given. By default the
+    ``ValueError``/``TypeError`` of the shared validators and the codec (a bad key, a value that is
+    not JSON or too large): only around checks of the operator's input, since elsewhere those
+    errors are bugs and keep their traceback.
     """
     try:
         yield
-    except (ValueError, TypeError) as error:
+    except errors as error:
         raise fail(f"{what}: {error}" if what else str(error)) from None
 
 
-def one_line_errors(command: F) -> F:
+def command(*, writes: bool) -> Callable[[F], F]:
     """
-    Exit with the message of a missing dag run, task instance, asset or key (``manage.NotFound``),
-    of the errors ``airflow.state`` raises on purpose (``StateError``: an unusable backend), of a
-    conditional write that lost (``StateConflictError``: its message names the stored version) and
-    of a backend asked for what it cannot do (``StateCapabilityError``: its message says which).
+    Wrap a command as Airflow wraps its own: a write command with action logging, a read command
+    with no log lines in its output; either exits in one line on :data:`OPERATOR_ERRORS`.
     """
 
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except NotFound as missing:
-            raise fail(missing.message) from None
-        except (StateError, StateConflictError, StateCapabilityError) as error:
-            raise fail(str(error)) from None
+    def wrap(function: F) -> F:
+        @functools.wraps(function)
+        def run(args: Namespace) -> None:
+            with refusing(errors=OPERATOR_ERRORS):
+                function(args)
 
-    return run  # type: ignore[return-value]
+        loaded = providers_configuration_loaded(run)
+        return cast("F", action_cli(loaded) if writes else suppress_logs_and_warning(loaded))
+
+    return wrap
 
 
 def configured_backend() -> BaseStateBackend:
     """The configured backend, or a one-line exit saying what is wrong with ``[state] backend``."""
-    from airflow.state.configured_backend import get_state_backend
-
-    try:
+    with refusing("cannot use the configured state backend", (ValueError, TypeError, ImportError)):
         return get_state_backend()
-    except (ValueError, TypeError, ImportError) as error:
-        raise fail(f"cannot use the configured state backend: {error}") from None
 
 
 def confirmed(question: str, *, yes: bool) -> bool:
@@ -80,8 +82,6 @@ def confirmed(question: str, *, yes: bool) -> bool:
     """
     if yes:
         return True
-    from airflow.utils.helpers import ask_yesno
-
     try:
         return ask_yesno(f"{question} [y/n]")
     except EOFError:

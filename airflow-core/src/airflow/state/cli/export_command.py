@@ -12,61 +12,41 @@ from __future__ import annotations
 import os
 import sys
 from argparse import Namespace
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
-from typing import Any, TextIO
+from typing import TextIO
 
 from airflow.state import manage
-from airflow.state.cli.errors import configured_backend, fail, one_line_errors
-from airflow.state.cli.transfer_format import asset_row, dump_row, task_row
-from airflow.utils.cli import suppress_logs_and_warning
-from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+from airflow.state.airflow_db.lookups import dag_runs
+from airflow.state.cli.errors import command, configured_backend, fail
+from airflow.state.cli.output import count
+from airflow.state.cli.transfer_format import dump_row, export_row
 from airflow.utils.session import create_session
-from airflow_shared.state import AssetScope, StateScope, TaskScope
+from airflow_shared.state import AssetScope, TaskScope
 
 RUN_PAGE = 500
 ENTRY_PAGE = 500
 
 
-@dataclass
-class Exported:
-    keys: int = 0
-    scopes: int = 0
-
-    def add(self, keys: int) -> None:
-        if keys:
-            self.keys += keys
-            self.scopes += 1
-
-
-@suppress_logs_and_warning
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=False)
 def export_state(args: Namespace) -> None:
     configured_backend()
     with_tasks, with_assets = _kinds(args)
     to_stdout = args.file in (None, "-")
-    tasks, assets = Exported(), Exported()
     with _destination(None if to_stdout else args.file) as out:
-        if with_tasks:
-            for scope in _task_scopes_with_state(args.dag_id, args.run_id):
-                tasks.add(_write_rows(out, scope, partial(task_row, scope)))
-        if with_assets:
-            for asset in _assets_with_state(args.asset_name, args.asset_uri):
-                assets.add(_write_rows(out, AssetScope(asset.asset_id), partial(asset_row, asset)))
+        # How many keys each task instance and asset had (0: all deleted since it was listed).
+        tasks = [_write_rows(out, scope) for scope in _task_scopes_with_state(args)] if with_tasks else []
+        assets = [_write_rows(out, asset) for asset in _assets_with_state(args)] if with_assets else []
     where = "" if to_stdout else f" to {args.file}"
     # With the rows on stdout, the report goes to stderr so that the output stays JSON lines.
     print(
-        f"Exported {_count(tasks.keys, 'key')} of {_count(tasks.scopes, 'task instance')} and "
-        f"{_count(assets.keys, 'key')} of {_count(assets.scopes, 'asset')}{where}",
+        f"Exported {_keys_of(tasks, 'task instance')} and {_keys_of(assets, 'asset')}{where}",
         file=sys.stderr if to_stdout else sys.stdout,
     )
 
 
-def _count(number: int, thing: str) -> str:
-    return f"{number} {thing}{'' if number == 1 else 's'}"
+def _keys_of(written: list[int], holder: str) -> str:
+    return f"{count(sum(written), 'key')} of {count(sum(1 for keys in written if keys), holder)}"
 
 
 def _kinds(args: Namespace) -> tuple[bool, bool]:
@@ -110,27 +90,21 @@ def _destination(path: str | None) -> Iterator[TextIO]:
             os.remove(partial)
 
 
-def _write_rows(out: TextIO, scope: StateScope, row_of: Callable[[manage.Entry], dict[str, Any]]) -> int:
-    written = 0
-    for entry in _every_entry(scope):
-        out.write(dump_row(row_of(entry)) + "\n")
-        written += 1
-    return written
-
-
-def _every_entry(scope: StateScope) -> Iterator[manage.Entry]:
+def _write_rows(out: TextIO, owner: TaskScope | manage.AssetInfo) -> int:
+    """Every key of a task instance or an asset, a page at a time; how many there were."""
+    scope = owner if isinstance(owner, TaskScope) else AssetScope(owner.asset_id)
     offset = 0
     while True:
         page, total = manage.entries(scope, offset=offset, limit=ENTRY_PAGE)
-        yield from page
+        out.writelines(dump_row(export_row(owner, entry)) + "\n" for entry in page)
         offset += len(page)
         if not page or offset >= total:
-            return
+            return offset
 
 
-def _task_scopes_with_state(dag_id: str | None, run_id: str | None) -> Iterator[TaskScope]:
-    """The scopes of the task instances that hold state, run by run (runs in order of their ids)."""
-    for run_dag_id, run_run_id in _dag_runs(dag_id, run_id):
+def _task_scopes_with_state(args: Namespace) -> Iterator[TaskScope]:
+    """The task instances that hold state in the runs the filters name, run by run (in order of ids)."""
+    for run_dag_id, run_run_id in dag_runs(args.dag_id, args.run_id, page_size=RUN_PAGE):
         with create_session() as session:
             try:
                 holding = manage.task_instances_with_state(run_dag_id, run_run_id, session)
@@ -140,34 +114,12 @@ def _task_scopes_with_state(dag_id: str | None, run_id: str | None) -> Iterator[
             yield ti.scope
 
 
-def _dag_runs(dag_id: str | None, run_id: str | None) -> Iterator[tuple[str, str]]:
-    from airflow.models.dagrun import DagRun
-    from sqlalchemy import select
-
-    last_id = None
-    while True:
-        query = select(DagRun.id, DagRun.dag_id, DagRun.run_id).order_by(DagRun.id).limit(RUN_PAGE)
-        if last_id is not None:
-            query = query.where(DagRun.id > last_id)
-        if dag_id is not None:
-            query = query.where(DagRun.dag_id == dag_id)
-        if run_id is not None:
-            query = query.where(DagRun.run_id == run_id)
-        # A session per page, closed before the page's state is read from the backend.
-        with create_session() as session:
-            page = session.execute(query).all()
-        if not page:
-            return
-        for row in page:
-            yield row.dag_id, row.run_id
-        last_id = page[-1].id
-
-
-def _assets_with_state(name: str | None, uri: str | None) -> list[manage.AssetInfo]:
+def _assets_with_state(args: Namespace) -> list[manage.AssetInfo]:
     """The assets holding state, only those the filters name; a filter that names none is an error."""
     with create_session() as session:
         named = None
-        if name is not None or uri is not None:
-            named = {asset.asset_id for asset in manage.matching_assets(session, name=name, uri=uri)}
+        if args.asset_name is not None or args.asset_uri is not None:
+            matching = manage.matching_assets(session, name=args.asset_name, uri=args.asset_uri)
+            named = {asset.asset_id for asset in matching}
         holding = manage.assets_with_state(session)
     return [asset for asset, _ in holding if named is None or asset.asset_id in named]

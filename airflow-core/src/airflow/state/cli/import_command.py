@@ -16,6 +16,8 @@ temporary file for that.
 
 from __future__ import annotations
 
+import functools
+import shutil
 import sys
 import tempfile
 from argparse import Namespace
@@ -23,26 +25,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
-from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors
+from airflow.state.cli.errors import command, configured_backend, confirmed, fail
+from airflow.state.cli.output import count
 from airflow.state.cli.scope_options import describe_asset, describe_task
-from airflow.state.cli.transfer_format import AssetTarget, RowError, TaskTarget, parse_row
+from airflow.state.cli.transfer_format import AssetTarget, RowError, parse_row
 from airflow.state.configured_backend import unwrap_state_backend
-from airflow.utils import cli as cli_utils
-from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
-from airflow_shared.state import AssetScope, BaseStateBackend, StateScope
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+from airflow_shared.state import AssetScope, BaseStateBackend, StateScope, TaskScope
+from sqlalchemy.orm import Session
 
 #: Refusals listed before "... and N more": enough to see the pattern, not a flood.
 SHOWN_REFUSALS = 50
 
 FAIL, SKIP = "fail", "skip"
+#: What happens to a valid row: written, written over a key that exists, skipped because its key
+#: exists (``-a skip``), or skipped because it had expired by the time of the check.
+WRITE, OVERWRITE, EXISTS, EXPIRED = "write", "overwrite", "exists", "expired"
 
 Lines = Callable[[], Iterator[tuple[int, str | None]]]
 
@@ -55,8 +57,7 @@ class Planned:
     scope: StateScope
     description: str
     key: str
-    exists: bool
-    #: When the row's key expired, if it had by the time of the check: the row is skipped.
+    outcome: str
     expired_at: datetime | None = None
 
 
@@ -64,36 +65,19 @@ class Planned:
 class Plan:
     """Every valid row with what happens to it, and the refusals, after the first read."""
 
-    action: str
     rows: list[Planned] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     row_count: int = 0
 
-    def skipped(self, row: Planned) -> bool:
-        return row.expired_at is not None or (row.exists and self.action == SKIP)
+    def count(self, outcome: str) -> int:
+        return sum(row.outcome == outcome for row in self.rows)
 
     @property
     def writes(self) -> list[Planned]:
-        return [row for row in self.rows if not self.skipped(row)]
-
-    @property
-    def overwrites(self) -> int:
-        return sum(row.exists for row in self.writes)
-
-    @property
-    def skips(self) -> int:
-        """Rows skipped because their key exists (``-a skip``)."""
-        return sum(row.exists and self.action == SKIP for row in self.rows)
-
-    @property
-    def expired(self) -> int:
-        """Rows skipped because their key had expired by the time of the import."""
-        return sum(row.expired_at is not None for row in self.rows)
+        return [row for row in self.rows if row.outcome in (WRITE, OVERWRITE)]
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=True)
 def import_state(args: Namespace) -> None:
     backend = configured_backend()
     with _numbered_lines(args.file) as lines:
@@ -101,7 +85,7 @@ def import_state(args: Namespace) -> None:
         if plan.refusals:
             _report_refusals(plan)
             raise fail(
-                f"refused {len(plan.refusals)} of {_count(plan.row_count, 'row')}; nothing was imported"
+                f"refused {len(plan.refusals)} of {count(plan.row_count, 'row')}; nothing was imported"
                 f"{' (dry run)' if args.dry_run else ''}"
             )
         if args.dry_run:
@@ -111,47 +95,39 @@ def import_state(args: Namespace) -> None:
             print("Cancelled, nothing was imported.")
             return
         _write(lines, backend, plan.writes)
-    overwritten = plan.overwrites
+    overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
     print(
-        f"Imported {_count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
-        f"{overwritten} overwritten){_skipped(plan)}"
+        f"Imported {count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
+        f"{overwritten} overwritten){f', skipped {exists} that already exist' if exists else ''}"
+        f"{f', skipped {expired} already expired' if expired else ''}"
     )
 
 
-def _skipped(plan: Plan) -> str:
-    skipped = [f", skipped {plan.skips} that already exist"] if plan.skips else []
-    if plan.expired:
-        skipped.append(f", skipped {plan.expired} already expired")
-    return "".join(skipped)
-
-
 def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
-    if not plan.overwrites or args.yes:
+    overwrites = plan.count(OVERWRITE)
+    if not overwrites or args.yes:
         return True
-    existing = f"{_count(plan.overwrites, 'key')} already {'exists' if plan.overwrites == 1 else 'exist'}"
+    existing = f"{count(overwrites, 'key')} already {'exists' if overwrites == 1 else 'exist'}"
     if args.file == "-":
         raise fail(
             f"{existing}; the rows come from stdin, so there is no one to ask: "
             "pass -y to overwrite them, or -a skip or -a fail"
         )
-    importing = _count(len(plan.writes), "key")
+    importing = count(len(plan.writes), "key")
     return confirmed(f"Importing {importing}: {existing} and will be overwritten. Proceed?", yes=False)
 
 
 def _report_dry_run(plan: Plan) -> None:
     for row in plan.rows:
-        verb = "skip" if plan.skipped(row) else "overwrite" if row.exists else "write"
+        verb = row.outcome if row.outcome in (WRITE, OVERWRITE) else "skip"
         why = "" if row.expired_at is None else f" (expired at {row.expired_at.isoformat()})"
         print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}{why}")
+    expired = plan.count(EXPIRED)
     print(
-        f"Dry run: would import {_count(len(plan.writes), 'key')} ({plan.overwrites} overwritten), "
-        f"skip {plan.skips + plan.expired}{f' ({plan.expired} expired)' if plan.expired else ''}; "
+        f"Dry run: would import {count(len(plan.writes), 'key')} ({plan.count(OVERWRITE)} overwritten), "
+        f"skip {plan.count(EXISTS) + expired}{f' ({expired} expired)' if expired else ''}; "
         "nothing was written"
     )
-
-
-def _count(number: int, thing: str) -> str:
-    return f"{number} {thing}{'' if number == 1 else 's'}"
 
 
 # --- reading the file -------------------------------------------------------------------------
@@ -164,31 +140,22 @@ def _numbered_lines(path: str) -> Iterator[Lines]:
     ``None`` for a line that is not UTF-8. Lines are split on ``\\n`` only (JSON escapes it inside
     strings), so a hand-made file with a raw U+2028 in a string still reads as one row per line.
     """
-    if path == "-":
-        with tempfile.TemporaryFile() as spool:
-            stdin = getattr(sys.stdin, "buffer", None)
-            if stdin is not None:
-                for chunk in iter(lambda: stdin.read(1 << 16), b""):
-                    spool.write(chunk)
-            else:  # a text stream without bytes under it (tests replace sys.stdin)
-                spool.write(sys.stdin.read().encode("utf-8"))
-            yield lambda: _decoded(spool, rewind=True)
-        return
     try:
-        open(path, "rb").close()
+        file = tempfile.TemporaryFile() if path == "-" else open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as error:
         raise fail(f"cannot read {path}: {error.strerror}") from None
+    with file:
+        if path == "-":
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is not None:
+                shutil.copyfileobj(stdin, file)
+            else:  # a text stream without bytes under it (tests replace sys.stdin)
+                file.write(sys.stdin.read().encode("utf-8"))
+        yield lambda: _decoded(file)
 
-    def read() -> Iterator[tuple[int, str | None]]:
-        with open(path, "rb") as file:
-            yield from _decoded(file)
 
-    yield read
-
-
-def _decoded(file: IO[bytes], *, rewind: bool = False) -> Iterator[tuple[int, str | None]]:
-    if rewind:
-        file.seek(0)
+def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
+    file.seek(0)
     for number, raw in enumerate(file, start=1):
         try:
             # utf-8-sig on the first line: a byte-order mark is not part of the first row.
@@ -208,8 +175,9 @@ class RowChecker:
 
     def __init__(self, backend: BaseStateBackend, action: str) -> None:
         self.backend = backend
-        self.plan = Plan(action)
-        self.resolved: dict[TaskTarget | AssetTarget, tuple[StateScope, str] | str] = {}
+        self.action = action
+        self.plan = Plan()
+        self.resolved: dict[TaskScope | AssetTarget, tuple[StateScope, str] | str] = {}
         self.first_line_of: dict[tuple[StateScope, str], int] = {}
         #: What "already expired" is measured against: the start of the import.
         self.now = utcnow()
@@ -242,9 +210,10 @@ class RowChecker:
         earlier = self.first_line_of.setdefault((scope, row.key), number)
         if earlier != number:
             return f"key {row.key!r} of {description} is also on line {earlier}"
+        planned = functools.partial(Planned, number, scope, description, row.key)
         if row.expires_at is not None:
             if row.expires_at <= self.now:
-                self.plan.rows.append(Planned(number, scope, description, row.key, False, row.expires_at))
+                self.plan.rows.append(planned(EXPIRED, row.expires_at))
                 return None
             if not self.backend.supports_expiry:
                 name = type(unwrap_state_backend(self.backend)).__name__
@@ -253,17 +222,19 @@ class RowChecker:
                     'support expiry: import into a backend that does, or set "expires_at" to null '
                     "(never) in the file"
                 )
-        exists = self.backend.get(scope, row.key) is not None
-        if exists and self.plan.action == FAIL:
+        if self.backend.get(scope, row.key) is None:
+            self.plan.rows.append(planned(WRITE))
+        elif self.action == FAIL:
             return f"key {row.key!r} of {description} already exists (-a fail)"
-        self.plan.rows.append(Planned(number, scope, description, row.key, exists))
+        else:
+            self.plan.rows.append(planned(EXISTS if self.action == SKIP else OVERWRITE))
         return None
 
 
-def _resolve(target: TaskTarget | AssetTarget, session: Session) -> tuple[StateScope, str] | str:
+def _resolve(target: TaskScope | AssetTarget, session: Session) -> tuple[StateScope, str] | str:
     """The scope here of what a row names, with its description; or what is missing, as text."""
     try:
-        if isinstance(target, TaskTarget):
+        if isinstance(target, TaskScope):
             scope = manage.task_scope(target.dag_id, target.run_id, target.task_id, target.map_index, session)
             return scope, describe_task(target.dag_id, target.run_id, target.task_id, target.map_index)
         asset = manage.find_asset(session, name=target.name, uri=target.uri)
@@ -310,7 +281,7 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
         kept = (
             "nothing was imported"
             if backend.supports_session_transactions
-            else f"the {_count(written, 'key')} written before it stay"
+            else f"the {count(written, 'key')} written before it stay"
         )
         # The first line only: a database error goes on with the statement and its parameters.
         reason = (str(error).splitlines() or [""])[0]

@@ -9,16 +9,15 @@ records no try (``updated_by_try`` stays empty), asset state records ``cli`` as 
 
 from __future__ import annotations
 
+import json
 import sys
 from argparse import Namespace
+from typing import Any
 
 from airflow.state import codec, expiry, manage
-from airflow.state.cli.errors import configured_backend, confirmed, fail, one_line_errors, refusing
-from airflow.state.cli.output import print_entries
+from airflow.state.cli.errors import command, configured_backend, confirmed, refusing
+from airflow.state.cli.output import count, print_entries
 from airflow.state.cli.scope_options import NamedScope, named_scope
-from airflow.utils import cli as cli_utils
-from airflow.utils.cli import suppress_logs_and_warning
-from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
 from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
 
@@ -35,18 +34,14 @@ def _checked_key(key: str) -> str:
     return key
 
 
-@suppress_logs_and_warning
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=False)
 def get(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = _resolve(args)
     print_entries([manage.entry(named.scope, key)], args.output, with_try=named.is_task)
 
 
-@suppress_logs_and_warning
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=False)
 def list_entries(args: Namespace) -> None:
     named = _resolve(args)
     with refusing():
@@ -60,14 +55,12 @@ def list_entries(args: Namespace) -> None:
         print(f"keys {first}-{args.offset + len(entries)} of {total}", file=sys.stderr)
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=True)
 def set_value(args: Namespace) -> None:
     key = _checked_key(args.key)
     with refusing("invalid value"):
         # null, NaN, too large: refused before any lookup
-        text = codec.encode(manage.parse_json_value(args.value))
+        text = codec.encode(_json_value(args.value))
     ttl = _checked_ttl(args.ttl)
     named = _resolve(args)
     with refusing():  # the value was checked above: what is left is the ttl against the backend
@@ -80,9 +73,7 @@ def set_value(args: Namespace) -> None:
     print(f"Stored key {key!r} of {named.description}{at_version}")
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=True)
 def increment(args: Namespace) -> None:
     key = _checked_key(args.key)
     ttl = _checked_ttl(args.ttl)
@@ -94,18 +85,20 @@ def increment(args: Namespace) -> None:
 
 
 def _checked_ttl(text: str | None) -> expiry.Ttl:
-    if text is None:
-        return None
     with refusing("invalid --ttl"):
-        ttl = expiry.parse_ttl(text)
-    if ttl != expiry.NEVER and ttl > expiry.LONGEST_TTL:
-        raise fail(f"invalid --ttl: at most {expiry.LONGEST_TTL.days} days; for no expiry, say 'never'")
-    return ttl
+        return None if text is None else expiry.parse_ttl(text)
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"the value must be JSON (a string needs quotes: '\"text\"'): {error.msg} at position {error.pos}"
+        ) from None
+
+
+@command(writes=True)
 def delete(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = _resolve(args)
@@ -117,21 +110,18 @@ def delete(args: Namespace) -> None:
     print(f"Deleted key {key!r} of {named.description}")
 
 
-@cli_utils.action_cli
-@providers_configuration_loaded
-@one_line_errors
+@command(writes=True)
 def clear(args: Namespace) -> None:
     named = _resolve(args, all_map_indices=args.all_map_indices)
-    count = _keys_to_clear(named, all_map_indices=args.all_map_indices)
-    if not count:
+    keys = _keys_to_clear(named, all_map_indices=args.all_map_indices)
+    if not keys:
         print(f"Nothing to clear: no state stored for {named.description}")
         return
-    question = f"Delete all {count} key{'s' if count != 1 else ''} of {named.description}?"
-    if not confirmed(question, yes=args.yes):
+    if not confirmed(f"Delete all {count(keys, 'key')} of {named.description}?", yes=args.yes):
         print("Cancelled, nothing was cleared.")
         return
     manage.clear(named.scope, all_map_indices=args.all_map_indices)
-    print(f"Cleared {count} key{'s' if count != 1 else ''} of {named.description}")
+    print(f"Cleared {count(keys, 'key')} of {named.description}")
 
 
 def _keys_to_clear(named: NamedScope, *, all_map_indices: bool) -> int:
