@@ -1,11 +1,7 @@
 """
 ``airflow state clean``: physically remove expired keys (and, with ``--older-than``, keys last
-written before a point in time) through the configured backend's ``cleanup()``.
-
-Expired keys are already invisible to every read; this reclaims their space. The backend works in
-batches of ``--batch-size`` keys, each its own short transaction, so tasks keep reading and writing
-meanwhile. A backend that cannot do what is asked (``--older-than`` on one without expiry) says so
-(``StateCapabilityError``, a one-line exit like every error of :data:`.errors.OPERATOR_ERRORS`).
+written before a point in time) through the configured backend's ``cleanup()``, in batches. A
+backend that cannot do what is asked (``--older-than`` without expiry) says so (``StateCapabilityError``).
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state.cli.errors import command, configured_backend, confirmed, fail
-from airflow.state.cli.output import count
+from airflow.state.cli.formats import count
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
 
@@ -30,10 +26,8 @@ def clean(args: Namespace) -> None:
     what = "expired keys" + (
         "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
     )
-    if not args.dry_run and not confirmed(
-        f"Remove {what} from {name}? (--dry-run counts them first)", yes=args.yes
-    ):
-        print("Cancelled, nothing was removed.")
+    question = f"Remove {what} from {name}? (--dry-run counts them first)"
+    if not args.dry_run and not confirmed(question, yes=args.yes, cancelled="nothing was removed"):
         return
     removed = backend.cleanup(
         now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run

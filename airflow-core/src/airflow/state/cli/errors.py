@@ -1,9 +1,7 @@
 """
 How `airflow state` commands run, fail and ask: one line on stderr and exit status 1, never a
-traceback, for what the operator got wrong; a y/n question unless ``-y``.
-
-Airflow's own commands fail with ``SystemExit(message)`` (Python prints the message to stderr and
-exits 1), so these do too.
+traceback, for what the operator got wrong (``SystemExit(message)``, as Airflow's own commands
+fail); a y/n question unless ``-y``.
 """
 
 from __future__ import annotations
@@ -75,15 +73,19 @@ def configured_backend() -> BaseStateBackend:
         return get_state_backend()
 
 
-def confirmed(question: str, *, yes: bool) -> bool:
+def confirmed(question: str, *, yes: bool, cancelled: str) -> bool:
     """
-    True when ``-y`` was given or the operator answers yes. No answer at all (stdin closed, as in
-    a script that forgot ``-y``) is a no, not an endless prompt or a traceback.
+    True when ``-y`` was given or the operator answers yes; otherwise says "Cancelled, *cancelled*."
+    No answer at all (stdin closed, as in a script that forgot ``-y``) is a no, not an endless
+    prompt or a traceback.
     """
     if yes:
         return True
     try:
-        return ask_yesno(f"{question} [y/n]")
+        answer = ask_yesno(f"{question} [y/n]")
     except EOFError:
         print()
-        return False
+        answer = False
+    if not answer:
+        print(f"Cancelled, {cancelled}.")
+    return answer

@@ -1,5 +1,5 @@
 """
-``airflow state export``: every stored key, as JSON lines (:mod:`.transfer_format`), from the
+``airflow state export``: every stored key, as JSON lines (:mod:`.formats`), from the
 configured backend.
 
 Memory stays bounded whatever the deployment holds: dag runs are read a page at a time (by id),
@@ -19,8 +19,7 @@ from typing import TextIO
 from airflow.state import manage
 from airflow.state.airflow_db.lookups import dag_runs
 from airflow.state.cli.errors import command, configured_backend, fail
-from airflow.state.cli.output import count
-from airflow.state.cli.transfer_format import dump_row, export_row
+from airflow.state.cli.formats import count, dump_row, export_row
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, TaskScope
 

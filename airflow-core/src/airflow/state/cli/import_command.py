@@ -1,14 +1,6 @@
 """
-``airflow state import``: the rows of an export (:mod:`.transfer_format`) into the configured
-backend.
-
-Every line is checked before anything is written: that it is a valid row, that its dag run, task
-instance or asset exists here, that no key is given twice, and what happens to keys that already
-exist (``-a/--action-on-existing-key overwrite|fail|skip``, as ``airflow variables import``). One
-refused row and nothing is written. Writes keep the row's writer (``updated_by_try`` of task state,
-``updated_by`` of asset state) and expiry (``expires_at``), so which try wrote a value and when it
-goes survive the move; a row that has already expired is skipped (and counted). Versions restart:
-they are the target's. On the metastore the writes are one transaction.
+``airflow state import``: the rows of an export (:mod:`.formats`) into the configured
+backend, as its help says: every row checked first, one refused row and nothing is written.
 
 The file is read twice (check, then write) rather than held in memory; stdin is spooled to a
 temporary file for that.
@@ -30,12 +22,11 @@ from typing import IO
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
 from airflow.state.cli.errors import command, configured_backend, confirmed, fail
-from airflow.state.cli.output import count
-from airflow.state.cli.scope_options import describe_asset, describe_task
-from airflow.state.cli.transfer_format import AssetTarget, RowError, parse_row
+from airflow.state.cli.formats import AssetTarget, RowError, count, parse_row
+from airflow.state.cli.scope_options import NamedScope, asset, task_instance
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.utils.session import create_session
-from airflow_shared.state import AssetScope, BaseStateBackend, StateScope, TaskScope
+from airflow_shared.state import BaseStateBackend, StateScope, TaskScope
 from sqlalchemy.orm import Session
 
 #: Refusals listed before "... and N more": enough to see the pattern, not a flood.
@@ -54,8 +45,7 @@ class Planned:
     """What the import does with one valid row."""
 
     line: int
-    scope: StateScope
-    description: str
+    named: NamedScope
     key: str
     outcome: str
     expired_at: datetime | None = None
@@ -67,7 +57,6 @@ class Plan:
 
     rows: list[Planned] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
-    row_count: int = 0
 
     def count(self, outcome: str) -> int:
         return sum(row.outcome == outcome for row in self.rows)
@@ -85,14 +74,14 @@ def import_state(args: Namespace) -> None:
         if plan.refusals:
             _report_refusals(plan)
             raise fail(
-                f"refused {len(plan.refusals)} of {count(plan.row_count, 'row')}; nothing was imported"
+                f"refused {len(plan.refusals)} of {count(len(plan.refusals) + len(plan.rows), 'row')}; "
+                f"nothing was imported"
                 f"{' (dry run)' if args.dry_run else ''}"
             )
         if args.dry_run:
             _report_dry_run(plan)
             return
         if not _overwriting_confirmed(plan, args):
-            print("Cancelled, nothing was imported.")
             return
         _write(lines, backend, plan.writes)
     overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
@@ -114,14 +103,15 @@ def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
             "pass -y to overwrite them, or -a skip or -a fail"
         )
     importing = count(len(plan.writes), "key")
-    return confirmed(f"Importing {importing}: {existing} and will be overwritten. Proceed?", yes=False)
+    question = f"Importing {importing}: {existing} and will be overwritten. Proceed?"
+    return confirmed(question, yes=False, cancelled="nothing was imported")
 
 
 def _report_dry_run(plan: Plan) -> None:
     for row in plan.rows:
         verb = row.outcome if row.outcome in (WRITE, OVERWRITE) else "skip"
         why = "" if row.expired_at is None else f" (expired at {row.expired_at.isoformat()})"
-        print(f"line {row.line}: would {verb} key {row.key!r} of {row.description}{why}")
+        print(f"line {row.line}: would {verb} key {row.key!r} of {row.named.description}{why}")
     expired = plan.count(EXPIRED)
     print(
         f"Dry run: would import {count(len(plan.writes), 'key')} ({plan.count(OVERWRITE)} overwritten), "
@@ -177,7 +167,7 @@ class RowChecker:
         self.backend = backend
         self.action = action
         self.plan = Plan()
-        self.resolved: dict[TaskScope | AssetTarget, tuple[StateScope, str] | str] = {}
+        self.resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
         self.first_line_of: dict[tuple[StateScope, str], int] = {}
         #: What "already expired" is measured against: the start of the import.
         self.now = utcnow()
@@ -187,7 +177,6 @@ class RowChecker:
             for number, text in lines():
                 if text is not None and not text.strip():
                     continue  # blank lines (a trailing newline, a hand-edited file) are not rows
-                self.plan.row_count += 1
                 problem = self._check_row(number, text, session)
                 if problem:
                     self.plan.refusals.append(f"line {number}: {problem}")
@@ -206,11 +195,10 @@ class RowChecker:
         found = self.resolved[row.target]
         if isinstance(found, str):
             return found
-        scope, description = found
-        earlier = self.first_line_of.setdefault((scope, row.key), number)
+        earlier = self.first_line_of.setdefault((found.scope, row.key), number)
         if earlier != number:
-            return f"key {row.key!r} of {description} is also on line {earlier}"
-        planned = functools.partial(Planned, number, scope, description, row.key)
+            return f"key {row.key!r} of {found.description} is also on line {earlier}"
+        planned = functools.partial(Planned, number, found, row.key)
         if row.expires_at is not None:
             if row.expires_at <= self.now:
                 self.plan.rows.append(planned(EXPIRED, row.expires_at))
@@ -222,23 +210,21 @@ class RowChecker:
                     'support expiry: import into a backend that does, or set "expires_at" to null '
                     "(never) in the file"
                 )
-        if self.backend.get(scope, row.key) is None:
+        if self.backend.get(found.scope, row.key) is None:
             self.plan.rows.append(planned(WRITE))
         elif self.action == FAIL:
-            return f"key {row.key!r} of {description} already exists (-a fail)"
+            return f"key {row.key!r} of {found.description} already exists (-a fail)"
         else:
             self.plan.rows.append(planned(EXISTS if self.action == SKIP else OVERWRITE))
         return None
 
 
-def _resolve(target: TaskScope | AssetTarget, session: Session) -> tuple[StateScope, str] | str:
+def _resolve(target: TaskScope | AssetTarget, session: Session) -> NamedScope | str:
     """The scope here of what a row names, with its description; or what is missing, as text."""
     try:
         if isinstance(target, TaskScope):
-            scope = manage.task_scope(target.dag_id, target.run_id, target.task_id, target.map_index, session)
-            return scope, describe_task(target.dag_id, target.run_id, target.task_id, target.map_index)
-        asset = manage.find_asset(session, name=target.name, uri=target.uri)
-        return AssetScope(asset.asset_id), describe_asset(asset.name, asset.uri)
+            return task_instance(target.dag_id, target.run_id, target.task_id, target.map_index, session)
+        return asset(session, name=target.name, uri=target.uri)
     except manage.NotFound as missing:
         return missing.message
 
@@ -269,7 +255,7 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
                     continue
                 parsed = parse_row(text)  # checked in the first pass: parses the same way again
                 backend.write(
-                    row.scope,
+                    row.named.scope,
                     row.key,
                     parsed.value_text,
                     writer=parsed.writer,

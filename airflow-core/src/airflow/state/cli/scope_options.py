@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from argparse import Namespace
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.state import manage
 from airflow.state.cli.errors import fail, refusing
-from airflow_shared.state import AssetScope, StateScope, TaskScope
+from airflow_shared.state import AssetScope, StateScope
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -28,18 +28,21 @@ class NamedScope:
     scope: StateScope
     description: str
 
-    @property
-    def is_task(self) -> bool:
-        return isinstance(self.scope, TaskScope)
+
+def task_instance(
+    dag_id: str, run_id: str, task_id: str, map_index: int | None, session: Session
+) -> NamedScope:
+    """The task instance (``map_index=None``: every map index of the task); ``manage.NotFound``."""
+    scope = manage.task_scope(dag_id, run_id, task_id, map_index, session)
+    index = "" if map_index in (None, -1) else f", map_index={map_index}"
+    described = f"task instance (dag_id={dag_id!r}, run_id={run_id!r}, task_id={task_id!r}{index})"
+    return NamedScope(scope, described if map_index is not None else f"every map index of {described}")
 
 
-def describe_task(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
-    index = "" if map_index is None or map_index == -1 else f", map_index={map_index}"
-    return f"task instance (dag_id={dag_id!r}, run_id={run_id!r}, task_id={task_id!r}{index})"
-
-
-def describe_asset(name: str, uri: str) -> str:
-    return f"asset {name!r} (uri={uri!r})"
+def asset(session: Session, **named: Any) -> NamedScope:
+    """The asset with this ``asset_id``, ``name`` and/or ``uri``; ``manage.NotFound``."""
+    found = manage.find_asset(session, **named)
+    return NamedScope(AssetScope(found.asset_id), f"asset {found.name!r} (uri={found.uri!r})")
 
 
 def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = False) -> NamedScope:
@@ -60,8 +63,7 @@ def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = Fa
     if asset_given:
         if all_map_indices:
             raise fail("--all-map-indices is for task state; an asset has no map indices")
-        asset = manage.find_asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)
-        return NamedScope(AssetScope(asset.asset_id), describe_asset(asset.name, asset.uri))
+        return asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)
     if not task_given:
         raise fail(
             "name the state: --dag-id, --run-id and --task-id (and --map-index for a mapped task) "
@@ -70,14 +72,8 @@ def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = Fa
     missing = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is None]
     if missing:
         raise fail(f"task state needs --dag-id, --run-id and --task-id; missing {', '.join(missing)}")
-    if all_map_indices:
-        if args.map_index is not None:
-            raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
-        scope = manage.task_scope_of_every_map_index(args.dag_id, args.run_id, args.task_id, session)
-        return NamedScope(
-            scope, f"every map index of {describe_task(args.dag_id, args.run_id, args.task_id, None)}"
-        )
-    map_index = -1 if args.map_index is None else args.map_index
-    with refusing():
-        scope = manage.task_scope(args.dag_id, args.run_id, args.task_id, map_index, session)
-    return NamedScope(scope, describe_task(args.dag_id, args.run_id, args.task_id, map_index))
+    if all_map_indices and args.map_index is not None:
+        raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
+    map_index = None if all_map_indices else -1 if args.map_index is None else args.map_index
+    with refusing():  # what TaskScope refuses, such as an empty --task-id
+        return task_instance(args.dag_id, args.run_id, args.task_id, map_index, session)

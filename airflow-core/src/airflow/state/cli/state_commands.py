@@ -1,10 +1,7 @@
 """
 ``airflow state get|set|increment|delete|list|clear``: one scope's state on the configured backend,
-in this process (like ``airflow variables``, the CLI has the metadata database at hand).
-
-Read commands are decorated as Airflow's read commands are (no log lines in the output), write
-commands as its write commands (action logging). Writes are the CLI's (``CLI_WRITER``): task state
-records no try (``updated_by_try`` stays empty), asset state records ``cli`` as its last writer.
+in this process (like ``airflow variables``, the CLI has the metadata database at hand). Writes are
+the CLI's (``CLI_WRITER``): task state records no try, asset state records ``cli`` as its writer.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from typing import Any
 
 from airflow.state import codec, expiry, manage
 from airflow.state.cli.errors import command, configured_backend, confirmed, refusing
-from airflow.state.cli.output import count, print_entries
+from airflow.state.cli.formats import count, print_entries
 from airflow.state.cli.scope_options import NamedScope, named_scope
 from airflow.utils.session import create_session
 from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
@@ -38,7 +35,7 @@ def _checked_key(key: str) -> str:
 def get(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = _resolve(args)
-    print_entries([manage.entry(named.scope, key)], args.output, with_try=named.is_task)
+    print_entries([manage.entry(named.scope, key)], args.output, with_try=isinstance(named.scope, TaskScope))
 
 
 @command(writes=False)
@@ -48,7 +45,7 @@ def list_entries(args: Namespace) -> None:
         entries, total = manage.entries(
             named.scope, key_prefix=args.key_prefix, offset=args.offset, limit=args.limit
         )
-    print_entries(entries, args.output, with_try=named.is_task)
+    print_entries(entries, args.output, with_try=isinstance(named.scope, TaskScope))
     if entries and (args.offset or len(entries) < total):
         # On stderr: the rows on stdout stay exactly what the format says.
         first = args.offset + 1
@@ -67,8 +64,7 @@ def set_value(args: Namespace) -> None:
         version = manage.put(
             named.scope, key, text, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER
         ).version
-    # A lost --if-version race is a StateConflictError: one_line_errors exits 1 with its message,
-    # which names the stored version.
+    # A lost --if-version race is a StateConflictError: a one-line exit naming the stored version.
     at_version = "" if version is None else f", now at version {version}"
     print(f"Stored key {key!r} of {named.description}{at_version}")
 
@@ -103,8 +99,9 @@ def delete(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = _resolve(args)
     manage.entry(named.scope, key)  # a key that is not there is an error, not a silent no-op
-    if not confirmed(f"Delete key {key!r} of {named.description}?", yes=args.yes):
-        print("Cancelled, nothing was deleted.")
+    if not confirmed(
+        f"Delete key {key!r} of {named.description}?", yes=args.yes, cancelled="nothing was deleted"
+    ):
         return
     manage.delete(named.scope, key)
     print(f"Deleted key {key!r} of {named.description}")
@@ -117,8 +114,8 @@ def clear(args: Namespace) -> None:
     if not keys:
         print(f"Nothing to clear: no state stored for {named.description}")
         return
-    if not confirmed(f"Delete all {count(keys, 'key')} of {named.description}?", yes=args.yes):
-        print("Cancelled, nothing was cleared.")
+    question = f"Delete all {count(keys, 'key')} of {named.description}?"
+    if not confirmed(question, yes=args.yes, cancelled="nothing was cleared"):
         return
     manage.clear(named.scope, all_map_indices=args.all_map_indices)
     print(f"Cleared {count(keys, 'key')} of {named.description}")

@@ -1,29 +1,31 @@
 """
-Entries as JSON objects: the lines of ``airflow state export`` and ``import`` (one object per stored
-key, the fields ``airflow state export --help`` lists) and the rows of ``get``/``list -o json|yaml``.
+Entries as JSON objects and in the ``-o/--output`` formats of Airflow's CLI.
 
-Task state records the try that wrote a key (``updated_by_try``), asset state the whole writer
-(``updated_by``: ``{"kind": "cli"}``, ``{"kind": "api"}``, or ``{"kind": "task", "dag_id": ...,
-"run_id": ..., "task_id": ..., "map_index": ..., "try_number": ...}``); the import writes as that
-writer. Assets are named by name and URI, not id: ids differ between deployments. ``updated_at`` is
-what the source recorded, for the reader; the target stamps its own time. ``expires_at`` is kept:
-a row already expired when it is imported is skipped. Versions are not carried (they are the
-target's).
-
-There is no format version field. Files exported before expiry existed lack ``expires_at`` and
-``updated_by`` and still import: such a row never expires and has no known writer. Every field but
-``scope``, the key, the value and what names the scope may be null or left out, and so may
+The lines of ``airflow state export`` and ``import`` are one object per stored key (the fields
+``airflow state export --help`` lists). Assets are named by name and URI, not id: ids differ between
+deployments. ``updated_at`` is what the source recorded, for the reader; the target stamps its own
+time. The writer (``updated_by_try`` of task state, ``updated_by`` of asset state) and ``expires_at``
+are kept: the import writes as that writer, and skips a row already expired. Versions are the
+target's. There is no format version field: files exported before expiry existed lack
+``expires_at`` and ``updated_by`` and still import (never expiring, no known writer). Every field
+but ``scope``, the key, the value and what names the scope may be null or left out, and so may
 ``map_index`` (-1) and one of ``asset_name``/``asset_uri``, for files written by hand.
+
+``get`` and ``list`` show the same objects, with the key's version. ``AirflowConsole.print_as``
+turns every scalar into a string (``3`` becomes ``"3"``), so json and yaml go through its
+``print_as_json``/``print_as_yaml`` with the values as they are; table and plain get each value as
+JSON text, which tells ``"3"`` from ``3`` and shows dicts as JSON, not as a Python repr.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from airflow.cli.simple_table import AirflowConsole
 from airflow.state import codec
 from airflow.state.manage import AssetInfo, Entry
 from airflow_shared.state import StateWriter, TaskScope, WriterKind, validate_key
@@ -36,44 +38,77 @@ ASSET = "asset"
 #: Map indexes and try numbers are 32-bit columns in Airflow (and in the metastore).
 LARGEST_INTEGER = 2**31 - 1
 
-#: What identifies the task try that wrote, beside ``kind``.
-WRITER_TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+#: What names a task instance in a task row; with ``try_number``, a task writer in ``updated_by``.
+TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index")
+WRITER_TASK_FIELDS = (*TASK_FIELDS, "try_number")
 
 # updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
 _COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try", "expires_at"}
 _FIELDS = {
-    TASK: _COMMON_FIELDS | {"dag_id", "run_id", "task_id", "map_index"},
+    TASK: _COMMON_FIELDS | set(TASK_FIELDS),
     ASSET: _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"},
 }
 
 
+def count(number: int, thing: str) -> str:
+    """``1 key``, ``2 keys``."""
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
 def writer_fields(writer: StateWriter | None) -> dict[str, Any] | None:
-    """*writer* as a JSON object; ``None`` when the writer is not known."""
+    """*writer* as a JSON object: ``{"kind": "cli"}``, ``{"kind": "task", "dag_id": ..., ...}``."""
     if writer is None:
         return None
-    task = (
-        {name: getattr(writer, name) for name in WRITER_TASK_FIELDS} if writer.kind is WriterKind.TASK else {}
-    )
-    return {"kind": writer.kind.value, **task}
+    fields = WRITER_TASK_FIELDS if writer.kind is WriterKind.TASK else ()
+    return {"kind": writer.kind.value, **{name: getattr(writer, name) for name in fields}}
 
 
 def entry_fields(entry: Entry, *, task: bool) -> dict[str, Any]:
     """The key, value, when it was written and expires, and who wrote it: the try or the writer."""
-    writer = (
-        {"updated_by_try": entry.updated_by_try} if task else {"updated_by": writer_fields(entry.updated_by)}
-    )
-    fields = {"key": entry.key, "value": entry.value, "updated_at": entry.updated_at_text}
-    return {**fields, "expires_at": entry.expires_at_text, **writer}
+    fields = {
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": entry.updated_at_text,
+        "expires_at": entry.expires_at_text,
+    }
+    if task:
+        fields["updated_by_try"] = entry.updated_by_try
+    else:
+        fields["updated_by"] = writer_fields(entry.updated_by)
+    return fields
 
 
 def export_row(owner: TaskScope | AssetInfo, entry: Entry) -> dict[str, Any]:
-    """One row of an export file: the scope's fields, then the entry's."""
+    """One row of an export file: where the key is, then the entry."""
     if isinstance(owner, TaskScope):
-        scope = {"scope": TASK, **{name: getattr(owner, name) for name in ("dag_id", "run_id", "task_id")}}
-        where = {**scope, "map_index": owner.map_index}
+        where = {"scope": TASK, **{name: getattr(owner, name) for name in TASK_FIELDS}}
     else:
         where = {"scope": ASSET, "asset_name": owner.name, "asset_uri": owner.uri}
     return {**where, **entry_fields(entry, task=isinstance(owner, TaskScope))}
+
+
+def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> None:
+    """Print *entries* as ``airflow ... -o output`` prints its rows: a list, even of one."""
+    # The version third: key, value, version, then the rest as export files have it.
+    rows: Any = [
+        {
+            "key": entry.key,
+            "value": entry.value,
+            "version": entry.version,
+            **entry_fields(entry, task=with_try),
+        }
+        for entry in entries
+    ]
+    if output in ("json", "yaml"):
+        console = AirflowConsole()
+        (console.print_as_json if output == "json" else console.print_as_yaml)(rows)
+        return
+    for row, entry in zip(rows, entries, strict=True):
+        row["value"] = json.dumps(entry.value, ensure_ascii=False)
+        if not with_try:
+            row["updated_by"] = entry.writer  # as text: "cli", "dag/run/task try 2"
+    # Keys and values are data: rich must not read "[red]" as markup or ":smile:" as an emoji.
+    AirflowConsole(markup=False, emoji=False, highlight=False).print_as(rows, output)
 
 
 #: Characters JSON may leave raw that line readers such as ``str.splitlines`` break lines at.
