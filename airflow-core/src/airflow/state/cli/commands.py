@@ -1,13 +1,14 @@
+"""``airflow state-db downgrade``: the metastore's tables, downgraded as ``airflow db downgrade`` would."""
+
 from __future__ import annotations
 
+from airflow.state.metastore.db_manager import StateDBManager
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
 
 
 @providers_configuration_loaded
 def downgrade(args) -> None:
-    from airflow.state.metastore.db_manager import StateDBManager
-
     if args.from_revision and not args.show_sql_only:
         raise SystemExit("--from-revision is only used with --show-sql-only")
     if not (args.show_sql_only or args.yes):

@@ -38,10 +38,9 @@ def refusing(
     what: str | None = None, errors: tuple[type[Exception], ...] = (ValueError, TypeError)
 ) -> Iterator[None]:
     """
-    Turn *errors* into a one-line exit, prefixed by *what* when given. By default the
-    ``ValueError``/``TypeError`` of the shared validators and the codec (a bad key, a value that is
-    not JSON or too large): only around checks of the operator's input, since elsewhere those
-    errors are bugs and keep their traceback.
+    Turn *errors* into a one-line exit, prefixed by *what* when given. By default the errors of the
+    shared validators and the codec: only around checks of the operator's input, since elsewhere
+    those errors are bugs and keep their traceback.
     """
     try:
         yield

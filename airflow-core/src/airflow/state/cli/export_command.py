@@ -1,10 +1,7 @@
 """
-``airflow state export``: every stored key, as JSON lines (:mod:`.formats`), from the
-configured backend.
-
-Memory stays bounded whatever the deployment holds: dag runs are read a page at a time (by id),
-and each scope's entries a page at a time. The export is not a snapshot: a task writing meanwhile
-may or may not be in it.
+``airflow state export``: every stored key, as JSON lines (:mod:`.formats`), from the configured
+backend. Dag runs and each scope's entries are read a page at a time, so memory stays bounded. The
+export is not a snapshot: a task writing meanwhile may or may not be in it.
 """
 
 from __future__ import annotations
@@ -49,10 +46,7 @@ def _keys_of(written: list[int], holder: str) -> str:
 
 
 def _kinds(args: Namespace) -> tuple[bool, bool]:
-    """
-    Whether task state and asset state are exported. Filters name what is exported: with only
-    task filters (--dag-id/--run-id) no asset state, with only asset filters no task state.
-    """
+    """Whether task state and asset state are exported: filters of only one kind export only that kind."""
     if args.tasks_only and args.assets_only:
         raise fail("give --tasks-only or --assets-only, not both")
     task_filter = [flag for flag, value in (("--dag-id", args.dag_id), ("--run-id", args.run_id)) if value]

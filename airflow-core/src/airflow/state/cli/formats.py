@@ -1,15 +1,12 @@
 """
 Entries as JSON objects and in the ``-o/--output`` formats of Airflow's CLI.
 
-The lines of ``airflow state export`` and ``import`` are one object per stored key (the fields
-``airflow state export --help`` lists). Assets are named by name and URI, not id: ids differ between
-deployments. ``updated_at`` is what the source recorded, for the reader; the target stamps its own
-time. The writer (``updated_by_try`` of task state, ``updated_by`` of asset state) and ``expires_at``
-are kept: the import writes as that writer, and skips a row already expired. Versions are the
-target's. There is no format version field: files exported before expiry existed lack
-``expires_at`` and ``updated_by`` and still import (never expiring, no known writer). Every field
-but ``scope``, the key, the value and what names the scope may be null or left out, and so may
-``map_index`` (-1) and one of ``asset_name``/``asset_uri``, for files written by hand.
+The lines of ``airflow state export`` and ``import`` are one object per stored key, with the fields
+``airflow state export --help`` lists. Assets are named by name and URI: ids differ between
+deployments. ``updated_at`` is the source's, for the reader. There is no format version field: files
+exported before expiry existed lack ``expires_at`` and ``updated_by`` and still import (never
+expiring, no known writer). Every field but ``scope``, the key, the value and what names the scope
+may be null or left out, and so may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``.
 
 ``get`` and ``list`` show the same objects, with the key's version. ``AirflowConsole.print_as``
 turns every scalar into a string (``3`` becomes ``"3"``), so json and yaml go through its
@@ -27,6 +24,7 @@ from typing import Any, TypeVar
 
 from airflow.cli.simple_table import AirflowConsole
 from airflow.state import codec
+from airflow.state.cli.definition import LARGEST_INTEGER  # map indexes and try numbers are 32-bit too
 from airflow.state.manage import AssetInfo, Entry
 from airflow_shared.state import StateWriter, TaskScope, WriterKind, validate_key
 
@@ -34,9 +32,6 @@ T = TypeVar("T")
 
 TASK = "task"
 ASSET = "asset"
-
-#: Map indexes and try numbers are 32-bit columns in Airflow (and in the metastore).
-LARGEST_INTEGER = 2**31 - 1
 
 #: What names a task instance in a task row; with ``try_number``, a task writer in ``updated_by``.
 TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index")
@@ -141,11 +136,7 @@ class AssetTarget:
 
 @dataclass(frozen=True)
 class ImportRow:
-    """
-    A valid row: where it goes (the task instance as the source named it, without its run's
-    identity here; or the asset), the key, the value as the JSON text to store, who wrote it and
-    when it expires.
-    """
+    """A valid row: where it goes (as the source named it), the key, the value as JSON text, etc."""
 
     target: TaskScope | AssetTarget
     key: str
@@ -166,11 +157,7 @@ def parse_row(text: str) -> ImportRow:
     if kind not in _FIELDS:
         raise RowError(f'"scope" must be "task" or "asset", not {kind!r}')
     target = _task_target(row) if kind == TASK else _asset_target(row)
-    unknown = sorted(set(row) - _FIELDS[kind])
-    if unknown:
-        raise RowError(
-            f"unknown field{'s' if len(unknown) > 1 else ''} for {kind} state: {', '.join(unknown)}"
-        )
+    _refuse_unknown(row, _FIELDS[kind], f"{kind} state")
     _checked(row, "key", validate_key)
     # The codec's checks, the target's [state] max_value_bytes included.
     value_text = _checked(row, "value", codec.encode)
@@ -198,8 +185,7 @@ def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> Any
 
 def _task_target(row: dict[str, Any]) -> TaskScope:
     dag_id, run_id, task_id = (_text_field(row, name) for name in ("dag_id", "run_id", "task_id"))
-    map_index = row.get("map_index")
-    map_index = -1 if map_index is None else map_index
+    map_index = -1 if row.get("map_index") is None else row["map_index"]
     if not _integer_between(map_index, -1, LARGEST_INTEGER):
         raise RowError(
             f'"map_index" must be -1 (not mapped) or an index from 0 to {LARGEST_INTEGER}, got {map_index!r}'
@@ -213,6 +199,12 @@ def _asset_target(row: dict[str, Any]) -> AssetTarget:
     if name is None and uri is None:
         raise RowError('an asset row needs "asset_name" or "asset_uri" (export writes both)')
     return AssetTarget(name, uri)
+
+
+def _refuse_unknown(fields: dict[str, Any], allowed: set[str], what: str) -> None:
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise RowError(f"unknown field{'s' if len(unknown) > 1 else ''} for {what}: {', '.join(unknown)}")
 
 
 def _checked(row: dict[str, Any], name: str, check: Callable[[Any], T]) -> T:
@@ -244,28 +236,28 @@ def _task_writer(row: dict[str, Any], target: TaskScope) -> StateWriter | None:
 
 
 def _asset_writer(row: dict[str, Any]) -> StateWriter | None:
-    """The writer ``updated_by`` names (the inverse of :func:`writer_fields`), ``None`` for null."""
     if row.get("updated_by_try") is not None:
         raise RowError('asset state records no try: "updated_by_try" must be null or left out')
-    fields = row.get("updated_by")
+    try:
+        return _writer(row.get("updated_by"))
+    except (ValueError, TypeError) as error:  # RowError, or what StateWriter refuses
+        raise RowError(f'"updated_by": {error}') from None
+
+
+def _writer(fields: object) -> StateWriter | None:
+    """The writer a JSON object names (the inverse of :func:`writer_fields`), ``None`` for null."""
     if fields is None:
         return None
     if not isinstance(fields, dict):
-        raise RowError(f'"updated_by": must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
+        raise RowError(f'must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
     kinds = [kind.value for kind in WriterKind]
     kind = fields.get("kind")
     if kind not in kinds:
-        raise RowError(f'"updated_by": "kind" must be one of {", ".join(kinds)}, not {kind!r}')
-    allowed = {"kind", *WRITER_TASK_FIELDS} if kind == WriterKind.TASK else {"kind"}
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        plural = "s" if len(unknown) > 1 else ""
-        raise RowError(f'"updated_by": unknown field{plural} for a {kind} writer: {", ".join(unknown)}')
+        raise RowError(f'"kind" must be one of {", ".join(kinds)}, not {kind!r}')
+    task = kind == WriterKind.TASK
+    _refuse_unknown(fields, {"kind", *WRITER_TASK_FIELDS} if task else {"kind"}, f"a {kind} writer")
     values = {name: fields.get(name) for name in WRITER_TASK_FIELDS}
-    if kind == WriterKind.TASK:
+    if task:
         values["map_index"] = fields.get("map_index", -1)
-    try:
-        # StateWriter checks its own fields: what import refuses is what every backend refuses.
-        return StateWriter(WriterKind(kind), **values)
-    except TypeError as error:
-        raise RowError(f'"updated_by": {error}') from None
+    # StateWriter checks its own fields: what import refuses is what every backend refuses.
+    return StateWriter(WriterKind(kind), **values)

@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 from argparse import Namespace
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,8 +36,6 @@ FAIL, SKIP = "fail", "skip"
 #: What happens to a valid row: written, written over a key that exists, skipped because its key
 #: exists (``-a skip``), or skipped because it had expired by the time of the check.
 WRITE, OVERWRITE, EXISTS, EXPIRED = "write", "overwrite", "exists", "expired"
-
-Lines = Callable[[], Iterator[tuple[int, str | None]]]
 
 
 @dataclass(frozen=True)
@@ -69,21 +67,22 @@ class Plan:
 @command(writes=True)
 def import_state(args: Namespace) -> None:
     backend = configured_backend()
-    with _numbered_lines(args.file) as lines:
-        plan = RowChecker(backend, args.action_on_existing_key).check(lines)
+    with _spooled(args.file) as file:
+        plan = _plan(file, backend, args.action_on_existing_key)
         if plan.refusals:
-            _report_refusals(plan)
-            raise fail(
-                f"refused {len(plan.refusals)} of {count(len(plan.refusals) + len(plan.rows), 'row')}; "
-                f"nothing was imported"
-                f"{' (dry run)' if args.dry_run else ''}"
-            )
+            for refusal in plan.refusals[:SHOWN_REFUSALS]:
+                print(refusal, file=sys.stderr)
+            if len(plan.refusals) > SHOWN_REFUSALS:
+                print(f"... and {len(plan.refusals) - SHOWN_REFUSALS} more", file=sys.stderr)
+            rows = count(len(plan.refusals) + len(plan.rows), "row")
+            dry_run = " (dry run)" if args.dry_run else ""
+            raise fail(f"refused {len(plan.refusals)} of {rows}; nothing was imported{dry_run}")
         if args.dry_run:
             _report_dry_run(plan)
             return
         if not _overwriting_confirmed(plan, args):
             return
-        _write(lines, backend, plan.writes)
+        _write(file, backend, plan.writes)
     overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
     print(
         f"Imported {count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
@@ -124,12 +123,8 @@ def _report_dry_run(plan: Plan) -> None:
 
 
 @contextmanager
-def _numbered_lines(path: str) -> Iterator[Lines]:
-    """
-    A function that reads the file (again) from the start: ``(line number, text)``, the text
-    ``None`` for a line that is not UTF-8. Lines are split on ``\\n`` only (JSON escapes it inside
-    strings), so a hand-made file with a raw U+2028 in a string still reads as one row per line.
-    """
+def _spooled(path: str) -> Iterator[IO[bytes]]:
+    """The file at *path*, or stdin (``-``) spooled to a temporary file, to be read twice."""
     try:
         file = tempfile.TemporaryFile() if path == "-" else open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as error:
@@ -141,10 +136,15 @@ def _numbered_lines(path: str) -> Iterator[Lines]:
                 shutil.copyfileobj(stdin, file)
             else:  # a text stream without bytes under it (tests replace sys.stdin)
                 file.write(sys.stdin.read().encode("utf-8"))
-        yield lambda: _decoded(file)
+        yield file
 
 
 def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
+    """
+    *file* from the start: ``(line number, text)``, the text ``None`` for a line that is not UTF-8.
+    Lines are split on ``\\n`` only (JSON escapes it inside strings), so a hand-made file with a raw
+    U+2028 in a string still reads as one row per line.
+    """
     file.seek(0)
     for number, raw in enumerate(file, start=1):
         try:
@@ -157,32 +157,17 @@ def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
 # --- checking every row -----------------------------------------------------------------------
 
 
-class RowChecker:
+def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
     """
-    Checks the rows of a file in order, remembering what it found: the scope of each task instance
-    or asset named (or why there is none), and the first line of each key, to refuse it twice.
+    Check every row in order, remembering the scope of each task instance or asset named (or why
+    there is none) and the first line of each key, to refuse it twice.
     """
+    plan = Plan()
+    resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
+    first_line_of: dict[tuple[StateScope, str], int] = {}
+    now = utcnow()  # what "already expired" is measured against: the start of the import
 
-    def __init__(self, backend: BaseStateBackend, action: str) -> None:
-        self.backend = backend
-        self.action = action
-        self.plan = Plan()
-        self.resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
-        self.first_line_of: dict[tuple[StateScope, str], int] = {}
-        #: What "already expired" is measured against: the start of the import.
-        self.now = utcnow()
-
-    def check(self, lines: Lines) -> Plan:
-        with create_session() as session:
-            for number, text in lines():
-                if text is not None and not text.strip():
-                    continue  # blank lines (a trailing newline, a hand-edited file) are not rows
-                problem = self._check_row(number, text, session)
-                if problem:
-                    self.plan.refusals.append(f"line {number}: {problem}")
-        return self.plan
-
-    def _check_row(self, number: int, text: str | None, session: Session) -> str | None:
+    def check(number: int, text: str | None, session: Session) -> str | None:
         """What is wrong with the row on line *number*, or ``None`` after adding it to the plan."""
         if text is None:
             return "not UTF-8 text"
@@ -190,33 +175,41 @@ class RowChecker:
             row = parse_row(text)
         except RowError as error:
             return str(error)
-        if row.target not in self.resolved:
-            self.resolved[row.target] = _resolve(row.target, session)
-        found = self.resolved[row.target]
+        if row.target not in resolved:
+            resolved[row.target] = _resolve(row.target, session)
+        found = resolved[row.target]
         if isinstance(found, str):
             return found
-        earlier = self.first_line_of.setdefault((found.scope, row.key), number)
+        earlier = first_line_of.setdefault((found.scope, row.key), number)
         if earlier != number:
             return f"key {row.key!r} of {found.description} is also on line {earlier}"
         planned = functools.partial(Planned, number, found, row.key)
         if row.expires_at is not None:
-            if row.expires_at <= self.now:
-                self.plan.rows.append(planned(EXPIRED, row.expires_at))
+            if row.expires_at <= now:
+                plan.rows.append(planned(EXPIRED, row.expires_at))
                 return None
-            if not self.backend.supports_expiry:
-                name = type(unwrap_state_backend(self.backend)).__name__
+            if not backend.supports_expiry:
+                name = type(unwrap_state_backend(backend)).__name__
                 return (
                     f"key {row.key!r} expires at {row.expires_at.isoformat()}, and {name} does not "
                     'support expiry: import into a backend that does, or set "expires_at" to null '
                     "(never) in the file"
                 )
-        if self.backend.get(found.scope, row.key) is None:
-            self.plan.rows.append(planned(WRITE))
-        elif self.action == FAIL:
+        if backend.get(found.scope, row.key) is None:
+            plan.rows.append(planned(WRITE))
+        elif action == FAIL:
             return f"key {row.key!r} of {found.description} already exists (-a fail)"
         else:
-            self.plan.rows.append(planned(EXISTS if self.action == SKIP else OVERWRITE))
+            plan.rows.append(planned(EXISTS if action == SKIP else OVERWRITE))
         return None
+
+    with create_session() as session:
+        for number, text in _decoded(file):
+            # Blank lines (a trailing newline, a hand-edited file) are not rows.
+            problem = None if text is not None and not text.strip() else check(number, text, session)
+            if problem:
+                plan.refusals.append(f"line {number}: {problem}")
+    return plan
 
 
 def _resolve(target: TaskScope | AssetTarget, session: Session) -> NamedScope | str:
@@ -229,17 +222,10 @@ def _resolve(target: TaskScope | AssetTarget, session: Session) -> NamedScope | 
         return missing.message
 
 
-def _report_refusals(plan: Plan) -> None:
-    for refusal in plan.refusals[:SHOWN_REFUSALS]:
-        print(refusal, file=sys.stderr)
-    if len(plan.refusals) > SHOWN_REFUSALS:
-        print(f"... and {len(plan.refusals) - SHOWN_REFUSALS} more", file=sys.stderr)
-
-
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> None:
+def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned]) -> None:
     """
     Write the planned rows, reading their values from the file again. One session: the metastore
     joins it, so its writes commit together or not at all; other backends write as they go.
@@ -249,7 +235,7 @@ def _write(lines: Lines, backend: BaseStateBackend, writes: list[Planned]) -> No
     number = 0
     try:
         with create_session() as session:
-            for number, text in lines():
+            for number, text in _decoded(file):
                 row = planned.get(number)
                 if row is None or text is None:
                     continue

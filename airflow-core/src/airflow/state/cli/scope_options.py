@@ -1,7 +1,6 @@
 """
-Which state a command works on: the task instance (``--dag-id --run-id --task-id [--map-index]``)
-or the asset (``--asset-name | --asset-uri | --asset-id``) its options name, checked against the
-database so that a typo is an error rather than an empty scope read or written.
+Which state a command works on: the task instance or the asset its options name, checked against
+the database so that a typo is an error rather than an empty scope read or written.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.state import manage
-from airflow.state.cli.errors import fail, refusing
+from airflow.state.cli.errors import configured_backend, fail, refusing
+from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, StateScope
 
 if TYPE_CHECKING:
@@ -45,11 +45,12 @@ def asset(session: Session, **named: Any) -> NamedScope:
     return NamedScope(AssetScope(found.asset_id), f"asset {found.name!r} (uri={found.uri!r})")
 
 
-def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = False) -> NamedScope:
+def named_scope(args: Namespace, *, all_map_indices: bool = False) -> NamedScope:
     """
     The scope the options of *args* name. Exactly one kind must be named, completely; with
     *all_map_indices* (``clear --all-map-indices``) the task scope stands for every map index.
     """
+    configured_backend()  # a misconfigured [state] backend is reported before anything else
     task_given = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is not None]
     # --map-index defaults to None (not -1) so that giving it beside an asset option is noticed.
     if args.map_index is not None:
@@ -60,20 +61,21 @@ def named_scope(args: Namespace, session: Session, *, all_map_indices: bool = Fa
             f"give either a task instance or an asset, not both ({', '.join(task_given + asset_given)}); "
             "see `airflow state --help`"
         )
-    if asset_given:
-        if all_map_indices:
-            raise fail("--all-map-indices is for task state; an asset has no map indices")
-        return asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)
-    if not task_given:
+    if asset_given and all_map_indices:
+        raise fail("--all-map-indices is for task state; an asset has no map indices")
+    if not asset_given and not task_given:
         raise fail(
             "name the state: --dag-id, --run-id and --task-id (and --map-index for a mapped task) "
             "for a task instance's, or --asset-name, --asset-uri or --asset-id for an asset's"
         )
     missing = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is None]
-    if missing:
+    if task_given and missing:
         raise fail(f"task state needs --dag-id, --run-id and --task-id; missing {', '.join(missing)}")
     if all_map_indices and args.map_index is not None:
         raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
-    map_index = None if all_map_indices else -1 if args.map_index is None else args.map_index
-    with refusing():  # what TaskScope refuses, such as an empty --task-id
-        return task_instance(args.dag_id, args.run_id, args.task_id, map_index, session)
+    with create_session() as session:
+        if asset_given:
+            return asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)
+        map_index = None if all_map_indices else -1 if args.map_index is None else args.map_index
+        with refusing():  # what TaskScope refuses, such as an empty --task-id
+            return task_instance(args.dag_id, args.run_id, args.task_id, map_index, session)

@@ -19,12 +19,6 @@ from airflow.utils.session import create_session
 from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
 
 
-def _resolve(args: Namespace, *, all_map_indices: bool = False) -> NamedScope:
-    configured_backend()  # a misconfigured [state] backend is reported before anything else
-    with create_session() as session:
-        return named_scope(args, session, all_map_indices=all_map_indices)
-
-
 def _checked_key(key: str) -> str:
     with refusing("invalid key"):
         validate_key(key)
@@ -34,13 +28,13 @@ def _checked_key(key: str) -> str:
 @command(writes=False)
 def get(args: Namespace) -> None:
     key = _checked_key(args.key)
-    named = _resolve(args)
+    named = named_scope(args)
     print_entries([manage.entry(named.scope, key)], args.output, with_try=isinstance(named.scope, TaskScope))
 
 
 @command(writes=False)
 def list_entries(args: Namespace) -> None:
-    named = _resolve(args)
+    named = named_scope(args)
     with refusing():
         entries, total = manage.entries(
             named.scope, key_prefix=args.key_prefix, offset=args.offset, limit=args.limit
@@ -59,7 +53,7 @@ def set_value(args: Namespace) -> None:
         # null, NaN, too large: refused before any lookup
         text = codec.encode(_json_value(args.value))
     ttl = _checked_ttl(args.ttl)
-    named = _resolve(args)
+    named = named_scope(args)
     with refusing():  # the value was checked above: what is left is the ttl against the backend
         version = manage.put(
             named.scope, key, text, ttl=ttl, if_version=args.if_version, writer=CLI_WRITER
@@ -73,7 +67,7 @@ def set_value(args: Namespace) -> None:
 def increment(args: Namespace) -> None:
     key = _checked_key(args.key)
     ttl = _checked_ttl(args.ttl)
-    named = _resolve(args)
+    named = named_scope(args)
     with refusing():  # a stored value that is no integer, a result beyond 64 bits
         value = manage.increment(named.scope, key, args.by, ttl=ttl, writer=CLI_WRITER).value
     # Only the number, so that scripts can take it: n=$(airflow state increment ...).
@@ -97,7 +91,7 @@ def _json_value(text: str) -> Any:
 @command(writes=True)
 def delete(args: Namespace) -> None:
     key = _checked_key(args.key)
-    named = _resolve(args)
+    named = named_scope(args)
     manage.entry(named.scope, key)  # a key that is not there is an error, not a silent no-op
     if not confirmed(
         f"Delete key {key!r} of {named.description}?", yes=args.yes, cancelled="nothing was deleted"
@@ -109,7 +103,7 @@ def delete(args: Namespace) -> None:
 
 @command(writes=True)
 def clear(args: Namespace) -> None:
-    named = _resolve(args, all_map_indices=args.all_map_indices)
+    named = named_scope(args, all_map_indices=args.all_map_indices)
     keys = _keys_to_clear(named, all_map_indices=args.all_map_indices)
     if not keys:
         print(f"Nothing to clear: no state stored for {named.description}")
