@@ -1,4 +1,4 @@
 """
-The `airflow state` and `airflow state-db` commands: definitions Airflow reads at start-up
-(``definition``, ``state_definition``), commands loaded lazily when run.
+The `airflow state` and `airflow state-db` commands: ``definition``, read by Airflow at start-up,
+and the command modules it names, loaded lazily when a command runs.
 """

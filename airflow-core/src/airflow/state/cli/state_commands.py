@@ -42,8 +42,7 @@ def list_entries(args: Namespace) -> None:
     print_entries(entries, args.output, with_try=isinstance(named.scope, TaskScope))
     if entries and (args.offset or len(entries) < total):
         # On stderr: the rows on stdout stay exactly what the format says.
-        first = args.offset + 1
-        print(f"keys {first}-{args.offset + len(entries)} of {total}", file=sys.stderr)
+        print(f"keys {args.offset + 1}-{args.offset + len(entries)} of {total}", file=sys.stderr)
 
 
 @command(writes=True)
