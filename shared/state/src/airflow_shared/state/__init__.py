@@ -26,6 +26,7 @@ from .writes import (
     counter_value,
     incremented,
     validate_increment,
+    validate_write,
     validate_write_options,
     validate_writer,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "validate_many_values",
     "validate_scope",
     "validate_value",
+    "validate_write",
     "validate_write_options",
     "validate_writer",
 ]

@@ -33,8 +33,7 @@ from airflow_shared.state import (
     validate_many_values,
     validate_scope,
     validate_value,
-    validate_write_options,
-    validate_writer,
+    validate_write,
 )
 from airflow_shared.state.entries import page_of_keys
 
@@ -87,9 +86,7 @@ class MemoryStateBackend(BaseStateBackend):
         return None if stored is None else stored.value
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        _check(scope)
-        validate_key(key)
-        entry = _live(self._data.get((scope, key)), datetime.now(UTC))
+        entry = self._read(scope, key)
         return None if entry is None else VersionedValue(entry.value, entry.version or 0)
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
@@ -120,6 +117,9 @@ class MemoryStateBackend(BaseStateBackend):
         return StateEntryPage([stored[key] for key in keys], total)
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        return self._read(scope, key)
+
+    def _read(self, scope: StateScope, key: str) -> StateEntry | None:
         _check(scope)
         validate_key(key)
         return _live(self._data.get((scope, key)), datetime.now(UTC))
@@ -162,9 +162,7 @@ class MemoryStateBackend(BaseStateBackend):
         _check(scope)
         validate_key(key)
         validate_value(value)
-        validate_write_options(expires_at, if_version)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at, if_version)
         with self._lock:
             if if_version is not None:
                 live = _live(self._data.get((scope, key)), datetime.now(UTC))
@@ -184,9 +182,7 @@ class MemoryStateBackend(BaseStateBackend):
     ) -> dict[str, int | None]:
         _check(scope)
         checked = validate_many_values(values)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at)
         with self._lock:
             return {
                 key: self._store(
@@ -208,9 +204,7 @@ class MemoryStateBackend(BaseStateBackend):
         _check(scope)
         validate_key(key)
         validate_increment(by)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at)
         with self._lock:
             live = _live(self._data.get((scope, key)), datetime.now(UTC))
             # Raises ValueError before anything is stored when the value is not a 64-bit integer.

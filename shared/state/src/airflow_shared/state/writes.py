@@ -163,6 +163,16 @@ def validate_write_options(expires_at: object, if_version: object) -> None:
             raise ValueError(f"if_version must be 0 (key absent) or a stored version, got {if_version}")
 
 
+def validate_write(writer: StateWriter | None, expires_at: object, if_version: object = None) -> int | None:
+    """
+    Check what a write carries beside its key and value (:func:`validate_write_options`,
+    :func:`validate_writer`); return the try number task state records (``None``: no task try).
+    """
+    validate_write_options(expires_at, if_version)
+    validate_writer(writer)
+    return writer.try_number if writer is not None else None
+
+
 def validate_increment(by: object) -> None:
     """Raise ``TypeError``/``ValueError`` unless *by* is an integer an increment can add."""
     if not isinstance(by, int) or isinstance(by, bool):
