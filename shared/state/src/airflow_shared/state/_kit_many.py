@@ -39,41 +39,34 @@ UNUSUAL_KEYS = [
 class ManyKeysConformance:
     """Batches of keys: the same answers as one call per key, in one call."""
 
-    def test_get_many_returns_only_the_keys_that_hold_a_value(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "a", "1")
-            backend.set(scope, "b", "2")
-            assert backend.get_many(scope, ["a", "missing", "b"]) == {"a": "1", "b": "2"}
-            assert backend.get_many(scope, ["missing"]) == {}
-            assert backend.get_many(scope, []) == {}
-            # Repeated keys are asked once.
-            assert backend.get_many(scope, ["a", "a"]) == {"a": "1"}
+    def test_get_many_returns_only_the_keys_that_hold_a_value(self, backend, scope):
+        backend.set(scope, "a", "1")
+        backend.set(scope, "b", "2")
+        assert backend.get_many(scope, ["a", "missing", "b"]) == {"a": "1", "b": "2"}
+        assert backend.get_many(scope, ["missing"]) == {}
+        assert backend.get_many(scope, []) == {}
+        # Repeated keys are asked once.
+        assert backend.get_many(scope, ["a", "a"]) == {"a": "1"}
 
-    def test_set_many_stores_every_pair_and_answers_the_versions(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "old", "before")
-            versions = backend.set_many(scope, {"old": "after", "new": "first"})
-            assert set(versions) == {"old", "new"}
-            assert backend.get(scope, "old") == "after"
-            assert backend.get(scope, "new") == "first"
-            if backend.supports_versions:
-                assert versions == {"old": 2, "new": 1}
-                assert backend.get_versioned(scope, "old") == VersionedValue("after", 2)
-            else:
-                assert versions == {"old": None, "new": None}
-            assert backend.set_many(scope, {}) == {}
+    def test_set_many_stores_every_pair_and_answers_the_versions(self, backend, scope):
+        backend.set(scope, "old", "before")
+        versions = backend.set_many(scope, {"old": "after", "new": "first"})
+        assert set(versions) == {"old", "new"}
+        assert backend.get(scope, "old") == "after"
+        assert backend.get(scope, "new") == "first"
+        if backend.supports_versions:
+            assert versions == {"old": 2, "new": 1}
+            assert backend.get_versioned(scope, "old") == VersionedValue("after", 2)
+        else:
+            assert versions == {"old": None, "new": None}
+        assert backend.set_many(scope, {}) == {}
 
-    def test_delete_many_removes_only_the_keys_named(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set_many(scope, {"a": "1", "b": "2", "c": "3"})
-            backend.delete_many(scope, ["a", "c", "never_set"])
-            assert backend.get_many(scope, ["a", "b", "c"]) == {"b": "2"}
-            backend.delete_many(scope, [])
-            assert backend.get(scope, "b") == "2"
+    def test_delete_many_removes_only_the_keys_named(self, backend, scope):
+        backend.set_many(scope, {"a": "1", "b": "2", "c": "3"})
+        backend.delete_many(scope, ["a", "c", "never_set"])
+        assert backend.get_many(scope, ["a", "b", "c"]) == {"b": "2"}
+        backend.delete_many(scope, [])
+        assert backend.get(scope, "b") == "2"
 
     def test_batches_stay_in_their_scope(self, backend, make_task_scope, make_asset_scope):
         mine = make_task_scope(map_index=0)
@@ -92,15 +85,14 @@ class ManyKeysConformance:
         for other in others:
             assert backend.get(other, "k") == "other's"
 
-    def test_unusual_keys_each_stay_their_own_key(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            values = {key: f"value of {key[:20]!r} #{n}" for n, key in enumerate(UNUSUAL_KEYS)}
-            backend.set_many(scope, values)
-            assert backend.get_many(scope, UNUSUAL_KEYS) == values
-            for key, value in values.items():
-                assert backend.get(scope, key) == value
-            backend.delete_many(scope, UNUSUAL_KEYS[::2])
-            assert backend.get_many(scope, UNUSUAL_KEYS) == {k: values[k] for k in UNUSUAL_KEYS[1::2]}
+    def test_unusual_keys_each_stay_their_own_key(self, backend, scope):
+        values = {key: f"value of {key[:20]!r} #{n}" for n, key in enumerate(UNUSUAL_KEYS)}
+        backend.set_many(scope, values)
+        assert backend.get_many(scope, UNUSUAL_KEYS) == values
+        for key, value in values.items():
+            assert backend.get(scope, key) == value
+        backend.delete_many(scope, UNUSUAL_KEYS[::2])
+        assert backend.get_many(scope, UNUSUAL_KEYS) == {k: values[k] for k in UNUSUAL_KEYS[1::2]}
 
     def test_a_full_batch_of_the_largest_size_round_trips(self, backend, make_task_scope):
         scope = make_task_scope()
@@ -187,7 +179,7 @@ class ManyKeysConformance:
             assert stored is not None and abs((stored - future).total_seconds()) < 0.01
             assert by_key[key].updated_by_try == 3
 
-    def test_async_batches_match_sync(self, backend, make_task_scope, make_asset_scope):
+    def test_async_batches_match_sync(self, backend, scope):
         async def scenario(scope):
             versions = await backend.aset_many(scope, {"a": "1", "b": "2"})
             assert set(versions) == {"a", "b"}
@@ -195,9 +187,8 @@ class ManyKeysConformance:
             await backend.adelete_many(scope, ["a"])
             return await backend.aget_many(scope, ["a", "b"])
 
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            assert asyncio.run(scenario(scope)) == {"b": "2"}
-            assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
+        assert asyncio.run(scenario(scope)) == {"b": "2"}
+        assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
 
     def test_atomic_batches_are_never_seen_half_applied(self, backend, make_task_scope):
         if not backend.supports_atomic_many:

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -64,32 +63,17 @@ import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
+from ._kit_support import in_threads, listed, refused, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
-from .entries import StateEntry, StateEntryPage
+from .entries import StateEntryPage
 from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH
 
 MakeTaskScope = Callable[..., TaskScope]
 MakeAssetScope = Callable[[int], AssetScope]
 RecreateDagRun = Callable[[TaskScope], TaskScope]
-
-
-def _listed_entries(backend: BaseStateBackend, scope: StateScope) -> dict[str, StateEntry] | None:
-    """The entries of *scope* by key, or ``None`` when the backend does not list keys."""
-    try:
-        return {entry.key: entry for entry in backend.entries(scope).entries}
-    except NotImplementedError:
-        return None
-
-
-def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | None:
-    """The keys of *scope*, or ``None`` when the backend does not list keys (that is optional)."""
-    try:
-        return backend.keys(scope)
-    except NotImplementedError:
-        return None
 
 
 class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
@@ -132,23 +116,23 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         """Return ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset."""
         return AssetScope
 
+    @pytest.fixture(params=["task", "asset"])
+    def scope(self, request, make_task_scope, make_asset_scope) -> StateScope:
+        """A task scope, then an asset scope: each test taking it holds for both alike."""
+        return make_task_scope() if request.param == "task" else make_asset_scope(1)
+
     # --- round trips ---------------------------------------------------------------------
 
-    def test_missing_key_reads_as_none(self, backend, make_task_scope, make_asset_scope):
-        assert backend.get(make_task_scope(), "never_set") is None
-        assert backend.get(make_asset_scope(1), "never_set") is None
+    def test_missing_key_reads_as_none_and_deleting_it_is_no_error(self, backend, scope):
+        assert backend.get(scope, "never_set") is None
+        backend.delete(scope, "never_set")
 
-    def test_set_then_get_returns_the_value(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_task_scope(), "remote_job_id", "app_001")
-        backend.set(make_asset_scope(1), "watermark", "2026-11-30T00:00:00+00:00")
-        assert backend.get(make_task_scope(), "remote_job_id") == "app_001"
-        assert backend.get(make_asset_scope(1), "watermark") == "2026-11-30T00:00:00+00:00"
-
-    def test_set_overwrites(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "first")
-            backend.set(scope, "k", "second")
-            assert backend.get(scope, "k") == "second"
+    def test_set_then_get_returns_the_value_and_set_overwrites(self, backend, scope):
+        backend.set(scope, "watermark", "2026-11-30T00:00:00+00:00")
+        assert backend.get(scope, "watermark") == "2026-11-30T00:00:00+00:00"
+        backend.set(scope, "k", "first")
+        backend.set(scope, "k", "second")
+        assert backend.get(scope, "k") == "second"
 
     def test_values_round_trip_exactly(self, backend, make_task_scope):
         scope = make_task_scope()
@@ -207,17 +191,12 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     # --- delete and clear ----------------------------------------------------------------
 
-    def test_delete_removes_only_that_key(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "gone", "1")
-            backend.set(scope, "kept", "2")
-            backend.delete(scope, "gone")
-            assert backend.get(scope, "gone") is None
-            assert backend.get(scope, "kept") == "2"
-
-    def test_delete_of_missing_key_is_not_an_error(self, backend, make_task_scope, make_asset_scope):
-        backend.delete(make_task_scope(), "never_set")
-        backend.delete(make_asset_scope(1), "never_set")
+    def test_delete_removes_only_that_key(self, backend, scope):
+        backend.set(scope, "gone", "1")
+        backend.set(scope, "kept", "2")
+        backend.delete(scope, "gone")
+        assert backend.get(scope, "gone") is None
+        assert backend.get(scope, "kept") == "2"
 
     def test_clear_task_scope_clears_only_its_map_index(self, backend, make_task_scope):
         for map_index in (0, 1):
@@ -283,7 +262,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             scope = dataclasses.replace(new, map_index=map_index)
             assert backend.get(scope, "remote_job_id") is None, map_index
             assert backend.get(scope, "checkpoint") is None, map_index
-            assert _listed_keys(backend, scope) in (None, []), map_index
+            assert listed(backend.keys, scope) in (None, []), map_index
             assert asyncio.run(backend.aget(scope, "remote_job_id")) is None, map_index
 
     def test_a_recreated_dag_run_can_be_written(self, backend, make_task_scope, recreate_dag_run):
@@ -297,7 +276,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(new, "remote_job_id") == "app_new"
         assert asyncio.run(backend.aget(new, "checkpoint")) == "page 1"
         assert backend.get(new, "stale") is None
-        assert _listed_keys(backend, new) in (None, ["checkpoint", "remote_job_id"])
+        assert listed(backend.keys, new) in (None, ["checkpoint", "remote_job_id"])
         backend.delete(new, "checkpoint")
         assert backend.get(new, "checkpoint") is None
         assert backend.get(new, "remote_job_id") == "app_new"
@@ -341,8 +320,8 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(two, "k") == "two"
         backend.delete(two, "gone")
         assert backend.get(one, "gone") == "one"
-        assert _listed_keys(backend, one) in (None, ["gone", "k"])
-        assert _listed_keys(backend, two) in (None, ["k"])
+        assert listed(backend.keys, one) in (None, ["gone", "k"])
+        assert listed(backend.keys, two) in (None, ["k"])
 
         backend.clear(two)
         assert backend.get(one, "k") == "one"
@@ -394,7 +373,10 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(task, "from_outside_a_task") == "x"
         assert backend.get(asset, "watermark") == "100"
         assert asyncio.run(backend.aget(asset, "cursor")) == "abc"
-        assert _listed_keys(backend, task) in (None, ["checkpoint", "from_outside_a_task", "remote_job_id"])
+        assert listed(backend.keys, task) in (
+            None,
+            ["checkpoint", "from_outside_a_task", "remote_job_id"],
+        )
 
     def test_set_by_try_overwrites_like_set(self, backend, make_task_scope, make_asset_scope):
         task, asset = make_task_scope(map_index=0), make_asset_scope(1)
@@ -422,31 +404,20 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         ],
         ids=["empty-key", "nul-key", "none-key", "none-value", "bytes-value", "surrogate-value"],
     )
-    def test_set_by_try_refuses_bad_input_like_set(
-        self, backend, make_task_scope, make_asset_scope, key, value, error, match
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            try_number = 1 if isinstance(scope, TaskScope) else None
-            backend.set(scope, "k", "kept")
-            with pytest.raises(error, match=match):
-                backend.set_by_try(scope, key, value, try_number=try_number)
-            with pytest.raises(error, match=match):
-                asyncio.run(backend.aset_by_try(scope, key, value, try_number=try_number))
-            assert backend.get(scope, "k") == "kept"
-        for scope in (None, "dag/run/task"):
-            with pytest.raises(TypeError, match="scope"):
-                backend.set_by_try(scope, "k", "v", try_number=1)
-            with pytest.raises(TypeError, match="scope"):
-                asyncio.run(backend.aset_by_try(scope, "k", "v", try_number=1))
+    def test_set_by_try_refuses_bad_input_like_set(self, backend, scope, key, value, error, match):
+        try_number = 1 if isinstance(scope, TaskScope) else None
+        backend.set(scope, "k", "kept")
+        refused(backend, "set_by_try", scope, key, value, try_number=try_number, error=error, match=match)
+        assert backend.get(scope, "k") == "kept"
+        for bad_scope in (None, "dag/run/task"):
+            refused(backend, "set_by_try", bad_scope, "k", "v", try_number=1, error=TypeError, match="scope")
 
     # --- listing (optional) ---------------------------------------------------------------
 
     def test_keys_lists_exactly_this_scope_sorted(self, backend, make_task_scope, make_asset_scope):
         scope = make_task_scope(map_index=0)
-        try:
-            assert backend.keys(scope) == []
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scope)
+        assert backend.keys(scope) == []
         for key in ("b", "a", "Z", "ü"):
             backend.set(scope, key, "v")
         backend.set(make_task_scope(map_index=1), "other_map_index", "v")
@@ -463,10 +434,8 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     def test_entries_list_values_sorted_with_total(self, backend, make_task_scope, make_asset_scope):
         scope = make_task_scope(map_index=0)
-        try:
-            assert backend.entries(scope) == StateEntryPage([], 0)
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scope)
+        assert backend.entries(scope) == StateEntryPage([], 0)
         stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000}
         for key, value in stored.items():
             backend.set(scope, key, value)
@@ -479,10 +448,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     def test_entries_filter_by_prefix_and_page(self, backend, make_task_scope):
         scope = make_task_scope()
-        try:
-            backend.entries(scope)
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scope)
         for n in range(7):
             backend.set(scope, f"job/{n}", str(n))
         backend.set(scope, "jobs", "not under job/")
@@ -518,10 +484,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         ids=["int-prefix", "nul-prefix", "negative-offset", "none-offset", "negative-limit", "bool-limit"],
     )
     def test_entries_refuse_bad_arguments(self, backend, make_task_scope, arguments, error):
-        try:
-            backend.entries(make_task_scope())
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, make_task_scope())
         with pytest.raises(error):
             backend.entries(make_task_scope(), **arguments)
         with pytest.raises(TypeError, match="scope"):
@@ -567,9 +530,9 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         for scope in (task, asset):
             found = backend.get_entry(scope, "job")
             assert found is not None and found.value == "mine"
-            listed = _listed_entries(backend, scope)
-            if listed is not None:
-                assert found == listed["job"]
+            page = listed(backend.entries, scope)
+            if page is not None:
+                assert found == {entry.key: entry for entry in page.entries}["job"]
             assert backend.get_entry(scope, "jo") is None  # a prefix of keys is not a key
             assert backend.get_entry(scope, "job/") is None
             assert backend.get_entry(scope, "never_set") is None
@@ -595,10 +558,8 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             make_asset_scope(1),
             make_asset_scope(2),
         ]
-        try:
-            assert backend.key_counts(scopes) == [0, 0, 0, 0, 0]
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scopes[0])
+        assert backend.key_counts(scopes) == [0, 0, 0, 0, 0]
         for n, scope in enumerate(scopes):
             for key in range(n):
                 backend.set(scope, f"k{key}", "v")
@@ -651,23 +612,13 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     def test_concurrent_writes_to_one_key_never_fail_and_one_wins(self, backend, make_task_scope):
         scope = make_task_scope()
-        errors: list[BaseException] = []
-        written = [f"writer-{n}" for n in range(8)]
 
-        def write(value: str) -> None:
-            try:
-                for _ in range(5):
-                    backend.set(scope, "contended", value)
-            except BaseException as exc:  # collected and re-raised in the test thread
-                errors.append(exc)
+        def write(n: int) -> None:
+            for _ in range(5):
+                backend.set(scope, "contended", f"writer-{n}")
 
-        threads = [threading.Thread(target=write, args=(v,)) for v in written]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
-        assert backend.get(scope, "contended") in written
+        in_threads(8, write)
+        assert backend.get(scope, "contended") in [f"writer-{n}" for n in range(8)]
 
     # --- bad input -----------------------------------------------------------------------
 
@@ -683,16 +634,15 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         ],
         ids=["empty", "too-long", "nul", "surrogate", "none", "int"],
     )
-    def test_bad_keys_are_refused_everywhere(self, backend, make_task_scope, make_asset_scope, key, error):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            with pytest.raises(error, match="key"):
-                backend.set(scope, key, "v")
-            with pytest.raises(error, match="key"):
-                backend.get(scope, key)
-            with pytest.raises(error, match="key"):
-                backend.delete(scope, key)
-            with pytest.raises(error, match="key"):
-                asyncio.run(backend.aset(scope, key, "v"))
+    def test_bad_keys_are_refused_everywhere(self, backend, scope, key, error):
+        with pytest.raises(error, match="key"):
+            backend.set(scope, key, "v")
+        with pytest.raises(error, match="key"):
+            backend.get(scope, key)
+        with pytest.raises(error, match="key"):
+            backend.delete(scope, key)
+        with pytest.raises(error, match="key"):
+            asyncio.run(backend.aset(scope, key, "v"))
 
     @pytest.mark.parametrize(
         ("value", "error"),
@@ -709,19 +659,16 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value, error):
         scope = make_task_scope()
         backend.set(scope, "k", "kept")
-        with pytest.raises(error, match="value"):
-            backend.set(scope, "k", value)
-        with pytest.raises(error, match="value"):
-            asyncio.run(backend.aset(scope, "k", value))
+        refused(backend, "set", scope, "k", value, error=error, match="value")
         assert backend.get(scope, "k") == "kept"
 
-    @pytest.mark.parametrize("scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
-    def test_wrong_scope_types_are_refused(self, backend, scope):
+    @pytest.mark.parametrize("bad_scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
+    def test_wrong_scope_types_are_refused(self, backend, bad_scope):
         with pytest.raises(TypeError, match="scope"):
-            backend.set(scope, "k", "v")
+            backend.set(bad_scope, "k", "v")
         with pytest.raises(TypeError, match="scope"):
-            backend.get(scope, "k")
+            backend.get(bad_scope, "k")
         with pytest.raises(TypeError, match="scope"):
-            backend.delete(scope, "k")
+            backend.delete(bad_scope, "k")
         with pytest.raises(TypeError, match="scope"):
-            backend.clear(scope)
+            backend.clear(bad_scope)
