@@ -10,45 +10,12 @@ Subclass :class:`StateBackendConformance` in a test module and provide the ``bac
         def backend(self):
             return MyBackend(url=...)
 
-Fixtures a backend may override:
-
-* ``make_task_scope``: ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``. The
-  default builds scopes of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``. Backends
-  whose storage needs the scope to exist first (the metastore needs a real dag run) create it
-  here, and return the scope Airflow would build (with the run's real ``dag_run_uid``).
-* ``recreate_dag_run``: ``recreate(scope) -> TaskScope``. Delete the dag run of *scope* and create
-  it again with the same ``dag_id`` and ``run_id``; return a scope of the same task and map index
-  in the new run. The default only gives the scope a new ``dag_run_uid``, which is all a backend
-  without foreign keys can see of a re-created run; a backend that stores in Airflow's database
-  deletes and re-inserts the ``dag_run`` row for real.
-* ``make_asset_scope``: ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset; the
-  metastore creates real asset rows.
-
-Set the class attribute ``records_writes = True`` when :meth:`BaseStateBackend.entries` reports
-when each key was written and by which try; the kit then checks both.
-
-Set ``records_asset_writers = True`` when ``entries()`` of asset state reports the
-:class:`~airflow_shared.state.StateWriter` given to the last ``write()``/``increment()``.
-
-Batches (``get_many``, ``set_many``, ``delete_many``) are tested as the single-key calls are; a
-backend that declares ``supports_atomic_many`` is also checked never to show a batch half applied.
-
-A backend that wraps another one also passes :class:`StateBackendWrapperConformance` (fixture
-``wrap(backend) -> wrapper``): every contract method and capability passes through unchanged.
-
-Versions, expiry and increments are tested as the backend's own flags declare them
-(``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
-default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
-refuses the capability with ``StateCapabilityError`` and writes nothing. The contention tests use
-``contention_threads`` threads of ``contention_operations`` operations (8 x 50); a slow store may
-lower them, never to fewer than 2 threads.
-
-Set the class attribute ``task_state_cascades_with_dag_run = True`` only if the store itself
-deletes task state with the ``dag_run`` row (a foreign key, as in the metastore); such a backend
-may ignore ``dag_run_uid``, and the kit skips the two tests that require keying on it. Every
-other backend must key task state on ``dag_run_uid`` and refuse a ``TaskScope`` without one.
-
-Requires pytest (``apache-airflow-shared-state[testing]``).
+A backend whose scopes must exist first (the metastore needs real dag runs and assets) overrides
+the fixtures ``make_task_scope``, ``make_asset_scope`` and ``recreate_dag_run`` (each documented
+below); the class attributes say what the backend records beyond the contract. Capabilities are
+tested as the backend's ``supports_*`` flags declare them, and an undeclared one must be refused
+with ``StateCapabilityError``. A backend that wraps another one also passes
+:class:`StateBackendWrapperConformance`. Requires pytest (``apache-airflow-shared-state[testing]``).
 """
 
 from __future__ import annotations
@@ -58,12 +25,13 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
-from ._kit_support import in_threads, listed, refused, require_listing
+from ._kit_support import in_threads, listed, refused, require, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
@@ -75,12 +43,42 @@ MakeTaskScope = Callable[..., TaskScope]
 MakeAssetScope = Callable[[int], AssetScope]
 RecreateDagRun = Callable[[TaskScope], TaskScope]
 
+#: Keys and values no backend may store, with the error each must raise before any I/O.
+BAD_KEYS = {
+    "empty": ("", ValueError),
+    "too-long": ("k" * (MAX_KEY_LENGTH + 1), ValueError),
+    "nul": ("nul\x00byte", ValueError),
+    "surrogate": ("lone-\ud800-surrogate", ValueError),
+    "none": (None, TypeError),
+    "int": (42, TypeError),
+}
+BAD_VALUES = {
+    "none": (None, TypeError),
+    "int": (42, TypeError),
+    "bytes": (b"bytes", TypeError),
+    "dict": ({"a": 1}, TypeError),
+    "nul": ("nul\x00byte", ValueError),
+    "surrogate": ("lone-\udfff-surrogate", ValueError),
+}
+
+
+def _writes(scope: object, key: object, value: object) -> dict[str, Any]:
+    """The arguments of each single-key write (each has an async twin) storing *value* under *key*."""
+    try_number = 1 if isinstance(scope, TaskScope) else None
+    return {
+        "set": ((scope, key, value), {}),
+        "set_by_try": ((scope, key, value), {"try_number": try_number}),
+        "write": ((scope, key, value), {}),
+    }
+
 
 class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign
-    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``.
+    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``, and the kit
+    #: skips the tests that require keying on it. Every other backend must key task state on it and
+    #: refuse a ``TaskScope`` without one.
     task_state_cascades_with_dag_run: bool = False
 
     #: True when ``entries()`` reports ``updated_at`` and ``updated_by_try`` of each key.
@@ -92,7 +90,11 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     @pytest.fixture
     def make_task_scope(self) -> MakeTaskScope:
-        """Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``."""
+        """
+        Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``: by default a
+        scope of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``; a backend whose
+        storage needs the run to exist creates it, and returns the scope Airflow would build.
+        """
 
         def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
             return TaskScope("conformance_dag", run_id, task_id, map_index, dag_run_uid=f"uid-{run_id}")
@@ -104,6 +106,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         """
         Return ``recreate(scope) -> TaskScope``: delete the dag run of *scope*, create it again with
         the same dag_id and run_id, and return a scope of the same task and map index in the new run.
+        The default only gives the scope a new ``dag_run_uid``, all a store without foreign keys sees.
         """
 
         def recreate(scope: TaskScope) -> TaskScope:
@@ -361,56 +364,19 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     # --- writes that name the writing try -----------------------------------------------
 
-    def test_set_by_try_stores_what_get_returns(self, backend, make_task_scope, make_asset_scope):
-        task, asset = make_task_scope(), make_asset_scope(1)
-        backend.set_by_try(task, "remote_job_id", "app_001", try_number=1)
-        backend.set_by_try(asset, "watermark", "100", try_number=None)
-        asyncio.run(backend.aset_by_try(task, "checkpoint", "page 3", try_number=2))
-        asyncio.run(backend.aset_by_try(asset, "cursor", "abc", try_number=None))
-        backend.set_by_try(task, "from_outside_a_task", "x", try_number=None)
-        assert backend.get(task, "remote_job_id") == "app_001"
-        assert backend.get(task, "checkpoint") == "page 3"
-        assert backend.get(task, "from_outside_a_task") == "x"
-        assert backend.get(asset, "watermark") == "100"
-        assert asyncio.run(backend.aget(asset, "cursor")) == "abc"
-        assert listed(backend.keys, task) in (
-            None,
-            ["checkpoint", "from_outside_a_task", "remote_job_id"],
-        )
-
-    def test_set_by_try_overwrites_like_set(self, backend, make_task_scope, make_asset_scope):
-        task, asset = make_task_scope(map_index=0), make_asset_scope(1)
-        backend.set(task, "k", "from set")
-        backend.set_by_try(task, "k", "from try 1", try_number=1)
-        assert backend.get(task, "k") == "from try 1"
-        asyncio.run(backend.aset_by_try(task, "k", "from try 2", try_number=2))
-        assert backend.get(task, "k") == "from try 2"
-        backend.set(task, "k", "from set again")
-        assert backend.get(task, "k") == "from set again"
+    def test_set_by_try_stores_and_overwrites_like_set(self, backend, make_task_scope, scope):
+        by_task = isinstance(scope, TaskScope)  # asset state is never written by a try
+        backend.set(scope, "k", "from set")
+        backend.set_by_try(scope, "k", "from try 1", try_number=1 if by_task else None)
+        assert backend.get(scope, "k") == "from try 1"
+        asyncio.run(backend.aset_by_try(scope, "k", "from try 2", try_number=2 if by_task else None))
+        assert asyncio.run(backend.aget(scope, "k")) == "from try 2"
+        backend.set(scope, "k", "from set again")
+        assert backend.get(scope, "k") == "from set again"
+        backend.set_by_try(scope, "from_outside_a_task", "x", try_number=None)
+        assert backend.get(scope, "from_outside_a_task") == "x"
+        assert listed(backend.keys, scope) in (None, ["from_outside_a_task", "k"])
         assert backend.get(make_task_scope(map_index=1), "k") is None
-        backend.set_by_try(asset, "k", "first", try_number=None)
-        asyncio.run(backend.aset_by_try(asset, "k", "second", try_number=None))
-        assert backend.get(asset, "k") == "second"
-
-    @pytest.mark.parametrize(
-        ("key", "value", "error", "match"),
-        [
-            ("", "v", ValueError, "key"),
-            ("nul\x00byte", "v", ValueError, "key"),
-            (None, "v", TypeError, "key"),
-            ("k", None, TypeError, "value"),
-            ("k", b"bytes", TypeError, "value"),
-            ("k", "lone-\udfff-surrogate", ValueError, "value"),
-        ],
-        ids=["empty-key", "nul-key", "none-key", "none-value", "bytes-value", "surrogate-value"],
-    )
-    def test_set_by_try_refuses_bad_input_like_set(self, backend, scope, key, value, error, match):
-        try_number = 1 if isinstance(scope, TaskScope) else None
-        backend.set(scope, "k", "kept")
-        refused(backend, "set_by_try", scope, key, value, try_number=try_number, error=error, match=match)
-        assert backend.get(scope, "k") == "kept"
-        for bad_scope in (None, "dag/run/task"):
-            refused(backend, "set_by_try", bad_scope, "k", "v", try_number=1, error=TypeError, match="scope")
 
     # --- listing (optional) ---------------------------------------------------------------
 
@@ -487,8 +453,6 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         require_listing(backend, make_task_scope())
         with pytest.raises(error):
             backend.entries(make_task_scope(), **arguments)
-        with pytest.raises(TypeError, match="scope"):
-            backend.entries("dag/run/task")
 
     def test_entries_report_when_and_by_which_try(self, backend, make_task_scope, make_asset_scope):
         if not self.records_writes:
@@ -542,16 +506,11 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         backend.delete(task, "job")
         assert backend.get_entry(task, "job") is None
 
-    def test_get_entry_hides_an_expired_key_and_refuses_bad_input(self, backend, make_task_scope):
+    def test_get_entry_hides_an_expired_key(self, backend, make_task_scope):
         scope = make_task_scope()
-        if backend.supports_expiry:
-            backend.write(scope, "gone", "v", expires_at=datetime.now(UTC) - timedelta(seconds=1))
-            assert backend.get_entry(scope, "gone") is None
-        for key, error in (("", ValueError), (None, TypeError), ("k" * (MAX_KEY_LENGTH + 1), ValueError)):
-            with pytest.raises(error):
-                backend.get_entry(scope, key)
-        with pytest.raises(TypeError, match="scope"):
-            backend.get_entry("dag/run/task", "k")
+        require(backend.supports_expiry, backend, "expiry")
+        backend.write(scope, "gone", "v", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        assert backend.get_entry(scope, "gone") is None
 
     def test_key_counts_count_each_scope(self, backend, make_task_scope, make_asset_scope):
         scopes = [make_task_scope(map_index=n) for n in (-1, 0, 1)] + [
@@ -622,53 +581,35 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     # --- bad input -----------------------------------------------------------------------
 
-    @pytest.mark.parametrize(
-        ("key", "error"),
-        [
-            ("", ValueError),
-            ("k" * (MAX_KEY_LENGTH + 1), ValueError),
-            ("nul\x00byte", ValueError),
-            ("lone-\ud800-surrogate", ValueError),
-            (None, TypeError),
-            (42, TypeError),
-        ],
-        ids=["empty", "too-long", "nul", "surrogate", "none", "int"],
-    )
+    @pytest.mark.parametrize(("key", "error"), BAD_KEYS.values(), ids=BAD_KEYS)
     def test_bad_keys_are_refused_everywhere(self, backend, scope, key, error):
-        with pytest.raises(error, match="key"):
-            backend.set(scope, key, "v")
-        with pytest.raises(error, match="key"):
-            backend.get(scope, key)
-        with pytest.raises(error, match="key"):
-            backend.delete(scope, key)
-        with pytest.raises(error, match="key"):
-            asyncio.run(backend.aset(scope, key, "v"))
-
-    @pytest.mark.parametrize(
-        ("value", "error"),
-        [
-            (None, TypeError),
-            (42, TypeError),
-            (b"bytes", TypeError),
-            ({"a": 1}, TypeError),
-            ("nul\x00byte", ValueError),
-            ("lone-\udfff-surrogate", ValueError),
-        ],
-        ids=["none", "int", "bytes", "dict", "nul", "surrogate"],
-    )
-    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value, error):
-        scope = make_task_scope()
         backend.set(scope, "k", "kept")
-        refused(backend, "set", scope, "k", value, error=error, match="value")
+        for method, args in _writes(scope, key, "v").items():
+            refused(backend, method, *args[0], **args[1], error=error, match="key")
+        for method in ("get", "delete"):
+            refused(backend, method, scope, key, error=error, match="key")
+        with pytest.raises(error, match="key"):
+            backend.get_entry(scope, key)
+        assert backend.get(scope, "k") == "kept"
+
+    @pytest.mark.parametrize(("value", "error"), BAD_VALUES.values(), ids=BAD_VALUES)
+    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, scope, value, error):
+        backend.set(scope, "k", "kept")
+        for method, args in _writes(scope, "k", value).items():
+            refused(backend, method, *args[0], **args[1], error=error, match="value")
         assert backend.get(scope, "k") == "kept"
 
     @pytest.mark.parametrize("bad_scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
-    def test_wrong_scope_types_are_refused(self, backend, bad_scope):
-        with pytest.raises(TypeError, match="scope"):
-            backend.set(bad_scope, "k", "v")
-        with pytest.raises(TypeError, match="scope"):
-            backend.get(bad_scope, "k")
-        with pytest.raises(TypeError, match="scope"):
-            backend.delete(bad_scope, "k")
+    def test_wrong_scope_types_are_refused(self, backend, make_task_scope, bad_scope):
+        for method, args in _writes(bad_scope, "k", "v").items():
+            refused(backend, method, *args[0], **args[1], error=TypeError, match="scope")
+        for method in ("get", "delete"):
+            refused(backend, method, bad_scope, "k", error=TypeError, match="scope")
         with pytest.raises(TypeError, match="scope"):
             backend.clear(bad_scope)
+        with pytest.raises(TypeError, match="scope"):
+            backend.get_entry(bad_scope, "k")
+        if listed(backend.keys, make_task_scope()) is not None:  # listing is optional
+            for listing in (backend.keys, backend.entries):
+                with pytest.raises(TypeError, match="scope"):
+                    listing(bad_scope)
