@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ._kit_support import BAD_KEYS, BAD_VALUES
 from .many import MAX_MANY_KEYS
 from .validation import MAX_KEY_LENGTH
 from .writes import StateCapabilityError, StateWriter, VersionedValue
@@ -34,6 +35,20 @@ UNUSUAL_KEYS = [
     "\U0001f600",
     "k" * MAX_KEY_LENGTH,
 ]
+
+
+#: Batches with one bad key or value among good ones, or of the wrong shape or size.
+BAD_PAIRS = {
+    **{f"{name}-key": ({"good": "1", key: "2"}, error) for name, (key, error) in BAD_KEYS.items()},
+    **{f"{name}-value": ({"good": "1", "k": value}, error) for name, (value, error) in BAD_VALUES.items()},
+    "too-many": ({f"k{n}": "v" for n in range(MAX_MANY_KEYS + 1)}, ValueError),
+    "list": ([("good", "1")], TypeError),
+}
+BAD_KEY_LISTS = {
+    **{f"{name}-key": (["good", key], error) for name, (key, error) in BAD_KEYS.items()},
+    "a-string": ("ab", TypeError),
+    "too-many": ([f"k{n}" for n in range(MAX_MANY_KEYS + 1)], ValueError),
+}
 
 
 class ManyKeysConformance:
@@ -103,31 +118,7 @@ class ManyKeysConformance:
         backend.delete_many(scope, list(values))
         assert backend.get_many(scope, list(values)) == {}
 
-    @pytest.mark.parametrize(
-        ("bad", "error"),
-        [
-            ({"good": "1", "": "2"}, ValueError),
-            ({"good": "1", "k" * (MAX_KEY_LENGTH + 1): "2"}, ValueError),
-            ({"good": "1", "nul": "a\x00b"}, ValueError),
-            ({"good": "1", "surrogate": "\ud800"}, ValueError),
-            ({"good": "1", "none": None}, TypeError),
-            ({"good": "1", "number": 7}, TypeError),
-            ({"good": "1", 7: "2"}, TypeError),
-            ({f"k{n}": "v" for n in range(MAX_MANY_KEYS + 1)}, ValueError),
-            ([("good", "1")], TypeError),
-        ],
-        ids=[
-            "empty key",
-            "long key",
-            "NUL value",
-            "surrogate",
-            "None",
-            "int value",
-            "int key",
-            "too many",
-            "list",
-        ],
-    )
+    @pytest.mark.parametrize(("bad", "error"), BAD_PAIRS.values(), ids=BAD_PAIRS)
     def test_set_many_refuses_a_bad_pair_and_writes_nothing(self, backend, make_task_scope, bad, error):
         scope = make_task_scope()
         with pytest.raises(error):
@@ -135,17 +126,7 @@ class ManyKeysConformance:
         assert backend.get(scope, "good") is None
         assert backend.get(scope, "k0") is None
 
-    @pytest.mark.parametrize(
-        ("keys", "error"),
-        [
-            ("ab", TypeError),
-            (["good", ""], ValueError),
-            (["good", None], TypeError),
-            (["good", "a\x00"], ValueError),
-            ([f"k{n}" for n in range(MAX_MANY_KEYS + 1)], ValueError),
-        ],
-        ids=["a string", "empty key", "None key", "NUL key", "too many"],
-    )
+    @pytest.mark.parametrize(("keys", "error"), BAD_KEY_LISTS.values(), ids=BAD_KEY_LISTS)
     def test_get_and_delete_many_refuse_bad_keys_and_delete_nothing(
         self, backend, make_task_scope, keys, error
     ):

@@ -11,6 +11,25 @@ from typing import Any
 import pytest
 
 from .backend import BaseStateBackend
+from .validation import MAX_KEY_LENGTH
+
+#: Keys and values no backend may store, with the error each must raise before any I/O.
+BAD_KEYS = {
+    "empty": ("", ValueError),
+    "too-long": ("k" * (MAX_KEY_LENGTH + 1), ValueError),
+    "nul": ("nul\x00byte", ValueError),
+    "surrogate": ("lone-\ud800-surrogate", ValueError),
+    "none": (None, TypeError),
+    "int": (42, TypeError),
+}
+BAD_VALUES = {
+    "none": (None, TypeError),
+    "int": (42, TypeError),
+    "bytes": (b"bytes", TypeError),
+    "dict": ({"a": 1}, TypeError),
+    "nul": ("nul\x00byte", ValueError),
+    "surrogate": ("lone-\udfff-surrogate", ValueError),
+}
 
 
 def now() -> datetime:

@@ -31,7 +31,7 @@ import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
-from ._kit_support import in_threads, listed, refused, require, require_listing
+from ._kit_support import BAD_KEYS, BAD_VALUES, in_threads, listed, refused, require, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
@@ -42,24 +42,6 @@ from .validation import MAX_KEY_LENGTH
 MakeTaskScope = Callable[..., TaskScope]
 MakeAssetScope = Callable[[int], AssetScope]
 RecreateDagRun = Callable[[TaskScope], TaskScope]
-
-#: Keys and values no backend may store, with the error each must raise before any I/O.
-BAD_KEYS = {
-    "empty": ("", ValueError),
-    "too-long": ("k" * (MAX_KEY_LENGTH + 1), ValueError),
-    "nul": ("nul\x00byte", ValueError),
-    "surrogate": ("lone-\ud800-surrogate", ValueError),
-    "none": (None, TypeError),
-    "int": (42, TypeError),
-}
-BAD_VALUES = {
-    "none": (None, TypeError),
-    "int": (42, TypeError),
-    "bytes": (b"bytes", TypeError),
-    "dict": ({"a": 1}, TypeError),
-    "nul": ("nul\x00byte", ValueError),
-    "surrogate": ("lone-\udfff-surrogate", ValueError),
-}
 
 
 def _writes(scope: object, key: object, value: object) -> dict[str, Any]:
