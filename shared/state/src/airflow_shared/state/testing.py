@@ -147,32 +147,19 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     # --- isolation -----------------------------------------------------------------------
 
-    def test_runs_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(run_id="run_1"), "k", "from run 1")
-        assert backend.get(make_task_scope(run_id="run_2"), "k") is None
-        backend.set(make_task_scope(run_id="run_2"), "k", "from run 2")
-        assert backend.get(make_task_scope(run_id="run_1"), "k") == "from run 1"
-
-    def test_tasks_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(task_id="task_1"), "k", "one")
-        assert backend.get(make_task_scope(task_id="task_2"), "k") is None
-
-    def test_map_indices_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(map_index=0), "remote_job_id", "app_000")
-        backend.set(make_task_scope(map_index=1), "remote_job_id", "app_001")
-        assert backend.get(make_task_scope(map_index=0), "remote_job_id") == "app_000"
-        assert backend.get(make_task_scope(map_index=1), "remote_job_id") == "app_001"
-        assert backend.get(make_task_scope(map_index=-1), "remote_job_id") is None
-
-    def test_assets_are_isolated(self, backend, make_asset_scope):
-        backend.set(make_asset_scope(1), "watermark", "1")
-        assert backend.get(make_asset_scope(2), "watermark") is None
-
-    def test_task_and_asset_namespaces_are_separate(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_task_scope(), "shared_name", "task")
-        backend.set(make_asset_scope(1), "shared_name", "asset")
-        assert backend.get(make_task_scope(), "shared_name") == "task"
-        assert backend.get(make_asset_scope(1), "shared_name") == "asset"
+    @pytest.mark.parametrize("differing", ["run", "task", "map index", "asset", "namespace"])
+    def test_scopes_are_isolated(self, backend, make_task_scope, make_asset_scope, differing):
+        one, two, three = {
+            "run": lambda: [make_task_scope(run_id=f"run_{n}") for n in (1, 2, 3)],
+            "task": lambda: [make_task_scope(task_id=f"task_{n}") for n in (1, 2, 3)],
+            "map index": lambda: [make_task_scope(map_index=n) for n in (0, 1, -1)],
+            "asset": lambda: [make_asset_scope(n) for n in (1, 2, 3)],
+            "namespace": lambda: [make_task_scope(), make_asset_scope(1), make_task_scope(map_index=2)],
+        }[differing]()
+        backend.set(one, "k", "one")
+        assert backend.get(two, "k") is None
+        backend.set(two, "k", "two")
+        assert (backend.get(one, "k"), backend.get(two, "k"), backend.get(three, "k")) == ("one", "two", None)
 
     # --- delete and clear ----------------------------------------------------------------
 
@@ -321,19 +308,12 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             pytest.skip("the store deletes task state with the dag_run row and may ignore dag_run_uid")
         complete = make_task_scope()
         incomplete = dataclasses.replace(complete, dag_run_uid=None)
-        calls = {
-            "set": lambda: backend.set(incomplete, "k", "v"),
-            "get": lambda: backend.get(incomplete, "k"),
-            "delete": lambda: backend.delete(incomplete, "k"),
-            "clear": lambda: backend.clear(incomplete),
-            "clear(all_map_indices=True)": lambda: backend.clear(incomplete, all_map_indices=True),
-            "aset": lambda: asyncio.run(backend.aset(incomplete, "k", "v")),
-            "aget": lambda: asyncio.run(backend.aget(incomplete, "k")),
-        }
-        for name, call in calls.items():
-            with pytest.raises(ValueError, match="dag_run_uid"):
-                call()
-                pytest.fail(f"{name} accepted a TaskScope without dag_run_uid")
+        uid = {"error": ValueError, "match": "dag_run_uid"}
+        refused(backend, "set", incomplete, "k", "v", **uid)
+        for method in ("get", "delete"):
+            refused(backend, method, incomplete, "k", **uid)
+        for all_map_indices in (False, True):
+            refused(backend, "clear", incomplete, all_map_indices=all_map_indices, **uid)
         try:
             backend.keys(incomplete)
         except NotImplementedError:
