@@ -1,10 +1,7 @@
 """
-The conformance kit's tests of the optional capabilities: versions, expiry, increments, clean-up,
-the writer of asset state. Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
-
-Each capability is tested where the backend declares it (``supports_versions``,
-``supports_expiry``, ``supports_increment``); where it does not, the kit checks that asking for it
-raises :class:`StateCapabilityError` and writes nothing, never a silent fallback.
+The conformance kit's tests of the optional capabilities (versions, expiry, increments, clean-up,
+the writer of asset state), mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`:
+each where the backend declares it, else that asking for it raises :class:`StateCapabilityError`.
 """
 
 from __future__ import annotations

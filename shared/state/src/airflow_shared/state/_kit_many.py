@@ -1,10 +1,7 @@
 """
-The conformance kit's tests of calls on many keys (``get_many``, ``set_many``, ``delete_many``).
-Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
-
-They hold for the defaults built on the single-key methods as for native batches. A backend that
-declares ``supports_atomic_many`` is also checked for what it promises: a concurrent reader never
-sees a batch half applied.
+The conformance kit's tests of calls on many keys, mixed into
+:class:`~airflow_shared.state.testing.StateBackendConformance`: they hold for the per-key defaults
+as for native batches, and with ``supports_atomic_many`` no reader sees a batch half applied.
 """
 
 from __future__ import annotations

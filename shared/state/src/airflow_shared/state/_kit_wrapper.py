@@ -1,21 +1,11 @@
 """
 The conformance kit for wrappers: a backend that wraps another one (to measure, log, trace or
 guard its calls) must be transparent. Each contract method goes to the same method of the wrapped
-backend, once, and every capability reads as the wrapped backend's. A wrapper that forgets one
-falls back to the base class's default: a batch becomes one call per key, neither atomic nor
-measured, and the capability flag reads ``False``, so the kit skips the tests that would notice.
+backend, once, and every capability reads as the wrapped backend's; a wrapper that forgets one
+falls back to the base class's default (a batch becomes one call per key, the flag reads ``False``)
+and :class:`~airflow_shared.state.testing.StateBackendConformance` run through it would not notice.
 
-Subclass :class:`StateBackendWrapperConformance` and provide ``wrap(backend) -> wrapper``::
-
-    from airflow_shared.state.testing import StateBackendWrapperConformance
-
-    class TestMyWrapper(StateBackendWrapperConformance):
-        @pytest.fixture
-        def wrap(self):
-            return MyWrapper
-
-Run :class:`~airflow_shared.state.testing.StateBackendConformance` through the wrapper as well
-(its ``backend`` fixture returning ``MyWrapper(real_backend)``).
+Subclass :class:`StateBackendWrapperConformance` and provide a fixture ``wrap(backend) -> wrapper``.
 """
 
 from __future__ import annotations
