@@ -173,6 +173,7 @@ class CapabilityConformance:
         backend.write(scope, "forever", "v")
         assert backend.get(scope, "expired") is None
         assert asyncio.run(backend.aget(scope, "expired")) is None
+        assert backend.get_entry(scope, "expired") is None
         assert backend.get(scope, "later") == "v"
         if backend.supports_versions:
             assert backend.get_versioned(scope, "expired") is None
