@@ -481,22 +481,19 @@ class CapabilityConformance:
         scope = make_asset_scope(1)
         version = backend.write(scope, "leader", "nobody")
         assert version == 1
+        wins: list[int] = []
+        losses: list[StateConflictError] = []
+
+        def contend(n: int) -> None:
+            try:
+                backend.write(scope, "leader", f"writer-{n}", if_version=version)
+                wins.append(n)
+            except StateConflictError as conflict:
+                losses.append(conflict)
+
         for _round in range(5):
-            wins: list[int] = []
-            losses: list[StateConflictError] = []
-
-            def contend(
-                n: int,
-                expected: int = version,
-                wins: list[int] = wins,
-                losses: list[StateConflictError] = losses,
-            ) -> None:
-                try:
-                    backend.write(scope, "leader", f"writer-{n}", if_version=expected)
-                    wins.append(n)
-                except StateConflictError as conflict:
-                    losses.append(conflict)
-
+            wins.clear()
+            losses.clear()
             in_threads(self.contention_threads, contend)
             assert len(wins) == 1, wins
             assert len(losses) == self.contention_threads - 1
