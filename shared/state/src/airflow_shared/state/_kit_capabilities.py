@@ -222,44 +222,29 @@ class CapabilityConformance:
 
     # --- clean-up --------------------------------------------------------------------------
 
+    @pytest.mark.parametrize("batch_size", [1000, 3], ids=["one-batch", "batches-of-3"])
     def test_cleanup_removes_only_expired_keys_and_dry_run_nothing(
-        self, backend, make_task_scope, make_asset_scope
+        self, backend, make_task_scope, make_asset_scope, batch_size
     ):
         require(backend.supports_expiry, backend, "expiry")
         backend.cleanup(now=now())  # whatever earlier tests left expired in a shared store
-        task, asset = make_task_scope(), make_asset_scope(1)
-        for scope in (task, asset):
-            backend.write(scope, "expired", "old", expires_at=past())
-            backend.write(scope, "later", "v", expires_at=future())
-            backend.write(scope, "forever", "v")
-        backend.write(task, "expired_too", "old", expires_at=past())
-        moment = now()
-        assert backend.cleanup(now=moment, dry_run=True) == 3
-        assert backend.cleanup(now=moment, dry_run=True) == 3  # a dry run removed nothing
-        assert backend.cleanup(now=moment) == 3
-        assert backend.cleanup(now=moment) == 0
-        for scope in (task, asset):
-            assert backend.get(scope, "later") == "v"
-            assert backend.get(scope, "forever") == "v"
-            assert backend.get(scope, "expired") is None
-            if backend.supports_versions:
-                # Physically gone: written again, the key starts over at version 1.
-                assert backend.write(scope, "expired", "new") == 1
-
-    def test_cleanup_in_batches_smaller_than_the_work_removes_everything(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        require(backend.supports_expiry, backend, "expiry")
-        backend.cleanup(now=now())
         scopes = [make_task_scope(map_index=n) for n in range(3)] + [make_asset_scope(1)]
         for scope in scopes:
             for n in range(2):
-                backend.write(scope, f"expired_{n}", "v", expires_at=past())
-            backend.write(scope, "kept", "v")
-        assert backend.cleanup(now=now(), batch_size=3, dry_run=True) == 8
-        assert backend.cleanup(now=now(), batch_size=3) == 8
-        assert backend.cleanup(now=now(), batch_size=3) == 0
-        assert [backend.get(scope, "kept") for scope in scopes] == ["v"] * 4
+                backend.write(scope, f"expired_{n}", "old", expires_at=past())
+            backend.write(scope, "later", "v", expires_at=future())
+            backend.write(scope, "forever", "v")
+        moment = now()
+        assert backend.cleanup(now=moment, batch_size=batch_size, dry_run=True) == 8
+        assert backend.cleanup(now=moment, batch_size=batch_size, dry_run=True) == 8  # removed nothing
+        assert backend.cleanup(now=moment, batch_size=batch_size) == 8
+        assert backend.cleanup(now=moment, batch_size=batch_size) == 0
+        for scope in scopes:
+            assert (backend.get(scope, "later"), backend.get(scope, "forever")) == ("v", "v")
+            assert backend.get(scope, "expired_0") is None
+            if backend.supports_versions:
+                # Physically gone: written again, the key starts over at version 1.
+                assert backend.write(scope, "expired_0", "new") == 1
 
     def test_cleanup_removes_keys_last_written_before_updated_before(
         self, backend, make_task_scope, make_asset_scope

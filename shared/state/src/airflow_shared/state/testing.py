@@ -161,18 +161,21 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(scope, "gone") is None
         assert backend.get(scope, "kept") == "2"
 
-    def test_clear_task_scope_clears_only_its_map_index(self, backend, make_task_scope):
-        for map_index in (0, 1):
-            backend.set(make_task_scope(map_index=map_index), "a", "x")
-            backend.set(make_task_scope(map_index=map_index), "b", "y")
-        backend.set(make_task_scope(task_id="other_task", map_index=0), "a", "other")
-
-        backend.clear(make_task_scope(map_index=0))
-
-        assert backend.get(make_task_scope(map_index=0), "a") is None
-        assert backend.get(make_task_scope(map_index=0), "b") is None
-        assert backend.get(make_task_scope(map_index=1), "a") == "x"
-        assert backend.get(make_task_scope(task_id="other_task", map_index=0), "a") == "other"
+    @pytest.mark.parametrize("kind", ["task", "asset"])
+    def test_clear_clears_only_that_scope(self, backend, make_task_scope, make_asset_scope, kind):
+        if kind == "task":  # only its own map index, not another task's
+            target, *others = [make_task_scope(map_index=n) for n in (0, 1)] + [
+                make_task_scope(task_id="other_task", map_index=0),
+                make_asset_scope(1),
+            ]
+        else:
+            target, *others = [make_asset_scope(1), make_asset_scope(2), make_task_scope()]
+        for scope in (target, *others):
+            backend.set(scope, "a", "kept")
+        backend.set(target, "b", "y")
+        backend.clear(target)
+        assert (backend.get(target, "a"), backend.get(target, "b")) == (None, None)
+        assert [backend.get(scope, "a") for scope in others] == ["kept"] * len(others)
 
     def test_clear_all_map_indices_clears_the_task_in_that_run_only(self, backend, make_task_scope):
         for map_index in (-1, 0, 1, 2):
@@ -186,19 +189,6 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             assert backend.get(make_task_scope(map_index=map_index), "k") is None
         assert backend.get(make_task_scope(task_id="other_task", map_index=0), "k") == "other task"
         assert backend.get(make_task_scope(run_id="run_2", map_index=0), "k") == "other run"
-
-    def test_clear_asset_scope_clears_only_that_asset(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_asset_scope(1), "a", "1")
-        backend.set(make_asset_scope(1), "b", "2")
-        backend.set(make_asset_scope(2), "a", "kept")
-        backend.set(make_task_scope(), "a", "task kept")
-
-        backend.clear(make_asset_scope(1))
-
-        assert backend.get(make_asset_scope(1), "a") is None
-        assert backend.get(make_asset_scope(1), "b") is None
-        assert backend.get(make_asset_scope(2), "a") == "kept"
-        assert backend.get(make_task_scope(), "a") == "task kept"
 
     # --- a dag run deleted and created again with the same run_id -----------------------
 
