@@ -306,39 +306,30 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert listed(backend.keys, scope) in (None, ["from_outside_a_task", "k"])
         assert backend.get(make_task_scope(map_index=1), "k") is None
 
-    # --- listing (optional) ---------------------------------------------------------------
+    # --- listing: keys, entries, counts (optional; what operators see) ---------------------
 
-    def test_keys_lists_exactly_this_scope_sorted(self, backend, make_task_scope, make_asset_scope):
+    def test_keys_and_entries_list_exactly_this_scope_sorted(
+        self, backend, make_task_scope, make_asset_scope
+    ):
         scope = make_task_scope(map_index=0)
         require_listing(backend, scope)
-        assert backend.keys(scope) == []
-        for key in ("b", "a", "Z", "ü"):
-            backend.set(scope, key, "v")
-        backend.set(make_task_scope(map_index=1), "other_map_index", "v")
-        backend.set(make_task_scope(run_id="run_2", map_index=0), "other_run", "v")
-        backend.set(make_asset_scope(1), "asset_key", "v")
-        backend.delete(scope, "b")
-        assert backend.keys(scope) == ["Z", "a", "ü"]
-        assert backend.keys(make_asset_scope(1)) == ["asset_key"]
-        assert asyncio.run(backend.akeys(scope)) == ["Z", "a", "ü"]
-        backend.clear(scope)
-        assert backend.keys(scope) == []
-
-    # --- entries and counts (what operators see) ------------------------------------------
-
-    def test_entries_list_values_sorted_with_total(self, backend, make_task_scope, make_asset_scope):
-        scope = make_task_scope(map_index=0)
-        require_listing(backend, scope)
-        assert backend.entries(scope) == StateEntryPage([], 0)
-        stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000}
+        assert (backend.keys(scope), backend.entries(scope)) == ([], StateEntryPage([], 0))
+        stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000, "gone": "v"}
         for key, value in stored.items():
             backend.set(scope, key, value)
         backend.set(make_task_scope(map_index=1), "other_map_index", "v")
+        backend.set(make_task_scope(run_id="run_2", map_index=0), "other_run", "v")
         backend.set(make_asset_scope(1), "asset_key", "v")
+        backend.delete(scope, "gone")
+        del stored["gone"]
+        assert backend.keys(scope) == asyncio.run(backend.akeys(scope)) == sorted(stored)
         page = backend.entries(scope)
         assert [(entry.key, entry.value) for entry in page.entries] == sorted(stored.items())
         assert page.total == 5
+        assert backend.keys(make_asset_scope(1)) == ["asset_key"]
         assert [entry.key for entry in backend.entries(make_asset_scope(1)).entries] == ["asset_key"]
+        backend.clear(scope)
+        assert backend.keys(scope) == []
 
     def test_entries_filter_by_prefix_and_page(self, backend, make_task_scope):
         scope = make_task_scope()
