@@ -6,6 +6,8 @@ import threading
 
 from airflow._shared.module_loading import import_string
 from airflow.state import config
+from airflow.state.metrics import ensure_stats_configured, measured, metrics_enabled
+from airflow.state.metrics import unwrap_state_backend as unwrap_state_backend
 from airflow_shared.state import BaseStateBackend
 
 _lock = threading.Lock()
@@ -56,19 +58,10 @@ def get_state_backend() -> BaseStateBackend:
 
 
 def _with_metrics(backend: BaseStateBackend) -> BaseStateBackend:
-    from airflow.state import metrics
-
-    if not metrics.metrics_enabled():
+    if not metrics_enabled():
         return backend
-    metrics.ensure_stats_configured()
-    return metrics.measured(backend)
-
-
-def unwrap_state_backend(backend: BaseStateBackend) -> BaseStateBackend:
-    """The backend itself, without the metrics wrapper: for code that needs its class."""
-    from airflow.state.metrics import unwrap_state_backend as unwrap
-
-    return unwrap(backend)
+    ensure_stats_configured()
+    return measured(backend)
 
 
 def reset_state_backend() -> None:

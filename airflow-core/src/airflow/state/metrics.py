@@ -1,30 +1,13 @@
 """
-Metrics of the state backend, sent through Airflow's own ``Stats``: StatsD, Datadog or
-OpenTelemetry, as ``[metrics]`` of the deployment configures it.
+Metrics of the state backend, sent through Airflow's own ``Stats`` (StatsD, Datadog or
+OpenTelemetry, as ``[metrics]`` configures it); the README's "Metrics" section lists the names.
 
 :func:`~airflow.state.configured_backend.get_state_backend` wraps the configured backend in a
 :class:`MeasuredStateBackend` when ``[metrics]`` turns a metrics backend on; with metrics off the
-backend is returned bare and costs nothing extra. Every name (prefixed with ``[metrics]
-statsd_prefix``, ``airflow`` by default) carries the tags ``backend`` (the backend's class name)
-and ``operation``:
-
-* ``state.<operation>`` (counter): calls of one backend operation (``get``, ``get_versioned``,
-  ``set``, ``write``, ``increment``, ``delete``, ``clear``, ``get_many``, ``set_many``,
-  ``delete_many``, ``keys``, ``entries``, ``key_counts``, ``cleanup``: every method of the
-  contract), failed ones included; the async twin of an operation counts under its name, and a
-  batch counts once, whatever its size.
-* ``state.<operation>.duration`` (timer, milliseconds): how long each call took.
-* ``state.conflicts`` (counter): conditional writes refused because another write came first.
-* ``state.refused`` (counter, tag ``reason``: ``invalid_value``, ``invalid_type``,
-  ``unsupported``): input the backend refused (bad keys, values, options, non-integer counters) or
-  a capability it lacks.
-* ``state.failed`` (counter, tag ``error``: the exception's class): any other error (the store is
-  down, a timeout).
-* ``state.value_bytes`` (timer used as a histogram; the value is bytes, not milliseconds): the size
-  of each value written, in UTF-8 (each value of a ``set_many`` too).
-* ``state.cleaned`` (counter): keys removed by ``cleanup`` (a dry run removes none).
-
-A deployment has one configured backend, so plain StatsD, which drops tags, loses nothing by it.
+backend is returned bare and costs nothing extra. Every call counts as ``state.<operation>`` (the
+sync method's name; a try's write is a ``set``) and is timed, tagged with ``backend`` and
+``operation``; conflicts, refusals, failures, the size of values written and keys cleaned up are
+counted too.
 """
 
 from __future__ import annotations
@@ -34,17 +17,16 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from airflow._shared.observability.metrics.stats import Stats
+from airflow.configuration import conf
+from airflow.observability.metrics.stats_utils import get_stats_factory
 from airflow_shared.state import BaseStateBackend, StateConflictError, capability_names, contract_methods
 
 
 def metrics_enabled() -> bool:
     """Whether ``[metrics]`` turns on a metrics backend (StatsD, Datadog or OpenTelemetry)."""
-    from airflow.configuration import conf
-
     return any(
         conf.getboolean("metrics", option, fallback=False)
         for option in ("statsd_on", "statsd_datadog_enabled", "otel_on")
@@ -60,19 +42,11 @@ def ensure_stats_configured() -> None:
     no-op logger there. A factory set by anyone else is left alone.
     """
     if Stats.factory is None:  # type: ignore[attr-defined]
-        from airflow.observability.metrics.stats_utils import get_stats_factory
-
         Stats.initialize(factory=get_stats_factory(Stats))  # type: ignore[attr-defined]
 
 
-def _refusal_reason(error: BaseException) -> str | None:
-    if isinstance(error, NotImplementedError):  # StateCapabilityError, or a listing not offered
-        return "unsupported"
-    if isinstance(error, ValueError):
-        return "invalid_value"
-    if isinstance(error, TypeError):
-        return "invalid_type"
-    return None
+# Why input was refused, by the error's class; NotImplementedError: a capability or listing not offered.
+_REFUSALS = ((NotImplementedError, "unsupported"), (ValueError, "invalid_value"), (TypeError, "invalid_type"))
 
 
 def _value_bytes(value: object) -> int | None:
@@ -98,9 +72,7 @@ class _Measurement:
         self._start = time.perf_counter()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
         elapsed_ms = (time.perf_counter() - self._start) * 1000.0
         count_name, duration_name = self._names
         Stats.incr(count_name, tags=self._tags)
@@ -109,40 +81,10 @@ class _Measurement:
             return
         if isinstance(error, StateConflictError):
             Stats.incr("state.conflicts", tags=self._tags)
-        elif (reason := _refusal_reason(error)) is not None:
+        elif reason := next((why for kind, why in _REFUSALS if isinstance(error, kind)), None):
             Stats.incr("state.refused", tags={**self._tags, "reason": reason})
         elif isinstance(error, Exception):  # not KeyboardInterrupt, not a cancelled task
             Stats.incr("state.failed", tags={**self._tags, "error": type(error).__name__})
-
-
-# What a call reports beyond its count and time, by operation, once it returned.
-def _value_of_set(
-    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any
-) -> None:
-    # set, set_by_try and write take (scope, key, value, ...).
-    backend._value_written(kwargs["value"] if "value" in kwargs else args[2])
-
-
-def _values_of_set_many(
-    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any
-) -> None:
-    for value in (kwargs["values"] if "values" in kwargs else args[1]).values():
-        backend._value_written(value)
-
-
-def _cleaned(
-    backend: MeasuredStateBackend, args: tuple[Any, ...], kwargs: dict[str, Any], removed: Any
-) -> None:
-    if not kwargs.get("dry_run", False):
-        Stats.incr("state.cleaned", removed, tags=backend._backend_tags)
-
-
-_AFTER: dict[str, Callable[[MeasuredStateBackend, tuple[Any, ...], dict[str, Any], Any], None]] = {
-    "set": _value_of_set,
-    "write": _value_of_set,
-    "set_many": _values_of_set_many,
-    "cleanup": _cleaned,
-}
 
 
 def _operation(method: str) -> str:
@@ -158,25 +100,22 @@ OPERATIONS = tuple(dict.fromkeys(_operation(method) for method in contract_metho
 def _measured_method(method: str) -> Callable[..., Any]:
     """*method* of the wrapped backend, counted and timed as its operation."""
     operation = _operation(method)
-    after = _AFTER.get(operation)
+    # Only these report more than their count and time, once they returned.
+    after = operation in ("set", "write", "set_many", "cleanup")
     if inspect.iscoroutinefunction(getattr(BaseStateBackend, method)):
 
         async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with self._measure(operation):
+            with _Measurement(*self._measurements[operation]):
                 result = await getattr(self.wrapped, method)(*args, **kwargs)
-            if after is not None:
-                after(self, args, kwargs, result)
-            return result
+            return self._returned(operation, args, kwargs, result) if after else result
 
         call: Callable[..., Any] = measured_async
     else:
 
         def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with self._measure(operation):
+            with _Measurement(*self._measurements[operation]):
                 result = getattr(self.wrapped, method)(*args, **kwargs)
-            if after is not None:
-                after(self, args, kwargs, result)
-            return result
+            return self._returned(operation, args, kwargs, result) if after else result
 
         call = measured_sync
     call.__name__ = method
@@ -187,14 +126,11 @@ def _measured_method(method: str) -> Callable[..., Any]:
 
 class MeasuredStateBackend(BaseStateBackend):
     """
-    The configured backend, with every call counted and timed through ``Stats``.
-
-    Every method of the contract (:func:`~airflow_shared.state.contract_methods`), sync and async,
-    is passed to the same method of :attr:`wrapped` (so a backend's own async client and its
-    batches keep being used), and every capability reads as the wrapped backend's: the methods are
-    generated from the contract, so one added to it later cannot be forgotten here. Code that
-    needs the backend's own class calls :func:`unwrap_state_backend`. Build it with
-    :func:`measured`.
+    The configured backend, with every call counted and timed through ``Stats``; build it with
+    :func:`measured`. Each contract method, sync and async, goes to the same method of
+    :attr:`wrapped` (a backend's own async client and batches keep being used), and each capability
+    reads as the wrapped backend's. Both are generated from the contract, so nothing added to it
+    later can be forgotten here.
     """
 
     def __init__(self, wrapped: BaseStateBackend) -> None:
@@ -220,14 +156,21 @@ class MeasuredStateBackend(BaseStateBackend):
     def __repr__(self) -> str:
         return f"MeasuredStateBackend({self.wrapped!r})"
 
-    def _measure(self, operation: str) -> _Measurement:
-        names, tags = self._measurements[operation]
-        return _Measurement(names, tags)
-
-    def _value_written(self, value: object) -> None:
-        size = _value_bytes(value)
-        if size is not None:
-            Stats.timing("state.value_bytes", size, tags=self._backend_tags)
+    def _returned(self, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
+        """*result*, once the sizes of the values written or the keys cleaned up are reported."""
+        if operation == "cleanup":
+            if not kwargs.get("dry_run", False):
+                Stats.incr("state.cleaned", result, tags=self._backend_tags)
+            return result
+        if operation == "set_many":
+            values = (kwargs["values"] if "values" in kwargs else args[1]).values()
+        else:  # set, set_by_try and write take (scope, key, value, ...)
+            values = [kwargs["value"] if "value" in kwargs else args[2]]
+        for value in values:
+            size = _value_bytes(value)
+            if size is not None:
+                Stats.timing("state.value_bytes", size, tags=self._backend_tags)
+        return result
 
 
 for _method in contract_methods():
@@ -240,12 +183,9 @@ abc.update_abstractmethods(MeasuredStateBackend)  # type: ignore[type-abstract]
 def _measured_class(backend_class: type[BaseStateBackend]) -> type[MeasuredStateBackend]:
     # The capabilities are class attributes that callers read on the class or the instance: one
     # subclass per wrapped class declares the same ones.
-    capabilities = {name: getattr(backend_class, name) for name in capability_names()}
-    return type(
-        f"Measured{backend_class.__name__}",
-        (MeasuredStateBackend,),
-        {**capabilities, "__module__": __name__},
-    )
+    attributes = {name: getattr(backend_class, name) for name in capability_names()}
+    attributes["__module__"] = __name__
+    return type(f"Measured{backend_class.__name__}", (MeasuredStateBackend,), attributes)
 
 
 def measured(backend: BaseStateBackend) -> MeasuredStateBackend:

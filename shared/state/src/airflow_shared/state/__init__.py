@@ -25,7 +25,9 @@ from .writes import (
     WriterKind,
     counter_value,
     incremented,
+    validate_cleanup,
     validate_increment,
+    validate_write,
     validate_write_options,
     validate_writer,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "dag_run_uid",
     "incremented",
     "validate_batch_size",
+    "validate_cleanup",
     "validate_increment",
     "validate_key",
     "validate_listing",
@@ -62,6 +65,7 @@ __all__ = [
     "validate_many_values",
     "validate_scope",
     "validate_value",
+    "validate_write",
     "validate_write_options",
     "validate_writer",
 ]

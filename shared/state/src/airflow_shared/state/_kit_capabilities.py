@@ -1,24 +1,19 @@
 """
-The conformance kit's tests of the optional capabilities: versions, expiry, increments, clean-up,
-the writer of asset state. Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
-
-Each capability is tested where the backend declares it (``supports_versions``,
-``supports_expiry``, ``supports_increment``); where it does not, the kit checks that asking for it
-raises :class:`StateCapabilityError` and writes nothing, never a silent fallback.
+The conformance kit's tests of the optional capabilities (versions, expiry, increments, clean-up,
+the writer of asset state), mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`:
+each where the backend declares it, else that asking for it raises :class:`StateCapabilityError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 import pytest
 
+from ._kit_support import future, in_threads, listed, now, past, refused, require
 from .backend import BaseStateBackend
 from .writes import (
     API_WRITER,
@@ -33,55 +28,21 @@ from .writes import (
 )
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _past() -> datetime:
-    return _now() - timedelta(hours=1)
-
-
-def _future() -> datetime:
-    return _now() + timedelta(hours=1)
-
-
 def _can_increment(backend: BaseStateBackend) -> bool:
     # Without a native increment, the base class's default serves it with versioned writes.
     return backend.supports_increment or backend.supports_versions
 
 
-def _require(condition: bool, backend: BaseStateBackend, what: str) -> None:
-    if not condition:
-        pytest.skip(f"{type(backend).__name__} does not support {what}")
-
-
-def _listed(call: Callable[[], Any]) -> Any:
-    """The result of a listing call, or ``None`` when the backend does not list keys (optional)."""
-    try:
-        return call()
-    except NotImplementedError:
-        return None
-
-
-def _in_threads(count: int, work: Callable[[int], None]) -> None:
-    """Run ``work(n)`` in *count* threads started together; re-raise the first error."""
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(count)
-
-    def run(n: int) -> None:
-        try:
-            barrier.wait()
-            work(n)
-        except BaseException as error:  # re-raised in the test thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+#: Writers that break the contract, each built when the test runs (a StateWriter checks itself).
+BAD_WRITERS = {
+    "task-no-task-id": (lambda: StateWriter(WriterKind.TASK, "dag", "run", None, -1, 1), ValueError),
+    "task-no-try": (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -1, None), ValueError),
+    "task-bad-index": (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -2, 1), ValueError),
+    "task-bool-index": (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", True, 1), TypeError),
+    "api-dag-id": (lambda: StateWriter(WriterKind.API, dag_id="dag"), ValueError),
+    "bad-kind": (lambda: StateWriter("operator"), ValueError),  # type: ignore[arg-type]
+    "str": (lambda: "api", TypeError),
+}
 
 
 class CapabilityConformance:
@@ -90,7 +51,8 @@ class CapabilityConformance:
     #: True when ``entries()`` of asset state reports the :class:`StateWriter` of the last write.
     records_asset_writers: bool = False
 
-    #: Threads, and operations per thread, of the contention tests (8 x 50 increments = 400).
+    #: Threads, and operations per thread, of the contention tests (8 x 50 increments = 400); a
+    #: slow store may lower them, never to fewer than 2 threads.
     contention_threads: int = 8
     contention_operations: int = 50
 
@@ -99,61 +61,54 @@ class CapabilityConformance:
 
     # --- versions --------------------------------------------------------------------------
 
-    def test_versions_start_at_1_and_grow_on_every_kind_of_write(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        _require(backend.supports_versions, backend, "versions")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            assert backend.get_versioned(scope, "k") is None
-            assert backend.write(scope, "k", "a") == 1
-            assert backend.get_versioned(scope, "k") == VersionedValue("a", 1)
-            backend.set(scope, "k", "b")
-            assert backend.get_versioned(scope, "k") == VersionedValue("b", 2)
-            backend.set_by_try(scope, "k", "c", try_number=None)
-            assert backend.get_versioned(scope, "k") == VersionedValue("c", 3)
-            assert backend.write(scope, "k", "d", if_version=3) == 4
-            assert backend.get_versioned(scope, "k") == VersionedValue("d", 4)
-            if _can_increment(backend):
-                assert backend.increment(scope, "n") == 1
-                assert backend.get_versioned(scope, "n") == VersionedValue("1", 1)
-                assert backend.write(scope, "n", "10") == 2
-                assert backend.increment(scope, "n", 5) == 15
-                assert backend.get_versioned(scope, "n") == VersionedValue("15", 3)
-            # Versions are per key.
-            assert backend.write(scope, "other", "x") == 1
+    def test_versions_start_at_1_and_grow_on_every_kind_of_write(self, backend, scope):
+        require(backend.supports_versions, backend, "versions")
+        assert backend.get_versioned(scope, "k") is None
+        assert backend.write(scope, "k", "a") == 1
+        assert backend.get_versioned(scope, "k") == VersionedValue("a", 1)
+        backend.set(scope, "k", "b")
+        assert backend.get_versioned(scope, "k") == VersionedValue("b", 2)
+        backend.set_by_try(scope, "k", "c", try_number=None)
+        assert backend.get_versioned(scope, "k") == VersionedValue("c", 3)
+        assert backend.write(scope, "k", "d", if_version=3) == 4
+        assert backend.get_versioned(scope, "k") == VersionedValue("d", 4)
+        if _can_increment(backend):
+            assert backend.increment(scope, "n") == 1
+            assert backend.get_versioned(scope, "n") == VersionedValue("1", 1)
+            assert backend.write(scope, "n", "10") == 2
+            assert backend.increment(scope, "n", 5) == 15
+            assert backend.get_versioned(scope, "n") == VersionedValue("15", 3)
+        # Versions are per key.
+        assert backend.write(scope, "other", "x") == 1
 
-    def test_a_deleted_or_cleared_key_starts_again_at_version_1(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        _require(backend.supports_versions, backend, "versions")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            for value in ("1", "2", "3"):
-                backend.write(scope, "k", value)
-            backend.delete(scope, "k")
-            assert backend.get_versioned(scope, "k") is None
-            assert backend.write(scope, "k", "again") == 1
-            backend.write(scope, "k", "twice")
-            backend.clear(scope)
-            assert backend.write(scope, "k", "after clear", if_version=0) == 1
+    def test_a_deleted_or_cleared_key_starts_again_at_version_1(self, backend, scope):
+        require(backend.supports_versions, backend, "versions")
+        for value in ("1", "2", "3"):
+            backend.write(scope, "k", value)
+        backend.delete(scope, "k")
+        assert backend.get_versioned(scope, "k") is None
+        assert backend.write(scope, "k", "again") == 1
+        backend.write(scope, "k", "twice")
+        backend.clear(scope)
+        assert backend.write(scope, "k", "after clear", if_version=0) == 1
 
-    def test_if_version_writes_only_over_the_version_read(self, backend, make_task_scope, make_asset_scope):
-        _require(backend.supports_versions, backend, "versions")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            assert backend.write(scope, "k", "created", if_version=0) == 1
-            assert backend.write(scope, "k", "second", if_version=1) == 2
-            with pytest.raises(StateConflictError) as conflict:
-                backend.write(scope, "k", "stale", if_version=1)
-            assert (conflict.value.key, conflict.value.expected, conflict.value.stored) == ("k", 1, 2)
-            assert "version 2" in str(conflict.value)
-            with pytest.raises(StateConflictError) as conflict:
-                backend.write(scope, "k", "create again", if_version=0)
-            assert (conflict.value.expected, conflict.value.stored) == (0, 2)
-            # A conflict writes nothing: value and version are the winner's.
-            assert backend.get_versioned(scope, "k") == VersionedValue("second", 2)
-            with pytest.raises(StateConflictError) as conflict:
-                backend.write(scope, "absent", "v", if_version=5)
-            assert (conflict.value.expected, conflict.value.stored) == (5, 0)
-            assert backend.get(scope, "absent") is None
+    def test_if_version_writes_only_over_the_version_read(self, backend, scope):
+        require(backend.supports_versions, backend, "versions")
+        assert backend.write(scope, "k", "created", if_version=0) == 1
+        assert backend.write(scope, "k", "second", if_version=1) == 2
+        with pytest.raises(StateConflictError) as conflict:
+            backend.write(scope, "k", "stale", if_version=1)
+        assert (conflict.value.key, conflict.value.expected, conflict.value.stored) == ("k", 1, 2)
+        assert "version 2" in str(conflict.value)
+        with pytest.raises(StateConflictError) as conflict:
+            backend.write(scope, "k", "create again", if_version=0)
+        assert (conflict.value.expected, conflict.value.stored) == (0, 2)
+        # A conflict writes nothing: value and version are the winner's.
+        assert backend.get_versioned(scope, "k") == VersionedValue("second", 2)
+        with pytest.raises(StateConflictError) as conflict:
+            backend.write(scope, "absent", "v", if_version=5)
+        assert (conflict.value.expected, conflict.value.stored) == (5, 0)
+        assert backend.get(scope, "absent") is None
 
     @pytest.mark.parametrize(
         ("options", "error"),
@@ -166,130 +121,88 @@ class CapabilityConformance:
         ],
         ids=["negative-version", "bool-version", "str-version", "naive-expiry", "str-expiry"],
     )
-    def test_write_refuses_bad_options_and_writes_nothing(
-        self, backend, make_task_scope, make_asset_scope, options, error
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "kept")
-            with pytest.raises(error):
-                backend.write(scope, "k", "new", **options)
-            with pytest.raises(error):
-                asyncio.run(backend.awrite(scope, "k", "new", **options))
-            assert backend.get(scope, "k") == "kept"
+    def test_write_refuses_bad_options_and_writes_nothing(self, backend, scope, options, error):
+        backend.set(scope, "k", "kept")
+        refused(backend, "write", scope, "k", "new", **options, error=error)
+        assert backend.get(scope, "k") == "kept"
 
-    @pytest.mark.parametrize(
-        ("make_writer", "error"),
-        [
-            (lambda: StateWriter(WriterKind.TASK, "dag", "run", None, -1, 1), ValueError),
-            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -1, None), ValueError),
-            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", -2, 1), ValueError),
-            (lambda: StateWriter(WriterKind.TASK, "dag", "run", "task", True, 1), TypeError),
-            (lambda: StateWriter(WriterKind.API, dag_id="dag"), ValueError),
-            (lambda: StateWriter("operator"), ValueError),  # type: ignore[arg-type]
-            (lambda: "api", TypeError),
-        ],
-        ids=[
-            "task-no-task-id",
-            "task-no-try",
-            "task-bad-index",
-            "task-bool-index",
-            "api-dag-id",
-            "bad-kind",
-            "str",
-        ],
-    )
+    @pytest.mark.parametrize(("make_writer", "error"), BAD_WRITERS.values(), ids=BAD_WRITERS)
     def test_a_writer_that_breaks_the_contract_is_refused_and_nothing_written(
-        self, backend, make_task_scope, make_asset_scope, make_writer, error
+        self, backend, scope, make_writer, error
     ):
         # What is stored must be what `airflow state export` writes and `import` reads back.
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "kept")
+        backend.set(scope, "k", "kept")
+        with pytest.raises(error):
+            backend.write(scope, "k", "new", writer=make_writer())
+        with pytest.raises(error):
+            asyncio.run(backend.awrite(scope, "k", "new", writer=make_writer()))
+        with pytest.raises(error):
+            backend.set_many(scope, {"k": "new", "other": "new"}, writer=make_writer())
+        if _can_increment(backend):
             with pytest.raises(error):
-                backend.write(scope, "k", "new", writer=make_writer())
-            with pytest.raises(error):
-                asyncio.run(backend.awrite(scope, "k", "new", writer=make_writer()))
-            with pytest.raises(error):
-                backend.set_many(scope, {"k": "new", "other": "new"}, writer=make_writer())
-            if _can_increment(backend):
-                with pytest.raises(error):
-                    backend.increment(scope, "counter", writer=make_writer())
-            assert backend.get_many(scope, ["k", "other", "counter"]) == {"k": "kept"}
-
-    @pytest.mark.parametrize(
-        ("key", "value", "error"),
-        [("", "v", ValueError), (None, "v", TypeError), ("k", None, TypeError), ("k", "nul\x00", ValueError)],
-        ids=["empty-key", "none-key", "none-value", "nul-value"],
-    )
-    def test_write_refuses_bad_keys_and_values_like_set(
-        self, backend, make_task_scope, make_asset_scope, key, value, error
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "kept")
-            with pytest.raises(error):
-                backend.write(scope, key, value)
-            assert backend.get(scope, "k") == "kept"
-        with pytest.raises(TypeError, match="scope"):
-            backend.write("dag/run/task", "k", "v")
+                backend.increment(scope, "counter", writer=make_writer())
+        assert backend.get_many(scope, ["k", "other", "counter"]) == {"k": "kept"}
 
     def test_without_versions_versioned_calls_are_refused(self, backend, make_task_scope):
         if backend.supports_versions:
             pytest.skip(f"{type(backend).__name__} supports versions")
         scope = make_task_scope()
-        with pytest.raises(StateCapabilityError):
-            backend.write(scope, "k", "v", if_version=0)
-        with pytest.raises(StateCapabilityError):
-            asyncio.run(backend.awrite(scope, "k", "v", if_version=0))
+        refused(backend, "write", scope, "k", "v", if_version=0, error=StateCapabilityError)
         assert backend.get(scope, "k") is None
-        with pytest.raises(StateCapabilityError):
-            backend.get_versioned(scope, "k")
-        with pytest.raises(StateCapabilityError):
-            asyncio.run(backend.aget_versioned(scope, "k"))
+        refused(backend, "get_versioned", scope, "k", error=StateCapabilityError)
         # A plain write still works, and says it has no version to report.
         assert backend.write(scope, "k", "v") is None
         assert backend.get(scope, "k") == "v"
 
     # --- expiry ----------------------------------------------------------------------------
 
-    def test_without_expiry_expiring_writes_are_refused(self, backend, make_task_scope, make_asset_scope):
+    def test_without_expiry_expiring_writes_are_refused(self, backend, scope):
         if backend.supports_expiry:
             pytest.skip(f"{type(backend).__name__} supports expiry")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "kept")
-            with pytest.raises(StateCapabilityError):
-                backend.write(scope, "k", "v", expires_at=_future())
-            with pytest.raises(StateCapabilityError):
-                asyncio.run(backend.awrite(scope, "new", "v", expires_at=_future()))
-            assert backend.get(scope, "k") == "kept"
-            assert backend.get(scope, "new") is None
+        backend.set(scope, "k", "kept")
+        refused(backend, "write", scope, "k", "v", expires_at=future(), error=StateCapabilityError)
+        assert backend.get(scope, "k") == "kept"
         # Nothing of this backend can expire, so there is nothing to clean up.
-        assert backend.cleanup(now=_now()) == 0
-        assert backend.get(make_task_scope(), "k") == "kept"
+        assert backend.cleanup(now=now()) == 0
+        assert backend.get(scope, "k") == "kept"
 
-    def test_expired_keys_are_invisible_to_every_read(self, backend, make_task_scope, make_asset_scope):
-        _require(backend.supports_expiry, backend, "expiry")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.write(scope, "expired", "old", expires_at=_past())
-            backend.write(scope, "later", "v", expires_at=_future())
-            backend.write(scope, "forever", "v")
-            assert backend.get(scope, "expired") is None
-            assert asyncio.run(backend.aget(scope, "expired")) is None
-            assert backend.get(scope, "later") == "v"
-            if backend.supports_versions:
-                assert backend.get_versioned(scope, "expired") is None
-                assert asyncio.run(backend.aget_versioned(scope, "expired")) is None
-            assert _listed(lambda scope=scope: backend.keys(scope)) in (None, ["forever", "later"])
-            page = _listed(lambda scope=scope: backend.entries(scope))
-            if page is not None:
-                assert [entry.key for entry in page.entries] == ["forever", "later"]
-                assert page.total == 2
-            assert _listed(lambda scope=scope: backend.key_counts([scope])) in (None, [2])
+    def test_expired_keys_are_invisible_to_every_read(self, backend, scope):
+        require(backend.supports_expiry, backend, "expiry")
+        backend.write(scope, "expired", "old", expires_at=past())
+        backend.write(scope, "later", "v", expires_at=future())
+        backend.write(scope, "forever", "v")
+        assert backend.get(scope, "expired") is None
+        assert asyncio.run(backend.aget(scope, "expired")) is None
+        assert backend.get_entry(scope, "expired") is None
+        assert backend.get(scope, "later") == "v"
+        if backend.supports_versions:
+            assert backend.get_versioned(scope, "expired") is None
+            assert asyncio.run(backend.aget_versioned(scope, "expired")) is None
+        assert listed(backend.keys, scope) in (None, ["forever", "later"])
+        page = listed(backend.entries, scope)
+        if page is not None:
+            assert [entry.key for entry in page.entries] == ["forever", "later"]
+            assert page.total == 2
+        assert listed(backend.key_counts, [scope]) in (None, [2])
+        if backend.supports_versions:  # if_version=0 finds it absent; its old version conflicts
+            stale = backend.write(scope, "k", "old", expires_at=past())
+            with pytest.raises(StateConflictError) as conflict:
+                backend.write(scope, "k", "v", if_version=stale)
+            assert conflict.value.stored == 0
+            version = backend.write(scope, "k", "new", if_version=0)
+            assert backend.get_versioned(scope, "k") == VersionedValue("new", version)
+        if _can_increment(backend):  # an increment starts again from 0, even over a non-integer
+            backend.write(scope, "n", "41", expires_at=past())
+            assert backend.increment(scope, "n") == 1
+            backend.write(scope, "text", '"words"', expires_at=past())
+            assert backend.increment(scope, "text", 2) == 2
 
     def test_keys_expire_when_their_time_comes_and_a_rewrite_replaces_the_expiry(
         self, backend, make_task_scope, make_asset_scope
     ):
-        _require(backend.supports_expiry, backend, "expiry")
+        require(backend.supports_expiry, backend, "expiry")
         task, asset = make_task_scope(), make_asset_scope(1)
-        soon = _now() + timedelta(seconds=1)
+        soon = now() + timedelta(seconds=1)
         for scope in (task, asset):
             for key in ("expires", "rewritten", "set", "set_by_try", "counter"):
                 backend.write(scope, key, "1", expires_at=soon)
@@ -299,7 +212,7 @@ class CapabilityConformance:
             if _can_increment(backend):
                 backend.increment(scope, "counter")
             assert backend.get(scope, "expires") == "1"
-        time.sleep(max(0.0, (soon - _now()).total_seconds()) + 0.2)
+        time.sleep(max(0.0, (soon - now()).total_seconds()) + 0.2)
         for scope in (task, asset):
             assert backend.get(scope, "expires") is None
             assert backend.get(scope, "rewritten") == "2"
@@ -308,78 +221,51 @@ class CapabilityConformance:
             if _can_increment(backend):
                 assert backend.get(scope, "counter") == "2"
 
-    def test_an_expired_key_counts_as_absent_for_if_version(self, backend, make_task_scope, make_asset_scope):
-        _require(backend.supports_expiry and backend.supports_versions, backend, "expiry with versions")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            stale = backend.write(scope, "k", "old", expires_at=_past())
-            assert stale is not None
-            with pytest.raises(StateConflictError) as conflict:
-                backend.write(scope, "k", "v", if_version=stale)
-            assert conflict.value.stored == 0
-            version = backend.write(scope, "k", "new", if_version=0)
-            assert version is not None and version >= 1
-            assert backend.get_versioned(scope, "k") == VersionedValue("new", version)
-
     # --- clean-up --------------------------------------------------------------------------
 
+    @pytest.mark.parametrize("batch_size", [1000, 3], ids=["one-batch", "batches-of-3"])
     def test_cleanup_removes_only_expired_keys_and_dry_run_nothing(
-        self, backend, make_task_scope, make_asset_scope
+        self, backend, make_task_scope, make_asset_scope, batch_size
     ):
-        _require(backend.supports_expiry, backend, "expiry")
-        backend.cleanup(now=_now())  # whatever earlier tests left expired in a shared store
-        task, asset = make_task_scope(), make_asset_scope(1)
-        for scope in (task, asset):
-            backend.write(scope, "expired", "old", expires_at=_past())
-            backend.write(scope, "later", "v", expires_at=_future())
-            backend.write(scope, "forever", "v")
-        backend.write(task, "expired_too", "old", expires_at=_past())
-        now = _now()
-        assert backend.cleanup(now=now, dry_run=True) == 3
-        assert backend.cleanup(now=now, dry_run=True) == 3  # a dry run removed nothing
-        assert backend.cleanup(now=now) == 3
-        assert backend.cleanup(now=now) == 0
-        for scope in (task, asset):
-            assert backend.get(scope, "later") == "v"
-            assert backend.get(scope, "forever") == "v"
-            assert backend.get(scope, "expired") is None
-            if backend.supports_versions:
-                # Physically gone: written again, the key starts over at version 1.
-                assert backend.write(scope, "expired", "new") == 1
-
-    def test_cleanup_in_batches_smaller_than_the_work_removes_everything(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        _require(backend.supports_expiry, backend, "expiry")
-        backend.cleanup(now=_now())
+        require(backend.supports_expiry, backend, "expiry")
+        backend.cleanup(now=now())  # whatever earlier tests left expired in a shared store
         scopes = [make_task_scope(map_index=n) for n in range(3)] + [make_asset_scope(1)]
         for scope in scopes:
             for n in range(2):
-                backend.write(scope, f"expired_{n}", "v", expires_at=_past())
-            backend.write(scope, "kept", "v")
-        assert backend.cleanup(now=_now(), batch_size=3, dry_run=True) == 8
-        assert backend.cleanup(now=_now(), batch_size=3) == 8
-        assert backend.cleanup(now=_now(), batch_size=3) == 0
-        assert [backend.get(scope, "kept") for scope in scopes] == ["v"] * 4
+                backend.write(scope, f"expired_{n}", "old", expires_at=past())
+            backend.write(scope, "later", "v", expires_at=future())
+            backend.write(scope, "forever", "v")
+        moment = now()
+        assert backend.cleanup(now=moment, batch_size=batch_size, dry_run=True) == 8
+        assert backend.cleanup(now=moment, batch_size=batch_size, dry_run=True) == 8  # removed nothing
+        assert backend.cleanup(now=moment, batch_size=batch_size) == 8
+        assert backend.cleanup(now=moment, batch_size=batch_size) == 0
+        for scope in scopes:
+            assert (backend.get(scope, "later"), backend.get(scope, "forever")) == ("v", "v")
+            assert backend.get(scope, "expired_0") is None
+            if backend.supports_versions:
+                # Physically gone: written again, the key starts over at version 1.
+                assert backend.write(scope, "expired_0", "new") == 1
 
     def test_cleanup_removes_keys_last_written_before_updated_before(
         self, backend, make_task_scope, make_asset_scope
     ):
-        _require(backend.supports_expiry, backend, "expiry")
+        require(backend.supports_expiry, backend, "expiry")
         task, asset = make_task_scope(), make_asset_scope(1)
         backend.write(task, "old", "v")
         backend.write(asset, "old", "v")
         backend.write(task, "rewritten", "v")
         time.sleep(0.1)
-        cut = _now()
+        cut = now()
         # Everything written before the cut, here and anywhere else in a shared store, goes.
         assert backend.cleanup(now=cut, updated_before=cut, dry_run=True) >= 3
         time.sleep(0.1)
         backend.write(task, "rewritten", "again")
         backend.write(task, "new", "v")
-        assert backend.cleanup(now=_now(), updated_before=cut, dry_run=True) >= 2
-        removed = backend.cleanup(now=_now(), updated_before=cut)
+        assert backend.cleanup(now=now(), updated_before=cut, dry_run=True) >= 2
+        removed = backend.cleanup(now=now(), updated_before=cut)
         assert removed >= 2
-        assert backend.cleanup(now=_now(), updated_before=cut) == 0
+        assert backend.cleanup(now=now(), updated_before=cut) == 0
         assert backend.get(task, "old") is None
         assert backend.get(asset, "old") is None
         assert backend.get(task, "rewritten") == "again"
@@ -391,23 +277,19 @@ class CapabilityConformance:
         if _can_increment(backend):
             pytest.skip(f"{type(backend).__name__} supports increments")
         scope = make_task_scope()
-        with pytest.raises(StateCapabilityError):
-            backend.increment(scope, "n")
-        with pytest.raises(StateCapabilityError):
-            asyncio.run(backend.aincrement(scope, "n"))
+        refused(backend, "increment", scope, "n", error=StateCapabilityError)
         assert backend.get(scope, "n") is None
 
-    def test_increment_counts_from_an_absent_key(self, backend, make_task_scope, make_asset_scope):
-        _require(_can_increment(backend), backend, "increments")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            assert backend.increment(scope, "n") == 1
-            assert backend.increment(scope, "n", 5) == 6
-            assert backend.increment(scope, "n", -10) == -4
-            assert backend.increment(scope, "n", 0) == -4
-            assert backend.get(scope, "n") == "-4"
-            backend.set(scope, "set_by_hand", "41")
-            assert backend.increment(scope, "set_by_hand") == 42
-            assert backend.increment(scope, "down", -3) == -3
+    def test_increment_counts_from_an_absent_key(self, backend, scope):
+        require(_can_increment(backend), backend, "increments")
+        assert backend.increment(scope, "n") == 1
+        assert backend.increment(scope, "n", 5) == 6
+        assert backend.increment(scope, "n", -10) == -4
+        assert backend.increment(scope, "n", 0) == -4
+        assert backend.get(scope, "n") == "-4"
+        backend.set(scope, "set_by_hand", "41")
+        assert backend.increment(scope, "set_by_hand") == 42
+        assert backend.increment(scope, "down", -3) == -3
 
     @pytest.mark.parametrize(
         "stored",
@@ -415,20 +297,17 @@ class CapabilityConformance:
         ids=["string", "float", "exponent", "object", "list", "bool", "null", "empty", "beyond-int64"],
     )
     def test_increment_refuses_a_value_that_is_not_an_integer(self, backend, make_task_scope, stored):
-        _require(_can_increment(backend), backend, "increments")
+        require(_can_increment(backend), backend, "increments")
         scope = make_task_scope()
         backend.set(scope, "n", stored)
         before = backend.get_versioned(scope, "n") if backend.supports_versions else None
-        with pytest.raises(ValueError, match="'n'"):
-            backend.increment(scope, "n")
-        with pytest.raises(ValueError, match="'n'"):
-            asyncio.run(backend.aincrement(scope, "n"))
+        refused(backend, "increment", scope, "n", error=ValueError, match="'n'")
         assert backend.get(scope, "n") == stored
         if before is not None:
             assert backend.get_versioned(scope, "n") == before
 
     def test_increment_refuses_to_leave_the_64_bit_range(self, backend, make_task_scope):
-        _require(_can_increment(backend), backend, "increments")
+        require(_can_increment(backend), backend, "increments")
         scope = make_task_scope()
         backend.set(scope, "top", str(MAX_COUNTER))
         backend.set(scope, "bottom", str(MIN_COUNTER))
@@ -445,46 +324,31 @@ class CapabilityConformance:
 
     @pytest.mark.parametrize("by", [True, 1.0, "1", None], ids=["bool", "float", "str", "none"])
     def test_increment_refuses_a_by_that_is_not_an_int(self, backend, make_task_scope, by):
-        _require(_can_increment(backend), backend, "increments")
+        require(_can_increment(backend), backend, "increments")
         scope = make_task_scope()
-        with pytest.raises(TypeError, match="by"):
-            backend.increment(scope, "n", by)
-        with pytest.raises(TypeError, match="by"):
-            asyncio.run(backend.aincrement(scope, "n", by))
+        refused(backend, "increment", scope, "n", by, error=TypeError, match="by")
         assert backend.get(scope, "n") is None
-
-    def test_increment_of_an_expired_key_starts_again_from_0(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        _require(_can_increment(backend) and backend.supports_expiry, backend, "increments with expiry")
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.write(scope, "n", "41", expires_at=_past())
-            assert backend.increment(scope, "n") == 1
-            # An expired non-integer does not block the counter either: it is gone.
-            backend.write(scope, "text", '"words"', expires_at=_past())
-            assert backend.increment(scope, "text", 2) == 2
 
     # --- what operators see: version, expiry, writer -----------------------------------------
 
-    def test_entries_carry_version_and_expiry(self, backend, make_task_scope, make_asset_scope):
+    def test_entries_carry_version_and_expiry(self, backend, scope):
         if not self.records_writes:
             pytest.skip(f"{type(backend).__name__} does not record writes in entries()")
-        expires_at = _future()
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "plain", "v")
-            backend.set(scope, "plain", "v2")
-            if backend.supports_expiry:
-                backend.write(scope, "expiring", "v", expires_at=expires_at)
-            entries = {entry.key: entry for entry in backend.entries(scope).entries}
-            assert entries["plain"].expires_at is None
+        expires_at = future()
+        backend.set(scope, "plain", "v")
+        backend.set(scope, "plain", "v2")
+        if backend.supports_expiry:
+            backend.write(scope, "expiring", "v", expires_at=expires_at)
+        entries = {entry.key: entry for entry in backend.entries(scope).entries}
+        assert entries["plain"].expires_at is None
+        if backend.supports_versions:
+            assert entries["plain"].version == 2
+        if backend.supports_expiry:
+            stored = entries["expiring"].expires_at
+            assert stored is not None and stored.tzinfo is not None
+            assert abs((stored - expires_at).total_seconds()) < 0.01
             if backend.supports_versions:
-                assert entries["plain"].version == 2
-            if backend.supports_expiry:
-                stored = entries["expiring"].expires_at
-                assert stored is not None and stored.tzinfo is not None
-                assert abs((stored - expires_at).total_seconds()) < 0.01
-                if backend.supports_versions:
-                    assert entries["expiring"].version == 1
+                assert entries["expiring"].version == 1
 
     def test_entries_name_the_writer_of_asset_state(self, backend, make_task_scope, make_asset_scope):
         if not self.records_asset_writers:
@@ -519,7 +383,7 @@ class CapabilityConformance:
     # --- async parity ----------------------------------------------------------------------
 
     def test_async_capabilities_match_sync(self, backend, make_task_scope, make_asset_scope):
-        _require(backend.supports_versions, backend, "versions")
+        require(backend.supports_versions, backend, "versions")
         scope = make_task_scope(map_index=4)
 
         async def scenario() -> None:
@@ -532,7 +396,7 @@ class CapabilityConformance:
                 assert await backend.aincrement(scope, "n", 3) == 3
                 assert await backend.aincrement(scope, "n") == 4
             if backend.supports_expiry:
-                await backend.awrite(scope, "gone", "v", expires_at=_past())
+                await backend.awrite(scope, "gone", "v", expires_at=past())
                 assert await backend.aget_versioned(scope, "gone") is None
 
         asyncio.run(scenario())
@@ -544,7 +408,7 @@ class CapabilityConformance:
     # --- contention ------------------------------------------------------------------------
 
     def test_concurrent_increments_lose_nothing(self, backend, make_task_scope, make_asset_scope):
-        _require(_can_increment(backend), backend, "increments")
+        require(_can_increment(backend), backend, "increments")
         threads, operations = self.contention_threads, self.contention_operations
         task, asset = make_task_scope(), make_asset_scope(1)
         returned: list[int] = []
@@ -554,7 +418,7 @@ class CapabilityConformance:
             mine = [backend.increment(scope, "hits") for _ in range(operations)]
             returned.extend(mine)
 
-        _in_threads(threads, count)
+        in_threads(threads, count)
         even, odd = (threads + 1) // 2, threads // 2
         assert backend.get(task, "hits") == str(even * operations)
         assert backend.get(asset, "hits") == str(odd * operations)
@@ -562,7 +426,7 @@ class CapabilityConformance:
         assert sorted(returned) == sorted([*range(1, even * operations + 1), *range(1, odd * operations + 1)])
 
     def test_concurrent_compare_and_set_appends_lose_nothing(self, backend, make_task_scope):
-        _require(backend.supports_versions, backend, "versions")
+        require(backend.supports_versions, backend, "versions")
         scope = make_task_scope()
         appends = max(1, self.contention_operations // 5)
 
@@ -582,7 +446,7 @@ class CapabilityConformance:
                     except StateConflictError:
                         continue
 
-        _in_threads(self.contention_threads, append)
+        in_threads(self.contention_threads, append)
         final = backend.get_versioned(scope, "log")
         assert final is not None
         items = json.loads(final.value)
@@ -591,27 +455,24 @@ class CapabilityConformance:
         assert final.version == len(expected)  # one successful write per element, nothing else
 
     def test_concurrent_if_version_writers_exactly_one_wins_each_round(self, backend, make_asset_scope):
-        _require(backend.supports_versions, backend, "versions")
+        require(backend.supports_versions, backend, "versions")
         scope = make_asset_scope(1)
         version = backend.write(scope, "leader", "nobody")
         assert version == 1
+        wins: list[int] = []
+        losses: list[StateConflictError] = []
+
+        def contend(n: int) -> None:
+            try:
+                backend.write(scope, "leader", f"writer-{n}", if_version=version)
+                wins.append(n)
+            except StateConflictError as conflict:
+                losses.append(conflict)
+
         for _round in range(5):
-            wins: list[int] = []
-            losses: list[StateConflictError] = []
-
-            def contend(
-                n: int,
-                expected: int = version,
-                wins: list[int] = wins,
-                losses: list[StateConflictError] = losses,
-            ) -> None:
-                try:
-                    backend.write(scope, "leader", f"writer-{n}", if_version=expected)
-                    wins.append(n)
-                except StateConflictError as conflict:
-                    losses.append(conflict)
-
-            _in_threads(self.contention_threads, contend)
+            wins.clear()
+            losses.clear()
+            in_threads(self.contention_threads, contend)
             assert len(wins) == 1, wins
             assert len(losses) == self.contention_threads - 1
             assert {loss.stored for loss in losses} == {version + 1}

@@ -1,10 +1,7 @@
 """
-The conformance kit's tests of calls on many keys (``get_many``, ``set_many``, ``delete_many``).
-Mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`.
-
-They hold for the defaults built on the single-key methods as for native batches. A backend that
-declares ``supports_atomic_many`` is also checked for what it promises: a concurrent reader never
-sees a batch half applied.
+The conformance kit's tests of calls on many keys, mixed into
+:class:`~airflow_shared.state.testing.StateBackendConformance`: they hold for the per-key defaults
+as for native batches, and with ``supports_atomic_many`` no reader sees a batch half applied.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ._kit_support import BAD_KEYS, BAD_VALUES
 from .many import MAX_MANY_KEYS
 from .validation import MAX_KEY_LENGTH
 from .writes import StateCapabilityError, StateWriter, VersionedValue
@@ -36,44 +34,51 @@ UNUSUAL_KEYS = [
 ]
 
 
+#: Batches with one bad key or value among good ones, or of the wrong shape or size.
+BAD_PAIRS = {
+    **{f"{name}-key": ({"good": "1", key: "2"}, error) for name, (key, error) in BAD_KEYS.items()},
+    **{f"{name}-value": ({"good": "1", "k": value}, error) for name, (value, error) in BAD_VALUES.items()},
+    "too-many": ({f"k{n}": "v" for n in range(MAX_MANY_KEYS + 1)}, ValueError),
+    "list": ([("good", "1")], TypeError),
+}
+BAD_KEY_LISTS = {
+    **{f"{name}-key": (["good", key], error) for name, (key, error) in BAD_KEYS.items()},
+    "a-string": ("ab", TypeError),
+    "too-many": ([f"k{n}" for n in range(MAX_MANY_KEYS + 1)], ValueError),
+}
+
+
 class ManyKeysConformance:
     """Batches of keys: the same answers as one call per key, in one call."""
 
-    def test_get_many_returns_only_the_keys_that_hold_a_value(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "a", "1")
-            backend.set(scope, "b", "2")
-            assert backend.get_many(scope, ["a", "missing", "b"]) == {"a": "1", "b": "2"}
-            assert backend.get_many(scope, ["missing"]) == {}
-            assert backend.get_many(scope, []) == {}
-            # Repeated keys are asked once.
-            assert backend.get_many(scope, ["a", "a"]) == {"a": "1"}
+    def test_get_many_returns_only_the_keys_that_hold_a_value(self, backend, scope):
+        backend.set(scope, "a", "1")
+        backend.set(scope, "b", "2")
+        assert backend.get_many(scope, ["a", "missing", "b"]) == {"a": "1", "b": "2"}
+        assert backend.get_many(scope, ["missing"]) == {}
+        assert backend.get_many(scope, []) == {}
+        # Repeated keys are asked once.
+        assert backend.get_many(scope, ["a", "a"]) == {"a": "1"}
 
-    def test_set_many_stores_every_pair_and_answers_the_versions(
-        self, backend, make_task_scope, make_asset_scope
-    ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "old", "before")
-            versions = backend.set_many(scope, {"old": "after", "new": "first"})
-            assert set(versions) == {"old", "new"}
-            assert backend.get(scope, "old") == "after"
-            assert backend.get(scope, "new") == "first"
-            if backend.supports_versions:
-                assert versions == {"old": 2, "new": 1}
-                assert backend.get_versioned(scope, "old") == VersionedValue("after", 2)
-            else:
-                assert versions == {"old": None, "new": None}
-            assert backend.set_many(scope, {}) == {}
+    def test_set_many_stores_every_pair_and_answers_the_versions(self, backend, scope):
+        backend.set(scope, "old", "before")
+        versions = backend.set_many(scope, {"old": "after", "new": "first"})
+        assert set(versions) == {"old", "new"}
+        assert backend.get(scope, "old") == "after"
+        assert backend.get(scope, "new") == "first"
+        if backend.supports_versions:
+            assert versions == {"old": 2, "new": 1}
+            assert backend.get_versioned(scope, "old") == VersionedValue("after", 2)
+        else:
+            assert versions == {"old": None, "new": None}
+        assert backend.set_many(scope, {}) == {}
 
-    def test_delete_many_removes_only_the_keys_named(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set_many(scope, {"a": "1", "b": "2", "c": "3"})
-            backend.delete_many(scope, ["a", "c", "never_set"])
-            assert backend.get_many(scope, ["a", "b", "c"]) == {"b": "2"}
-            backend.delete_many(scope, [])
-            assert backend.get(scope, "b") == "2"
+    def test_delete_many_removes_only_the_keys_named(self, backend, scope):
+        backend.set_many(scope, {"a": "1", "b": "2", "c": "3"})
+        backend.delete_many(scope, ["a", "c", "never_set"])
+        assert backend.get_many(scope, ["a", "b", "c"]) == {"b": "2"}
+        backend.delete_many(scope, [])
+        assert backend.get(scope, "b") == "2"
 
     def test_batches_stay_in_their_scope(self, backend, make_task_scope, make_asset_scope):
         mine = make_task_scope(map_index=0)
@@ -92,15 +97,14 @@ class ManyKeysConformance:
         for other in others:
             assert backend.get(other, "k") == "other's"
 
-    def test_unusual_keys_each_stay_their_own_key(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            values = {key: f"value of {key[:20]!r} #{n}" for n, key in enumerate(UNUSUAL_KEYS)}
-            backend.set_many(scope, values)
-            assert backend.get_many(scope, UNUSUAL_KEYS) == values
-            for key, value in values.items():
-                assert backend.get(scope, key) == value
-            backend.delete_many(scope, UNUSUAL_KEYS[::2])
-            assert backend.get_many(scope, UNUSUAL_KEYS) == {k: values[k] for k in UNUSUAL_KEYS[1::2]}
+    def test_unusual_keys_each_stay_their_own_key(self, backend, scope):
+        values = {key: f"value of {key[:20]!r} #{n}" for n, key in enumerate(UNUSUAL_KEYS)}
+        backend.set_many(scope, values)
+        assert backend.get_many(scope, UNUSUAL_KEYS) == values
+        for key, value in values.items():
+            assert backend.get(scope, key) == value
+        backend.delete_many(scope, UNUSUAL_KEYS[::2])
+        assert backend.get_many(scope, UNUSUAL_KEYS) == {k: values[k] for k in UNUSUAL_KEYS[1::2]}
 
     def test_a_full_batch_of_the_largest_size_round_trips(self, backend, make_task_scope):
         scope = make_task_scope()
@@ -111,31 +115,7 @@ class ManyKeysConformance:
         backend.delete_many(scope, list(values))
         assert backend.get_many(scope, list(values)) == {}
 
-    @pytest.mark.parametrize(
-        ("bad", "error"),
-        [
-            ({"good": "1", "": "2"}, ValueError),
-            ({"good": "1", "k" * (MAX_KEY_LENGTH + 1): "2"}, ValueError),
-            ({"good": "1", "nul": "a\x00b"}, ValueError),
-            ({"good": "1", "surrogate": "\ud800"}, ValueError),
-            ({"good": "1", "none": None}, TypeError),
-            ({"good": "1", "number": 7}, TypeError),
-            ({"good": "1", 7: "2"}, TypeError),
-            ({f"k{n}": "v" for n in range(MAX_MANY_KEYS + 1)}, ValueError),
-            ([("good", "1")], TypeError),
-        ],
-        ids=[
-            "empty key",
-            "long key",
-            "NUL value",
-            "surrogate",
-            "None",
-            "int value",
-            "int key",
-            "too many",
-            "list",
-        ],
-    )
+    @pytest.mark.parametrize(("bad", "error"), BAD_PAIRS.values(), ids=BAD_PAIRS)
     def test_set_many_refuses_a_bad_pair_and_writes_nothing(self, backend, make_task_scope, bad, error):
         scope = make_task_scope()
         with pytest.raises(error):
@@ -143,17 +123,7 @@ class ManyKeysConformance:
         assert backend.get(scope, "good") is None
         assert backend.get(scope, "k0") is None
 
-    @pytest.mark.parametrize(
-        ("keys", "error"),
-        [
-            ("ab", TypeError),
-            (["good", ""], ValueError),
-            (["good", None], TypeError),
-            (["good", "a\x00"], ValueError),
-            ([f"k{n}" for n in range(MAX_MANY_KEYS + 1)], ValueError),
-        ],
-        ids=["a string", "empty key", "None key", "NUL key", "too many"],
-    )
+    @pytest.mark.parametrize(("keys", "error"), BAD_KEY_LISTS.values(), ids=BAD_KEY_LISTS)
     def test_get_and_delete_many_refuse_bad_keys_and_delete_nothing(
         self, backend, make_task_scope, keys, error
     ):
@@ -187,7 +157,7 @@ class ManyKeysConformance:
             assert stored is not None and abs((stored - future).total_seconds()) < 0.01
             assert by_key[key].updated_by_try == 3
 
-    def test_async_batches_match_sync(self, backend, make_task_scope, make_asset_scope):
+    def test_async_batches_match_sync(self, backend, scope):
         async def scenario(scope):
             versions = await backend.aset_many(scope, {"a": "1", "b": "2"})
             assert set(versions) == {"a", "b"}
@@ -195,9 +165,8 @@ class ManyKeysConformance:
             await backend.adelete_many(scope, ["a"])
             return await backend.aget_many(scope, ["a", "b"])
 
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            assert asyncio.run(scenario(scope)) == {"b": "2"}
-            assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
+        assert asyncio.run(scenario(scope)) == {"b": "2"}
+        assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
 
     def test_atomic_batches_are_never_seen_half_applied(self, backend, make_task_scope):
         if not backend.supports_atomic_many:

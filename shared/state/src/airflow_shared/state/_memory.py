@@ -26,6 +26,7 @@ from airflow_shared.state import (
     TaskScope,
     VersionedValue,
     incremented,
+    validate_cleanup,
     validate_increment,
     validate_key,
     validate_listing,
@@ -33,8 +34,7 @@ from airflow_shared.state import (
     validate_many_values,
     validate_scope,
     validate_value,
-    validate_write_options,
-    validate_writer,
+    validate_write,
 )
 from airflow_shared.state.entries import page_of_keys
 
@@ -47,15 +47,6 @@ def _check(scope: object) -> None:
             "MemoryStateBackend needs TaskScope.dag_run_uid (the dag run's incarnation); build the "
             "scope with airflow.state.task_scope(dag_id, run_id, task_id, map_index)"
         )
-
-
-def _check_moment(name: str, moment: object, *, optional: bool) -> None:
-    if moment is None and optional:
-        return
-    if not isinstance(moment, datetime):
-        raise TypeError(f"{name} must be a timezone-aware datetime, got {type(moment).__name__}")
-    if moment.tzinfo is None:
-        raise ValueError(f"{name} must be timezone-aware (UTC)")
 
 
 def _live(entry: StateEntry | None, now: datetime) -> StateEntry | None:
@@ -87,9 +78,7 @@ class MemoryStateBackend(BaseStateBackend):
         return None if stored is None else stored.value
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        _check(scope)
-        validate_key(key)
-        entry = _live(self._data.get((scope, key)), datetime.now(UTC))
+        entry = self._read(scope, key)
         return None if entry is None else VersionedValue(entry.value, entry.version or 0)
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
@@ -120,8 +109,14 @@ class MemoryStateBackend(BaseStateBackend):
         return StateEntryPage([stored[key] for key in keys], total)
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        return self._read(scope, key)
+
+    def _read(self, scope: StateScope, key: str) -> StateEntry | None:
         _check(scope)
         validate_key(key)
+        return self._live_entry(scope, key)
+
+    def _live_entry(self, scope: StateScope, key: str) -> StateEntry | None:
         return _live(self._data.get((scope, key)), datetime.now(UTC))
 
     def _live_entries(self, scope: StateScope) -> dict[str, StateEntry]:
@@ -146,7 +141,7 @@ class MemoryStateBackend(BaseStateBackend):
         validate_key(key)
         validate_value(value)
         with self._lock:
-            self._store(scope, key, value, try_number=try_number, writer=None, expires_at=None)
+            self._store(scope, {key: value}, try_number, None, None)
 
     def write(
         self,
@@ -158,20 +153,16 @@ class MemoryStateBackend(BaseStateBackend):
         expires_at: datetime | None = None,
         if_version: int | None = None,
         session: Any = None,
-    ) -> int:
+    ) -> int | None:
         _check(scope)
         validate_key(key)
         validate_value(value)
-        validate_write_options(expires_at, if_version)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at, if_version)
         with self._lock:
-            if if_version is not None:
-                live = _live(self._data.get((scope, key)), datetime.now(UTC))
-                stored = 0 if live is None else live.version or 0
-                if stored != if_version:
-                    raise StateConflictError(key, if_version, stored)
-            return self._store(scope, key, value, try_number=try_number, writer=writer, expires_at=expires_at)
+            live = self._live_entry(scope, key)
+            if if_version is not None and (stored := 0 if live is None else live.version or 0) != if_version:
+                raise StateConflictError(key, if_version, stored)
+            return self._store(scope, {key: value}, try_number, writer, expires_at)[key]
 
     def set_many(
         self,
@@ -184,16 +175,9 @@ class MemoryStateBackend(BaseStateBackend):
     ) -> dict[str, int | None]:
         _check(scope)
         checked = validate_many_values(values)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at)
         with self._lock:
-            return {
-                key: self._store(
-                    scope, key, value, try_number=try_number, writer=writer, expires_at=expires_at
-                )
-                for key, value in checked.items()
-            }
+            return self._store(scope, checked, try_number, writer, expires_at)
 
     def increment(
         self,
@@ -208,41 +192,39 @@ class MemoryStateBackend(BaseStateBackend):
         _check(scope)
         validate_key(key)
         validate_increment(by)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
+        try_number = validate_write(writer, expires_at)
         with self._lock:
-            live = _live(self._data.get((scope, key)), datetime.now(UTC))
+            live = self._live_entry(scope, key)
             # Raises ValueError before anything is stored when the value is not a 64-bit integer.
             result = incremented(key, None if live is None else live.value, by)
-            self._store(scope, key, str(result), try_number=try_number, writer=writer, expires_at=expires_at)
+            self._store(scope, {key: str(result)}, try_number, writer, expires_at)
         return result
 
     def _store(
         self,
         scope: StateScope,
-        key: str,
-        value: str,
-        *,
+        values: Mapping[str, str],
         try_number: int | None,
         writer: StateWriter | None,
         expires_at: datetime | None,
-    ) -> int:
-        """Store one key (the caller holds the lock); return its new version."""
-        previous = self._data.get((scope, key))
-        version = 1 if previous is None else (previous.version or 0) + 1
+    ) -> dict[str, int | None]:
+        """Store *values* (the caller holds the lock); return each key's new version."""
         is_task = isinstance(scope, TaskScope)
-        self._data[(scope, key)] = StateEntry(
-            key,
-            value,
-            updated_at=datetime.now(UTC),
-            # Task state records the try; asset state the whole writer.
-            updated_by_try=try_number if is_task else None,
-            version=version,
-            expires_at=expires_at,
-            writer=None if is_task else writer,
-        )
-        return version
+        versions: dict[str, int | None] = {}
+        for key, value in values.items():
+            previous = self._data.get((scope, key))
+            versions[key] = version = 1 if previous is None else (previous.version or 0) + 1
+            self._data[(scope, key)] = StateEntry(
+                key,
+                value,
+                updated_at=datetime.now(UTC),
+                # Task state records the try; asset state the whole writer.
+                updated_by_try=try_number if is_task else None,
+                version=version,
+                expires_at=expires_at,
+                writer=None if is_task else writer,
+            )
+        return versions
 
     # --- removal -----------------------------------------------------------------------------
 
@@ -276,10 +258,7 @@ class MemoryStateBackend(BaseStateBackend):
         dry_run: bool = False,
         session: Any = None,
     ) -> int:
-        _check_moment("now", now, optional=False)
-        _check_moment("updated_before", updated_before, optional=True)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        validate_cleanup(now, updated_before, batch_size)
 
         def removable(entry: StateEntry) -> bool:
             if entry.expires_at is not None and entry.expires_at <= now:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import validate_many_keys, validate_many_values
@@ -19,9 +19,24 @@ from .writes import (
     VersionedValue,
     incremented,
     validate_increment,
-    validate_write_options,
-    validate_writer,
+    validate_write,
 )
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_thread(sync: Callable[_P, _R]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """The async twin of the contract method *sync*: this backend's own *sync*, in a worker thread."""
+    name = sync.__name__
+
+    async def in_thread(self: BaseStateBackend, *args: Any, **kwargs: Any) -> Any:
+        # to_thread copies the caller's context variables into the thread.
+        return await asyncio.to_thread(getattr(self, name), *args, **kwargs)
+
+    in_thread.__name__, in_thread.__qualname__ = f"a{name}", f"BaseStateBackend.a{name}"
+    in_thread.__doc__ = f"Async :meth:`{name}`, run in a worker thread unless overridden."
+    return in_thread  # type: ignore[return-value]  # self is among _P
 
 
 class BaseStateBackend(ABC):
@@ -29,31 +44,20 @@ class BaseStateBackend(ABC):
     Storage for task and asset state.
 
     A backend routes on the scope's type (:class:`TaskScope` or :class:`AssetScope`) inside each
-    method. Implement the four sync methods; the async ``a*`` variants run them in a worker
-    thread (with the caller's context variables) so a sync-only backend never blocks an event
-    loop. Backends with a native async client override the ``a*`` methods.
-
-    Which try of a task instance wrote a value is part of the contract: the state API stores task
-    state through :meth:`set_by_try` (and :meth:`aset_by_try`), which default to :meth:`set` (and
-    :meth:`aset`). Backends that can store the writer override them.
+    method. Implement the four sync methods; the async ``a*`` twins run them in a worker thread so
+    a sync-only backend never blocks an event loop (a native async client overrides them). The
+    state API writes task state through :meth:`set_by_try`, which defaults to :meth:`set`.
 
     Every method takes a keyword-only ``session``: backends built on SQLAlchemy join the caller's
-    session (and leave committing to it); others ignore it.
+    session (and leave committing to it); others ignore it. Validate input before any I/O
+    (:mod:`airflow_shared.state.validation`); :mod:`airflow_shared.state.testing` checks a backend
+    against this contract.
 
-    Implementations validate their input before any I/O with the helpers in
-    :mod:`airflow_shared.state.validation`, and :mod:`airflow_shared.state.testing` is a pytest
-    suite that checks a backend against this contract.
-
-    **Capabilities.** Beyond the four methods, a backend may support versioned writes
-    (:meth:`get_versioned`, :meth:`write` with ``if_version``), per-key expiry (:meth:`write` with
-    ``expires_at``, :meth:`cleanup`) and atomic increments (:meth:`increment`). It says which with
-    the class attributes below, which callers and the conformance kit read; asking a backend for
-    one it lacks raises :class:`StateCapabilityError`, never a silent fallback.
-
-    **Many keys.** :meth:`get_many`, :meth:`set_many` and :meth:`delete_many` take up to
-    :data:`~airflow_shared.state.many.MAX_MANY_KEYS` keys. Their defaults call the single-key
-    methods once per key; backends that can do a batch in one round trip override them, and say
-    with :attr:`supports_atomic_many` whether a batch is applied (and read) all at once.
+    **Capabilities** (versions, expiry, increments, atomic batches) are declared by the class
+    attributes below; asking a backend for one it lacks raises :class:`StateCapabilityError`,
+    never a silent fallback. The batch methods take up to
+    :data:`~airflow_shared.state.many.MAX_MANY_KEYS` keys; their defaults call the single-key
+    methods once per key.
 
     **Expiry.** A key whose ``expires_at`` has passed is gone for every read (``get``,
     ``get_versioned``, ``keys``, ``entries``, ``key_counts``), for ``if_version=0`` and for
@@ -95,12 +99,7 @@ class BaseStateBackend(ABC):
         """
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
-        """
-        Return the values of those of *keys* stored in *scope*; a key with no value is left out.
-
-        The default calls :meth:`get` per key. Validate with
-        :func:`~airflow_shared.state.many.validate_many_keys` before any I/O.
-        """
+        """Return the values of those of *keys* stored in *scope*; a key with no value is left out."""
         validate_scope(scope)
         found = {}
         for key in validate_many_keys(keys, "get_many"):
@@ -119,24 +118,22 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> dict[str, int | None]:
         """
-        Store every key-value pair of *values* in *scope*, as :meth:`write` would (same *writer*
-        and *expires_at* for all), and return each key's new version (``None`` without versions).
+        Store every pair of *values* in *scope* as :meth:`write` would (same *writer* and
+        *expires_at* for all); return each key's new version (``None`` without versions).
 
-        The default calls :meth:`write` per key, after checking them all: a bad key or value writes
-        nothing, but a failure of storage part-way leaves the keys before it written. Backends that
-        write a batch at once override it and declare :attr:`supports_atomic_many`.
+        The default checks every pair, then calls :meth:`write` per key: a failure of storage
+        part-way leaves the keys before it written.
         """
         validate_scope(scope)
         checked = validate_many_values(values)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
+        validate_write(writer, expires_at)
         return {
             key: self.write(scope, key, value, writer=writer, expires_at=expires_at, session=session)
             for key, value in checked.items()
         }
 
     def delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
-        """Remove each of *keys* from *scope* (absent keys are no error); the default calls :meth:`delete`."""
+        """Remove each of *keys* from *scope* (absent keys are no error)."""
         validate_scope(scope)
         for key in validate_many_keys(keys, "delete_many"):
             self.delete(scope, key, session=session)
@@ -147,9 +144,8 @@ class BaseStateBackend(ABC):
         """
         :meth:`set`, telling the backend which try of the task instance writes the value.
 
-        *try_number* is ``None`` for asset state and for writes not made by a task try (the CLI,
-        server code, tests). The default ignores it and calls :meth:`set`; backends that can store
-        the writer override this method (and :meth:`aset_by_try`), and validate like :meth:`set`.
+        *try_number* is ``None`` for asset state and for writes not made by a task try. The default
+        ignores it; backends that can store the writer override this method.
         """
         self.set(scope, key, value, session=session)
 
@@ -175,17 +171,13 @@ class BaseStateBackend(ABC):
         :param if_version: write only if the stored version is this one (0: only if the key is
             absent or expired); otherwise raise :class:`StateConflictError` with the stored version.
 
-        The default serves backends without versions or expiry: it refuses ``if_version`` and
-        ``expires_at`` with :class:`StateCapabilityError` and calls :meth:`set_by_try`. Backends
-        that declare a capability override this method.
+        The default, for backends without versions or expiry, refuses both and calls :meth:`set_by_try`.
         """
-        validate_write_options(expires_at, if_version)
+        try_number = validate_write(writer, expires_at, if_version)
         if if_version is not None:
             raise StateCapabilityError(self, "versioned writes (if_version)")
         if expires_at is not None:
             raise StateCapabilityError(self, "expiry (expires_at)")
-        validate_writer(writer)
-        try_number = writer.try_number if writer is not None else None
         self.set_by_try(scope, key, value, try_number=try_number, session=session)
         return None
 
@@ -211,12 +203,10 @@ class BaseStateBackend(ABC):
         written. *writer* and *expires_at* are as for :meth:`write`.
 
         The default, for backends with versions but no native increment, retries a versioned
-        write until no other writer came in between; without versions it raises
-        :class:`StateCapabilityError`.
+        write until no other writer came in between.
         """
         validate_increment(by)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
+        validate_write(writer, expires_at)
         if not self.supports_versions:
             raise StateCapabilityError(self, "atomic increments")
         while True:
@@ -251,23 +241,15 @@ class BaseStateBackend(ABC):
         were removed, or with *dry_run* how many would be.
 
         Work in batches of at most *batch_size* keys, each its own short transaction, so that
-        reads and writes of other keys carry on meanwhile. Expired keys are already invisible to
-        reads: this only reclaims their space.
-
-        The default serves backends without expiry: nothing of theirs can expire, so without
-        *updated_before* there is nothing to remove (0); with it, :class:`StateCapabilityError`.
+        reads and writes of other keys carry on meanwhile. The default serves backends where nothing
+        expires: 0, or :class:`StateCapabilityError` for *updated_before*.
         """
         if updated_before is not None:
             raise StateCapabilityError(self, "removing keys by age (cleanup with updated_before)")
         return 0
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        """
-        Return the keys stored in *scope*, sorted.
-
-        Optional: backends that cannot list keys leave this default, which raises
-        ``NotImplementedError``; the conformance kit then skips its listing tests.
-        """
+        """Return the keys stored in *scope*, sorted. Optional: the default raises ``NotImplementedError``."""
         raise NotImplementedError(f"{type(self).__name__} does not support listing state keys")
 
     def entries(
@@ -284,10 +266,8 @@ class BaseStateBackend(ABC):
         with *key_prefix* when given, skipping *offset* of them and at most *limit* (all when
         ``None``), with the total that matched.
 
-        This is what operators see (the REST API, ``airflow state list`` and ``export``, the UI).
-        The default is built on :meth:`keys` and :meth:`get` and knows nothing of when or by which
-        try a key was written; backends that record it override this method. Validate the scope
-        and :func:`~airflow_shared.state.entries.validate_listing` first.
+        What operators see (the REST API, ``airflow state list`` and ``export``, the UI). The default,
+        built on :meth:`keys` and :meth:`get`, knows nothing of when or by which try a key was written.
         """
         validate_listing(key_prefix, offset, limit)
         keys, total = page_of_keys(self.keys(scope, session=session), key_prefix, offset, limit)
@@ -303,11 +283,8 @@ class BaseStateBackend(ABC):
         Return the entry of *key* in *scope* (its value and what :meth:`entries` shows of it), or
         ``None`` when the key is absent or expired.
 
-        What operators read when they name one key (the REST API, ``airflow state get``, each row
-        of an import). The default pages :meth:`entries` by the key as prefix, which is correct
-        but may read the whole scope to find one key; backends that can read one key with its
-        metadata in one round trip override it. A backend that cannot list keys gets the
-        :meth:`get` value alone.
+        The default pages :meth:`entries` by the key as prefix, which may read the whole scope to
+        find one key (a backend that cannot list keys gets the :meth:`get` value alone).
         """
         validate_scope(scope)
         validate_key(key)
@@ -321,22 +298,8 @@ class BaseStateBackend(ABC):
         return found if found is not None and found.key == key else None
 
     def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
-        """
-        Return how many keys each of *scopes* holds, in the same order.
-
-        Operators use it to find which task instances of a run (and which assets) hold state.
-        The default calls :meth:`keys` once per scope; backends that can count many scopes in one
-        round trip override it.
-        """
+        """Return how many keys each of *scopes* holds, in the same order."""
         return [len(self.keys(scope, session=session)) for scope in scopes]
-
-    async def aget(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        """Async :meth:`get`."""
-        return await asyncio.to_thread(self.get, scope, key, session=session)
-
-    async def aset(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
-        """Async :meth:`set`."""
-        await asyncio.to_thread(self.set, scope, key, value, session=session)
 
     async def aset_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
@@ -352,92 +315,25 @@ class BaseStateBackend(ABC):
                 self.set_by_try, scope, key, value, try_number=try_number, session=session
             )
 
-    async def awrite(
-        self,
-        scope: StateScope,
-        key: str,
-        value: str,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        if_version: int | None = None,
-        session: Any = None,
-    ) -> int | None:
-        """Async :meth:`write`."""
-        return await asyncio.to_thread(
-            self.write,
-            scope,
-            key,
-            value,
-            writer=writer,
-            expires_at=expires_at,
-            if_version=if_version,
-            session=session,
-        )
-
-    async def aget_versioned(
-        self, scope: StateScope, key: str, *, session: Any = None
-    ) -> VersionedValue | None:
-        """Async :meth:`get_versioned`."""
-        return await asyncio.to_thread(self.get_versioned, scope, key, session=session)
-
-    async def aincrement(
-        self,
-        scope: StateScope,
-        key: str,
-        by: int = 1,
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        session: Any = None,
-    ) -> int:
-        """Async :meth:`increment`."""
-        return await asyncio.to_thread(
-            self.increment, scope, key, by, writer=writer, expires_at=expires_at, session=session
-        )
-
-    async def aget_many(
-        self, scope: StateScope, keys: Iterable[str], *, session: Any = None
-    ) -> dict[str, str]:
-        """Async :meth:`get_many`."""
-        return await asyncio.to_thread(self.get_many, scope, keys, session=session)
-
-    async def aset_many(
-        self,
-        scope: StateScope,
-        values: Mapping[str, str],
-        *,
-        writer: StateWriter | None = None,
-        expires_at: datetime | None = None,
-        session: Any = None,
-    ) -> dict[str, int | None]:
-        """Async :meth:`set_many`."""
-        return await asyncio.to_thread(
-            self.set_many, scope, values, writer=writer, expires_at=expires_at, session=session
-        )
-
-    async def adelete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> None:
-        """Async :meth:`delete_many`."""
-        await asyncio.to_thread(self.delete_many, scope, keys, session=session)
-
-    async def adelete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
-        """Async :meth:`delete`."""
-        await asyncio.to_thread(self.delete, scope, key, session=session)
-
-    async def aclear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        """Async :meth:`clear`."""
-        await asyncio.to_thread(self.clear, scope, all_map_indices=all_map_indices, session=session)
-
-    async def akeys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        """Async :meth:`keys`."""
-        return await asyncio.to_thread(self.keys, scope, session=session)
+    # The other async twins: the sync method of this instance, run in a worker thread.
+    aget = _in_thread(get)
+    aset = _in_thread(set)
+    adelete = _in_thread(delete)
+    aclear = _in_thread(clear)
+    awrite = _in_thread(write)
+    aget_versioned = _in_thread(get_versioned)
+    aincrement = _in_thread(increment)
+    aget_many = _in_thread(get_many)
+    aset_many = _in_thread(set_many)
+    adelete_many = _in_thread(delete_many)
+    akeys = _in_thread(keys)
 
 
 def contract_methods() -> tuple[str, ...]:
     """
     The public methods of :class:`BaseStateBackend`, sync and async: what a backend that wraps
-    another (to measure, log or trace it) must pass on, each to the same method of the wrapped
-    backend. A helper not meant to be overridden is marked ``@typing.final`` and left out.
+    another must pass on, each to the same method of the wrapped backend (``@typing.final`` ones
+    are left out).
     """
     return tuple(
         sorted(
@@ -449,10 +345,7 @@ def contract_methods() -> tuple[str, ...]:
 
 
 def capability_names() -> tuple[str, ...]:
-    """
-    The capabilities :class:`BaseStateBackend` declares as class attributes (``supports_*``): a
-    wrapper must read the same as the backend it wraps on each.
-    """
+    """The capabilities (``supports_*``) of :class:`BaseStateBackend`: a wrapper reads as its backend."""
     return tuple(
         sorted(
             name

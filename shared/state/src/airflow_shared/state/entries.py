@@ -13,19 +13,14 @@ class StateEntry:
     """
     One stored key with its value and what the backend knows of its last write.
 
-    :param key: the state key.
-    :param value: the stored text, exactly as it was set.
-    :param updated_at: when it was last written (timezone-aware, UTC); ``None`` when the backend
-        does not record it.
+    Each field after *value* is ``None`` when the backend does not record it.
+
+    :param updated_at: when it was last written (timezone-aware, UTC).
     :param updated_by_try: the try of the task instance that last wrote it; ``None`` for asset
-        state, for writes made outside a task try (the CLI, the REST API, server code), and when the
-        backend does not record it.
-    :param version: the key's version (see :class:`~airflow_shared.state.VersionedValue`);
-        ``None`` when the backend does not keep versions.
-    :param expires_at: when the key expires; ``None`` when it never does (or the backend does not
-        support expiry). Listings never include an expired key.
-    :param writer: who last wrote it, for asset state (task state records the try only);
-        ``None`` when not known.
+        state and for writes made outside a task try (the CLI, the REST API, server code).
+    :param version: the key's version (see :class:`~airflow_shared.state.VersionedValue`).
+    :param expires_at: when the key expires; ``None`` when it never does.
+    :param writer: who last wrote it, for asset state (task state records the try only).
     """
 
     key: str
@@ -39,12 +34,7 @@ class StateEntry:
 
 @dataclass(frozen=True)
 class StateEntryPage:
-    """
-    A page of a scope's entries, sorted by key.
-
-    :param entries: the entries of the page.
-    :param total: how many keys of the scope match the prefix, on every page together.
-    """
+    """A page of a scope's entries, sorted by key, and how many keys match the prefix on all pages."""
 
     entries: list[StateEntry]
     total: int

@@ -17,26 +17,16 @@ class TaskScope:
     """
     The state of one task instance: shared by all its tries, separate per map index.
 
-    A dag run that is deleted and created again with the same ``run_id`` must start with empty
-    task state. The metastore gets that from its foreign key to ``dag_run`` (the rows go with the
-    run); a backend that stores elsewhere is never told a run was deleted, so the scope carries
-    *dag_run_uid*, which names one incarnation of the run:
+    A dag run deleted and created again with the same ``run_id`` must start with empty task
+    state. The metastore gets that from its foreign key to ``dag_run``; a backend that stores
+    elsewhere is never told a run was deleted, so it MUST key task state on *dag_run_uid* and refuse
+    a scope without it with a ``ValueError`` saying to build one with
+    ``airflow.state.task_scope(dag_id, run_id, task_id, map_index)``, as Airflow's servers do.
 
-    * Airflow's servers always fill it: the state API builds scopes from the database, and server
-      code builds a complete scope with ``airflow.state.task_scope(dag_id, run_id, task_id,
-      map_index)``.
-    * A backend that cannot cascade from the ``dag_run`` table (anything but the metastore) MUST
-      key task state on it, and MUST refuse a scope without it (``dag_run_uid=None``) with a
-      ``ValueError`` that says how to build a complete one (``airflow.state.task_scope(...)``).
-    * The metastore may ignore it: the foreign-key cascade gives the same guarantee.
-
-    :param dag_id: the DAG of the run.
-    :param run_id: the run the state belongs to; deleting the run deletes its state.
-    :param task_id: the task within the run.
     :param map_index: the mapped instance, ``-1`` for a task that is not mapped.
-    :param dag_run_uid: an opaque, non-empty string naming this incarnation of the dag run; a run
-        deleted and created again with the same ``run_id`` has a different one. ``None`` when the
-        caller does not know it (only the metastore accepts such a scope).
+    :param dag_run_uid: an opaque, non-empty string naming this incarnation of the dag run (a run
+        created again with the same ``run_id`` has another); ``None`` when the caller does not know
+        it (only the metastore accepts such a scope).
     """
 
     dag_id: str
@@ -67,11 +57,7 @@ class TaskScope:
 
 @dataclass(frozen=True)
 class AssetScope:
-    """
-    The state of one asset, independent of any run: a watermark written by run 1 is read by run 2.
-
-    :param asset_id: the asset's id in the metadata database.
-    """
+    """The state of one asset (its id in the metadata database), shared by every run."""
 
     asset_id: int
 
@@ -98,13 +84,9 @@ def dag_run_uid(dag_run_id: int, created_at: datetime | None, run_after: datetim
     again gives a different one, even when the database reuses its id (SQLite gives a deleted
     highest row's id to the next insert).
 
-    It lives here, in the dependency-free contract, because every process that addresses a
-    backend keyed on it must compute exactly the same string: Airflow 3.2's servers with
-    airflow-task-state, and a backend adapted to Airflow 3.3's ``[state_store] backend``.
-
-    :param dag_run_id: ``dag_run.id``.
-    :param created_at: ``dag_run.created_at``; naive values are taken as UTC.
-    :param run_after: ``dag_run.run_after`` (NOT NULL), used when *created_at* is ``None``.
+    It lives in the dependency-free contract because every process that addresses a backend keyed
+    on it (Airflow 3.2's servers, a backend adapted to Airflow 3.3) must compute the same string.
+    Naive datetimes are taken as UTC.
     """
     if isinstance(dag_run_id, bool) or not isinstance(dag_run_id, int):
         raise TypeError(f"dag_run_id must be an int, got {type(dag_run_id).__name__}: {dag_run_id!r}")

@@ -10,64 +10,32 @@ Subclass :class:`StateBackendConformance` in a test module and provide the ``bac
         def backend(self):
             return MyBackend(url=...)
 
-Fixtures a backend may override:
-
-* ``make_task_scope``: ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``. The
-  default builds scopes of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``. Backends
-  whose storage needs the scope to exist first (the metastore needs a real dag run) create it
-  here, and return the scope Airflow would build (with the run's real ``dag_run_uid``).
-* ``recreate_dag_run``: ``recreate(scope) -> TaskScope``. Delete the dag run of *scope* and create
-  it again with the same ``dag_id`` and ``run_id``; return a scope of the same task and map index
-  in the new run. The default only gives the scope a new ``dag_run_uid``, which is all a backend
-  without foreign keys can see of a re-created run; a backend that stores in Airflow's database
-  deletes and re-inserts the ``dag_run`` row for real.
-* ``make_asset_scope``: ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset; the
-  metastore creates real asset rows.
-
-Set the class attribute ``records_writes = True`` when :meth:`BaseStateBackend.entries` reports
-when each key was written and by which try; the kit then checks both.
-
-Set ``records_asset_writers = True`` when ``entries()`` of asset state reports the
-:class:`~airflow_shared.state.StateWriter` given to the last ``write()``/``increment()``.
-
-Batches (``get_many``, ``set_many``, ``delete_many``) are tested as the single-key calls are; a
-backend that declares ``supports_atomic_many`` is also checked never to show a batch half applied.
-
-A backend that wraps another one also passes :class:`StateBackendWrapperConformance` (fixture
-``wrap(backend) -> wrapper``): every contract method and capability passes through unchanged.
-
-Versions, expiry and increments are tested as the backend's own flags declare them
-(``supports_versions``, ``supports_expiry``, ``supports_increment``; without a native increment, the
-default built on versioned writes is tested). Where a flag is ``False`` the kit checks the backend
-refuses the capability with ``StateCapabilityError`` and writes nothing. The contention tests use
-``contention_threads`` threads of ``contention_operations`` operations (8 x 50); a slow store may
-lower them, never to fewer than 2 threads.
-
-Set the class attribute ``task_state_cascades_with_dag_run = True`` only if the store itself
-deletes task state with the ``dag_run`` row (a foreign key, as in the metastore); such a backend
-may ignore ``dag_run_uid``, and the kit skips the two tests that require keying on it. Every
-other backend must key task state on ``dag_run_uid`` and refuse a ``TaskScope`` without one.
-
-Requires pytest (``apache-airflow-shared-state[testing]``).
+A backend whose scopes must exist first (the metastore needs real dag runs and assets) overrides
+the fixtures ``make_task_scope``, ``make_asset_scope`` and ``recreate_dag_run`` (each documented
+below); the class attributes say what the backend records beyond the contract. Capabilities are
+tested as the backend's ``supports_*`` flags declare them, and an undeclared one must be refused
+with ``StateCapabilityError``. A backend that wraps another one also passes
+:class:`StateBackendWrapperConformance`. Requires pytest (``apache-airflow-shared-state[testing]``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
+from ._kit_support import BAD_KEYS, BAD_VALUES, in_threads, listed, refused, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
-from .entries import StateEntry, StateEntryPage
+from .entries import StateEntryPage
 from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH
 
@@ -76,27 +44,23 @@ MakeAssetScope = Callable[[int], AssetScope]
 RecreateDagRun = Callable[[TaskScope], TaskScope]
 
 
-def _listed_entries(backend: BaseStateBackend, scope: StateScope) -> dict[str, StateEntry] | None:
-    """The entries of *scope* by key, or ``None`` when the backend does not list keys."""
-    try:
-        return {entry.key: entry for entry in backend.entries(scope).entries}
-    except NotImplementedError:
-        return None
-
-
-def _listed_keys(backend: BaseStateBackend, scope: TaskScope) -> list[str] | None:
-    """The keys of *scope*, or ``None`` when the backend does not list keys (that is optional)."""
-    try:
-        return backend.keys(scope)
-    except NotImplementedError:
-        return None
+def _writes(scope: object, key: object, value: object) -> dict[str, Any]:
+    """The arguments of each single-key write (each has an async twin) storing *value* under *key*."""
+    try_number = 1 if isinstance(scope, TaskScope) else None
+    return {
+        "set": ((scope, key, value), {}),
+        "set_by_try": ((scope, key, value), {"try_number": try_number}),
+        "write": ((scope, key, value), {}),
+    }
 
 
 class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign
-    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``.
+    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``, and the kit
+    #: skips the tests that require keying on it. Every other backend must key task state on it and
+    #: refuse a ``TaskScope`` without one.
     task_state_cascades_with_dag_run: bool = False
 
     #: True when ``entries()`` reports ``updated_at`` and ``updated_by_try`` of each key.
@@ -108,7 +72,11 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     @pytest.fixture
     def make_task_scope(self) -> MakeTaskScope:
-        """Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``."""
+        """
+        Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``: by default a
+        scope of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``; a backend whose
+        storage needs the run to exist creates it, and returns the scope Airflow would build.
+        """
 
         def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
             return TaskScope("conformance_dag", run_id, task_id, map_index, dag_run_uid=f"uid-{run_id}")
@@ -120,6 +88,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         """
         Return ``recreate(scope) -> TaskScope``: delete the dag run of *scope*, create it again with
         the same dag_id and run_id, and return a scope of the same task and map index in the new run.
+        The default only gives the scope a new ``dag_run_uid``, all a store without foreign keys sees.
         """
 
         def recreate(scope: TaskScope) -> TaskScope:
@@ -132,105 +101,81 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         """Return ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset."""
         return AssetScope
 
+    @pytest.fixture(params=["task", "asset"])
+    def scope(self, request, make_task_scope, make_asset_scope) -> StateScope:
+        """A task scope, then an asset scope: each test taking it holds for both alike."""
+        return make_task_scope() if request.param == "task" else make_asset_scope(1)
+
     # --- round trips ---------------------------------------------------------------------
 
-    def test_missing_key_reads_as_none(self, backend, make_task_scope, make_asset_scope):
-        assert backend.get(make_task_scope(), "never_set") is None
-        assert backend.get(make_asset_scope(1), "never_set") is None
+    def test_missing_key_reads_as_none_and_deleting_or_clearing_is_no_error(self, backend, scope):
+        assert backend.get(scope, "never_set") is None
+        backend.delete(scope, "never_set")
+        backend.clear(scope)
+        backend.clear(scope, all_map_indices=True)
 
-    def test_set_then_get_returns_the_value(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_task_scope(), "remote_job_id", "app_001")
-        backend.set(make_asset_scope(1), "watermark", "2026-11-30T00:00:00+00:00")
-        assert backend.get(make_task_scope(), "remote_job_id") == "app_001"
-        assert backend.get(make_asset_scope(1), "watermark") == "2026-11-30T00:00:00+00:00"
+    def test_set_then_get_returns_the_value_and_set_overwrites(self, backend, scope):
+        backend.set(scope, "watermark", "2026-11-30T00:00:00+00:00")
+        assert backend.get(scope, "watermark") == "2026-11-30T00:00:00+00:00"
+        backend.set(scope, "k", "first")
+        backend.set(scope, "k", "second")
+        assert backend.get(scope, "k") == "second"
 
-    def test_set_overwrites(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "k", "first")
-            backend.set(scope, "k", "second")
-            assert backend.get(scope, "k") == "second"
-
-    def test_values_round_trip_exactly(self, backend, make_task_scope):
-        scope = make_task_scope()
+    def test_keys_and_values_round_trip_exactly(self, backend, scope):
         samples = {
             "empty": "",
             "unicode": "naïve ☃ 東京 \U0001f680",
             "whitespace": "  leading and trailing\n\ttabs  ",
             "json": '{"a": [1, 2.5, null, true], "b": "x"}',
             "large": "x" * 300_000,
+            "Key": "keys are case-sensitive",
+            "k" * MAX_KEY_LENGTH: "the longest key",
         }
         for key, value in samples.items():
             backend.set(scope, key, value)
         for key, value in samples.items():
-            assert backend.get(scope, key) == value, key
-
-    def test_longest_key_is_accepted(self, backend, make_task_scope):
-        key = "k" * MAX_KEY_LENGTH
-        backend.set(make_task_scope(), key, "v")
-        assert backend.get(make_task_scope(), key) == "v"
-
-    def test_keys_are_case_sensitive(self, backend, make_task_scope):
-        scope = make_task_scope()
-        backend.set(scope, "Key", "upper")
-        backend.set(scope, "key", "lower")
-        assert backend.get(scope, "Key") == "upper"
-        assert backend.get(scope, "key") == "lower"
+            assert backend.get(scope, key) == value, key[:20]
 
     # --- isolation -----------------------------------------------------------------------
 
-    def test_runs_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(run_id="run_1"), "k", "from run 1")
-        assert backend.get(make_task_scope(run_id="run_2"), "k") is None
-        backend.set(make_task_scope(run_id="run_2"), "k", "from run 2")
-        assert backend.get(make_task_scope(run_id="run_1"), "k") == "from run 1"
-
-    def test_tasks_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(task_id="task_1"), "k", "one")
-        assert backend.get(make_task_scope(task_id="task_2"), "k") is None
-
-    def test_map_indices_are_isolated(self, backend, make_task_scope):
-        backend.set(make_task_scope(map_index=0), "remote_job_id", "app_000")
-        backend.set(make_task_scope(map_index=1), "remote_job_id", "app_001")
-        assert backend.get(make_task_scope(map_index=0), "remote_job_id") == "app_000"
-        assert backend.get(make_task_scope(map_index=1), "remote_job_id") == "app_001"
-        assert backend.get(make_task_scope(map_index=-1), "remote_job_id") is None
-
-    def test_assets_are_isolated(self, backend, make_asset_scope):
-        backend.set(make_asset_scope(1), "watermark", "1")
-        assert backend.get(make_asset_scope(2), "watermark") is None
-
-    def test_task_and_asset_namespaces_are_separate(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_task_scope(), "shared_name", "task")
-        backend.set(make_asset_scope(1), "shared_name", "asset")
-        assert backend.get(make_task_scope(), "shared_name") == "task"
-        assert backend.get(make_asset_scope(1), "shared_name") == "asset"
+    @pytest.mark.parametrize("differing", ["run", "task", "map index", "asset", "namespace"])
+    def test_scopes_are_isolated(self, backend, make_task_scope, make_asset_scope, differing):
+        one, two, three = {
+            "run": lambda: [make_task_scope(run_id=f"run_{n}") for n in (1, 2, 3)],
+            "task": lambda: [make_task_scope(task_id=f"task_{n}") for n in (1, 2, 3)],
+            "map index": lambda: [make_task_scope(map_index=n) for n in (0, 1, -1)],
+            "asset": lambda: [make_asset_scope(n) for n in (1, 2, 3)],
+            "namespace": lambda: [make_task_scope(), make_asset_scope(1), make_task_scope(map_index=2)],
+        }[differing]()
+        backend.set(one, "k", "one")
+        assert backend.get(two, "k") is None
+        backend.set(two, "k", "two")
+        assert (backend.get(one, "k"), backend.get(two, "k"), backend.get(three, "k")) == ("one", "two", None)
 
     # --- delete and clear ----------------------------------------------------------------
 
-    def test_delete_removes_only_that_key(self, backend, make_task_scope, make_asset_scope):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            backend.set(scope, "gone", "1")
-            backend.set(scope, "kept", "2")
-            backend.delete(scope, "gone")
-            assert backend.get(scope, "gone") is None
-            assert backend.get(scope, "kept") == "2"
+    def test_delete_removes_only_that_key(self, backend, scope):
+        backend.set(scope, "gone", "1")
+        backend.set(scope, "kept", "2")
+        backend.delete(scope, "gone")
+        assert backend.get(scope, "gone") is None
+        assert backend.get(scope, "kept") == "2"
 
-    def test_delete_of_missing_key_is_not_an_error(self, backend, make_task_scope, make_asset_scope):
-        backend.delete(make_task_scope(), "never_set")
-        backend.delete(make_asset_scope(1), "never_set")
-
-    def test_clear_task_scope_clears_only_its_map_index(self, backend, make_task_scope):
-        for map_index in (0, 1):
-            backend.set(make_task_scope(map_index=map_index), "a", "x")
-            backend.set(make_task_scope(map_index=map_index), "b", "y")
-        backend.set(make_task_scope(task_id="other_task", map_index=0), "a", "other")
-
-        backend.clear(make_task_scope(map_index=0))
-
-        assert backend.get(make_task_scope(map_index=0), "a") is None
-        assert backend.get(make_task_scope(map_index=0), "b") is None
-        assert backend.get(make_task_scope(map_index=1), "a") == "x"
-        assert backend.get(make_task_scope(task_id="other_task", map_index=0), "a") == "other"
+    @pytest.mark.parametrize("kind", ["task", "asset"])
+    def test_clear_clears_only_that_scope(self, backend, make_task_scope, make_asset_scope, kind):
+        if kind == "task":  # only its own map index, not another task's
+            target, *others = [make_task_scope(map_index=n) for n in (0, 1)] + [
+                make_task_scope(task_id="other_task", map_index=0),
+                make_asset_scope(1),
+            ]
+        else:
+            target, *others = [make_asset_scope(1), make_asset_scope(2), make_task_scope()]
+        for scope in (target, *others):
+            backend.set(scope, "a", "kept")
+        backend.set(target, "b", "y")
+        backend.clear(target)
+        assert (backend.get(target, "a"), backend.get(target, "b")) == (None, None)
+        assert [backend.get(scope, "a") for scope in others] == ["kept"] * len(others)
 
     def test_clear_all_map_indices_clears_the_task_in_that_run_only(self, backend, make_task_scope):
         for map_index in (-1, 0, 1, 2):
@@ -245,27 +190,11 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(make_task_scope(task_id="other_task", map_index=0), "k") == "other task"
         assert backend.get(make_task_scope(run_id="run_2", map_index=0), "k") == "other run"
 
-    def test_clear_asset_scope_clears_only_that_asset(self, backend, make_task_scope, make_asset_scope):
-        backend.set(make_asset_scope(1), "a", "1")
-        backend.set(make_asset_scope(1), "b", "2")
-        backend.set(make_asset_scope(2), "a", "kept")
-        backend.set(make_task_scope(), "a", "task kept")
-
-        backend.clear(make_asset_scope(1))
-
-        assert backend.get(make_asset_scope(1), "a") is None
-        assert backend.get(make_asset_scope(1), "b") is None
-        assert backend.get(make_asset_scope(2), "a") == "kept"
-        assert backend.get(make_task_scope(), "a") == "task kept"
-
-    def test_clear_of_empty_scope_is_not_an_error(self, backend, make_task_scope, make_asset_scope):
-        backend.clear(make_task_scope())
-        backend.clear(make_task_scope(), all_map_indices=True)
-        backend.clear(make_asset_scope(1))
-
     # --- a dag run deleted and created again with the same run_id -----------------------
 
-    def test_a_recreated_dag_run_starts_empty(self, backend, make_task_scope, recreate_dag_run):
+    def test_a_recreated_dag_run_starts_empty_and_can_be_written(
+        self, backend, make_task_scope, recreate_dag_run
+    ):
         old = {map_index: make_task_scope(map_index=map_index) for map_index in (-1, 0, 1)}
         for map_index, scope in old.items():
             backend.set(scope, "remote_job_id", f"app_{map_index}")
@@ -273,31 +202,19 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
         new = recreate_dag_run(old[0])
 
-        assert (new.dag_id, new.run_id, new.task_id, new.map_index) == (
-            old[0].dag_id,
-            old[0].run_id,
-            old[0].task_id,
-            0,
-        )
+        # The same dag, run, task and map index: only the incarnation differs.
+        assert dataclasses.replace(new, dag_run_uid=None) == dataclasses.replace(old[0], dag_run_uid=None)
         for map_index in (-1, 0, 1):
             scope = dataclasses.replace(new, map_index=map_index)
             assert backend.get(scope, "remote_job_id") is None, map_index
             assert backend.get(scope, "checkpoint") is None, map_index
-            assert _listed_keys(backend, scope) in (None, []), map_index
+            assert listed(backend.keys, scope) in (None, []), map_index
             assert asyncio.run(backend.aget(scope, "remote_job_id")) is None, map_index
-
-    def test_a_recreated_dag_run_can_be_written(self, backend, make_task_scope, recreate_dag_run):
-        old = make_task_scope(map_index=2)
-        backend.set(old, "remote_job_id", "app_old")
-        backend.set(old, "stale", "from the deleted run")
-        new = recreate_dag_run(old)
-
         backend.set(new, "remote_job_id", "app_new")
         asyncio.run(backend.aset(new, "checkpoint", "page 1"))
         assert backend.get(new, "remote_job_id") == "app_new"
         assert asyncio.run(backend.aget(new, "checkpoint")) == "page 1"
-        assert backend.get(new, "stale") is None
-        assert _listed_keys(backend, new) in (None, ["checkpoint", "remote_job_id"])
+        assert listed(backend.keys, new) in (None, ["checkpoint", "remote_job_id"])
         backend.delete(new, "checkpoint")
         assert backend.get(new, "checkpoint") is None
         assert backend.get(new, "remote_job_id") == "app_new"
@@ -341,8 +258,8 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         assert backend.get(two, "k") == "two"
         backend.delete(two, "gone")
         assert backend.get(one, "gone") == "one"
-        assert _listed_keys(backend, one) in (None, ["gone", "k"])
-        assert _listed_keys(backend, two) in (None, ["k"])
+        assert listed(backend.keys, one) in (None, ["gone", "k"])
+        assert listed(backend.keys, two) in (None, ["k"])
 
         backend.clear(two)
         assert backend.get(one, "k") == "one"
@@ -357,19 +274,12 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             pytest.skip("the store deletes task state with the dag_run row and may ignore dag_run_uid")
         complete = make_task_scope()
         incomplete = dataclasses.replace(complete, dag_run_uid=None)
-        calls = {
-            "set": lambda: backend.set(incomplete, "k", "v"),
-            "get": lambda: backend.get(incomplete, "k"),
-            "delete": lambda: backend.delete(incomplete, "k"),
-            "clear": lambda: backend.clear(incomplete),
-            "clear(all_map_indices=True)": lambda: backend.clear(incomplete, all_map_indices=True),
-            "aset": lambda: asyncio.run(backend.aset(incomplete, "k", "v")),
-            "aget": lambda: asyncio.run(backend.aget(incomplete, "k")),
-        }
-        for name, call in calls.items():
-            with pytest.raises(ValueError, match="dag_run_uid"):
-                call()
-                pytest.fail(f"{name} accepted a TaskScope without dag_run_uid")
+        uid = {"error": ValueError, "match": "dag_run_uid"}
+        refused(backend, "set", incomplete, "k", "v", **uid)
+        for method in ("get", "delete"):
+            refused(backend, method, incomplete, "k", **uid)
+        for all_map_indices in (False, True):
+            refused(backend, "clear", incomplete, all_map_indices=all_map_indices, **uid)
         try:
             backend.keys(incomplete)
         except NotImplementedError:
@@ -382,107 +292,48 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     # --- writes that name the writing try -----------------------------------------------
 
-    def test_set_by_try_stores_what_get_returns(self, backend, make_task_scope, make_asset_scope):
-        task, asset = make_task_scope(), make_asset_scope(1)
-        backend.set_by_try(task, "remote_job_id", "app_001", try_number=1)
-        backend.set_by_try(asset, "watermark", "100", try_number=None)
-        asyncio.run(backend.aset_by_try(task, "checkpoint", "page 3", try_number=2))
-        asyncio.run(backend.aset_by_try(asset, "cursor", "abc", try_number=None))
-        backend.set_by_try(task, "from_outside_a_task", "x", try_number=None)
-        assert backend.get(task, "remote_job_id") == "app_001"
-        assert backend.get(task, "checkpoint") == "page 3"
-        assert backend.get(task, "from_outside_a_task") == "x"
-        assert backend.get(asset, "watermark") == "100"
-        assert asyncio.run(backend.aget(asset, "cursor")) == "abc"
-        assert _listed_keys(backend, task) in (None, ["checkpoint", "from_outside_a_task", "remote_job_id"])
-
-    def test_set_by_try_overwrites_like_set(self, backend, make_task_scope, make_asset_scope):
-        task, asset = make_task_scope(map_index=0), make_asset_scope(1)
-        backend.set(task, "k", "from set")
-        backend.set_by_try(task, "k", "from try 1", try_number=1)
-        assert backend.get(task, "k") == "from try 1"
-        asyncio.run(backend.aset_by_try(task, "k", "from try 2", try_number=2))
-        assert backend.get(task, "k") == "from try 2"
-        backend.set(task, "k", "from set again")
-        assert backend.get(task, "k") == "from set again"
+    def test_set_by_try_stores_and_overwrites_like_set(self, backend, make_task_scope, scope):
+        by_task = isinstance(scope, TaskScope)  # asset state is never written by a try
+        backend.set(scope, "k", "from set")
+        backend.set_by_try(scope, "k", "from try 1", try_number=1 if by_task else None)
+        assert backend.get(scope, "k") == "from try 1"
+        asyncio.run(backend.aset_by_try(scope, "k", "from try 2", try_number=2 if by_task else None))
+        assert asyncio.run(backend.aget(scope, "k")) == "from try 2"
+        backend.set(scope, "k", "from set again")
+        assert backend.get(scope, "k") == "from set again"
+        backend.set_by_try(scope, "from_outside_a_task", "x", try_number=None)
+        assert backend.get(scope, "from_outside_a_task") == "x"
+        assert listed(backend.keys, scope) in (None, ["from_outside_a_task", "k"])
         assert backend.get(make_task_scope(map_index=1), "k") is None
-        backend.set_by_try(asset, "k", "first", try_number=None)
-        asyncio.run(backend.aset_by_try(asset, "k", "second", try_number=None))
-        assert backend.get(asset, "k") == "second"
 
-    @pytest.mark.parametrize(
-        ("key", "value", "error", "match"),
-        [
-            ("", "v", ValueError, "key"),
-            ("nul\x00byte", "v", ValueError, "key"),
-            (None, "v", TypeError, "key"),
-            ("k", None, TypeError, "value"),
-            ("k", b"bytes", TypeError, "value"),
-            ("k", "lone-\udfff-surrogate", ValueError, "value"),
-        ],
-        ids=["empty-key", "nul-key", "none-key", "none-value", "bytes-value", "surrogate-value"],
-    )
-    def test_set_by_try_refuses_bad_input_like_set(
-        self, backend, make_task_scope, make_asset_scope, key, value, error, match
+    # --- listing: keys, entries, counts (optional; what operators see) ---------------------
+
+    def test_keys_and_entries_list_exactly_this_scope_sorted(
+        self, backend, make_task_scope, make_asset_scope
     ):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            try_number = 1 if isinstance(scope, TaskScope) else None
-            backend.set(scope, "k", "kept")
-            with pytest.raises(error, match=match):
-                backend.set_by_try(scope, key, value, try_number=try_number)
-            with pytest.raises(error, match=match):
-                asyncio.run(backend.aset_by_try(scope, key, value, try_number=try_number))
-            assert backend.get(scope, "k") == "kept"
-        for scope in (None, "dag/run/task"):
-            with pytest.raises(TypeError, match="scope"):
-                backend.set_by_try(scope, "k", "v", try_number=1)
-            with pytest.raises(TypeError, match="scope"):
-                asyncio.run(backend.aset_by_try(scope, "k", "v", try_number=1))
-
-    # --- listing (optional) ---------------------------------------------------------------
-
-    def test_keys_lists_exactly_this_scope_sorted(self, backend, make_task_scope, make_asset_scope):
         scope = make_task_scope(map_index=0)
-        try:
-            assert backend.keys(scope) == []
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
-        for key in ("b", "a", "Z", "ü"):
-            backend.set(scope, key, "v")
-        backend.set(make_task_scope(map_index=1), "other_map_index", "v")
-        backend.set(make_task_scope(run_id="run_2", map_index=0), "other_run", "v")
-        backend.set(make_asset_scope(1), "asset_key", "v")
-        backend.delete(scope, "b")
-        assert backend.keys(scope) == ["Z", "a", "ü"]
-        assert backend.keys(make_asset_scope(1)) == ["asset_key"]
-        assert asyncio.run(backend.akeys(scope)) == ["Z", "a", "ü"]
-        backend.clear(scope)
-        assert backend.keys(scope) == []
-
-    # --- entries and counts (what operators see) ------------------------------------------
-
-    def test_entries_list_values_sorted_with_total(self, backend, make_task_scope, make_asset_scope):
-        scope = make_task_scope(map_index=0)
-        try:
-            assert backend.entries(scope) == StateEntryPage([], 0)
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
-        stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000}
+        require_listing(backend, scope)
+        assert (backend.keys(scope), backend.entries(scope)) == ([], StateEntryPage([], 0))
+        stored = {"b": "2", "a": '{"x": 1}', "Z": "", "ü": "naïve ☃", "ab": "x" * 70_000, "gone": "v"}
         for key, value in stored.items():
             backend.set(scope, key, value)
         backend.set(make_task_scope(map_index=1), "other_map_index", "v")
+        backend.set(make_task_scope(run_id="run_2", map_index=0), "other_run", "v")
         backend.set(make_asset_scope(1), "asset_key", "v")
+        backend.delete(scope, "gone")
+        del stored["gone"]
+        assert backend.keys(scope) == asyncio.run(backend.akeys(scope)) == sorted(stored)
         page = backend.entries(scope)
         assert [(entry.key, entry.value) for entry in page.entries] == sorted(stored.items())
         assert page.total == 5
+        assert backend.keys(make_asset_scope(1)) == ["asset_key"]
         assert [entry.key for entry in backend.entries(make_asset_scope(1)).entries] == ["asset_key"]
+        backend.clear(scope)
+        assert backend.keys(scope) == []
 
     def test_entries_filter_by_prefix_and_page(self, backend, make_task_scope):
         scope = make_task_scope()
-        try:
-            backend.entries(scope)
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scope)
         for n in range(7):
             backend.set(scope, f"job/{n}", str(n))
         backend.set(scope, "jobs", "not under job/")
@@ -518,14 +369,9 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
         ids=["int-prefix", "nul-prefix", "negative-offset", "none-offset", "negative-limit", "bool-limit"],
     )
     def test_entries_refuse_bad_arguments(self, backend, make_task_scope, arguments, error):
-        try:
-            backend.entries(make_task_scope())
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, make_task_scope())
         with pytest.raises(error):
             backend.entries(make_task_scope(), **arguments)
-        with pytest.raises(TypeError, match="scope"):
-            backend.entries("dag/run/task")
 
     def test_entries_report_when_and_by_which_try(self, backend, make_task_scope, make_asset_scope):
         if not self.records_writes:
@@ -552,53 +398,34 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
             assert entry.updated_at is not None and entry.updated_at.tzinfo is not None, entry
             assert before <= entry.updated_at <= after, entry
 
-    def test_get_entry_is_the_listed_entry_of_that_key(self, backend, make_task_scope, make_asset_scope):
-        task, asset = make_task_scope(), make_asset_scope(1)
+    def test_get_entry_is_the_listed_entry_of_that_key(self, backend, make_task_scope, scope):
         # Keys around the one read: longer ones it prefixes, one that sorts before, another scope's.
-        for scope in (task, asset):
-            backend.set(scope, "a", "before")
-            backend.set_by_try(scope, "job", "mine", try_number=2)
-            backend.set(scope, "job/1", "longer")
-            backend.set(scope, "jobs", "longer too")
+        backend.set(scope, "a", "before")
+        backend.set_by_try(scope, "job", "mine", try_number=2)
+        backend.set(scope, "job/1", "longer")
+        backend.set(scope, "jobs", "longer too")
         backend.set(make_task_scope(map_index=3), "other", "other's")
-        expires_at = datetime.now(UTC) + timedelta(hours=1)
-        if backend.supports_expiry:
-            backend.write(asset, "job", "mine", expires_at=expires_at)
-        for scope in (task, asset):
-            found = backend.get_entry(scope, "job")
-            assert found is not None and found.value == "mine"
-            listed = _listed_entries(backend, scope)
-            if listed is not None:
-                assert found == listed["job"]
-            assert backend.get_entry(scope, "jo") is None  # a prefix of keys is not a key
-            assert backend.get_entry(scope, "job/") is None
-            assert backend.get_entry(scope, "never_set") is None
-            assert backend.get_entry(scope, "other") is None
-        if self.records_writes:
-            assert backend.get_entry(task, "job").updated_by_try == 2
-        backend.delete(task, "job")
-        assert backend.get_entry(task, "job") is None
-
-    def test_get_entry_hides_an_expired_key_and_refuses_bad_input(self, backend, make_task_scope):
-        scope = make_task_scope()
-        if backend.supports_expiry:
-            backend.write(scope, "gone", "v", expires_at=datetime.now(UTC) - timedelta(seconds=1))
-            assert backend.get_entry(scope, "gone") is None
-        for key, error in (("", ValueError), (None, TypeError), ("k" * (MAX_KEY_LENGTH + 1), ValueError)):
-            with pytest.raises(error):
-                backend.get_entry(scope, key)
-        with pytest.raises(TypeError, match="scope"):
-            backend.get_entry("dag/run/task", "k")
+        if backend.supports_expiry and isinstance(scope, AssetScope):
+            backend.write(scope, "job", "mine", expires_at=datetime.now(UTC) + timedelta(hours=1))
+        found = backend.get_entry(scope, "job")
+        assert found is not None and found.value == "mine"
+        page = listed(backend.entries, scope)
+        if page is not None:
+            assert found == {entry.key: entry for entry in page.entries}["job"]
+        for absent in ("jo", "job/", "never_set", "other"):  # a prefix of keys is not a key
+            assert backend.get_entry(scope, absent) is None
+        if self.records_writes and isinstance(scope, TaskScope):
+            assert found.updated_by_try == 2
+        backend.delete(scope, "job")
+        assert backend.get_entry(scope, "job") is None
 
     def test_key_counts_count_each_scope(self, backend, make_task_scope, make_asset_scope):
         scopes = [make_task_scope(map_index=n) for n in (-1, 0, 1)] + [
             make_asset_scope(1),
             make_asset_scope(2),
         ]
-        try:
-            assert backend.key_counts(scopes) == [0, 0, 0, 0, 0]
-        except NotImplementedError:
-            pytest.skip(f"{type(backend).__name__} does not list keys")
+        require_listing(backend, scopes[0])
+        assert backend.key_counts(scopes) == [0, 0, 0, 0, 0]
         for n, scope in enumerate(scopes):
             for key in range(n):
                 backend.set(scope, f"k{key}", "v")
@@ -651,77 +478,45 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
 
     def test_concurrent_writes_to_one_key_never_fail_and_one_wins(self, backend, make_task_scope):
         scope = make_task_scope()
-        errors: list[BaseException] = []
-        written = [f"writer-{n}" for n in range(8)]
 
-        def write(value: str) -> None:
-            try:
-                for _ in range(5):
-                    backend.set(scope, "contended", value)
-            except BaseException as exc:  # collected and re-raised in the test thread
-                errors.append(exc)
+        def write(n: int) -> None:
+            for _ in range(5):
+                backend.set(scope, "contended", f"writer-{n}")
 
-        threads = [threading.Thread(target=write, args=(v,)) for v in written]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
-        assert backend.get(scope, "contended") in written
+        in_threads(8, write)
+        assert backend.get(scope, "contended") in [f"writer-{n}" for n in range(8)]
 
     # --- bad input -----------------------------------------------------------------------
 
-    @pytest.mark.parametrize(
-        ("key", "error"),
-        [
-            ("", ValueError),
-            ("k" * (MAX_KEY_LENGTH + 1), ValueError),
-            ("nul\x00byte", ValueError),
-            ("lone-\ud800-surrogate", ValueError),
-            (None, TypeError),
-            (42, TypeError),
-        ],
-        ids=["empty", "too-long", "nul", "surrogate", "none", "int"],
-    )
-    def test_bad_keys_are_refused_everywhere(self, backend, make_task_scope, make_asset_scope, key, error):
-        for scope in (make_task_scope(), make_asset_scope(1)):
-            with pytest.raises(error, match="key"):
-                backend.set(scope, key, "v")
-            with pytest.raises(error, match="key"):
-                backend.get(scope, key)
-            with pytest.raises(error, match="key"):
-                backend.delete(scope, key)
-            with pytest.raises(error, match="key"):
-                asyncio.run(backend.aset(scope, key, "v"))
-
-    @pytest.mark.parametrize(
-        ("value", "error"),
-        [
-            (None, TypeError),
-            (42, TypeError),
-            (b"bytes", TypeError),
-            ({"a": 1}, TypeError),
-            ("nul\x00byte", ValueError),
-            ("lone-\udfff-surrogate", ValueError),
-        ],
-        ids=["none", "int", "bytes", "dict", "nul", "surrogate"],
-    )
-    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, make_task_scope, value, error):
-        scope = make_task_scope()
+    @pytest.mark.parametrize(("key", "error"), BAD_KEYS.values(), ids=BAD_KEYS)
+    def test_bad_keys_are_refused_everywhere(self, backend, scope, key, error):
         backend.set(scope, "k", "kept")
-        with pytest.raises(error, match="value"):
-            backend.set(scope, "k", value)
-        with pytest.raises(error, match="value"):
-            asyncio.run(backend.aset(scope, "k", value))
+        for method, args in _writes(scope, key, "v").items():
+            refused(backend, method, *args[0], **args[1], error=error, match="key")
+        for method in ("get", "delete"):
+            refused(backend, method, scope, key, error=error, match="key")
+        with pytest.raises(error, match="key"):
+            backend.get_entry(scope, key)
         assert backend.get(scope, "k") == "kept"
 
-    @pytest.mark.parametrize("scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
-    def test_wrong_scope_types_are_refused(self, backend, scope):
+    @pytest.mark.parametrize(("value", "error"), BAD_VALUES.values(), ids=BAD_VALUES)
+    def test_bad_values_are_refused_and_nothing_is_lost(self, backend, scope, value, error):
+        backend.set(scope, "k", "kept")
+        for method, args in _writes(scope, "k", value).items():
+            refused(backend, method, *args[0], **args[1], error=error, match="value")
+        assert backend.get(scope, "k") == "kept"
+
+    @pytest.mark.parametrize("bad_scope", [None, "dag/run/task", ("dag", "run", "task", -1), 7])
+    def test_wrong_scope_types_are_refused(self, backend, make_task_scope, bad_scope):
+        for method, args in _writes(bad_scope, "k", "v").items():
+            refused(backend, method, *args[0], **args[1], error=TypeError, match="scope")
+        for method in ("get", "delete"):
+            refused(backend, method, bad_scope, "k", error=TypeError, match="scope")
         with pytest.raises(TypeError, match="scope"):
-            backend.set(scope, "k", "v")
+            backend.clear(bad_scope)
         with pytest.raises(TypeError, match="scope"):
-            backend.get(scope, "k")
-        with pytest.raises(TypeError, match="scope"):
-            backend.delete(scope, "k")
-        with pytest.raises(TypeError, match="scope"):
-            backend.clear(scope)
+            backend.get_entry(bad_scope, "k")
+        if listed(backend.keys, make_task_scope()) is not None:  # listing is optional
+            for listing in (backend.keys, backend.entries):
+                with pytest.raises(TypeError, match="scope"):
+                    listing(bad_scope)

@@ -149,18 +149,41 @@ def validate_writer(writer: object) -> None:
         raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}: {writer!r:.60}")
 
 
+def _validate_moment(name: str, moment: object, *, optional: bool) -> None:
+    if moment is None and optional:
+        return
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a timezone-aware datetime, got {type(moment).__name__}")
+    if moment.tzinfo is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC)")
+
+
+def validate_cleanup(now: object, updated_before: object, batch_size: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless the arguments of ``cleanup()`` make sense."""
+    _validate_moment("now", now, optional=False)
+    _validate_moment("updated_before", updated_before, optional=True)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+
+
 def validate_write_options(expires_at: object, if_version: object) -> None:
     """Raise ``TypeError``/``ValueError`` unless *expires_at* and *if_version* make sense."""
-    if expires_at is not None:
-        if not isinstance(expires_at, datetime):
-            raise TypeError(f"expires_at must be a datetime or None, got {type(expires_at).__name__}")
-        if expires_at.tzinfo is None:
-            raise ValueError("expires_at must be timezone-aware (UTC)")
+    _validate_moment("expires_at", expires_at, optional=True)
     if if_version is not None:
         if not isinstance(if_version, int) or isinstance(if_version, bool):
             raise TypeError(f"if_version must be an int or None, got {type(if_version).__name__}")
         if not 0 <= if_version <= MAX_COUNTER:
             raise ValueError(f"if_version must be 0 (key absent) or a stored version, got {if_version}")
+
+
+def validate_write(writer: StateWriter | None, expires_at: object, if_version: object = None) -> int | None:
+    """
+    Check what a write carries beside its key and value (:func:`validate_write_options`,
+    :func:`validate_writer`); return the try number task state records (``None``: no task try).
+    """
+    validate_write_options(expires_at, if_version)
+    validate_writer(writer)
+    return writer.try_number if writer is not None else None
 
 
 def validate_increment(by: object) -> None:
