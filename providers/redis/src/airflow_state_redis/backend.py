@@ -263,30 +263,18 @@ class RedisStateBackend(BaseStateBackend):
     Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
     is importable) and then from ``AIRFLOW__STATE_REDIS__*`` environment variables.
 
-    **Cluster and Sentinel** (``[state_redis] mode``, :mod:`._clients`). On a Redis Cluster every
-    call touches one hash slot: a task's keys share one hash tag, an asset's metadata hash is
-    tagged with its value hash's name (:mod:`._keys`); :meth:`key_counts` pipelines per node and
-    :meth:`cleanup` scans every primary. With Sentinel the client asks the sentinels for the
-    primary, again after every lost connection.
+    **Cluster and Sentinel** (``[state_redis] mode``, :mod:`._clients`): on a Redis Cluster every
+    call touches one hash slot (:mod:`._keys`); :meth:`key_counts` pipelines per node and
+    :meth:`cleanup` scans every primary.
 
-    **Retries.** Every command, reads and writes alike, is retried on a connection error or a
-    timeout (on a cluster also on a moved slot or a cluster that is down), ``[state_redis]
-    retries`` times with exponential backoff (about 10 s in all), so a failover is ridden through.
-    A write whose connection broke *after* it was sent may have been applied already. The writes
-    that would differ if applied twice (:meth:`set`, :meth:`write`, :meth:`increment`,
-    :meth:`set_many`: each bumps versions, and an increment adds) carry a random call id; the
-    script records its reply under that id for a minute, in the same slot and the same atomic
-    step, and a retry that finds it returns that reply instead of writing again. So a retried
-    :meth:`increment` counts once and a retried conditional :meth:`write` does not report a
-    conflict with itself. If the primary that applied the first attempt was lost before
-    replicating it, the record is lost with the write, and the retry applies it for the first
-    time. Deletes and clears are retried as they are (applying them twice changes nothing).
+    **Retries** (:mod:`._clients`): every command is retried on a connection error or a timeout,
+    so a failover is ridden through. A write that would differ if applied twice carries a random
+    call id, and the script answers a retry of it with the reply it recorded, in the same atomic
+    step, instead of writing again (``_scripts._once``): a retried :meth:`increment` counts once.
 
-    **Durability.** Redis replication is asynchronous: a write acknowledged by a primary that fails
-    before replicating it is lost. With ``[state_redis] wait_replicas`` = n > 0 every write is
-    followed by ``WAIT n wait_timeout_ms`` on the same connection, and fewer acknowledgements raise
-    :class:`~airflow_state_redis.StateNotReplicatedError` (the write stays on the primary); see
-    :mod:`._durable`. With the default 0 a write is acknowledged as soon as the primary has it.
+    **Durability** (:mod:`._durable`): with ``[state_redis] wait_replicas`` = n > 0 every write
+    is followed by ``WAIT``, and fewer acknowledgements raise
+    :class:`~airflow_state_redis.StateNotReplicatedError`. The README says what can still be lost.
 
     :param url: a redis-py URL (``redis://``, ``rediss://`` or ``unix://``).
     :param key_prefix: the first component of every key; default ``airflow:state``.
