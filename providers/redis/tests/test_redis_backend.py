@@ -333,7 +333,7 @@ def test_asset_state_never_records_a_try(make_backend, redis_client, key_prefix)
 def test_values_written_before_the_metadata_are_listed_without_it(make_backend, redis_client, scope):
     backend = make_backend()
     # What a build without the metadata stored: the value hash, nothing beside it.
-    redis_client.hset(backend._names(scope)[0], mapping={b"old": b"from before", "clé".encode(): b"1"})
+    redis_client.hset(backend._keys.names(scope)[0], mapping={b"old": b"from before", "clé".encode(): b"1"})
     backend.set_by_try(scope, "new", "v", try_number=2)
 
     page = backend.entries(scope)

@@ -91,7 +91,8 @@ def env_name(option: str) -> str:
 def _airflow_option(option: str) -> str | None:
     """``[state_redis] <option>`` from Airflow's configuration, or None without Airflow."""
     try:
-        # Imported here, not at module level: Airflow is optional and heavy to import.
+        # Imported here, not at module level: Airflow is optional (this package runs without it)
+        # and heavy to import.
         from airflow.configuration import conf
     except ImportError:
         return None
@@ -124,7 +125,8 @@ def _lookup(option: str) -> tuple[str, str] | None:
 def _fetch_connection(conn_id: str) -> Any:
     """The Airflow connection *conn_id*, through whichever ``BaseHook`` this Airflow provides."""
     try:
-        # The Task SDK's hook works in task processes (through the supervisor) and elsewhere.
+        # Imported here: Airflow is optional, and only a redis_conn_id needs it. The Task SDK's
+        # hook works in task processes (through the supervisor) and elsewhere.
         from airflow.sdk import BaseHook
     except ImportError:
         try:
@@ -309,22 +311,19 @@ def parse_sentinels(text: str, source: str) -> tuple[tuple[str, int], ...]:
 def resolve_topology() -> Topology:
     """The ``[state_redis]`` options about the servers' layout (Airflow, then environment)."""
 
-    def text(option: str) -> tuple[str, str] | None:
-        return _lookup(option)
-
-    mode_found = text("mode")
+    mode_found = _lookup("mode")
     mode = mode_found[0].lower() if mode_found else "standalone"
     if mode not in MODES:
         assert mode_found is not None
         raise ValueError(f"{mode_found[1]} must be one of {', '.join(MODES)}, got {mode_found[0]!r}")
     sentinels: tuple[tuple[str, int], ...] = ()
-    if (found := text("sentinels")) is not None:
+    if (found := _lookup("sentinels")) is not None:
         sentinels = parse_sentinels(*found)
-    master = text("sentinel_master")
-    user = text("sentinel_username")
-    password = text("sentinel_password")
+    master = _lookup("sentinel_master")
+    user = _lookup("sentinel_username")
+    password = _lookup("sentinel_password")
     counts = {
-        option: _parse_count(found[0], found[1], minimum=minimum) if (found := text(option)) else default
+        option: _parse_count(found[0], found[1], minimum=minimum) if (found := _lookup(option)) else default
         for option, minimum, default in (
             ("wait_replicas", 0, 0),
             ("wait_timeout_ms", 1, DEFAULT_WAIT_TIMEOUT_MS),

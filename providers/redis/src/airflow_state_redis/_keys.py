@@ -98,15 +98,17 @@ class KeyLayout:
     def task_index(self, scope: TaskScope) -> str:
         return f"{self.task_base(scope)}:{MAP_INDEXES_SUFFIX}"
 
-    def task_meta(self, scope: TaskScope) -> str:
-        return self.task_hash(scope) + META_SUFFIX
-
     def asset_hash(self, scope: AssetScope) -> str:
         return f"{self.prefix}:asset:{scope.asset_id}"
 
-    def asset_meta(self, scope: AssetScope) -> str:
+    def names(self, scope: TaskScope | AssetScope) -> list[str]:
+        """``[value hash, metadata hash]`` of a scope: the KEYS every reading script takes."""
+        if isinstance(scope, TaskScope):
+            name = self.task_hash(scope)
+            return [name, name + META_SUFFIX]
+        name = self.asset_hash(scope)
         # The asset hash has no {...}: its whole name as this key's hash tag puts both on one slot.
-        return f"{self.prefix}:asset-meta:{{{self.asset_hash(scope)}}}"
+        return [name, f"{self.prefix}:asset-meta:{{{name}}}"]
 
     def call_marker(self, scope: TaskScope | AssetScope, call_id: str) -> str:
         """

@@ -291,12 +291,6 @@ class RedisStateBackend(BaseStateBackend):
     # Batches are one Lua script (writes) or one MULTI/EXEC (reads): all or nothing, never half seen.
     supports_atomic_many = True
 
-    supports_versions = True
-    supports_expiry = True
-    supports_increment = True
-    # Batches are one Lua script (writes) or one MULTI/EXEC (reads): all or nothing, never half seen.
-    supports_atomic_many = True
-
     def __init__(
         self,
         url: str | None = None,
@@ -413,7 +407,7 @@ class RedisStateBackend(BaseStateBackend):
         wanted = validate_many_keys(keys)
         if not wanted:
             return {}
-        values, metas = yield _hmget_pair(self._names(scope), [_utf8(key) for key in wanted])
+        values, metas = yield _hmget_pair(self._keys.names(scope), [_utf8(key) for key in wanted])
         found = {}
         for key, raw, raw_meta in zip(wanted, values, metas, strict=True):
             if (visible := _visible(raw, raw_meta)) is not None:
@@ -450,7 +444,7 @@ class RedisStateBackend(BaseStateBackend):
 
     def _op_keys(self, scope: StateScope, *, session: Any = None) -> _Op[list[str]]:
         _validate_scope(scope)
-        fields = yield _Script("live_fields", self._names(scope), [_now_micros()])
+        fields = yield _Script("live_fields", self._keys.names(scope), [_now_micros()])
         return sorted(_field_text(field) for field in fields)
 
     def _op_entries(
@@ -464,7 +458,7 @@ class RedisStateBackend(BaseStateBackend):
     ) -> _Op[StateEntryPage]:
         _validate_scope(scope)
         validate_listing(key_prefix, offset, limit)
-        names = self._names(scope)
+        names = self._keys.names(scope)
         now = _now_micros()
         fields = yield _Script("live_fields", names, [now])
         # Sorted and filtered here, not with HSCAN MATCH: a prefix is text, never a glob pattern,
@@ -524,7 +518,7 @@ class RedisStateBackend(BaseStateBackend):
         try:
             nodes = {}
             for i, scope in enumerate(scopes):
-                node = self._client.get_node_from_key(self._names(scope)[0])
+                node = self._client.get_node_from_key(self._keys.names(scope)[0])
                 nodes[node.name] = node
                 by_node.setdefault(node.name, []).append(i)
             counts: list[Any] = [None] * len(scopes)
@@ -536,13 +530,13 @@ class RedisStateBackend(BaseStateBackend):
             return counts
         except (*CLUSTER_RETRIED, redis.exceptions.NoScriptError):
             count_live = self._scripts["count_live"]
-            return [count_live(keys=self._names(scope), args=[now]) for scope in scopes]
+            return [count_live(keys=self._keys.names(scope), args=[now]) for scope in scopes]
 
     def _pipelined_counts(self, client: redis.Redis, scopes: list[StateScope], now: int) -> list[Any]:
         # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
         with client.pipeline(transaction=False) as pipe:
             for scope in scopes:
-                self._scripts["count_live"](keys=self._names(scope), args=[now], client=pipe)
+                self._scripts["count_live"](keys=self._keys.names(scope), args=[now], client=pipe)
             return pipe.execute()
 
     def cleanup(
@@ -691,7 +685,7 @@ class RedisStateBackend(BaseStateBackend):
         """A key's value and metadata in one round trip."""
         _validate_scope(scope)
         validate_key(key)
-        (name, meta_name), field = self._names(scope), _utf8(key)
+        (name, meta_name), field = self._keys.names(scope), _utf8(key)
         # A MULTI/EXEC, not a script: as atomic, and a fraction of the server time of EVALSHA.
         return _Multi((("hget", name, field), ("hget", meta_name, field)))
 
@@ -700,19 +694,12 @@ class RedisStateBackend(BaseStateBackend):
         validate_value(value)
         return _utf8(key), _utf8(value, "value")
 
-    def _names(self, scope: StateScope) -> list[str]:
-        """``[value hash, metadata hash]`` of a scope: the KEYS every reading script takes."""
-        if isinstance(scope, TaskScope):
-            name = self._keys.task_hash(scope)
-            return [name, name + META_SUFFIX]
-        return [self._keys.asset_hash(scope), self._keys.asset_meta(scope)]
-
     def _scope_keys(self, scope: StateScope) -> tuple[list[str], str]:
         """
-        KEYS of a script that writes or deletes (:meth:`_names`, then the task's map-index set) and
+        KEYS of a script that writes or deletes (:meth:`KeyLayout.names`, then the task's map-index set) and
         the map index it records (``""`` for asset state).
         """
-        keys = self._names(scope)
+        keys = self._keys.names(scope)
         map_index = ""
         if isinstance(scope, TaskScope):
             keys.append(self._keys.task_index(scope))
