@@ -233,17 +233,36 @@ return count
 """
 )
 
+# Deletes fields of KEYS[1] (values) and KEYS[2] (metadata); KEYS[3] is the map-index set (task
+# state only), which forgets *map_index* when the hash is emptied.
+# Redis drops a hash when its last field goes, and the index set must then forget the map index,
+# or clearing all map indexes would keep visiting hashes that no longer exist. The metadata hash
+# goes with its value hash (whatever fields it may still hold, e.g. left by an older build that
+# did not know about it), so no metadata outlives the state it describes.
+_DELETE = """
+local function delete_fields(fields, map_index)
+    for _, field in ipairs(fields) do
+        redis.call('HDEL', KEYS[1], field)
+        redis.call('HDEL', KEYS[2], field)
+    end
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+        redis.call('DEL', KEYS[2])
+        if KEYS[3] then redis.call('SREM', KEYS[3], map_index) end
+    end
+end
+"""
+
 # CLEAN: remove the given fields from one hash if they still qualify; the caller picked them from
 # an earlier read, and this re-checks each against its metadata now, so a key written again in
-# between survives. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
-# ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not by age), ARGV[3] '1' = dry run,
-# ARGV[4] map index, ARGV[5...] the fields. A key with no readable write time is never removed by
-# age. Returns how many keys were (or would be) removed.
+# between survives. KEYS as _DELETE; ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not
+# by age), ARGV[3] '1' = dry run, ARGV[4] map index, ARGV[5...] the fields. A key with no readable
+# write time is never removed by age. Returns how many keys were (or would be) removed.
 CLEAN = (
     _META
+    + _DELETE
     + """
-local now, before, dry = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
-local removed = 0
+local now, before = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due_fields = {}
 for i = 5, #ARGV do
     local field = ARGV[i]
     local meta = redis.call('HGET', KEYS[2], field)
@@ -253,20 +272,10 @@ for i = 5, #ARGV do
         local written = tonumber(string.match(meta, '^(%d+):'))
         due = written ~= nil and written < before
     end
-    if due and redis.call('HEXISTS', KEYS[1], field) == 1 then
-        removed = removed + 1
-        if not dry then
-            redis.call('HDEL', KEYS[1], field)
-            redis.call('HDEL', KEYS[2], field)
-        end
-    end
+    if due and redis.call('HEXISTS', KEYS[1], field) == 1 then due_fields[#due_fields + 1] = field end
 end
--- As DELETE_MANY: an emptied hash takes its metadata and its map-index entry with it.
-if not dry and redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('DEL', KEYS[2])
-    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[4]) end
-end
-return removed
+if ARGV[3] ~= '1' then delete_fields(due_fields, ARGV[4]) end
+return #due_fields
 """
 )
 
@@ -284,23 +293,14 @@ return #indexes
 """
 
 
-# DELETE_MANY: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
-# ARGV[1] map index, ARGV[2...] the fields.
-# Redis drops a hash when its last field goes, and the index set must then forget the map index,
-# or clearing all map indexes would keep visiting hashes that no longer exist. The metadata hash
-# goes with its value hash (whatever fields it may still hold, e.g. left by an older build that
-# did not know about it), so no metadata outlives the state it describes.
-DELETE_MANY = """
-for i = 2, #ARGV do
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('DEL', KEYS[2])
-    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
-end
+# DELETE_MANY: KEYS as _DELETE; ARGV[1] map index, ARGV[2...] the fields (at most 1000).
+DELETE_MANY = (
+    _DELETE
+    + """
+delete_fields({unpack(ARGV, 2)}, ARGV[1])
 return 0
 """
+)
 
 # CLEAR_ONE: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only); ARGV[1]
 # map index. A script rather than MULTI so that every write goes through one path (and WAIT).
