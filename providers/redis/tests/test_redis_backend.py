@@ -644,15 +644,15 @@ def test_session_is_accepted_and_ignored(make_backend):
 # --- unreachable server --------------------------------------------------------------------
 
 
-def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
+def _unreachable(url: str) -> RedisStateBackend:
     # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
-    backend = RedisStateBackend(
-        unreachable_url,
-        key_prefix="p",
-        task_ttl_seconds=1,
-        asset_ttl_seconds=None,
-        topology=Topology(retries=1),
+    return RedisStateBackend(
+        url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None, topology=Topology(retries=1)
     )
+
+
+def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
+    backend = _unreachable(unreachable_url)
     with pytest.raises(RedisStateConnectionError) as caught:
         backend.get(TASK, "k")
     message = str(caught.value)
@@ -667,14 +667,7 @@ def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreac
 
 
 def test_unreachable_server_raises_the_same_error_from_async(unreachable_url):
-    # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
-    backend = RedisStateBackend(
-        unreachable_url,
-        key_prefix="p",
-        task_ttl_seconds=1,
-        asset_ttl_seconds=None,
-        topology=Topology(retries=1),
-    )
+    backend = _unreachable(unreachable_url)
     with pytest.raises(RedisStateConnectionError, match=r"\[state_redis\] url") as caught:
         asyncio.run(backend.aset(TASK, "k", "v"))
     assert "s3cr3t-pass" not in str(caught.value)
