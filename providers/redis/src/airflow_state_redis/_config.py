@@ -219,17 +219,7 @@ def _parse_ttl(value: int | str | None, source: str) -> int | None:
     """Seconds as a positive int; 0 and None mean "never expires"."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise TypeError(f"{source} must be a number of seconds, got {value!r}")
-    try:
-        seconds = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{source} must be a whole number of seconds (0 = no expiry), got {value!r}"
-        ) from None
-    if seconds < 0:
-        raise ValueError(f"{source} must not be negative (0 = no expiry), got {seconds}")
-    return seconds or None
+    return _parse_count(value, source, minimum=0, unit=" (seconds; 0 = no expiry)") or None
 
 
 def _resolve_ttl(given: int | Unset | None, option: str, default: int | None) -> int | None:
@@ -277,15 +267,15 @@ def resolve_settings(
 # --- topology -------------------------------------------------------------------------------
 
 
-def _parse_count(value: object, source: str, *, minimum: int) -> int:
+def _parse_count(value: object, source: str, *, minimum: int, unit: str = "") -> int:
     if isinstance(value, bool):
-        raise TypeError(f"{source} must be a whole number, got {value!r}")
+        raise TypeError(f"{source} must be a whole number{unit}, got {value!r}")
     try:
         number = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        raise ValueError(f"{source} must be a whole number, got {value!r}") from None
+        raise ValueError(f"{source} must be a whole number{unit}, got {value!r}") from None
     if number < minimum:
-        raise ValueError(f"{source} must be at least {minimum}, got {number}")
+        raise ValueError(f"{source} must be at least {minimum}{unit}, got {number}")
     return number
 
 
