@@ -1,14 +1,10 @@
 """
 Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel.
 
-Every client retries a command on a connection error or a timeout (and a cluster client also on a
-slot that moved or a cluster that is down, after reloading the slot map), with exponential backoff
-and jitter: ``retries`` attempts after the first, 0.1 s doubling up to 2 s between them (about
-10 s in all with the default 8), which rides through a Sentinel or Cluster failover. A Sentinel
-client asks the sentinels for the primary again on every reconnection, so after a failover it finds
-the new primary.
-
-What a retry means for a write is said in :class:`~airflow_state_redis.RedisStateBackend`.
+Every client retries a command on a connection error or a timeout (a cluster client also on a
+slot that moved or a cluster that is down), ``retries`` times with exponential backoff and jitter
+from 0.1 s to 2 s (about 10 s with the default 8): enough to ride through a failover. What a retry
+means for a write is said in the README's "Failover" section.
 """
 
 from __future__ import annotations
