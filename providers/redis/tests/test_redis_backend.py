@@ -333,7 +333,7 @@ def test_asset_state_never_records_a_try(make_backend, redis_client, key_prefix)
 def test_values_written_before_the_metadata_are_listed_without_it(make_backend, redis_client, scope):
     backend = make_backend()
     # What a build without the metadata stored: the value hash, nothing beside it.
-    redis_client.hset(backend._hash(scope), mapping={b"old": b"from before", "clé".encode(): b"1"})
+    redis_client.hset(backend._keys.names(scope)[0], mapping={b"old": b"from before", "clé".encode(): b"1"})
     backend.set_by_try(scope, "new", "v", try_number=2)
 
     page = backend.entries(scope)
@@ -644,15 +644,15 @@ def test_session_is_accepted_and_ignored(make_backend):
 # --- unreachable server --------------------------------------------------------------------
 
 
-def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
+def _unreachable(url: str) -> RedisStateBackend:
     # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
-    backend = RedisStateBackend(
-        unreachable_url,
-        key_prefix="p",
-        task_ttl_seconds=1,
-        asset_ttl_seconds=None,
-        topology=Topology(retries=1),
+    return RedisStateBackend(
+        url, key_prefix="p", task_ttl_seconds=1, asset_ttl_seconds=None, topology=Topology(retries=1)
     )
+
+
+def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreachable_url):
+    backend = _unreachable(unreachable_url)
     with pytest.raises(RedisStateConnectionError) as caught:
         backend.get(TASK, "k")
     message = str(caught.value)
@@ -667,14 +667,7 @@ def test_unreachable_server_raises_a_clear_error_with_the_password_masked(unreac
 
 
 def test_unreachable_server_raises_the_same_error_from_async(unreachable_url):
-    # One retry, not the default eight (about 10 s of backoff per call, all of it spent waiting).
-    backend = RedisStateBackend(
-        unreachable_url,
-        key_prefix="p",
-        task_ttl_seconds=1,
-        asset_ttl_seconds=None,
-        topology=Topology(retries=1),
-    )
+    backend = _unreachable(unreachable_url)
     with pytest.raises(RedisStateConnectionError, match=r"\[state_redis\] url") as caught:
         asyncio.run(backend.aset(TASK, "k", "v"))
     assert "s3cr3t-pass" not in str(caught.value)
@@ -836,14 +829,15 @@ def test_a_write_call_sent_again_applies_once_and_answers_the_same(make_backend,
     asset = AssetScope(3)
     backend.write(scope, "n", "10")
     for target in (scope, asset):
+        # Each operation's first request is its script call, arguments and call id included.
         calls = [
-            ("increment", backend._checked_increment(target, "n", 5, None, None)),
-            ("write", backend._checked_write(target, "cas", "v", None, None, 0)),
-            ("set_many", backend._set_many_call(target, {"a": "1", "b": "2"}, None, None)[0]),
+            next(backend._op_increment(target, "n", 5)),
+            next(backend._op_write(target, "cas", "v", if_version=0)),
+            next(backend._op_set_many(target, {"a": "1", "b": "2"})),
         ]
-        for script, call in calls:
-            first = backend._apply(script, list(call.keys), list(call.args))
-            assert backend._apply(script, list(call.keys), list(call.args)) == first
+        for call in calls:
+            first = backend._apply(call)
+            assert backend._apply(call) == first
     assert backend.get(scope, "n") == "15"
     assert backend.get(asset, "n") == "5"
     assert backend.get_versioned(scope, "cas").version == 1

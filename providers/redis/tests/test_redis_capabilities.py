@@ -34,7 +34,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def names(backend: RedisStateBackend, scope) -> list[str]:
     """Value hash, metadata hash and (task state) map-index set of *scope*."""
-    found = backend._names(scope)
+    found = backend._keys.names(scope)
     if isinstance(scope, TaskScope):
         found.append(backend._keys.task_index(scope))
     return found
@@ -220,7 +220,7 @@ def test_cleanup_by_age_spares_values_without_metadata_and_other_deployments(
     later = datetime.now(UTC) + timedelta(seconds=1)
     assert backend.cleanup(now=later, updated_before=later) == 1
     assert backend.keys(TASK) == ["ancient"]
-    assert redis_client.hget(neighbour._names(TASK)[0], b"k") == b"v"
+    assert redis_client.hget(neighbour._keys.names(TASK)[0], b"k") == b"v"
     assert redis_client.exists(f"{key_prefix}:task:{{odd}}:x:meta")
 
 

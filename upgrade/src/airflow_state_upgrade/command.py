@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
-from .move import Mover, active_asset_ids, asset_move, task_move
+from airflow import settings
+from airflow.configuration import conf
+
+from .move import Mover, active_asset_ids, table_moves
 from .report import Report
 from .tables import CannotStart, drop_our_tables, find_tables, record_completed_move
 
@@ -71,10 +75,8 @@ def _positive(text: str) -> int:
     return number
 
 
-def _engine():
+def _engine() -> Any:
     """Airflow's own engine: its configuration, its connection settings, its session time zone."""
-    from airflow import settings
-
     if settings.engine is None:
         settings.configure_orm()
     return settings.engine
@@ -100,13 +102,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"Database: {engine.url.render_as_string(hide_password=True)}", file=sys.stderr)
     tables = find_tables(engine)
     report = Report(dry_run=args.dry_run, overwrite=args.overwrite, moved_at=tables.moved_at)
-    moves = [move for move in (task_move(tables), asset_move(tables)) if move is not None]
+    moves = table_moves(tables)
     if not moves:
         print("Nothing to move: this database has no task_state or asset_state table (dropped already?).")
         return 0
-
-    from airflow.configuration import conf
-
     now = datetime.now(UTC)
     mover = Mover(
         engine=engine,

@@ -43,45 +43,38 @@ class TableMove:
     name: str
     source: sa.Table
     target: sa.Table
-    #: Our primary key, in order: the order rows are read in.
-    source_key: tuple[str, ...]
-    #: The columns of the target's unique key naming the same state key.
-    target_key: tuple[str, ...]
+    #: Our primary key, in order (the order rows are read in), and the columns of the target's
+    #: unique key naming the same state key.
+    key: tuple[str, ...]
     #: The target row (without the value) for one of our rows.
     target_row: Callable[[Row[Any]], dict[str, Any]]
 
     def scope(self, row: Row[Any]) -> dict[str, Any]:
-        return {name: getattr(row, name) for name in self.source_key if name != "key"}
+        return {name: getattr(row, name) for name in self.key if name != "key"}
 
 
-def task_move(tables: Tables) -> TableMove | None:
-    if tables.task_state is None:
-        return None
-
-    def target_row(row: Row[Any]) -> dict[str, Any]:
-        return {
-            "dag_run_id": row.dag_run_id,
-            "task_id": row.task_id,
-            "map_index": row.map_index,
-            "dag_id": row.dag_id,
-            "run_id": row.run_id,
-            "updated_at": as_utc(row.updated_at),
-            "expires_at": as_utc(row.expires_at),
-        }
-
-    key = ("dag_run_id", "task_id", "map_index", "key")
-    return TableMove("task_state", tables.task_state, tables.task_state_store, key, key, target_row)
+def _task_row(row: Row[Any]) -> dict[str, Any]:
+    columns = ("dag_run_id", "task_id", "map_index", "dag_id", "run_id")
+    times = {"updated_at": as_utc(row.updated_at), "expires_at": as_utc(row.expires_at)}
+    return {**{name: getattr(row, name) for name in columns}, **times}
 
 
-def asset_move(tables: Tables) -> TableMove | None:
-    if tables.asset_state is None:
-        return None
+def _asset_row(row: Row[Any]) -> dict[str, Any]:
+    return {"asset_id": row.asset_id, "updated_at": as_utc(row.updated_at), **asset_writer(row)}
 
-    def target_row(row: Row[Any]) -> dict[str, Any]:
-        return {"asset_id": row.asset_id, "updated_at": as_utc(row.updated_at), **asset_writer(row)}
 
-    key = ("asset_id", "key")
-    return TableMove("asset_state", tables.asset_state, tables.asset_state_store, key, key, target_row)
+def table_moves(tables: Tables) -> list[TableMove]:
+    """The moves of those of our tables that exist (``None`` in *tables*: dropped already)."""
+    task_key = ("dag_run_id", "task_id", "map_index", "key")
+    moves = (
+        ("task_state", tables.task_state, tables.task_state_store, task_key, _task_row),
+        ("asset_state", tables.asset_state, tables.asset_state_store, ("asset_id", "key"), _asset_row),
+    )
+    return [
+        TableMove(name, source, target, key, row)
+        for name, source, target, key, row in moves
+        if source is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -148,7 +141,7 @@ class Mover:
             return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
 
     def _batches(self, move: TableMove) -> Iterator[Sequence[Row[Any]]]:
-        key_columns = [move.source.c[name] for name in move.source_key]
+        key_columns = [move.source.c[name] for name in move.key]
         query = sa.select(move.source).order_by(*key_columns).limit(self.batch_size)
         after: tuple[Any, ...] | None = None
         while True:
@@ -159,7 +152,7 @@ class Mover:
                 return
             yield rows
             # The raw values (bytes keys on MySQL), so the next comparison is the database's own order.
-            after = tuple(getattr(rows[-1], name) for name in move.source_key)
+            after = tuple(getattr(rows[-1], name) for name in move.key)
 
     def _key_column(self, target: sa.Table) -> KeyColumn:
         """
@@ -201,7 +194,7 @@ class Mover:
             self._unmovable(move, row, counts, f"the stored value is not JSON ({error})")
             return None
         target_row = {**move.target_row(row), "key": key, "value": value}
-        identity = tuple(target_row[name] for name in move.target_key)
+        identity = tuple(target_row[name] for name in move.key)
         return Candidate(row, identity, target_row)
 
     def _unmovable(self, move: TableMove, row: Row[Any], counts: Counts, reason: str) -> None:
@@ -223,21 +216,10 @@ class Mover:
         except sa.exc.DBAPIError as error:
             if not self._caused_by_row_data(error):
                 raise
-            for candidate in candidates:  # the batch was rolled back: one transaction per row
-                self._write_one(move, candidate, counts, key_column)
-            return
-        self._count_plan(move, plan, counts)
-
-    def _write_one(
-        self, move: TableMove, candidate: Candidate, counts: Counts, key_column: KeyColumn
-    ) -> None:
-        try:
-            with self.engine.begin() as connection:
-                plan = self._plan(connection, move, [candidate])
-                self._apply(connection, move, plan)
-        except sa.exc.DBAPIError as error:
-            if not self._caused_by_row_data(error):
-                raise
+            if len(candidates) > 1:  # the batch was rolled back: one transaction per row
+                for candidate in candidates:
+                    self._write(move, [candidate], counts, key_column)
+                return
             reason = f"the database refused it: {str(error.orig).strip().splitlines()[0]}"
             if isinstance(error, sa.exc.IntegrityError) and key_column.collation:
                 reason += (
@@ -245,7 +227,7 @@ class Mover:
                     "which this key equals another one of the same task instance or asset, e.g. "
                     "one differing only in letter case or trailing spaces)"
                 )
-            self._unmovable(move, candidate.source, counts, reason)
+            self._unmovable(move, candidates[0].source, counts, reason)
             return
         self._count_plan(move, plan, counts)
 
@@ -289,9 +271,9 @@ class Mover:
         MySQL), a row it holds can escape the range: its insert then fails on the unique key and
         the batch is retried row by row, where the range is a single scope and misses nothing.
         """
-        scope_columns = sa.tuple_(*(move.target.c[name] for name in move.target_key[:-1]))
-        key_column = move.target.c[move.target_key[-1]]
-        identity_columns = [move.target.c[name] for name in move.target_key]
+        scope_columns = sa.tuple_(*(move.target.c[name] for name in move.key[:-1]))
+        key_column = move.target.c[move.key[-1]]
+        identity_columns = [move.target.c[name] for name in move.key]
         first, last = candidates[0].identity[:-1], candidates[-1].identity[:-1]
         keys = sorted({candidate.identity[-1] for candidate in candidates})
         wanted = {candidate.identity for candidate in candidates}
@@ -314,8 +296,8 @@ class Mover:
         if plan.inserts:
             connection.execute(move.target.insert(), [candidate.row for candidate in plan.inserts])
         for candidate in plan.replaces:
-            where = [move.target.c[name] == candidate.row[name] for name in move.target_key]
-            changes = {name: value for name, value in candidate.row.items() if name not in move.target_key}
+            where = [move.target.c[name] == candidate.row[name] for name in move.key]
+            changes = {name: value for name, value in candidate.row.items() if name not in move.key}
             connection.execute(move.target.update().where(*where).values(**changes))
 
     def _count_plan(self, move: TableMove, plan: Plan, counts: Counts) -> None:

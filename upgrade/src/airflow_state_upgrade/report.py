@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -80,17 +80,9 @@ class Report:
         return json.dumps(document, indent=2, default=str)
 
     def as_table(self) -> str:
-        columns = (
-            "read",
-            "moved",
-            "unchanged",
-            "newer_in_airflow33",
-            "deleted_in_airflow33",
-            "conflicts",
-            "overwritten",
-            "expired",
-            "unmovable",
-        )
+        # The counts up to unmovable; the notes' counts after it are said in sentences.
+        names = [counter.name for counter in fields(Counts)]
+        columns = names[: names.index("unmovable") + 1]
         titles = {
             "moved": "would move" if self.dry_run else "moved",
             "newer_in_airflow33": "newer in 3.3",

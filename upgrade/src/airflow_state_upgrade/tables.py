@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
+from airflow.models.asset import AssetActive, AssetModel
+from airflow.models.asset_state_store import AssetStateStoreModel
+from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Engine
 
 OUR_TASK_TABLE = "task_state"
@@ -93,10 +96,6 @@ def _check_our_revision(engine: Engine) -> None:
 
 def find_tables(engine: Engine) -> Tables:
     """Reflect ours and load Airflow 3.3's; refuse to start when Airflow 3.3's are not there yet."""
-    from airflow.models.asset import AssetActive, AssetModel
-    from airflow.models.asset_state_store import AssetStateStoreModel
-    from airflow.models.task_state_store import TaskStateStoreModel
-
     inspector = sa.inspect(engine)
     missing = [
         model.__tablename__

@@ -1,14 +1,10 @@
 """
 Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel.
 
-Every client retries a command on a connection error or a timeout (and a cluster client also on a
-slot that moved or a cluster that is down, after reloading the slot map), with exponential backoff
-and jitter: ``retries`` attempts after the first, 0.1 s doubling up to 2 s between them (about
-10 s in all with the default 8), which rides through a Sentinel or Cluster failover. A Sentinel
-client asks the sentinels for the primary again on every reconnection, so after a failover it finds
-the new primary.
-
-What a retry means for a write is said in :class:`~airflow_state_redis.RedisStateBackend`.
+Every client retries a command on a connection error or a timeout (a cluster client also on a
+slot that moved or a cluster that is down), ``retries`` times with exponential backoff and jitter
+from 0.1 s to 2 s (about 10 s with the default 8): enough to ride through a failover. What a retry
+means for a write is said in the README's "Failover" section.
 """
 
 from __future__ import annotations
@@ -40,14 +36,6 @@ _RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 def _backoff() -> ExponentialWithJitterBackoff:
     return ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
-
-
-def sync_retry(settings: RedisSettings) -> redis.retry.Retry:
-    return redis.retry.Retry(_backoff(), settings.topology.retries, supported_errors=_RETRIED)
-
-
-def async_retry(settings: RedisSettings) -> redis.asyncio.retry.Retry:
-    return redis.asyncio.retry.Retry(_backoff(), settings.topology.retries, supported_errors=_RETRIED)
 
 
 class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
@@ -113,33 +101,29 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
     return primary, sentinel
 
 
-def sync_client(settings: RedisSettings) -> redis.Redis | redis.cluster.RedisCluster:
+def _client(settings: RedisSettings, *, sync: bool) -> Any:
     """The client for *settings*; no I/O (every client connects lazily)."""
-    mode = settings.topology.mode
-    if mode == "cluster":
-        return redis.cluster.RedisCluster.from_url(settings.url, retry=sync_retry(settings), **CLIENT_OPTIONS)
-    if mode == "sentinel":
-        primary, sentinel_kwargs = _sentinel_kwargs(settings, sync=True)
-        sentinel = redis.sentinel.Sentinel(
-            list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
-        )
-        assert settings.topology.sentinel_master is not None  # checked with the settings
-        return sentinel.master_for(settings.topology.sentinel_master, retry=sync_retry(settings))
-    return redis.Redis.from_url(settings.url, retry=sync_retry(settings), **CLIENT_OPTIONS)
+    topology = settings.topology
+    retry_class = redis.retry.Retry if sync else redis.asyncio.retry.Retry
+    retry = retry_class(_backoff(), topology.retries, supported_errors=_RETRIED)
+    if topology.mode == "cluster":
+        cluster = redis.cluster.RedisCluster if sync else redis.asyncio.cluster.RedisCluster
+        return cluster.from_url(settings.url, retry=retry, **CLIENT_OPTIONS)
+    if topology.mode == "sentinel":
+        primary, sentinel_kwargs = _sentinel_kwargs(settings, sync=sync)
+        sentinel_class = redis.sentinel.Sentinel if sync else redis.asyncio.sentinel.Sentinel
+        sentinel = sentinel_class(list(topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary)
+        assert topology.sentinel_master is not None  # checked with the settings
+        return sentinel.master_for(topology.sentinel_master, retry=retry)
+    return (redis.Redis if sync else redis.asyncio.Redis).from_url(
+        settings.url, retry=retry, **CLIENT_OPTIONS
+    )
+
+
+def sync_client(settings: RedisSettings) -> redis.Redis | redis.cluster.RedisCluster:
+    return _client(settings, sync=True)  # type: ignore[no-any-return]
 
 
 def async_client(settings: RedisSettings) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
     """The asyncio client for *settings* (one per event loop, see :mod:`._loops`)."""
-    mode = settings.topology.mode
-    if mode == "cluster":
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            settings.url, retry=async_retry(settings), **CLIENT_OPTIONS
-        )
-    if mode == "sentinel":
-        primary, sentinel_kwargs = _sentinel_kwargs(settings, sync=False)
-        sentinel = redis.asyncio.sentinel.Sentinel(
-            list(settings.topology.sentinels), sentinel_kwargs=sentinel_kwargs, **primary
-        )
-        assert settings.topology.sentinel_master is not None
-        return sentinel.master_for(settings.topology.sentinel_master, retry=async_retry(settings))
-    return redis.asyncio.Redis.from_url(settings.url, retry=async_retry(settings), **CLIENT_OPTIONS)
+    return _client(settings, sync=False)  # type: ignore[no-any-return]

@@ -91,7 +91,8 @@ def env_name(option: str) -> str:
 def _airflow_option(option: str) -> str | None:
     """``[state_redis] <option>`` from Airflow's configuration, or None without Airflow."""
     try:
-        # Imported here, not at module level: Airflow is optional and heavy to import.
+        # Imported here, not at module level: Airflow is optional (this package runs without it)
+        # and heavy to import.
         from airflow.configuration import conf
     except ImportError:
         return None
@@ -124,7 +125,8 @@ def _lookup(option: str) -> tuple[str, str] | None:
 def _fetch_connection(conn_id: str) -> Any:
     """The Airflow connection *conn_id*, through whichever ``BaseHook`` this Airflow provides."""
     try:
-        # The Task SDK's hook works in task processes (through the supervisor) and elsewhere.
+        # Imported here: Airflow is optional, and only a redis_conn_id needs it. The Task SDK's
+        # hook works in task processes (through the supervisor) and elsewhere.
         from airflow.sdk import BaseHook
     except ImportError:
         try:
@@ -217,17 +219,7 @@ def _parse_ttl(value: int | str | None, source: str) -> int | None:
     """Seconds as a positive int; 0 and None mean "never expires"."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise TypeError(f"{source} must be a number of seconds, got {value!r}")
-    try:
-        seconds = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{source} must be a whole number of seconds (0 = no expiry), got {value!r}"
-        ) from None
-    if seconds < 0:
-        raise ValueError(f"{source} must not be negative (0 = no expiry), got {seconds}")
-    return seconds or None
+    return _parse_count(value, source, minimum=0, unit=" (seconds; 0 = no expiry)") or None
 
 
 def _resolve_ttl(given: int | Unset | None, option: str, default: int | None) -> int | None:
@@ -275,15 +267,15 @@ def resolve_settings(
 # --- topology -------------------------------------------------------------------------------
 
 
-def _parse_count(value: object, source: str, *, minimum: int) -> int:
+def _parse_count(value: object, source: str, *, minimum: int, unit: str = "") -> int:
     if isinstance(value, bool):
-        raise TypeError(f"{source} must be a whole number, got {value!r}")
+        raise TypeError(f"{source} must be a whole number{unit}, got {value!r}")
     try:
         number = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        raise ValueError(f"{source} must be a whole number, got {value!r}") from None
+        raise ValueError(f"{source} must be a whole number{unit}, got {value!r}") from None
     if number < minimum:
-        raise ValueError(f"{source} must be at least {minimum}, got {number}")
+        raise ValueError(f"{source} must be at least {minimum}{unit}, got {number}")
     return number
 
 
@@ -309,22 +301,19 @@ def parse_sentinels(text: str, source: str) -> tuple[tuple[str, int], ...]:
 def resolve_topology() -> Topology:
     """The ``[state_redis]`` options about the servers' layout (Airflow, then environment)."""
 
-    def text(option: str) -> tuple[str, str] | None:
-        return _lookup(option)
-
-    mode_found = text("mode")
+    mode_found = _lookup("mode")
     mode = mode_found[0].lower() if mode_found else "standalone"
     if mode not in MODES:
         assert mode_found is not None
         raise ValueError(f"{mode_found[1]} must be one of {', '.join(MODES)}, got {mode_found[0]!r}")
     sentinels: tuple[tuple[str, int], ...] = ()
-    if (found := text("sentinels")) is not None:
+    if (found := _lookup("sentinels")) is not None:
         sentinels = parse_sentinels(*found)
-    master = text("sentinel_master")
-    user = text("sentinel_username")
-    password = text("sentinel_password")
+    master = _lookup("sentinel_master")
+    user = _lookup("sentinel_username")
+    password = _lookup("sentinel_password")
     counts = {
-        option: _parse_count(found[0], found[1], minimum=minimum) if (found := text(option)) else default
+        option: _parse_count(found[0], found[1], minimum=minimum) if (found := _lookup(option)) else default
         for option, minimum, default in (
             ("wait_replicas", 0, 0),
             ("wait_timeout_ms", 1, DEFAULT_WAIT_TIMEOUT_MS),

@@ -1,17 +1,11 @@
 """
-Writes that wait for replicas: ``[state_redis] wait_replicas`` and ``wait_timeout_ms``.
+Writes that wait for replicas: ``[state_redis] wait_replicas`` and ``wait_timeout_ms`` (the
+README's "Failover" section says what this protects against, and what it cannot).
 
-Redis replicates asynchronously: the primary acknowledges a write before any replica has it, and a
-primary that dies in that window takes the write with it; the replica promoted in its place never
-saw it. ``WAIT n timeout`` blocks until *n* replicas acknowledged every earlier write of the same
-connection, so it must run on the connection that wrote: here the script and ``WAIT`` go out in
-one pipeline on one connection (on a cluster, to the primary of the keys' slot). If fewer than *n*
-replicas answer in time, :class:`StateNotReplicatedError` says so instead of a silent success.
-
-``WAIT`` narrows the window, it does not make Redis synchronous: a write that reached *n* replicas
-survives the failure of the primary only if one of those replicas is the one promoted (Sentinel and
-Cluster prefer the most up-to-date replica, so with ``wait_replicas`` >= 1 and a single failure it
-is), and a replica that restarts without persistence can still lose it.
+``WAIT n timeout`` blocks until *n* replicas acknowledged every earlier write *of the same
+connection*, so the script and ``WAIT`` go out in one pipeline on one connection (on a cluster, to
+the primary of the keys' slot). Fewer acknowledgements raise :class:`StateNotReplicatedError`
+instead of a silent success.
 """
 
 from __future__ import annotations

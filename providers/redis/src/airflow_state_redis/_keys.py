@@ -1,36 +1,19 @@
 """
-Where each scope's state lives in Redis.
+Where each scope's state lives in Redis (the README's "Key layout" shows every name and why).
 
-* task state: one HASH per task instance,
-  ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:<map_index>``, whose fields are the state keys;
-  plus one SET per task of a run, ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:map-indexes``,
-  listing the map indexes that have a hash, so clearing every map index deletes exactly those
-  hashes instead of scanning the keyspace.
-* asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``.
+* task state: one HASH per task instance, ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:<map_index>``,
+  its metadata HASH ``<task_hash>:meta``, and one SET per task, ``…}:map-indexes``, listing the map
+  indexes that have a hash, so clearing every map index deletes exactly those without a scan.
+* asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``, and its metadata HASH
+  ``<prefix>:asset-meta:{<prefix>:asset:<asset_id>}`` (format in :mod:`._meta`).
 * call markers: ``<task base>:op:<id>`` and ``<prefix>:asset-op:{<asset hash>}:<id>``, a short-lived
   STRING per write call that makes a retried write apply once (``_scripts._once``).
-* write metadata: next to every state HASH, a HASH with the same fields whose values say when,
-  by which try (asset state: by which writer) each key was last written, its version and when it
-  expires (format in :mod:`._meta`). For task state it is ``<task_hash>:meta``; for asset state
-  ``<prefix>:asset-meta:{<prefix>:asset:<asset_id>}``. The values themselves are stored exactly as
-  before, so builds that predate the metadata read this layout, and values they wrote (with no
-  metadata) are listed with an unknown writer and time.
 
-Every write touches the value and its metadata in one Lua script, with the same expiry, and every
-delete and clear removes both.
-
-``dag_run_uid`` names one incarnation of the dag run (:class:`TaskScope`). Redis is not told when a
-run is deleted, so without it a run deleted and created again with the same run_id would read the
-deleted run's state; with it the new run's keys are new names, and the old ones age out with their
-TTL. A task scope without it is refused.
-
-The ids are percent-encoded with no safe characters, so ``:``, ``{``, ``}`` and ``%`` inside an id
-are escaped and two different scopes can never produce the same key. The braces are a Redis Cluster
-hash tag: every key of one task in one incarnation of a run maps to the same slot, which multi-key
-transactions and scripts on a cluster require. The asset HASH has no hash tag, so its metadata
-HASH carries the asset HASH's whole name as its tag: Redis Cluster hashes only the text inside the
-first braces, which is then exactly the asset HASH's name, and both land on one slot (the prefix
-cannot hold braces, and an asset id is an integer).
+``dag_run_uid`` names one incarnation of the dag run: Redis is not told when a run is deleted, so a
+run re-created with the same run_id gets new key names instead of the deleted run's state. The ids
+are percent-encoded with no safe characters, so two scopes never share a key. The braces are a
+Redis Cluster hash tag: every key of one task (or one asset: its metadata HASH is tagged with the
+value HASH's whole name, which has no braces) lands on one slot, as scripts require on a cluster.
 """
 
 from __future__ import annotations
@@ -98,15 +81,17 @@ class KeyLayout:
     def task_index(self, scope: TaskScope) -> str:
         return f"{self.task_base(scope)}:{MAP_INDEXES_SUFFIX}"
 
-    def task_meta(self, scope: TaskScope) -> str:
-        return self.task_hash(scope) + META_SUFFIX
-
     def asset_hash(self, scope: AssetScope) -> str:
         return f"{self.prefix}:asset:{scope.asset_id}"
 
-    def asset_meta(self, scope: AssetScope) -> str:
+    def names(self, scope: TaskScope | AssetScope) -> list[str]:
+        """``[value hash, metadata hash]`` of a scope: the KEYS every reading script takes."""
+        if isinstance(scope, TaskScope):
+            name = self.task_hash(scope)
+            return [name, name + META_SUFFIX]
+        name = self.asset_hash(scope)
         # The asset hash has no {...}: its whole name as this key's hash tag puts both on one slot.
-        return f"{self.prefix}:asset-meta:{{{self.asset_hash(scope)}}}"
+        return [name, f"{self.prefix}:asset-meta:{{{name}}}"]
 
     def call_marker(self, scope: TaskScope | AssetScope, call_id: str) -> str:
         """

@@ -37,13 +37,16 @@ end
 
 # What a write does after deciding to write: the value, its metadata with the next version, and the
 # expiry of the hashes. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only;
-# the caller also passes the call's marker last, which _once takes off KEYS before this runs);
-# the ARGV positions are the same in WRITE and INCREMENT, see there.
+# the caller also passes the call's marker last, which _once takes off KEYS before this runs).
+# Every write script takes the same ARGV[1..6]: ARGV[1] now (epoch micros), ARGV[2] metadata
+# before the version ("<micros>:<try>:"), ARGV[3] metadata after it (":<expires micros or
+# empty>[:<writer>]"), ARGV[4] hash TTL in ms ('' = none: PERSIST), ARGV[5] ms until the written
+# keys expire ('' = never, or already past), ARGV[6] map index.
 #
-# The hash-level TTL (ttl_ms) keeps every hash alive at least that long after a write, and never
-# cuts a key before its own expiry: the new TTL is the longest of what is left, ttl_ms, and the
-# written key's expiry. A hash that has no TTL although one is configured (written while the TTL
-# was switched off) gets one long enough for every key it holds.
+# The hash-level TTL keeps every hash alive at least that long after a write, and never cuts a
+# key before its own expiry: the new TTL is the longest of what is left, the TTL, and the written
+# key's expiry. A hash that has no TTL although one is configured (written while the TTL was
+# switched off) gets one long enough for every key it holds.
 _STORE = """
 local function longest_expiry_ms(meta_key, now)
     local longest = 0
@@ -54,16 +57,27 @@ local function longest_expiry_ms(meta_key, now)
     return math.ceil(longest / 1000)
 end
 
--- Writes fields[j] = datas[j] with version versions[j]; head/tail are the metadata around the
--- version, ttl_ms/expires_in_ms/map_index as ARGV[6], ARGV[7], ARGV[8] of WRITE below.
-local function store_all(fields, datas, versions, now, head, tail, ttl_ms, expires_in_ms, map_index)
+-- The stored version of a field ('0' when absent), and whether it is stored and not expired.
+local function current(field, now)
+    if redis.call('HEXISTS', KEYS[1], field) == 0 then return '0', false end
+    local version, expires = meta_of(redis.call('HGET', KEYS[2], field))
+    return version, not expired(expires, now)
+end
+
+local function next_of(version)
+    return string.format('%d', tonumber(version) + 1)
+end
+
+-- Writes fields[j] = datas[j] with version versions[j].
+local function store_all(fields, datas, versions)
+    local now, ttl_ms, expires_in_ms = tonumber(ARGV[1]), ARGV[4], ARGV[5]
     local left = {}
     for i, name in ipairs(KEYS) do left[i] = redis.call('PTTL', name) end
     for j = 1, #fields do
         redis.call('HSET', KEYS[1], fields[j], datas[j])
-        redis.call('HSET', KEYS[2], fields[j], head .. versions[j] .. tail)
+        redis.call('HSET', KEYS[2], fields[j], ARGV[2] .. versions[j] .. ARGV[3])
     end
-    if KEYS[3] then redis.call('SADD', KEYS[3], map_index) end
+    if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[6]) end
     for i, name in ipairs(KEYS) do
         if ttl_ms == '' then
             redis.call('PERSIST', name)
@@ -76,9 +90,9 @@ local function store_all(fields, datas, versions, now, head, tail, ttl_ms, expir
     end
 end
 
-local function store(field, data, next_version, now)
-    store_all({field}, {data}, {next_version}, now, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
-    return next_version
+local function store(field, data, version)
+    store_all({field}, {data}, {version})
+    return version
 end
 """
 
@@ -90,10 +104,11 @@ end
 OP_TTL_MS = 60_000
 
 
-def _once(helpers: str, body: str) -> str:
-    """*body* (which ends with a ``return``) run at most once per call, see above."""
+def _once(body: str) -> str:
+    """A write script: *body* (which ends with a ``return``) run at most once per call, see above."""
     return (
-        helpers
+        _META
+        + _STORE
         + "local OP_KEY = table.remove(KEYS)\n"
         + "local done = redis.call('GET', OP_KEY)\n"
         + "if done then return cmsgpack.unpack(done) end\n"
@@ -106,54 +121,35 @@ def _once(helpers: str, body: str) -> str:
     )
 
 
-# The ARGV shared by WRITE and INCREMENT:
-# ARGV[1] field, ARGV[2] value (WRITE) or increment (INCREMENT), ARGV[3] now (epoch micros),
-# ARGV[4] metadata before the version ("<micros>:<try>:"), ARGV[5] metadata after it
-# (":<expires micros or empty>[:<writer>]"), ARGV[6] hash TTL in ms ('' = none: PERSIST),
-# ARGV[7] ms until the written key expires ('' = never, or already past), ARGV[8] map index.
-
-# WRITE: ARGV[9] the expected version ('' = unconditional; '0' = absent or expired).
-# Returns {1, new version} or, on a version mismatch, {0, stored version} ('0' = absent/expired).
+# WRITE: ARGV[7] field, ARGV[8] value, ARGV[9] the expected version ('' = unconditional; '0' =
+# absent or expired). Returns {1, new version} or, on a version mismatch, {0, stored version}.
 WRITE = _once(
-    _META + _STORE,
     """
-local field, now = ARGV[1], tonumber(ARGV[3])
-local version, alive = '0', false
-if redis.call('HEXISTS', KEYS[1], field) == 1 then
-    local expires
-    version, expires = meta_of(redis.call('HGET', KEYS[2], field))
-    alive = not expired(expires, now)
-end
+local version, alive = current(ARGV[7], tonumber(ARGV[1]))
 if ARGV[9] ~= '' then
     local stored = alive and version or '0'
     if stored ~= ARGV[9] then return {0, stored} end
 end
 -- An expired key still stored continues its versions; a deleted one starts again at 1.
-local next_version = string.format('%d', tonumber(version) + 1)
-return {1, store(field, ARGV[2], next_version, now)}
-""",
+return {1, store(ARGV[7], ARGV[8], next_of(version))}
+"""
 )
 
-# INCREMENT: the stored value must be a JSON integer within 64 bits (surrounding whitespace and
-# leading zeros allowed, as airflow_shared.state.counter_value reads it); absent or expired is 0.
-# Returns {0, new value as text} or {1, stored value} when the value is refused (not an integer,
-# out of range, or the sum would overflow): the caller builds the error message, nothing is written.
+# INCREMENT: ARGV[7] field, ARGV[8] the increment. The stored value must be a JSON integer within
+# 64 bits (surrounding whitespace and leading zeros allowed, as airflow_shared.state.counter_value
+# reads it); absent or expired is 0. Returns {0, new value as text} or {1, stored value} when the
+# value is refused (not an integer, out of range, or the sum would overflow): the caller builds
+# the error message, nothing is written.
 INCREMENT = _once(
-    _META + _STORE,
     """
-local field, by, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local stored = redis.call('HGET', KEYS[1], field)
-local version = '0'
-if stored then
-    local expires
-    version, expires = meta_of(redis.call('HGET', KEYS[2], field))
-    if expired(expires, now) then stored = nil end
-end
-local next_version = string.format('%d', tonumber(version) + 1)
-if not stored then
-    store(field, by, next_version, now)
+local field, by = ARGV[7], ARGV[8]
+local version, alive = current(field, tonumber(ARGV[1]))
+local next_version = next_of(version)
+if not alive then
+    store(field, by, next_version)
     return {0, by}
 end
+local stored = redis.call('HGET', KEYS[1], field)
 local sign, digits = string.match(stored, '^%s*(%-?)(%d+)%s*$')
 if not digits then return {1, stored} end
 digits = string.gsub(digits, '^0+', '')
@@ -173,9 +169,25 @@ if type(added) == 'table' and added.err then
 end
 -- HINCRBY's reply is a Lua double: read the exact 64-bit text back instead.
 local result = redis.call('HGET', KEYS[1], field)
-store(field, result, next_version, now)
+store(field, result, next_version)
 return {0, result}
-""",
+"""
+)
+
+# SET_MANY: WRITE for many fields of one hash at once (unconditional), in one script so the batch
+# is applied whole. ARGV[7...] field, value, field, value, ... Returns the new versions, in order.
+SET_MANY = _once(
+    """
+local fields, datas, versions = {}, {}, {}
+for i = 7, #ARGV, 2 do
+    -- As WRITE: an expired key still stored continues its versions; a deleted one starts at 1.
+    fields[#fields + 1] = ARGV[i]
+    datas[#datas + 1] = ARGV[i + 1]
+    versions[#versions + 1] = next_of((current(ARGV[i], tonumber(ARGV[1]))))
+end
+if #fields > 0 then store_all(fields, datas, versions) end
+return versions
+"""
 )
 
 # Expired fields of a hash, as a set. KEYS[1] values, KEYS[2] metadata, ARGV[1] now.
@@ -221,17 +233,36 @@ return count
 """
 )
 
+# Deletes fields of KEYS[1] (values) and KEYS[2] (metadata); KEYS[3] is the map-index set (task
+# state only), which forgets *map_index* when the hash is emptied.
+# Redis drops a hash when its last field goes, and the index set must then forget the map index,
+# or clearing all map indexes would keep visiting hashes that no longer exist. The metadata hash
+# goes with its value hash (whatever fields it may still hold, e.g. left by an older build that
+# did not know about it), so no metadata outlives the state it describes.
+_DELETE = """
+local function delete_fields(fields, map_index)
+    for _, field in ipairs(fields) do
+        redis.call('HDEL', KEYS[1], field)
+        redis.call('HDEL', KEYS[2], field)
+    end
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+        redis.call('DEL', KEYS[2])
+        if KEYS[3] then redis.call('SREM', KEYS[3], map_index) end
+    end
+end
+"""
+
 # CLEAN: remove the given fields from one hash if they still qualify; the caller picked them from
 # an earlier read, and this re-checks each against its metadata now, so a key written again in
-# between survives. KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
-# ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not by age), ARGV[3] '1' = dry run,
-# ARGV[4] map index, ARGV[5...] the fields. A key with no readable write time is never removed by
-# age. Returns how many keys were (or would be) removed.
+# between survives. KEYS as _DELETE; ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not
+# by age), ARGV[3] '1' = dry run, ARGV[4] map index, ARGV[5...] the fields. A key with no readable
+# write time is never removed by age. Returns how many keys were (or would be) removed.
 CLEAN = (
     _META
+    + _DELETE
     + """
-local now, before, dry = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
-local removed = 0
+local now, before = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due_fields = {}
 for i = 5, #ARGV do
     local field = ARGV[i]
     local meta = redis.call('HGET', KEYS[2], field)
@@ -241,38 +272,12 @@ for i = 5, #ARGV do
         local written = tonumber(string.match(meta, '^(%d+):'))
         due = written ~= nil and written < before
     end
-    if due and redis.call('HEXISTS', KEYS[1], field) == 1 then
-        removed = removed + 1
-        if not dry then
-            redis.call('HDEL', KEYS[1], field)
-            redis.call('HDEL', KEYS[2], field)
-        end
-    end
+    if due and redis.call('HEXISTS', KEYS[1], field) == 1 then due_fields[#due_fields + 1] = field end
 end
--- As DELETE_TASK_KEY: an emptied hash takes its metadata and its map-index entry with it.
-if not dry and redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('DEL', KEYS[2])
-    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[4]) end
-end
-return removed
+if ARGV[3] ~= '1' then delete_fields(due_fields, ARGV[4]) end
+return #due_fields
 """
 )
-
-# KEYS[1] task hash, KEYS[2] its map-index set, KEYS[3] its metadata hash; ARGV[1] state key,
-# ARGV[2] map index.
-# Redis drops a hash when its last field goes, and the index set must then forget the map index,
-# or clearing all map indexes would keep visiting hashes that no longer exist. The metadata hash
-# goes with its value hash (whatever fields it may still hold, e.g. left by an older build that
-# did not know about it), so no metadata outlives the state it describes.
-DELETE_TASK_KEY = """
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('SREM', KEYS[2], ARGV[2])
-    redis.call('DEL', KEYS[3])
-end
-return 0
-"""
 
 # KEYS[1] map-index set; ARGV[1] the task's key base followed by ':', ARGV[2] the suffix of a
 # hash's metadata hash.
@@ -288,46 +293,14 @@ return #indexes
 """
 
 
-# SET_MANY: WRITE for many fields of one hash at once (unconditional), in one script so the batch
-# is applied whole. KEYS as WRITE; ARGV[1] now, ARGV[2] metadata head, ARGV[3] metadata tail,
-# ARGV[4] hash TTL in ms, ARGV[5] ms until the keys expire, ARGV[6] map index (see the shared ARGV
-# above), then ARGV[7...] field, value, field, value, ... Returns the new versions, in order.
-SET_MANY = _once(
-    _META + _STORE,
-    """
-local now = tonumber(ARGV[1])
-local fields, datas, versions = {}, {}, {}
-for i = 7, #ARGV, 2 do
-    local field, version = ARGV[i], '0'
-    -- As WRITE: an expired key still stored continues its versions; a deleted one starts at 1.
-    if redis.call('HEXISTS', KEYS[1], field) == 1 then
-        version = meta_of(redis.call('HGET', KEYS[2], field))
-    end
-    fields[#fields + 1] = field
-    datas[#datas + 1] = ARGV[i + 1]
-    versions[#versions + 1] = string.format('%d', tonumber(version) + 1)
-end
-if #fields > 0 then
-    store_all(fields, datas, versions, now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-end
-return versions
-""",
-)
-
-# DELETE_MANY: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only);
-# ARGV[1] map index, ARGV[2...] the fields. As DELETE_TASK_KEY, for many fields and for both
-# scopes: an emptied hash takes its metadata (and its map-index entry) with it.
-DELETE_MANY = """
-for i = 2, #ARGV do
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('DEL', KEYS[2])
-    if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
-end
+# DELETE_MANY: KEYS as _DELETE; ARGV[1] map index, ARGV[2...] the fields (at most 1000).
+DELETE_MANY = (
+    _DELETE
+    + """
+delete_fields({unpack(ARGV, 2)}, ARGV[1])
 return 0
 """
+)
 
 # CLEAR_ONE: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only); ARGV[1]
 # map index. A script rather than MULTI so that every write goes through one path (and WAIT).
@@ -344,9 +317,11 @@ SCRIPTS = {
     "live_fields": LIVE_FIELDS,
     "count_live": COUNT_LIVE,
     "clean": CLEAN,
-    "delete_task_key": DELETE_TASK_KEY,
     "clear_all": CLEAR_ALL_MAP_INDEXES,
     "set_many": SET_MANY,
     "delete_many": DELETE_MANY,
     "clear_one": CLEAR_ONE,
 }
+
+#: The scripts that write nothing (no WAIT after them, see :mod:`._durable`).
+READ_ONLY = frozenset({"live_fields", "count_live"})

@@ -38,7 +38,6 @@ from typing import Any
 
 from airflow_shared.state import AssetScope, StateScope, TaskScope, dag_run_uid
 
-from ._config import UNSET, Unset
 from .backend import RedisStateBackend
 
 try:
@@ -51,24 +50,22 @@ except ImportError as error:
         "[state_store] backend and needs Airflow 3.3 (airflow._shared.state cannot be imported: "
         f"{error}). On Airflow 3.2 use [state] backend = airflow_state_redis.RedisStateBackend."
     ) from error
+# After the check above, so that Airflow 3.2 gets its message. Airflow 3.3 imports a state store
+# backend when it is first used (airflow.state.get_state_backend), as its own metastore backend
+# that imports these at the top too.
+from airflow.models.dagrun import DagRun
+from airflow.utils.session import create_session, create_session_async
+from sqlalchemy import select
 
 __all__ = ["RedisStoreBackend"]
 
 log = logging.getLogger(__name__)
 
 
-def _dag_run_query(dag_id: str, run_id: str) -> Any:
-    # Imported here: the ORM is heavy, and only server processes call the backend.
-    from airflow.models.dagrun import DagRun
-    from sqlalchemy import select
-
+def _dag_run_query(scope: Any) -> Any:
     return select(DagRun.id, DagRun.created_at, DagRun.run_after).where(
-        DagRun.dag_id == dag_id, DagRun.run_id == run_id
+        DagRun.dag_id == scope.dag_id, DagRun.run_id == scope.run_id
     )
-
-
-def _uid_of(row: Any) -> str | None:
-    return None if row is None else dag_run_uid(row.id, row.created_at, row.run_after)
 
 
 @contextmanager
@@ -77,8 +74,6 @@ def _sync_session(session: Any) -> Iterator[Any]:
     if session is not None:
         yield session
         return
-    from airflow.utils.session import create_session
-
     with create_session() as own:
         yield own
 
@@ -88,8 +83,6 @@ async def _async_session(session: Any) -> AsyncIterator[Any]:
     if session is not None:
         yield session
         return
-    from airflow.utils.session import create_session_async
-
     async with create_session_async() as own:
         yield own
 
@@ -101,7 +94,12 @@ def _utc(expires_at: datetime | None) -> datetime | None:
     return expires_at
 
 
-def _asset_scope(scope: Any) -> AssetScope:
+def _asset_scope(scope: Any) -> AssetScope | None:
+    """Ours for 3.3's asset scope; ``None`` for a task scope (its dag run must be looked up)."""
+    if isinstance(scope, airflow33_state.TaskScope):
+        return None
+    if not isinstance(scope, airflow33_state.AssetScope):
+        raise TypeError(f"scope must be Airflow 3.3's TaskScope or AssetScope, got {type(scope).__name__}")
     if scope.asset_id is None:
         raise ValueError(
             "RedisStoreBackend keys asset state on the asset's id, and this AssetScope has only "
@@ -112,16 +110,14 @@ def _asset_scope(scope: Any) -> AssetScope:
     return AssetScope(scope.asset_id)
 
 
-def _task_scope(scope: Any, uid: str) -> TaskScope:
-    return TaskScope(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, dag_run_uid=uid)
-
-
-def _kind(scope: object) -> str:
-    if isinstance(scope, airflow33_state.TaskScope):
-        return "task"
-    if isinstance(scope, airflow33_state.AssetScope):
-        return "asset"
-    raise TypeError(f"scope must be Airflow 3.3's TaskScope or AssetScope, got {type(scope).__name__}")
+def _task_scope(scope: Any, row: Any, required: bool) -> TaskScope | None:
+    """Ours for 3.3's task scope, given its dag run's *row*; ``None`` when the run does not exist."""
+    if row is not None:
+        uid = dag_run_uid(row.id, row.created_at, row.run_after)
+        return TaskScope(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, dag_run_uid=uid)
+    if required:
+        raise ValueError(f"No DagRun found for dag_id={scope.dag_id!r} run_id={scope.run_id!r}")
+    return None
 
 
 class RedisStoreBackend(airflow33_state.BaseStoreBackend):
@@ -130,54 +126,32 @@ class RedisStoreBackend(airflow33_state.BaseStoreBackend):
 
     Built with no arguments by Airflow, it reads ``[state_redis]`` (url or redis_conn_id,
     key_prefix, task_ttl_seconds, asset_ttl_seconds) exactly as ``RedisStateBackend`` does; the
-    keyword arguments, when given, are passed on to it.
+    arguments, when given, are passed on to it.
 
     A task scope whose dag run does not exist reads as empty, deletes and clears nothing, and a
     write to it raises ``ValueError`` (as 3.3's own backend does). An asset scope must carry
     ``asset_id``.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        key_prefix: str | None = None,
-        task_ttl_seconds: int | Unset | None = UNSET,
-        asset_ttl_seconds: int | Unset | None = UNSET,
-    ) -> None:
-        self.redis = RedisStateBackend(
-            url,
-            key_prefix=key_prefix,
-            task_ttl_seconds=task_ttl_seconds,
-            asset_ttl_seconds=asset_ttl_seconds,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.redis = RedisStateBackend(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.redis!r})"
 
-    # --- scopes -------------------------------------------------------------------------
-
-    def _scope(self, scope: Any, session: Any) -> StateScope | None:
+    def _scope(self, scope: Any, session: Any, required: bool = False) -> StateScope | None:
         """Our scope for 3.3's, or ``None`` for a task scope whose dag run does not exist."""
-        if _kind(scope) == "asset":
-            return _asset_scope(scope)
+        if (asset := _asset_scope(scope)) is not None:
+            return asset
         with _sync_session(session) as active:
-            uid = _uid_of(active.execute(_dag_run_query(scope.dag_id, scope.run_id)).one_or_none())
-        return None if uid is None else _task_scope(scope, uid)
+            return _task_scope(scope, active.execute(_dag_run_query(scope)).one_or_none(), required)
 
-    async def _ascope(self, scope: Any, session: Any) -> StateScope | None:
-        if _kind(scope) == "asset":
-            return _asset_scope(scope)
+    async def _ascope(self, scope: Any, session: Any, required: bool = False) -> StateScope | None:
+        if (asset := _asset_scope(scope)) is not None:
+            return asset
         async with _async_session(session) as active:
-            result = await active.execute(_dag_run_query(scope.dag_id, scope.run_id))
-            uid = _uid_of(result.one_or_none())
-        return None if uid is None else _task_scope(scope, uid)
-
-    @staticmethod
-    def _require(ours: StateScope | None, scope: Any) -> StateScope:
-        if ours is None:
-            raise ValueError(f"No DagRun found for dag_id={scope.dag_id!r} run_id={scope.run_id!r}")
-        return ours
+            result = await active.execute(_dag_run_query(scope))
+            return _task_scope(scope, result.one_or_none(), required)
 
     # --- sync ---------------------------------------------------------------------------
 
@@ -188,18 +162,17 @@ class RedisStoreBackend(airflow33_state.BaseStoreBackend):
     def set(
         self, scope: Any, key: str, value: str, *, expires_at: datetime | None = None, session: Any = None
     ) -> None:
-        ours = self._require(self._scope(scope, session), scope)
+        ours = self._scope(scope, session, required=True)
+        assert ours is not None
         # 3.3 does not say who writes (task try, watcher or API): the write records no writer.
         self.redis.write(ours, key, value, expires_at=_utc(expires_at))
 
     def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
-        ours = self._scope(scope, session)
-        if ours is not None:
+        if (ours := self._scope(scope, session)) is not None:
             self.redis.delete(ours, key)
 
     def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
-        ours = self._scope(scope, session)
-        if ours is not None:
+        if (ours := self._scope(scope, session)) is not None:
             self.redis.clear(ours, all_map_indices=all_map_indices)
 
     # --- async --------------------------------------------------------------------------
@@ -211,17 +184,16 @@ class RedisStoreBackend(airflow33_state.BaseStoreBackend):
     async def aset(
         self, scope: Any, key: str, value: str, *, expires_at: datetime | None = None, session: Any = None
     ) -> None:
-        ours = self._require(await self._ascope(scope, session), scope)
+        ours = await self._ascope(scope, session, required=True)
+        assert ours is not None
         await self.redis.awrite(ours, key, value, expires_at=_utc(expires_at))
 
     async def adelete(self, scope: Any, key: str, *, session: Any = None) -> None:
-        ours = await self._ascope(scope, session)
-        if ours is not None:
+        if (ours := await self._ascope(scope, session)) is not None:
             await self.redis.adelete(ours, key)
 
     async def aclear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
-        ours = await self._ascope(scope, session)
-        if ours is not None:
+        if (ours := await self._ascope(scope, session)) is not None:
             await self.redis.aclear(ours, all_map_indices=all_map_indices)
 
     # --- retention ----------------------------------------------------------------------

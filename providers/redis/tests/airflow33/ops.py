@@ -28,55 +28,29 @@ def scope_of(spec: dict) -> TaskScope | AssetScope:
     return AssetScope(**spec["asset"])
 
 
-def sync_call(backend, op: dict, session) -> object:
-    scope = scope_of(op["scope"])
-    name = op["op"]
-    if name == "get":
-        return backend.get(scope, op["key"], session=session)
-    if name == "set":
+def call(backend, op: dict, session) -> object:
+    """Call the method *op* names: ``get``, ``set``, ``delete``, ``clear``, or ``a...`` (an awaitable)."""
+    name, method = op["op"], op["op"].removeprefix("a")
+    if method not in ("get", "set", "delete", "clear"):
+        raise ValueError(f"unknown op {name}")
+    args: tuple = (scope_of(op["scope"]),)
+    kwargs: dict = {"session": session}
+    if method == "clear":
+        kwargs["all_map_indices"] = op.get("all_map_indices", False)
+    else:
+        args += (op["key"],)
+    if method == "set":
+        args += (op["value"],)
         expires = op.get("expires_at")
-        backend.set(
-            scope,
-            op["key"],
-            op["value"],
-            expires_at=datetime.fromisoformat(expires) if expires else None,
-            session=session,
-        )
-        return None
-    if name == "delete":
-        return backend.delete(scope, op["key"], session=session)
-    if name == "clear":
-        return backend.clear(scope, all_map_indices=op.get("all_map_indices", False), session=session)
-    raise ValueError(f"unknown op {name}")
-
-
-async def async_call(backend, op: dict, session) -> object:
-    scope = scope_of(op["scope"])
-    name = op["op"][1:]
-    if name == "get":
-        return await backend.aget(scope, op["key"], session=session)
-    if name == "set":
-        expires = op.get("expires_at")
-        await backend.aset(
-            scope,
-            op["key"],
-            op["value"],
-            expires_at=datetime.fromisoformat(expires) if expires else None,
-            session=session,
-        )
-        return None
-    if name == "delete":
-        return await backend.adelete(scope, op["key"], session=session)
-    if name == "clear":
-        return await backend.aclear(scope, all_map_indices=op.get("all_map_indices", False), session=session)
-    raise ValueError(f"unknown op {op['op']}")
+        kwargs["expires_at"] = datetime.fromisoformat(expires) if expires else None
+    return getattr(backend, name)(*args, **kwargs)
 
 
 async def run_async(backend, op: dict) -> object:
     if op.get("session"):
         async with create_session_async() as session:
-            return await async_call(backend, op, session)
-    return await async_call(backend, op, None)
+            return await call(backend, op, session)
+    return await call(backend, op, None)
 
 
 def recreate_run(dag_id: str, run_id: str) -> None:
@@ -107,8 +81,8 @@ async def run(backend, op: dict) -> object:
         return await run_async(backend, op)
     if op.get("session"):
         with create_session() as session:
-            return sync_call(backend, op, session)
-    return sync_call(backend, op, None)
+            return call(backend, op, session)
+    return call(backend, op, None)
 
 
 async def main() -> None:
