@@ -7,61 +7,63 @@ from uuid import UUID
 
 from pydantic import BaseModel, Field, JsonValue
 
-# The bodies of a write and of an increment. Routes read them themselves, after the credential is
-# verified and within the size limit, so they are described here for the OpenAPI schema rather than
-# parsed by FastAPI.
+# The request bodies, for the OpenAPI schema of both surfaces. Routes read them themselves (see
+# airflow.state.api.params), after the caller is authenticated and within the size limit.
 _TTL_SCHEMA: dict[str, Any] = {
     "description": "How long the key lives after this write: a positive number of seconds, or "
-    '"never". Absent: the default (task state: [state] default_task_retention; asset state: never)',
+    '`"never"`. Absent: the default (task state: `[state] default_task_retention`; asset state: never)',
     "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "enum": ["never"]}],
 }
-VALUE_BODY_SCHEMA: dict[str, Any] = {
-    "schema": {
-        "type": "object",
-        "title": "StateValueBody",
-        "required": ["value"],
-        "additionalProperties": False,
-        "properties": {"value": {"description": "Any JSON document except null"}, "ttl": _TTL_SCHEMA},
-    }
-}
-INCREMENT_BODY_SCHEMA: dict[str, Any] = {
-    "schema": {
-        "type": "object",
-        "title": "StateIncrementBody",
-        "additionalProperties": False,
-        "properties": {
-            "by": {"type": "integer", "default": 1, "description": "What to add (may be negative)"},
-            "ttl": _TTL_SCHEMA,
-        },
-    }
-}
 
-# The bodies of the batch routes (read by the routes themselves, like the bodies above).
-KEYS_BODY_SCHEMA: dict[str, Any] = {
-    "schema": {
-        "type": "object",
-        "title": "StateKeysBody",
-        "required": ["keys"],
-        "additionalProperties": False,
-        "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 1000}},
-    }
-}
-VALUES_BODY_SCHEMA: dict[str, Any] = {
-    "schema": {
-        "type": "object",
-        "title": "StateValuesBody",
-        "required": ["values"],
-        "additionalProperties": False,
-        "properties": {
-            "values": {
-                "type": "object",
-                "maxProperties": 1000,
-                "description": "Keys and their values (any JSON document except null)",
-            },
-            "ttl": _TTL_SCHEMA,
+
+def _body(title: str, properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema = {"type": "object", "title": title, "additionalProperties": False, "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return {"requestBody": {"required": bool(required), "content": {"application/json": {"schema": schema}}}}
+
+
+WRITE_BODY = _body(
+    "StateValueBody",
+    {
+        "value": {
+            "description": "Any JSON document except null, at most `[state] max_value_bytes` bytes as "
+            "compact UTF-8 JSON"
         },
-    }
-}
+        "ttl": _TTL_SCHEMA,
+    },
+    ("value",),
+)
+# An empty body adds 1 with the default ttl.
+INCREMENT_BODY = _body(
+    "StateIncrementBody",
+    {
+        "by": {
+            "type": "integer",
+            "default": 1,
+            "description": "What to add (may be negative); the result must stay within 64-bit signed "
+            "integers",
+        },
+        "ttl": _TTL_SCHEMA,
+    },
+)
+KEYS_BODY = _body(
+    "StateKeysBody",
+    {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 1000}},
+    ("keys",),
+)
+VALUES_BODY = _body(
+    "StateValuesBody",
+    {
+        "values": {
+            "type": "object",
+            "maxProperties": 1000,
+            "description": "Keys and their values (any JSON document except null)",
+        },
+        "ttl": _TTL_SCHEMA,
+    },
+    ("values",),
+)
 
 
 class StateValueResponse(BaseModel):

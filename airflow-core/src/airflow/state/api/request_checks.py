@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from airflow.state.api.errors import refusal
-from airflow.state.api.routes import body_within
+from airflow.state.api.params import body_within
 from airflow.state.protocol import KEY_PARAMETER, PROOF_SCHEME, Reason
 from fastapi import Request, Response, status
 from fastapi.routing import APIRoute

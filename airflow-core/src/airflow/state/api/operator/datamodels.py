@@ -2,70 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, Field, JsonValue
 
 if TYPE_CHECKING:
     from airflow.state.manage import Entry
     from airflow_shared.state import StateWriter
-
-_TTL_SCHEMA: dict[str, Any] = {
-    "description": "How long the key lives from this write: a positive number of seconds, or "
-    '`"never"`. Absent: the default (task state: `[state] default_task_retention`; asset state: never)',
-    "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "enum": ["never"]}],
-}
-
-# The body of a write. The routes read it themselves, only after the caller is authorized and never
-# past the size limit, so it is described here for the OpenAPI schema rather than parsed by FastAPI.
-WRITE_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "title": "StateEntryBody",
-                    "required": ["value"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "value": {
-                            "description": "The new value: any JSON document except null, at most "
-                            "`[state] max_value_bytes` bytes as compact UTF-8 JSON"
-                        },
-                        "ttl": _TTL_SCHEMA,
-                    },
-                }
-            }
-        },
-    }
-}
-
-# The body of an increment, read by the route like a write's.
-INCREMENT_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": False,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "title": "StateIncrementBody",
-                    "additionalProperties": False,
-                    "properties": {
-                        "by": {
-                            "type": "integer",
-                            "default": 1,
-                            "description": "What to add (may be negative); the result must stay "
-                            "within 64-bit signed integers",
-                        },
-                        "ttl": _TTL_SCHEMA,
-                    },
-                }
-            }
-        },
-    }
-}
 
 
 class StateWriteResponse(BaseModel):
@@ -100,14 +45,7 @@ class WriterResponse(BaseModel):
 
     @classmethod
     def of(cls, writer: StateWriter) -> WriterResponse:
-        return cls(
-            kind=writer.kind.value,
-            dag_id=writer.dag_id,
-            run_id=writer.run_id,
-            task_id=writer.task_id,
-            map_index=writer.map_index,
-            try_number=writer.try_number,
-        )
+        return cls(**{**asdict(writer), "kind": writer.kind.value})
 
 
 class StateEntryResponse(BaseModel):
@@ -131,15 +69,12 @@ class StateEntryResponse(BaseModel):
     )
 
     @classmethod
-    def of(cls, entry: Entry) -> StateEntryResponse:
-        return cls(
-            key=entry.key,
-            value=entry.value,
-            updated_at=entry.updated_at,
-            updated_by_try=entry.updated_by_try,
-            version=entry.version,
-            expires_at=entry.expires_at,
-        )
+    def of(cls, entry: Entry) -> Self:
+        # The fields of Entry the response has; AssetStateEntryResponse adds who wrote it.
+        fields = {name: getattr(entry, name) for name in StateEntryResponse.model_fields}
+        if issubclass(cls, AssetStateEntryResponse):
+            fields["updated_by"] = None if entry.updated_by is None else WriterResponse.of(entry.updated_by)
+        return cls(**fields)
 
 
 class AssetStateEntryResponse(StateEntryResponse):
@@ -149,12 +84,6 @@ class AssetStateEntryResponse(StateEntryResponse):
         description="Who last wrote the key: a task instance's try, `api` or `cli`; null when the "
         "backend does not record it"
     )
-
-    @classmethod
-    def of(cls, entry: Entry) -> AssetStateEntryResponse:
-        base = StateEntryResponse.of(entry).model_dump()
-        updated_by = None if entry.updated_by is None else WriterResponse.of(entry.updated_by)
-        return cls(**base, updated_by=updated_by)
 
 
 class _EntryPage(BaseModel):
