@@ -89,44 +89,35 @@ ValuesBody = Annotated[_ValuesBody, Depends(_values_body)]
 
 def _batch_routes(kind: ScopeKind) -> None:
     Scope = Annotated[Scoped, Depends(kind.scope)]  # first: the credential before the body
-
-    def get_many(scoped: Scope, keys: KeysBody) -> StateValuesResponse:
-        stored = get_state_backend().get_many(scoped(False), keys)
-        return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
-
-    def set_many(scoped: Scope, claims: Claims, body: ValuesBody) -> StateVersionsResponse:
-        scope, backend = scoped(True), get_state_backend()
-        expires_at = expiry.expires_at_for(scope, body.ttl, backend)
-        versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
-        return StateVersionsResponse(versions=versions)
-
-    def delete_many(scoped: Scope, keys: KeysBody) -> None:
-        get_state_backend().delete_many(scoped(True), keys)
-
     path, the, state = kind.values_path, kind.name, kind.state
-    router.add_api_route(
+
+    @router.post(
         path + "/read",
-        get_many,
-        methods=["POST"],
         responses=kind.errors,
         openapi_extra=KEYS_BODY,
         name=f"get_{the}_state_many",
         description=f"The values of those of `keys` that {state} holds (others are left out){kind.reads}.",
     )
-    router.add_api_route(
+    def get_many(scoped: Scope, keys: KeysBody) -> StateValuesResponse:
+        stored = get_state_backend().get_many(scoped(False), keys)
+        return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
+
+    @router.put(
         path,
-        set_many,
-        methods=["PUT"],
         responses={**kind.errors, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=VALUES_BODY,
         name=f"set_{the}_state_many",
         description=f"Store every key-value pair of `values` in {state} and answer each key's new "
         f"version{kind.writes}. Atomic where the backend is (the metastore and Redis backends are).",
     )
-    router.add_api_route(
+    def set_many(scoped: Scope, claims: Claims, body: ValuesBody) -> StateVersionsResponse:
+        scope, backend = scoped(True), get_state_backend()
+        expires_at = expiry.expires_at_for(scope, body.ttl, backend)
+        versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
+        return StateVersionsResponse(versions=versions)
+
+    @router.post(
         path + "/delete",
-        delete_many,
-        methods=["POST"],
         status_code=204,
         responses=kind.errors,
         openapi_extra=KEYS_BODY,
@@ -134,6 +125,8 @@ def _batch_routes(kind: ScopeKind) -> None:
         description=f"Remove each of `keys` from {state}{kind.writes}; keys that are not there are not "
         "an error.",
     )
+    def delete_many(scoped: Scope, keys: KeysBody) -> None:
+        get_state_backend().delete_many(scoped(True), keys)
 
 
 for _kind in (TASK, ASSET):

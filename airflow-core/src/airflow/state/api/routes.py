@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow.state import codec, expiry
+from airflow.state import codec, manage
 from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import (
     INCREMENT_BODY,
@@ -143,100 +143,79 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such key
 def _state_routes(kind: ScopeKind) -> None:
     # First in every signature: the credential is verified before the key and the body are read.
     Scope = Annotated[Scoped, Depends(kind.scope)]
+    the, state, errors = kind.name, kind.state, kind.errors
 
-    def list_keys(scoped: Scope) -> StateKeysResponse:
-        return StateKeysResponse(keys=get_state_backend().keys(scoped(False)))
-
-    def clear_state(scoped: Scope) -> None:
-        get_state_backend().clear(scoped(True))
-
-    def get_state(scoped: Scope, key: Key) -> StateValueResponse:
-        return _read(scoped(False), key)
-
-    def set_state(
-        scoped: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
-    ) -> StateWriteResponse:
-        # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-        scope, backend = scoped(True), get_state_backend()
-        version = backend.write(
-            scope,
-            key,
-            body.text,
-            writer=writer_of(claims),
-            expires_at=expiry.expires_at_for(scope, body.ttl, backend),
-            if_version=if_version,
-        )
-        return StateWriteResponse(key=key, version=version)
-
-    def increment_state(
-        scoped: Scope, claims: Claims, key: Key, body: NewIncrement
-    ) -> StateIncrementResponse:
-        scope, backend = scoped(True), get_state_backend()
-        when = expiry.expires_at_for(scope, body.ttl, backend)
-        with refusing_backend_errors():  # not an integer stored, or the sum leaves 64 bits
-            value = backend.increment(scope, key, body.by, writer=writer_of(claims), expires_at=when)
-        return StateIncrementResponse(key=key, value=value)
-
-    def delete_state(scoped: Scope, key: Key) -> None:
-        get_state_backend().delete(scoped(True), key)
-
-    add, the, state = router.add_api_route, kind.name, kind.state
-    add(
+    @router.get(
         kind.keys_path,
-        list_keys,
-        methods=["GET"],
-        responses=kind.errors,
+        responses=errors,
         name=f"list_{the}_keys",
         description=f"The keys of {state}, sorted{kind.reads}.",
     )
-    add(
+    def list_keys(scoped: Scope) -> StateKeysResponse:
+        return StateKeysResponse(keys=get_state_backend().keys(scoped(False)))
+
+    @router.delete(
         kind.keys_path,
-        clear_state,
-        methods=["DELETE"],
         status_code=204,
-        responses=kind.errors,
+        responses=errors,
         name=f"clear_{the}_state",
         description=f"Remove every key of {state}{kind.writes}.",
     )
-    add(
+    def clear_state(scoped: Scope) -> None:
+        manage.clear(scoped(True))
+
+    @router.get(
         kind.value_path,
-        get_state,
-        methods=["GET"],
-        responses={**_NOT_FOUND, **kind.errors},
+        responses={**_NOT_FOUND, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
     )
-    add(
+    def get_state(scoped: Scope, key: Key) -> StateValueResponse:
+        return _read(scoped(False), key)
+
+    @router.put(
         kind.value_path,
-        set_state,
-        methods=["PUT"],
-        responses={**kind.errors, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
+        responses={**errors, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=WRITE_BODY,
         name=f"set_{the}_state",
         description=f"Store a value under `key` in {state} and answer its new version{kind.writes}. "
         + kind.default_ttl,
     )
-    add(
+    def set_state(
+        scoped: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
+    ) -> StateWriteResponse:
+        # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
+        written = manage.put(
+            scoped(True), key, body.text, ttl=body.ttl, if_version=if_version, writer=writer_of(claims)
+        )
+        return StateWriteResponse(key=key, version=written.version)
+
+    @router.post(
         kind.increment_path,
-        increment_state,
-        methods=["POST"],
-        responses={**kind.errors, **UNSUPPORTED_DOCUMENTED},
+        responses={**errors, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=INCREMENT_BODY,
         name=f"increment_{the}_state",
         description=f"Add `by` (default 1; an empty body adds 1) to the integer stored under `key` in "
         f"{state} (absent: 0) in one atomic step and answer the sum{kind.writes}; a key holding anything "
         "but a JSON integer is refused (`invalid_value`) and left as it is.",
     )
-    add(
+    def increment_state(
+        scoped: Scope, claims: Claims, key: Key, body: NewIncrement
+    ) -> StateIncrementResponse:
+        with refusing_backend_errors():  # not an integer stored, or the sum leaves 64 bits
+            added = manage.increment(scoped(True), key, body.by, ttl=body.ttl, writer=writer_of(claims))
+        return StateIncrementResponse(key=key, value=added.value)
+
+    @router.delete(
         kind.value_path,
-        delete_state,
-        methods=["DELETE"],
         status_code=204,
-        responses=kind.errors,
+        responses=errors,
         name=f"delete_{the}_state",
         description=f"Remove `key` from {state}{kind.writes}; removing a key that is not there is not an "
         "error.",
     )
+    def delete_state(scoped: Scope, key: Key) -> None:
+        manage.delete(scoped(True), key)
 
 
 @router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)

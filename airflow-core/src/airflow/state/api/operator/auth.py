@@ -33,6 +33,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_asset,
     requires_access_dag,
 )
+from airflow.models.dag import DagModel
 from airflow.state.api.errors import refusal
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
@@ -135,8 +136,6 @@ def task_state_permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
     ``can_edit`` and ``can_delete``: whether *user* may PUT and DELETE the task instances of
     *dag_id*, as the write routes will ask.
     """
-    from airflow.models.dag import DagModel
-
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
 
     def may(method: Method) -> bool:

@@ -16,7 +16,21 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow.state import manage
-from airflow.state.api.datamodels import INCREMENT_BODY, WRITE_BODY
+from airflow.state.api.datamodels import (
+    INCREMENT_BODY,
+    WRITE_BODY,
+    AssetResponse,
+    AssetStateEntriesResponse,
+    AssetStateEntryResponse,
+    AssetsWithStateResponse,
+    AssetWithState,
+    StateEntryResponse,
+    StateIncrementExpiresResponse,
+    StateWriteExpiresResponse,
+    TaskInstancesWithStateResponse,
+    TaskInstanceWithState,
+    TaskStateEntriesResponse,
+)
 from airflow.state.api.errors import (
     INCREMENT_DOCUMENTED,
     OPERATOR_DOCUMENTED,
@@ -30,19 +44,6 @@ from airflow.state.api.operator.auth import (
     may_access_asset,
     task_state_access,
     task_state_permissions,
-)
-from airflow.state.api.operator.datamodels import (
-    AssetResponse,
-    AssetStateEntriesResponse,
-    AssetStateEntryResponse,
-    AssetsWithStateResponse,
-    AssetWithState,
-    StateEntryResponse,
-    StateIncrementResponse,
-    StateWriteResponse,
-    TaskInstancesWithStateResponse,
-    TaskInstanceWithState,
-    TaskStateEntriesResponse,
 )
 from airflow.state.api.params import (
     AssetId,
@@ -187,43 +188,11 @@ def _state_routes(kind: _Kind) -> None:
     Scope = Annotated[StateScope, Depends(kind.scope)]
     Cleared = Annotated[tuple[StateScope, bool], Depends(kind.clear_scope)]
     PageFields = Annotated[dict[str, Any], Depends(kind.page_fields)]
-    add = kind.router.add_api_route
-    the, a = kind.name, "an" if kind.name == "asset" else "a"
-    entry, increment = kind.path + "/stateEntry", kind.path + "/stateIncrement"
+    route, the, a = kind.router.api_route, kind.name, "an" if kind.name == "asset" else "a"
+    entry = kind.path + "/stateEntry"
 
-    def list_state(
-        key_prefix: KeyPrefix, scope: Scope, page_fields: PageFields, limit: Limit = 100, offset: Offset = 0
-    ) -> Any:
-        entries, total = manage.entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
-        return kind.page(entries=[kind.entry.of(e) for e in entries], total_entries=total, **page_fields)
-
-    def clear_state(cleared: Cleared) -> Response:
-        manage.clear(cleared[0], all_map_indices=cleared[1])
-        return Response(status_code=_NO_CONTENT)
-
-    def get_entry(key: Key, scope: Scope) -> Any:
-        return kind.entry.of(manage.entry(scope, key))
-
-    def put_entry(key: Key, body: NewWrite, scope: Scope, if_version: IfVersion = None) -> StateWriteResponse:
-        with refusing_backend_errors():
-            written = manage.put(
-                scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=API_WRITER
-            )
-        return StateWriteResponse(key=key, version=written.version, expires_at=written.expires_at)
-
-    def delete_entry(key: Key, scope: Scope) -> Response:
-        manage.delete(scope, key)
-        return Response(status_code=_NO_CONTENT)
-
-    def increment_entry(key: Key, body: NewIncrement, scope: Scope) -> StateIncrementResponse:
-        with refusing_backend_errors():
-            added = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER)
-        return StateIncrementResponse(key=key, value=added.value, expires_at=added.expires_at)
-
-    state = kind.path + "/state"
-    add(
-        state,
-        list_state,
+    @route(
+        kind.path + "/state",
         methods=["GET"],
         dependencies=[read],
         response_model=kind.page,
@@ -232,9 +201,14 @@ def _state_routes(kind: _Kind) -> None:
         description=f"A page of {kind.state.removesuffix(' state')} keys with their values, sorted by key "
         "(code point), optionally only those starting with `key_prefix`" + kind.listed,
     )
-    add(
-        state,
-        clear_state,
+    def list_state(
+        key_prefix: KeyPrefix, scope: Scope, page_fields: PageFields, limit: Limit = 100, offset: Offset = 0
+    ) -> Any:
+        entries, total = manage.entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
+        return kind.page(entries=[kind.entry.of(e) for e in entries], total_entries=total, **page_fields)
+
+    @route(
+        kind.path + "/state",
         methods=["DELETE"],
         dependencies=[delete],
         status_code=_NO_CONTENT,
@@ -242,25 +216,30 @@ def _state_routes(kind: _Kind) -> None:
         summary=f"Clear {the} state",
         description=f"Remove every key of {kind.state}{kind.cleared}",
     )
-    add(
+    def clear_state(cleared: Cleared) -> Response:
+        manage.clear(cleared[0], all_map_indices=cleared[1])
+        return Response(status_code=_NO_CONTENT)
+
+    @route(
         entry,
-        get_entry,
         methods=["GET"],
         dependencies=[read],
         response_model=kind.entry,
         name=f"get_{the}_state_entry",
-        summary=f"Get {a} {the} state key (key as query parameter)",
+        summary=f"Get {a} {the} state key",
         description=f"One key of {kind.state}. 404 `key_not_found` when it holds no such key." + _QUERY_FORM,
     )
-    add(
+    def get_entry(key: Key, scope: Scope) -> Any:
+        return kind.entry.of(manage.entry(scope, key))
+
+    @route(
         entry,
-        put_entry,
         methods=["PUT"],
         dependencies=[write],
         openapi_extra=WRITE_BODY,
         responses=WRITE_DOCUMENTED,
         name=f"put_{the}_state_entry",
-        summary=f"Set {a} {the} state key (key as query parameter)",
+        summary=f"Set {a} {the} state key",
         description='Store `{"value": <any JSON but null>, "ttl": <seconds> | "never"}` under the key, as '
         f"an operator ({kind.writer}); `ttl` left out: {kind.default_ttl}. With `if_version=n`, only "
         "if the key is still at version n (0: only if absent), else 409 `version_conflict` with "
@@ -268,25 +247,36 @@ def _state_routes(kind: _Kind) -> None:
         "`invalid_value` past the size limit, 501 `unsupported` for a ttl or `if_version` the configured "
         "backend cannot honour." + _QUERY_FORM,
     )
-    add(
+    def put_entry(
+        key: Key, body: NewWrite, scope: Scope, if_version: IfVersion = None
+    ) -> StateWriteExpiresResponse:
+        with refusing_backend_errors():
+            written = manage.put(
+                scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=API_WRITER
+            )
+        return StateWriteExpiresResponse(key=key, version=written.version, expires_at=written.expires_at)
+
+    @route(
         entry,
-        delete_entry,
         methods=["DELETE"],
         dependencies=[delete],
         status_code=_NO_CONTENT,
         name=f"delete_{the}_state_entry",
-        summary=f"Delete {a} {the} state key (key as query parameter)",
+        summary=f"Delete {a} {the} state key",
         description=f"Remove the key from {kind.state}; not an error when it is not there." + _QUERY_FORM,
     )
-    add(
-        increment,
-        increment_entry,
+    def delete_entry(key: Key, scope: Scope) -> Response:
+        manage.delete(scope, key)
+        return Response(status_code=_NO_CONTENT)
+
+    @route(
+        kind.path + "/stateIncrement",
         methods=["POST"],
         dependencies=[write],
         openapi_extra=INCREMENT_BODY,
         responses=INCREMENT_DOCUMENTED,
         name=f"increment_{the}_state_entry",
-        summary=f"Increment {a} {the} state key (key as query parameter)",
+        summary=f"Increment {a} {the} state key",
         description='Add `{"by": <integer, default 1>}` to the integer stored under the key (absent: 0) '
         "in one atomic step, so concurrent increments never lose one another, and return the result. "
         f"Needs the permission of a write; `ttl` as for a write (left out: {kind.default_ttl}). "
@@ -294,6 +284,10 @@ def _state_routes(kind: _Kind) -> None:
         "or the sum leaves 64 bits (nothing is written); 501 `unsupported` when the configured backend "
         "cannot increment." + _QUERY_FORM,
     )
+    def increment_entry(key: Key, body: NewIncrement, scope: Scope) -> StateIncrementExpiresResponse:
+        with refusing_backend_errors():
+            added = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER)
+        return StateIncrementExpiresResponse(key=key, value=added.value, expires_at=added.expires_at)
 
 
 # --- what holds state: the task instances of a run, the assets ---------------------------------
