@@ -182,10 +182,13 @@ class AssetStateEntryResponse(StateEntryResponse):
     )
 
 
-class _EntryPage(BaseModel):
-    total_entries: int = Field(description="How many keys match, on every page together")
+class _Permissions(BaseModel):
     can_edit: bool = Field(description="Whether the caller may write keys of this state")
     can_delete: bool = Field(description="Whether the caller may delete keys of this state, or clear it")
+
+
+class _EntryPage(_Permissions):
+    total_entries: int = Field(description="How many keys match, on every page together")
 
 
 class TaskStateEntriesResponse(_EntryPage):
@@ -202,13 +205,11 @@ class TaskInstanceWithState(BaseModel):
     key_count: int = Field(description="How many keys the task instance's state holds")
 
 
-class TaskInstancesWithStateResponse(BaseModel):
-    """The task instances of a dag run that hold state."""
+class TaskInstancesWithStateResponse(_Permissions):
+    """The task instances of a dag run that hold state (the permissions: on task state of this DAG)."""
 
     task_instances: list[TaskInstanceWithState] = Field(description="Sorted by task id, then map index")
     total_entries: int = Field(description="How many task instances of the run hold state")
-    can_edit: bool = Field(description="Whether the caller may write task state of this DAG")
-    can_delete: bool = Field(description="Whether the caller may delete task state of this DAG")
 
 
 class AssetResponse(BaseModel):

@@ -41,6 +41,10 @@ def refusing_backend_errors() -> Iterator[None]:
 
 
 # The route responses each error documents in the OpenAPI schema.
+_INVALID_OR_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
+    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+}
 DOCUMENTED: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing, invalid or expired credential (reason `invalid_token`)"},
     403: {
@@ -48,8 +52,7 @@ DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "(`forbidden`, `not_running`, `asset_not_declared`)"
     },
     413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+    **_INVALID_OR_UNAVAILABLE,
 }
 
 # What a versioned write (`if_version`) or an operation the configured backend lacks answers: merge
@@ -76,8 +79,7 @@ OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "description": "No such dag run, task instance, asset or key (`dag_run_not_found`, "
         "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
     },
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+    **_INVALID_OR_UNAVAILABLE,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from dataclasses import astuple
 from functools import cache
 from typing import Annotated, Any
 from uuid import UUID
@@ -226,13 +227,7 @@ def check_task_instance(
             "or its dag run was deleted"
         )
     dag_id, run_id, task_id, map_index, state, try_number = rows[0][:6]
-    if (dag_id, run_id, task_id, map_index, try_number) != (
-        claims.dag_id,
-        claims.run_id,
-        claims.task_id,
-        claims.map_index,
-        claims.try_number,
-    ):
+    if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
     if write and state != TaskInstanceState.RUNNING:
         raise forbidden(
