@@ -166,10 +166,10 @@ class StateEntryResponse(BaseModel):
 
     @classmethod
     def of(cls, entry: Entry) -> Self:
-        # The fields of Entry the response has; AssetStateEntryResponse adds who wrote it.
-        fields = {name: getattr(entry, name) for name in StateEntryResponse.model_fields}
-        if issubclass(cls, AssetStateEntryResponse):
-            fields["updated_by"] = None if entry.updated_by is None else WriterResponse.of(entry.updated_by)
+        # The fields of Entry the response has (an asset's entry also has who wrote it).
+        fields = {name: getattr(entry, name) for name in cls.model_fields}
+        if fields.get("updated_by") is not None:
+            fields["updated_by"] = WriterResponse.of(fields["updated_by"])
         return cls(**fields)
 
 

@@ -134,10 +134,10 @@ def asset_state_access(method: Method) -> Any:
 # --- what the caller may do, for the UI to offer only that ------------------------------------
 
 
-def task_state_permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
+def task_state_permissions(dag_id: str, user: OperatorUser) -> dict[str, Any]:
     """
     ``can_edit`` and ``can_delete``: whether *user* may PUT and DELETE the task instances of
-    *dag_id*, as the write routes will ask.
+    *dag_id*, as the write routes will ask. Also a dependency of the routes with ``dag_id`` in the path.
     """
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
 

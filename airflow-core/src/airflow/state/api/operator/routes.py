@@ -90,10 +90,6 @@ def _task_clear_scope(
         return manage.task_scope_of_every_map_index(dag_id, dag_run_id, task_id, session), True
 
 
-def _task_page(dag_id: str, user: OperatorUser) -> dict[str, Any]:
-    return task_state_permissions(user, dag_id)
-
-
 def _asset(asset_id: AssetId) -> manage.AssetInfo:
     """The asset, or 404 ``asset_not_found``: a typo never reads or writes an empty scope."""
     with create_session() as session:
@@ -149,7 +145,7 @@ TASK = _Kind(
     access=task_state_access,
     scope=_task_scope,
     clear_scope=_task_clear_scope,
-    page_fields=_task_page,
+    page_fields=task_state_permissions,
     page=TaskStateEntriesResponse,
     entry=StateEntryResponse,
     state="the task instance's state",
@@ -315,7 +311,7 @@ def list_task_instances_with_state(
             for ti in found
         ],
         total_entries=len(found),
-        **task_state_permissions(user, dag_id),
+        **task_state_permissions(dag_id, user),
     )
 
 
