@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from urllib.parse import quote
 
 import httpx
 import jwt
@@ -74,20 +73,15 @@ def refused(response: httpx.Response, status: int, reason: str) -> str:
 
 def task_routes(dag_id: str, key: str) -> list[tuple[str, str, dict]]:
     """(method, URL, query) of every task state route of the DAG's run; `load` holds no task state."""
-    by_path = ti_url(dag_id, "submit", "state/" + quote(key, safe="/"))
     by_query = ti_url(dag_id, "submit", "stateEntry")
     return [
         ("GET", f"/dags/{dag_id}/dagRuns/{RUN_ID}/state", {}),
         ("GET", ti_url(dag_id, "submit"), {}),
         ("DELETE", ti_url(dag_id, "load"), {}),
         ("DELETE", ti_url(dag_id, "load"), {"all_map_indices": "true"}),
-        ("PUT", by_path, {}),
-        ("GET", by_path, {}),
-        ("DELETE", by_path, {}),
         ("PUT", by_query, {"key": key}),
         ("GET", by_query, {"key": key}),
         ("DELETE", by_query, {"key": key}),
-        ("POST", ti_url(dag_id, "submit", "stateIncrement/" + quote(key, safe="/") + ".count"), {}),
         ("POST", ti_url(dag_id, "submit", "stateIncrement"), {"key": key + ".count"}),
         ("DELETE", ti_url(dag_id, "submit", "stateEntry"), {"key": key + ".count"}),
     ]
@@ -95,18 +89,13 @@ def task_routes(dag_id: str, key: str) -> list[tuple[str, str, dict]]:
 
 def asset_routes(asset_id: int, key: str) -> list[tuple[str, str, dict]]:
     """Every asset state route but the clear (which the UI tests' asset state must survive)."""
-    by_path = f"/assets/{asset_id}/state/" + quote(key, safe="/")
     by_query = f"/assets/{asset_id}/stateEntry"
     return [
         ("GET", "/assets", {}),
         ("GET", f"/assets/{asset_id}/state", {}),
-        ("PUT", by_path, {}),
-        ("GET", by_path, {}),
-        ("DELETE", by_path, {}),
         ("PUT", by_query, {"key": key}),
         ("GET", by_query, {"key": key}),
         ("DELETE", by_query, {"key": key}),
-        ("POST", f"/assets/{asset_id}/stateIncrement/" + quote(key, safe="/") + ".count", {}),
         ("POST", f"/assets/{asset_id}/stateIncrement", {"key": key + ".count"}),
         ("DELETE", by_query, {"key": key + ".count"}),
     ]
@@ -147,12 +136,16 @@ def test_what_the_tasks_wrote_is_visible_with_their_try(http, tokens):
     # Task state expires after [state] default_task_retention (30 days) unless the task said otherwise.
     lives = datetime.fromisoformat(job["expires_at"]) - datetime.fromisoformat(job["updated_at"])
     assert abs(lives - timedelta(days=30)) < timedelta(minutes=1)
-    progress = http.get(ti_url(ALPHA, "submit", "state/progress"), headers=viewer).json()
+    progress = http.get(
+        ti_url(ALPHA, "submit", "stateEntry"), params={"key": "progress"}, headers=viewer
+    ).json()
     assert progress["value"] == {"pages": 3, "done": False, "note": "naïve ☃"}
     assert progress["updated_by_try"] == 1
     for map_index in (0, 1):
         offset = http.get(
-            ti_url(BETA, "partition", "state/offset"), params={"map_index": map_index}, headers=viewer
+            ti_url(BETA, "partition", "stateEntry"),
+            params={"key": "offset", "map_index": map_index},
+            headers=viewer,
         ).json()
         assert offset["value"] == map_index * 1000 and offset["updated_by_try"] == 1
 
@@ -202,7 +195,7 @@ def test_the_editor_writes_task_state_but_not_asset_state(http, tokens, asset_id
         ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, json={"value": [1, "ü"]}, headers=editor
     )
     assert put.status_code == 200 and put.json()["version"] == 1
-    stored = http.get(ti_url(ALPHA, "submit", "state/" + key), headers=editor).json()
+    stored = http.get(ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, headers=editor).json()
     assert stored["value"] == [1, "ü"] and stored["updated_by_try"] is None
     assert (
         http.delete(ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, headers=editor).status_code
@@ -224,13 +217,14 @@ def test_ops_write_asset_state(http, tokens, asset_ids, key):
     for method, url, params in asset_routes(asset_id, key):
         expect_allowed(send(http, method, url, params, headers=ops), method, url)
     # Clearing an asset's state, with the watermark the task wrote put back after.
-    watermark = http.get(f"/assets/{asset_id}/state/watermark", headers=ops).json()["value"]
+    entry, watermark_key = f"/assets/{asset_id}/stateEntry", {"key": "watermark"}
+    watermark = http.get(entry, params=watermark_key, headers=ops).json()["value"]
     try:
         assert http.delete(f"/assets/{asset_id}/state", headers=ops).status_code == 204
         assert http.get(f"/assets/{asset_id}/state", headers=ops).json()["total_entries"] == 0
     finally:
-        http.put(f"/assets/{asset_id}/state/watermark", json={"value": watermark}, headers=ops)
-    assert http.get(f"/assets/{asset_id}/state/watermark", headers=ops).json()["value"] == watermark
+        http.put(entry, params=watermark_key, json={"value": watermark}, headers=ops)
+    assert http.get(entry, params=watermark_key, headers=ops).json()["value"] == watermark
 
 
 def test_versions_and_increments_on_the_real_server(http, tokens, asset_ids, key):
@@ -278,7 +272,9 @@ def test_alice_may_read_and_edit_operator_alpha_only(http, tokens, key):
         assert f"DAG {BETA!r}" in message
     # Nothing of beta's changed.
     viewer = bearer(tokens["viewer"])
-    job = http.get(ti_url(BETA, "submit", "state/remote_job_id"), headers=viewer).json()
+    job = http.get(
+        ti_url(BETA, "submit", "stateEntry"), params={"key": "remote_job_id"}, headers=viewer
+    ).json()
     assert job["value"] == "operator_beta-job-001"
 
 
@@ -299,12 +295,14 @@ def test_the_ui_cookie_works_like_the_bearer_token(deployment, tokens, key):
             ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, json={"value": "cookie"}
         )
         assert put.status_code == 200, put.text
-        assert browser.get(ti_url(ALPHA, "submit", "state/" + key)).json()["value"] == "cookie"
-        assert browser.delete(ti_url(ALPHA, "submit", "state/" + key)).status_code == 204
+        entry = ti_url(ALPHA, "submit", "stateEntry")
+        assert browser.get(entry, params={"key": key}).json()["value"] == "cookie"
+        assert browser.delete(entry, params={"key": key}).status_code == 204
     with httpx.Client(base_url=f"{deployment.api_url}/state/api/v1", timeout=30, trust_env=False) as viewer:
         viewer.cookies.set("_token", tokens["viewer"])
         assert viewer.get(ti_url(ALPHA, "submit")).status_code == 200
-        refused(viewer.put(ti_url(ALPHA, "submit", "state/" + key), json={"value": 1}), 403, "forbidden")
+        written = viewer.put(ti_url(ALPHA, "submit", "stateEntry"), params={"key": key}, json={"value": 1})
+        refused(written, 403, "forbidden")
 
 
 def resigned(token: str, secret: str, **claims: int) -> str:
@@ -326,19 +324,22 @@ def test_expired_and_forged_tokens_are_refused(http, deployment, tokens):
     unsigned = jwt.encode(
         jwt.decode(tokens["admin"], options={"verify_signature": False}), None, algorithm="none"
     )
-    refused(http.put(url + "/k", json={"value": 1}, headers=bearer(unsigned)), 403, "forbidden")
+    written = http.put(url + "Entry?key=k", json={"value": 1}, headers=bearer(unsigned))
+    refused(written, 403, "forbidden")
     refused(http.get(url, headers=bearer("garbage")), 403, "forbidden")
 
 
 # --- keys and bodies through a real server -------------------------------------------------------
 
 
-def test_path_keys_that_clients_would_rewrite_are_refused_on_the_real_server(http, tokens):
+def test_keys_are_query_parameters_only_on_the_real_server(http, tokens):
     editor = bearer(tokens["editor"])
-    for raw in ("%2E%2E", "a/%2e/b", "a//b", "%FF", "nul%00"):
-        response = http.get(ti_url(ALPHA, "submit", "state/") + raw, headers=editor)
+    for raw in ("%FF", "nul%00", ""):
+        response = http.get(ti_url(ALPHA, "submit", "stateEntry") + "?key=" + raw, headers=editor)
         refused(response, 422, "invalid_key")
-    # Through the query form, `..` is a key like any other.
+    # The path form of a key is gone.
+    assert http.get(ti_url(ALPHA, "submit", "state/k"), headers=editor).status_code in (404, 405)
+    # `..` is a key like any other.
     response = http.get(ti_url(ALPHA, "submit", "stateEntry"), params={"key": ".."}, headers=editor)
     refused(response, 404, "key_not_found")
 

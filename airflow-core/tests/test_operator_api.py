@@ -170,6 +170,15 @@ def asset_url(asset_id: int, suffix: str = "state") -> str:
     return f"{V1}/assets/{asset_id}/{suffix}"
 
 
+def key_url(key: str) -> str:
+    """The URL suffix of one key: the ``key`` query parameter, the only way to name one."""
+    return "stateEntry?key=" + quote(key, safe="")
+
+
+def increment_url(key: str) -> str:
+    return "stateIncrement?key=" + quote(key, safe="")
+
+
 def detail(response) -> dict:
     body = response.json()
     assert set(body) == {"detail"} and set(body["detail"]) == {"reason", "message"}, body
@@ -198,15 +207,15 @@ VALUES = [
 ]
 
 
-def test_task_state_round_trips_every_value_in_both_key_forms(api, as_role, run, backend):
+def test_task_state_round_trips_every_value(api, as_role, run, backend):
     user = as_role["user"]
     for number, value in enumerate(VALUES):
         key = f"key/{number}"
-        put = api.put(run.ti("submit", f"state/{key}"), json={"value": value}, headers=user)
+        put = api.put(run.ti("submit", key_url(key)), json={"value": value}, headers=user)
         assert put.status_code == 200, put.text
         written = put.json()
         assert set(written) == {"key", "version", "expires_at"} and written["key"] == key
-        stored = api.get(run.ti("submit", f"state/{key}"), headers=user).json()
+        stored = api.get(run.ti("submit", key_url(key)), headers=user).json()
         assert stored["key"] == key and stored["value"] == value and stored["updated_by_try"] is None
         assert stored["version"] == written["version"] and stored["expires_at"] == written["expires_at"]
         assert (stored["updated_at"] is not None) == records_writes(backend)
@@ -224,52 +233,63 @@ def test_task_state_round_trips_every_value_in_both_key_forms(api, as_role, run,
     assert [entry["key"] for entry in listed["entries"]] == sorted(
         entry["key"] for entry in listed["entries"]
     )
-    # Delete, in both forms; a key that is not there is not an error.
-    assert api.delete(run.ti("submit", "state/key/0"), headers=user).status_code == 204
+    # Delete; a key that is not there is not an error.
+    assert api.delete(run.ti("submit", key_url("key/0")), headers=user).status_code == 204
     assert api.delete(run.ti("submit", "stateEntry"), params={"key": ".."}, headers=user).status_code == 204
-    assert api.delete(run.ti("submit", "state/key/0"), headers=user).status_code == 204
+    assert api.delete(run.ti("submit", key_url("key/0")), headers=user).status_code == 204
     assert (
         api.delete(run.ti("submit", "stateEntry"), params={"key": "never"}, headers=user).status_code == 204
     )
-    refused(api.get(run.ti("submit", "state/key/0"), headers=user), 404, "key_not_found")
+    refused(api.get(run.ti("submit", key_url("key/0")), headers=user), 404, "key_not_found")
     refused(api.get(run.ti("submit", "stateEntry"), params={"key": ".."}, headers=user), 404, "key_not_found")
     assert backend.get(run.scope("submit"), ".") == '"."'
 
 
-def test_path_keys_are_percent_decoded(api, as_role, run):
+def test_query_keys_are_percent_decoded(api, as_role, run):
     user = as_role["user"]
-    key = "a b/ü?#%"
-    put = api.put(run.ti("submit", "state/" + quote(key, safe="/")), json={"value": 1}, headers=user)
+    key = "a b/ü?#%&key=x"
+    put = api.put(run.ti("submit", key_url(key)), json={"value": 1}, headers=user)
     assert put.status_code == 200 and put.json()["key"] == key
     assert api.get(run.ti("submit", "stateEntry"), params={"key": key}, headers=user).json()["value"] == 1
+
+
+def test_the_path_form_of_a_key_is_gone(api, as_role, run, asset):
+    """Keys were once also accepted at the end of the path (`.../state/{key}`): no route takes them now."""
+    op = as_role["op"]
+    for scope_url in (run.ti("submit", ""), asset_url(asset, "")):
+        for method, suffix in (
+            ("GET", "state/k"),
+            ("PUT", "state/k"),
+            ("DELETE", "state/k"),
+            ("POST", "stateIncrement/n"),
+        ):
+            gone = api.request(method, scope_url + suffix, json={"value": 1}, headers=op)
+            assert gone.status_code in (404, 405), (method, scope_url + suffix)
+    for key in ("k", "n"):
+        refused(api.get(run.ti("submit", key_url(key)), headers=op), 404, "key_not_found")
 
 
 def test_value_at_the_size_limit_is_stored_and_one_byte_more_is_refused(api, as_role, run, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
     user = as_role["user"]
     at_limit = "é" * 49  # 98 bytes of UTF-8 and two quotes: exactly 100 bytes of JSON
-    put = api.put(run.ti("submit", "state/big"), json={"value": at_limit}, headers=user)
+    put = api.put(run.ti("submit", key_url("big")), json={"value": at_limit}, headers=user)
     assert put.status_code == 200
-    assert api.get(run.ti("submit", "state/big"), headers=user).json()["value"] == at_limit
+    assert api.get(run.ti("submit", key_url("big")), headers=user).json()["value"] == at_limit
     message = refused(
-        api.put(run.ti("submit", "state/big"), json={"value": at_limit + "a"}, headers=user),
+        api.put(run.ti("submit", key_url("big")), json={"value": at_limit + "a"}, headers=user),
         422,
         "invalid_value",
     )
     assert "101 bytes" in message and "max_value_bytes" in message
-    assert api.get(run.ti("submit", "state/big"), headers=user).json()["value"] == at_limit
+    assert api.get(run.ti("submit", key_url("big")), headers=user).json()["value"] == at_limit
 
 
-def test_a_huge_body_is_refused_before_it_is_parsed(api, as_role, run, monkeypatch):
+def test_a_huge_body_is_refused_before_it_is_parsed(api, as_role, run, asset, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
     body = json.dumps({"value": "x" * 5000})
-    for url, params in (
-        (run.ti("submit", "state/big"), {}),
-        (run.ti("submit", "stateEntry"), {"key": "big"}),
-    ):
-        response = api.put(
-            url, params=params, content=body, headers={**as_role["user"], "Content-Type": "application/json"}
-        )
+    for url in (run.ti("submit", key_url("big")), asset_url(asset, key_url("big"))):
+        response = api.put(url, content=body, headers={**as_role["op"], "Content-Type": "application/json"})
         assert "max_value_bytes" in refused(response, 413, "body_too_large")
 
 
@@ -287,64 +307,34 @@ def test_a_huge_body_is_refused_before_it_is_parsed(api, as_role, run, monkeypat
 def test_a_value_that_is_not_a_json_document_but_null_is_refused(api, as_role, run, body):
     user = {**as_role["user"], "Content-Type": "application/json"}
     content = "{" if body == "NaN-as-text" else json.dumps(body)
-    refused(api.put(run.ti("submit", "state/k"), content=content, headers=user), 422, "invalid_value")
-    refused(
-        api.put(run.ti("submit", "stateEntry?key=k"), content=content, headers=user), 422, "invalid_value"
-    )
-    nan = api.put(run.ti("submit", "state/k"), content='{"value": NaN}', headers=user)
+    refused(api.put(run.ti("submit", key_url("k")), content=content, headers=user), 422, "invalid_value")
+    nan = api.put(run.ti("submit", key_url("k")), content='{"value": NaN}', headers=user)
     assert "NaN" in refused(nan, 422, "invalid_value")
-    refused(api.get(run.ti("submit", "state/k"), headers=user), 404, "key_not_found")
+    refused(api.get(run.ti("submit", key_url("k")), headers=user), 404, "key_not_found")
 
 
 @pytest.mark.parametrize(
-    ("path_key", "query_key"),
-    [
-        ("nul%00key", "nul\x00key"),
-        ("k" * 513, "k" * 513),
-        ("%2E%2E", None),
-        ("%2e", None),
-        ("a/%2E%2E/b", None),
-        ("a/%2E/b", None),
-        ("a//b", None),
-        ("trail/", None),
-        ("", ""),
-        ("%FF", None),
-    ],
-    ids=[
-        "nul",
-        "513-chars",
-        "dot-dot",
-        "dot",
-        "inner-dot-dot",
-        "inner-dot",
-        "empty-segment",
-        "trailing-slash",
-        "empty",
-        "bad-utf8",
-    ],
+    "raw_key",
+    ["nul%00key", "k" * 513, "", "%FF", "a&key=b"],
+    ids=["nul", "513-chars", "empty", "bad-utf8", "twice"],
 )
-def test_bad_keys_are_refused_and_never_become_another_key(api, as_role, run, path_key, query_key):
-    user = as_role["user"]
-    api.put(run.ti("submit", "stateEntry"), params={"key": "a/b"}, json={"value": "kept"}, headers=user)
-    for method in ("GET", "PUT", "DELETE"):
-        body = {"json": {"value": 1}} if method == "PUT" else {}
-        path_form = api.request(method, run.ti("submit", "state/") + path_key, headers=user, **body)
-        message = refused(path_form, 422, "invalid_key")
-        if "." in path_key or "/" in path_key or path_key in ("", "%FF"):
-            assert "stateEntry" in message
-        if query_key is not None:
-            query_form = api.request(
-                method, run.ti("submit", "stateEntry"), params={"key": query_key}, headers=user, **body
-            )
-            refused(query_form, 422, "invalid_key")
-    assert [e["key"] for e in api.get(run.ti("submit"), headers=user).json()["entries"]] == ["a/b"]
+def test_bad_keys_are_refused_and_never_become_another_key(api, as_role, run, asset, raw_key):
+    """The `key` query parameter, as it is sent (percent-encoded): refused, on both kinds of scope."""
+    op = as_role["op"]
+    api.put(run.ti("submit", "stateEntry"), params={"key": "a/b"}, json={"value": "kept"}, headers=op)
+    for url in (run.ti("submit", "stateEntry"), asset_url(asset, "stateEntry")):
+        for method in ("GET", "PUT", "DELETE"):
+            body = {"json": {"value": 1}} if method == "PUT" else {}
+            refused(api.request(method, f"{url}?key={raw_key}", headers=op, **body), 422, "invalid_key")
+        increment = url.replace("stateEntry", "stateIncrement")
+        refused(api.post(f"{increment}?key={raw_key}", json={}, headers=op), 422, "invalid_key")
+    assert [e["key"] for e in api.get(run.ti("submit"), headers=op).json()["entries"]] == ["a/b"]
 
 
-def test_clients_normalise_dot_segments_which_is_why_the_query_form_exists(api, as_role, run):
-    """httpx (like browsers) resolves a literal `a/./b` to `a/b` before sending: no server can tell."""
+def test_dot_segments_in_a_key_are_kept(api, as_role, run):
+    """In a path, clients (httpx, browsers) resolve `a/./b` to `a/b`; in the query, `a/./b` stays itself."""
     user = as_role["user"]
     api.put(run.ti("submit", "stateEntry"), params={"key": "a/b"}, json={"value": "a/b"}, headers=user)
-    assert api.get(run.ti("submit", "state/a/./b"), headers=user).json()["key"] == "a/b"
     refused(
         api.get(run.ti("submit", "stateEntry"), params={"key": "a/./b"}, headers=user), 404, "key_not_found"
     )
@@ -396,7 +386,7 @@ def test_unknown_run_task_instance_and_map_index_are_404(api, as_role, run):
         for method in ("GET", "PUT", "DELETE"):
             body = {"json": {"value": 1}} if method == "PUT" else {}
             refused(
-                api.request(method, target.ti("submit", "state/k"), headers=admin, **body),
+                api.request(method, target.ti("submit", key_url("k")), headers=admin, **body),
                 404,
                 "dag_run_not_found",
             )
@@ -408,7 +398,9 @@ def test_unknown_run_task_instance_and_map_index_are_404(api, as_role, run):
         refused(api.get(target.ti("submit"), headers=admin), 404, "dag_run_not_found")
     refused(api.get(run.ti("nope"), headers=admin), 404, "task_instance_not_found")
     refused(
-        api.put(run.ti("nope", "state/k"), json={"value": 1}, headers=admin), 404, "task_instance_not_found"
+        api.put(run.ti("nope", key_url("k")), json={"value": 1}, headers=admin),
+        404,
+        "task_instance_not_found",
     )
     refused(api.delete(run.ti("nope"), headers=admin), 404, "task_instance_not_found")
     refused(
@@ -419,10 +411,12 @@ def test_unknown_run_task_instance_and_map_index_are_404(api, as_role, run):
     # `partition` is mapped: it has no map index -1, nor 7; `submit` has no map index 0.
     message = refused(api.get(run.ti("partition"), headers=admin), 404, "task_instance_not_found")
     assert "'partition'" in message
-    missing_index = api.get(run.ti("partition", "state/k"), params={"map_index": 7}, headers=admin)
+    missing_index = api.get(
+        run.ti("partition", "stateEntry"), params={"key": "k", "map_index": 7}, headers=admin
+    )
     assert "map_index=7" in refused(missing_index, 404, "task_instance_not_found")
     refused(api.get(run.ti("submit"), params={"map_index": 0}, headers=admin), 404, "task_instance_not_found")
-    refused(api.get(run.ti("submit", "state/k"), headers=admin), 404, "key_not_found")
+    refused(api.get(run.ti("submit", key_url("k")), headers=admin), 404, "key_not_found")
 
 
 def test_listing_pages_and_filters_by_prefix(api, as_role, run, backend):
@@ -451,14 +445,14 @@ def test_listing_pages_and_filters_by_prefix(api, as_role, run, backend):
 def test_updated_by_try_is_the_tasks_for_task_writes_and_null_for_operator_writes(api, as_role, run, backend):
     user = as_role["user"]
     backend.set_by_try(run.scope("submit"), "written_by_task", '{"job":"app_001"}', try_number=2)
-    by_task = api.get(run.ti("submit", "state/written_by_task"), headers=user).json()
+    by_task = api.get(run.ti("submit", key_url("written_by_task")), headers=user).json()
     if records_writes(backend):
         assert by_task["updated_by_try"] == 2 and by_task["updated_at"].endswith("Z")
     assert by_task["value"] == {"job": "app_001"}
     listed = api.get(run.ti("submit"), headers=user).json()["entries"]
     assert listed == [by_task]
-    api.put(run.ti("submit", "state/written_by_task"), json={"value": 3}, headers=user)
-    overwritten = api.get(run.ti("submit", "state/written_by_task"), headers=user).json()
+    api.put(run.ti("submit", key_url("written_by_task")), json={"value": 3}, headers=user)
+    overwritten = api.get(run.ti("submit", key_url("written_by_task")), headers=user).json()
     assert overwritten["updated_by_try"] is None and overwritten["value"] == 3
 
 
@@ -466,20 +460,21 @@ def test_clear_one_map_index_or_every_map_index(api, as_role, run, backend):
     user = as_role["user"]
     for map_index in (0, 1):
         for key in ("offset", "rows"):
-            url = run.ti("partition", f"state/{key}")
-            assert (
-                api.put(
-                    url, params={"map_index": map_index}, json={"value": map_index}, headers=user
-                ).status_code
-                == 200
-            )
-    api.put(run.ti("submit", "state/job"), json={"value": "kept"}, headers=user)
+            params = {"key": key, "map_index": map_index}
+            url = run.ti("partition", "stateEntry")
+            assert api.put(url, params=params, json={"value": map_index}, headers=user).status_code == 200
+    api.put(run.ti("submit", key_url("job")), json={"value": "kept"}, headers=user)
 
     assert api.delete(run.ti("partition"), params={"map_index": 0}, headers=user).status_code == 204
     assert api.get(run.ti("partition"), params={"map_index": 0}, headers=user).json()["total_entries"] == 0
     assert api.get(run.ti("partition"), params={"map_index": 1}, headers=user).json()["total_entries"] == 2
 
-    api.put(run.ti("partition", "state/offset"), params={"map_index": 0}, json={"value": 0}, headers=user)
+    api.put(
+        run.ti("partition", "stateEntry"),
+        params={"key": "offset", "map_index": 0},
+        json={"value": 0},
+        headers=user,
+    )
     cleared = api.delete(run.ti("partition"), params={"all_map_indices": "true"}, headers=user)
     assert cleared.status_code == 204
     for map_index in (0, 1):
@@ -490,7 +485,7 @@ def test_clear_one_map_index_or_every_map_index(api, as_role, run, backend):
             == 0
         )
     # Other tasks keep their state.
-    assert api.get(run.ti("submit", "state/job"), headers=user).json()["value"] == "kept"
+    assert api.get(run.ti("submit", key_url("job")), headers=user).json()["value"] == "kept"
 
 
 def test_the_run_listing_counts_keys_per_task_instance(api, as_role, run):
@@ -499,8 +494,13 @@ def test_the_run_listing_counts_keys_per_task_instance(api, as_role, run):
     assert empty.status_code == 200
     assert empty.json() == {"task_instances": [], "total_entries": 0, "can_edit": False, "can_delete": False}
     for key in ("a", "b", "c"):
-        api.put(run.ti("submit", f"state/{key}"), json={"value": 1}, headers=user)
-    api.put(run.ti("partition", "state/offset"), params={"map_index": 1}, json={"value": 1000}, headers=user)
+        api.put(run.ti("submit", key_url(key)), json={"value": 1}, headers=user)
+    api.put(
+        run.ti("partition", "stateEntry"),
+        params={"key": "offset", "map_index": 1},
+        json={"value": 1000},
+        headers=user,
+    )
     listing = api.get(run.url, headers=user).json()
     assert listing == {
         "task_instances": [
@@ -519,12 +519,12 @@ def test_the_run_listing_counts_keys_per_task_instance(api, as_role, run):
 def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend):
     op = as_role["op"]
     for number, value in enumerate(VALUES):
-        put = api.put(asset_url(asset, f"state/w/{number}"), json={"value": value}, headers=op)
+        put = api.put(asset_url(asset, key_url(f"w/{number}")), json={"value": value}, headers=op)
         assert put.status_code == 200, put.text
         stored = api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
         assert stored["value"] == value and stored["updated_by_try"] is None
         assert stored["version"] == put.json()["version"]
-        assert api.get(asset_url(asset, f"state/w/{number}"), headers=op).json() == stored
+        assert api.get(asset_url(asset, key_url(f"w/{number}")), headers=op).json() == stored
     assert (
         api.put(
             asset_url(asset, "stateEntry"), params={"key": ".."}, json={"value": 1}, headers=op
@@ -543,9 +543,9 @@ def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend)
     page = api.get(asset_url(asset), params={"key_prefix": "w/", "limit": 2, "offset": 1}, headers=op).json()
     assert [e["key"] for e in page["entries"]] == ["w/1", "w/2"] and page["total_entries"] == len(VALUES)
 
-    assert api.delete(asset_url(asset, "state/w/0"), headers=op).status_code == 204
+    assert api.delete(asset_url(asset, key_url("w/0")), headers=op).status_code == 204
     assert api.delete(asset_url(asset, "stateEntry"), params={"key": ".."}, headers=op).status_code == 204
-    refused(api.get(asset_url(asset, "state/w/0"), headers=op), 404, "key_not_found")
+    refused(api.get(asset_url(asset, key_url("w/0")), headers=op), 404, "key_not_found")
     assert api.delete(asset_url(asset), headers=op).status_code == 204
     assert api.get(asset_url(asset), headers=op).json()["total_entries"] == 0
 
@@ -556,9 +556,9 @@ def test_unknown_asset_is_404_and_bad_asset_ids_are_refused(api, as_role, asset)
     for method, suffix in (
         ("GET", "state"),
         ("DELETE", "state"),
-        ("GET", "state/k"),
-        ("PUT", "state/k"),
-        ("DELETE", "state/k"),
+        ("GET", key_url("k")),
+        ("PUT", key_url("k")),
+        ("DELETE", key_url("k")),
         ("GET", "stateEntry?key=k"),
         ("PUT", "stateEntry?key=k"),
         ("DELETE", "stateEntry?key=k"),
@@ -566,7 +566,7 @@ def test_unknown_asset_is_404_and_bad_asset_ids_are_refused(api, as_role, asset)
         body = {"json": {"value": 1}} if method == "PUT" else {}
         response = api.request(method, asset_url(missing, suffix), headers=admin, **body)
         assert f"id={missing}" in refused(response, 404, "asset_not_found")
-    refused(api.get(asset_url(asset, "state/k"), headers=admin), 404, "key_not_found")
+    refused(api.get(asset_url(asset, key_url("k")), headers=admin), 404, "key_not_found")
     refused(api.get(f"{V1}/assets/not-a-number/state", headers=admin), 422, "invalid_request")
     refused(api.get(f"{V1}/assets/{2**40}/state", headers=admin), 422, "invalid_request")
     refused(api.get(f"{V1}/assets", params={"limit": 0}, headers=admin), 422, "invalid_request")
@@ -578,9 +578,9 @@ def test_the_asset_listing_shows_assets_with_state(api, as_role, make_asset, bac
     op = as_role["op"]
     first, second, stateless = make_asset(1), make_asset(2), make_asset(3)
     try:
-        api.put(asset_url(first, "state/a"), json={"value": 1}, headers=op)
+        api.put(asset_url(first, key_url("a")), json={"value": 1}, headers=op)
         for key in ("a", "b"):
-            api.put(asset_url(second, f"state/{key}"), json={"value": 1}, headers=op)
+            api.put(asset_url(second, key_url(key)), json={"value": 1}, headers=op)
         listing = api.get(f"{V1}/assets", params={"limit": 1000}, headers=as_role["viewer"]).json()
         assert listing["can_edit"] is False and listing["total_entries"] == len(listing["assets"])
         ours = {a["asset_id"]: a for a in listing["assets"] if a["asset_id"] in (first, second, stateless)}
@@ -614,8 +614,8 @@ def test_ttl_never_and_the_default_retention_are_applied_and_listed(api, as_role
     monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "2d")
     user, op = as_role["user"], as_role["op"]
     written = {
-        "hour": api.put(run.ti("submit", "state/hour"), json={"value": 1, "ttl": 3600}, headers=user),
-        "never": api.put(run.ti("submit", "state/never"), json={"value": 1, "ttl": "never"}, headers=user),
+        "hour": api.put(run.ti("submit", key_url("hour")), json={"value": 1, "ttl": 3600}, headers=user),
+        "never": api.put(run.ti("submit", key_url("never")), json={"value": 1, "ttl": "never"}, headers=user),
         "default": api.put(run.ti("submit", "stateEntry?key=default"), json={"value": 1}, headers=user),
     }
     assert all(response.status_code == 200 for response in written.values()), written
@@ -626,20 +626,20 @@ def test_ttl_never_and_the_default_retention_are_applied_and_listed(api, as_role
     assert listed["never"]["expires_at"] is None
     assert 2 * 86400 - 10 < seconds_from_now(listed["default"]["expires_at"]) <= 2 * 86400
     # Each write replaces the expiry; asset state never expires unless asked.
-    api.put(run.ti("submit", "state/hour"), json={"value": 2, "ttl": "never"}, headers=user)
-    assert api.get(run.ti("submit", "state/hour"), headers=user).json()["expires_at"] is None
-    assert api.put(asset_url(asset, "state/w"), json={"value": 1}, headers=op).json()["expires_at"] is None
-    kept = api.put(asset_url(asset, "state/t"), json={"value": 1, "ttl": 60.5}, headers=op).json()
+    api.put(run.ti("submit", key_url("hour")), json={"value": 2, "ttl": "never"}, headers=user)
+    assert api.get(run.ti("submit", key_url("hour")), headers=user).json()["expires_at"] is None
+    assert api.put(asset_url(asset, key_url("w")), json={"value": 1}, headers=op).json()["expires_at"] is None
+    kept = api.put(asset_url(asset, key_url("t")), json={"value": 1, "ttl": 60.5}, headers=op).json()
     assert 50 < seconds_from_now(kept["expires_at"]) <= 60.5
-    assert api.get(asset_url(asset, "state/t"), headers=op).json()["expires_at"] == kept["expires_at"]
+    assert api.get(asset_url(asset, key_url("t")), headers=op).json()["expires_at"] == kept["expires_at"]
 
 
 @pytest.mark.parametrize("ttl", [0, -5, "forever", "3600", True, None, 10**12, [60]])
 def test_a_ttl_that_is_not_positive_seconds_or_never_is_refused(api, as_role, run, ttl):
-    response = api.put(run.ti("submit", "state/k"), json={"value": 1, "ttl": ttl}, headers=as_role["user"])
+    response = api.put(run.ti("submit", key_url("k")), json={"value": 1, "ttl": ttl}, headers=as_role["user"])
     message = refused(response, 422, "invalid_request")
     assert "ttl must be a number of seconds greater than 0" in message and '"never"' in message
-    refused(api.get(run.ti("submit", "state/k"), headers=as_role["user"]), 404, "key_not_found")
+    refused(api.get(run.ti("submit", key_url("k")), headers=as_role["user"]), 404, "key_not_found")
 
 
 def test_an_expired_key_is_never_listed_nor_gettable_and_counts_as_absent(api, as_role, run, backend):
@@ -650,8 +650,8 @@ def test_an_expired_key_is_never_listed_nor_gettable_and_counts_as_absent(api, a
     past = datetime.now(UTC) - timedelta(seconds=1)
     backend.write(scope, "gone", '"old"', writer=None, expires_at=past)
     backend.write(scope, "count", "41", writer=None, expires_at=past)
-    api.put(run.ti("submit", "state/kept"), json={"value": 1}, headers=user)
-    refused(api.get(run.ti("submit", "state/gone"), headers=user), 404, "key_not_found")
+    api.put(run.ti("submit", key_url("kept")), json={"value": 1}, headers=user)
+    refused(api.get(run.ti("submit", key_url("gone")), headers=user), 404, "key_not_found")
     refused(api.get(run.ti("submit", "stateEntry?key=gone"), headers=user), 404, "key_not_found")
     listing = api.get(run.ti("submit"), headers=user).json()
     assert [entry["key"] for entry in listing["entries"]] == ["kept"] and listing["total_entries"] == 1
@@ -660,19 +660,22 @@ def test_an_expired_key_is_never_listed_nor_gettable_and_counts_as_absent(api, a
     assert counts == [{"task_id": "submit", "map_index": -1, "key_count": 1}]
     # Expired counts as absent: a counter starts again from 0, `if_version=0` may create the key.
     assert (
-        api.post(run.ti("submit", "stateIncrement/count"), json={"by": 1}, headers=user).json()["value"] == 1
+        api.post(run.ti("submit", increment_url("count")), json={"by": 1}, headers=user).json()["value"] == 1
     )
     again = api.put(
-        run.ti("submit", "state/gone"), params={"if_version": 0}, json={"value": "new"}, headers=user
+        run.ti("submit", "stateEntry"),
+        params={"key": "gone", "if_version": 0},
+        json={"value": "new"},
+        headers=user,
     )
     assert again.status_code == 200, again.text
-    assert api.get(run.ti("submit", "state/gone"), headers=user).json()["value"] == "new"
+    assert api.get(run.ti("submit", key_url("gone")), headers=user).json()["value"] == "new"
 
 
 def test_if_version_writes_only_over_the_version_that_was_read(api, as_role, run, asset):
     for headers, url in (
         (as_role["user"], run.ti("submit", "stateEntry?key=wm")),
-        (as_role["op"], asset_url(asset, "state/wm")),
+        (as_role["op"], asset_url(asset, key_url("wm"))),
     ):
 
         def put(value, if_version=None, *, url=url, headers=headers):
@@ -698,37 +701,38 @@ def test_if_version_writes_only_over_the_version_that_was_read(api, as_role, run
         assert api.get(url, headers=headers).json()["value"] == 12
 
 
-def test_increment_adds_in_both_key_forms_and_refuses_what_is_not_an_integer(api, as_role, run, asset):
+def test_increment_adds_and_refuses_what_is_not_an_integer(api, as_role, run, asset):
     user = as_role["user"]
-    path_form, query_form = run.ti("submit", "stateIncrement/rows/total"), run.ti("submit", "stateIncrement")
-    assert api.post(path_form, headers=user).json() == {
+    by_key, query_form = run.ti("submit", increment_url("rows/total")), run.ti("submit", "stateIncrement")
+    # An empty body adds 1, as on the task API.
+    assert api.post(by_key, headers=user).json() == {
         "key": "rows/total",
         "value": 1,
         "expires_at": ANY_TIME,
     }
-    assert api.post(path_form, json={"by": 41}, headers=user).json()["value"] == 42
+    assert api.post(by_key, json={"by": 41}, headers=user).json()["value"] == 42
     by_query = api.post(query_form, params={"key": "rows/total"}, json={"by": -50}, headers=user)
     assert by_query.json()["value"] == -8
-    stored = api.get(run.ti("submit", "state/rows/total"), headers=user).json()
+    stored = api.get(run.ti("submit", key_url("rows/total")), headers=user).json()
     assert stored["value"] == -8 and stored["version"] == 3
-    never = api.post(path_form, json={"by": 0, "ttl": "never"}, headers=user).json()
+    never = api.post(by_key, json={"by": 0, "ttl": "never"}, headers=user).json()
     assert never["expires_at"] is None
     # A key that holds anything but an integer is left as it is.
-    api.put(run.ti("submit", "state/text"), json={"value": "12"}, headers=user)
-    message = refused(api.post(run.ti("submit", "stateIncrement/text"), headers=user), 422, "invalid_value")
+    api.put(run.ti("submit", key_url("text")), json={"value": "12"}, headers=user)
+    message = refused(api.post(run.ti("submit", increment_url("text")), headers=user), 422, "invalid_value")
     assert "not an integer" in message
-    assert api.get(run.ti("submit", "state/text"), headers=user).json()["value"] == "12"
-    api.put(run.ti("submit", "state/big"), json={"value": 2**63 - 1}, headers=user)
-    refused(api.post(run.ti("submit", "stateIncrement/big"), headers=user), 422, "invalid_value")
+    assert api.get(run.ti("submit", key_url("text")), headers=user).json()["value"] == "12"
+    api.put(run.ti("submit", key_url("big")), json={"value": 2**63 - 1}, headers=user)
+    refused(api.post(run.ti("submit", increment_url("big")), headers=user), 422, "invalid_value")
     for body in ({"by": 1.5}, {"by": "1"}, {"by": True}, {"by": 2**63}, {"by": 1, "step": 2}, [1]):
-        refused(api.post(path_form, json=body, headers=user), 422, "invalid_request")
-    assert api.get(run.ti("submit", "state/rows/total"), headers=user).json()["value"] == -8
+        refused(api.post(by_key, json=body, headers=user), 422, "invalid_request")
+    assert api.get(run.ti("submit", key_url("rows/total")), headers=user).json()["value"] == -8
     # Asset state, and an unknown asset.
     op = as_role["op"]
-    assert api.post(asset_url(asset, "stateIncrement/n"), json={"by": 3}, headers=op).json()["value"] == 3
+    assert api.post(asset_url(asset, increment_url("n")), json={"by": 3}, headers=op).json()["value"] == 3
     assert api.post(asset_url(asset, "stateIncrement?key=n"), headers=op).json()["value"] == 4
-    refused(api.post(asset_url(2**31 - 1, "stateIncrement/n"), headers=op), 404, "asset_not_found")
-    refused(api.post(run.ti("nope", "stateIncrement/n"), headers=user), 404, "task_instance_not_found")
+    refused(api.post(asset_url(2**31 - 1, increment_url("n")), headers=op), 404, "asset_not_found")
+    refused(api.post(run.ti("nope", increment_url("n")), headers=user), 404, "task_instance_not_found")
 
 
 class _AnyTime:
@@ -753,15 +757,15 @@ def test_concurrent_increments_through_the_api_lose_none(api, as_role, run, asse
         return results
 
     for url, headers in (
-        (run.ti("submit", "stateIncrement/hits"), user),
-        (asset_url(asset, "stateIncrement/hits"), op),
+        (run.ti("submit", increment_url("hits")), user),
+        (asset_url(asset, increment_url("hits")), op),
     ):
         with ThreadPoolExecutor(4) as pool:
             seen = [value for values in pool.map(add, [url] * 4, [headers] * 4) for value in values]
         # Every increment saw its own result: none was lost, none counted twice.
         assert sorted(seen) == list(range(1, 101))
-    assert api.get(run.ti("submit", "state/hits"), headers=user).json()["value"] == 100
-    assert api.get(asset_url(asset, "state/hits"), headers=op).json()["value"] == 100
+    assert api.get(run.ti("submit", key_url("hits")), headers=user).json()["value"] == 100
+    assert api.get(asset_url(asset, key_url("hits")), headers=op).json()["value"] == 100
 
 
 def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, backend):
@@ -771,7 +775,7 @@ def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, bac
     by_task = StateWriter.task_try(run.dag_id, run.run_id, "partition", 1, 3)
     backend.write(AssetScope(asset), "watermark", '"2024-01-01"', writer=by_task)
     backend.write(AssetScope(asset), "by_cli", "1", writer=CLI_WRITER)
-    entry = api.get(asset_url(asset, "state/watermark"), headers=op).json()
+    entry = api.get(asset_url(asset, key_url("watermark")), headers=op).json()
     assert entry["updated_by"] == {
         "kind": "task",
         "dag_id": run.dag_id,
@@ -781,18 +785,18 @@ def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, bac
         "try_number": 3,
     }
     nobody = {"dag_id": None, "run_id": None, "task_id": None, "map_index": None, "try_number": None}
-    assert api.get(asset_url(asset, "state/by_cli"), headers=op).json()["updated_by"] == {
+    assert api.get(asset_url(asset, key_url("by_cli")), headers=op).json()["updated_by"] == {
         "kind": "cli",
         **nobody,
     }
-    api.put(asset_url(asset, "state/watermark"), json={"value": "2024-02-01"}, headers=op)
-    api.post(asset_url(asset, "stateIncrement/runs"), headers=op)
+    api.put(asset_url(asset, key_url("watermark")), json={"value": "2024-02-01"}, headers=op)
+    api.post(asset_url(asset, increment_url("runs")), headers=op)
     listed = {entry["key"]: entry for entry in api.get(asset_url(asset), headers=op).json()["entries"]}
     assert listed["watermark"]["updated_by"] == {"kind": "api", **nobody}
     assert listed["runs"]["updated_by"] == {"kind": "api", **nobody}
     # Task state records the try (null for operators) and has no writer field.
-    api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=op)
-    task_entry = api.get(run.ti("submit", "state/k"), headers=op).json()
+    api.put(run.ti("submit", key_url("k")), json={"value": 1}, headers=op)
+    task_entry = api.get(run.ti("submit", key_url("k")), headers=op).json()
     assert "updated_by" not in task_entry and task_entry["updated_by_try"] is None
 
 
@@ -829,26 +833,31 @@ def test_a_backend_without_a_capability_answers_501_and_the_default_retention_is
     reset_state_backend()
     user = as_role["user"]
     try:
-        plain = api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=user)
+        plain = api.put(run.ti("submit", key_url("k")), json={"value": 1}, headers=user)
         assert plain.json() == {"key": "k", "version": None, "expires_at": None}
-        entry = api.get(run.ti("submit", "state/k"), headers=user).json()
+        entry = api.get(run.ti("submit", key_url("k")), headers=user).json()
         assert (entry["value"], entry["version"], entry["expires_at"]) == (1, None, None)
         for response, capability in (
-            (api.put(run.ti("submit", "state/k"), json={"value": 2, "ttl": 60}, headers=user), "expiry"),
+            (api.put(run.ti("submit", key_url("k")), json={"value": 2, "ttl": 60}, headers=user), "expiry"),
             (
                 api.put(
-                    run.ti("submit", "state/k"), params={"if_version": 1}, json={"value": 2}, headers=user
+                    run.ti("submit", "stateEntry"),
+                    params={"key": "k", "if_version": 1},
+                    json={"value": 2},
+                    headers=user,
                 ),
                 "versioned writes",
             ),
-            (api.post(run.ti("submit", "stateIncrement/n"), headers=user), "atomic increments"),
+            (api.post(run.ti("submit", increment_url("n")), headers=user), "atomic increments"),
         ):
             message = refused(response, 501, "unsupported")
             assert capability in message and "PlainBackend does not support" in message
-        assert api.get(run.ti("submit", "state/k"), headers=user).json()["value"] == 1
+        assert api.get(run.ti("submit", key_url("k")), headers=user).json()["value"] == 1
         # "never" is what such a backend does anyway.
         assert (
-            api.put(run.ti("submit", "state/k"), json={"value": 3, "ttl": "never"}, headers=user).status_code
+            api.put(
+                run.ti("submit", key_url("k")), json={"value": 3, "ttl": "never"}, headers=user
+            ).status_code
             == 200
         )
     finally:
@@ -864,24 +873,24 @@ def every_route(run: Run, asset_id: int) -> list[tuple[str, str]]:
         ("GET", run.url),
         ("GET", run.ti("submit")),
         ("DELETE", run.ti("submit")),
-        ("GET", run.ti("submit", "state/k")),
-        ("PUT", run.ti("submit", "state/k")),
-        ("DELETE", run.ti("submit", "state/k")),
+        ("GET", run.ti("submit", key_url("k"))),
+        ("PUT", run.ti("submit", key_url("k"))),
+        ("DELETE", run.ti("submit", key_url("k"))),
         ("GET", run.ti("submit", "stateEntry?key=k")),
         ("PUT", run.ti("submit", "stateEntry?key=k")),
         ("DELETE", run.ti("submit", "stateEntry?key=k")),
-        ("POST", run.ti("submit", "stateIncrement/n")),
+        ("POST", run.ti("submit", increment_url("n"))),
         ("POST", run.ti("submit", "stateIncrement?key=n")),
         ("GET", f"{V1}/assets"),
         ("GET", asset_url(asset_id)),
         ("DELETE", asset_url(asset_id)),
-        ("GET", asset_url(asset_id, "state/k")),
-        ("PUT", asset_url(asset_id, "state/k")),
-        ("DELETE", asset_url(asset_id, "state/k")),
+        ("GET", asset_url(asset_id, key_url("k"))),
+        ("PUT", asset_url(asset_id, key_url("k"))),
+        ("DELETE", asset_url(asset_id, key_url("k"))),
         ("GET", asset_url(asset_id, "stateEntry?key=k")),
         ("PUT", asset_url(asset_id, "stateEntry?key=k")),
         ("DELETE", asset_url(asset_id, "stateEntry?key=k")),
-        ("POST", asset_url(asset_id, "stateIncrement/n")),
+        ("POST", asset_url(asset_id, increment_url("n"))),
         ("POST", asset_url(asset_id, "stateIncrement?key=n")),
     ]
 
@@ -893,8 +902,8 @@ def call(api, method: str, url: str, headers: dict[str, str] | None = None, **kw
 
 def test_a_viewer_reads_everything_and_may_change_nothing(api, as_role, run, asset):
     as_role_admin = as_role["admin"]
-    api.put(run.ti("submit", "state/k"), json={"value": "v"}, headers=as_role_admin)
-    api.put(asset_url(asset, "state/k"), json={"value": "v"}, headers=as_role_admin)
+    api.put(run.ti("submit", key_url("k")), json={"value": "v"}, headers=as_role_admin)
+    api.put(asset_url(asset, key_url("k")), json={"value": "v"}, headers=as_role_admin)
     for method, url in every_route(run, asset):
         response = call(api, method, url, as_role["viewer"])
         if method == "GET":
@@ -911,7 +920,7 @@ def test_a_viewer_reads_everything_and_may_change_nothing(api, as_role, run, ass
             else:
                 assert message == f"{verb} the state of asset {asset} needs {permission} permission on assets"
     # Nothing changed.
-    assert api.get(run.ti("submit", "state/k"), headers=as_role["viewer"]).json()["value"] == "v"
+    assert api.get(run.ti("submit", key_url("k")), headers=as_role["viewer"]).json()["value"] == "v"
     listing = api.get(run.ti("submit"), headers=as_role["viewer"]).json()
     assert (listing["can_edit"], listing["can_delete"]) == (False, False)
     assets = api.get(asset_url(asset), headers=as_role["viewer"]).json()
@@ -951,7 +960,7 @@ def test_without_a_token_every_route_is_401(api, run, asset):
 def test_a_write_without_a_token_is_refused_before_its_body_is_read(api, run, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "10")
     response = api.put(
-        run.ti("submit", "state/k"), content="x" * 100_000, headers={"Content-Type": "application/json"}
+        run.ti("submit", key_url("k")), content="x" * 100_000, headers={"Content-Type": "application/json"}
     )
     refused(response, 401, "unauthenticated")
 
@@ -977,10 +986,10 @@ def test_expired_garbage_and_forged_tokens_are_refused(api, mint, run, asset):
 
 def test_the_ui_cookie_authenticates_like_the_bearer_token(api, mint, run, asset):
     cookies = {"_token": mint("user")}
-    put = api.put(run.ti("submit", "state/k"), json={"value": "from the UI"}, cookies=cookies)
+    put = api.put(run.ti("submit", key_url("k")), json={"value": "from the UI"}, cookies=cookies)
     assert put.status_code == 200
     assert api.get(run.ti("submit", "stateEntry?key=k"), cookies=cookies).json()["value"] == "from the UI"
-    refused(api.put(asset_url(asset, "state/k"), json={"value": 1}, cookies=cookies), 403, "forbidden")
+    refused(api.put(asset_url(asset, key_url("k")), json={"value": 1}, cookies=cookies), 403, "forbidden")
     refused(api.get(run.ti("submit"), cookies={"_token": "garbage"}), 403, "forbidden")
     api.cookies.clear()
 
@@ -995,16 +1004,12 @@ def test_the_openapi_schema_documents_every_operator_route(api):
     expected = {
         run + "/state": {"get"},
         ti + "/state": {"get", "delete"},
-        ti + "/state/{key}": {"get", "put", "delete"},
         ti + "/stateEntry": {"get", "put", "delete"},
         "/api/v1/assets": {"get"},
         "/api/v1/assets/{asset_id}/state": {"get", "delete"},
-        "/api/v1/assets/{asset_id}/state/{key}": {"get", "put", "delete"},
         "/api/v1/assets/{asset_id}/stateEntry": {"get", "put", "delete"},
         ti + "/stateIncrement": {"post"},
-        ti + "/stateIncrement/{key}": {"post"},
         "/api/v1/assets/{asset_id}/stateIncrement": {"post"},
-        "/api/v1/assets/{asset_id}/stateIncrement/{key}": {"post"},
     }
     for path, methods in expected.items():
         assert set(paths[path]) == methods, path
@@ -1074,7 +1079,7 @@ def test_a_task_credential_opens_no_operator_route_and_an_operator_token_no_task
         # ...and nowhere on the operators' API.
         refused(api.get(run.ti("submit"), headers=task_credential), 403, "forbidden")
         refused(
-            api.put(run.ti("submit", "state/k"), json={"value": 1}, headers=task_credential),
+            api.put(run.ti("submit", key_url("k")), json={"value": 1}, headers=task_credential),
             403,
             "forbidden",
         )

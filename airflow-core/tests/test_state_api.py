@@ -621,6 +621,8 @@ def test_increment_is_atomic_and_refuses_what_is_not_an_integer(api, running):
         bad = api.post(url, params={"key": "rows"}, json=body, headers=headers)
         assert bad.status_code == 422 and detail(bad)["reason"] == "invalid_request", body
     assert api.get(**at(running, "rows"), headers=headers).json()["value"] == 40
+    # An empty body adds 1, as on the operators' API.
+    assert api.post(url, params={"key": "rows"}, headers=headers).json() == {"key": "rows", "value": 41}
     set_ti_state(running, "success")
     ended = api.post(url, params={"key": "rows"}, json={}, headers=headers)
     set_ti_state(running, "running")

@@ -13,6 +13,8 @@ log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
+    # Imported here, not at the top: plugin.py imports this module in every process, task processes
+    # included (for LazyStateApp), and only an API server serving its first request needs the routes.
     from airflow.state.api.batch_routes import router as batch_router
     from airflow.state.api.errors import (
         database_unavailable,
@@ -47,8 +49,6 @@ def create_app() -> FastAPI:
         # Before every route's own dependencies, Airflow's access checks included.
         dependencies=[Depends(plain_path_parameters), Depends(json_declared)],
     )
-    from airflow.state import config
-
     if config.retired_api_secret_is_set():
         log.warning(
             "[state] api_secret is set but no longer used: task processes now prove their identity "

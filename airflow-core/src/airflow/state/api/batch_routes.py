@@ -8,56 +8,37 @@ or the query, and the body is read only after the credential is verified and nev
 with one bad entry is refused whole, naming the entry, and writes nothing.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see airflow.state.api.routes (routes built in a function).
 
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow.state import codec, config, expiry
-from airflow.state.api.datamodels import (
-    KEYS_BODY_SCHEMA,
-    VALUES_BODY_SCHEMA,
-    StateValuesResponse,
-    StateVersionsResponse,
-)
-from airflow.state.api.errors import DOCUMENTED, UNSUPPORTED_DOCUMENTED, unprocessable
-from airflow.state.api.routes import (
-    AssetName,
-    AssetUri,
-    asset_scope,
-    body_ttl,
-    json_object,
-    state_backend,
-    writer_of,
-)
-from airflow.state.api.security import Claims, check_task_instance
-from airflow.state.protocol import (
-    ASSET_VALUES_DELETE_PATH,
-    ASSET_VALUES_PATH,
-    ASSET_VALUES_READ_PATH,
-    TASK_VALUES_DELETE_PATH,
-    TASK_VALUES_PATH,
-    TASK_VALUES_READ_PATH,
-    TTL_FIELD,
-    Reason,
-)
-from airflow_shared.state import StateScope, validate_batch_size, validate_key, validate_many_keys
+from airflow.state.api.datamodels import KEYS_BODY, VALUES_BODY, StateValuesResponse, StateVersionsResponse
+from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, unprocessable
+from airflow.state.api.params import body_ttl, json_object
+from airflow.state.api.routes import ASSET, TASK, Scoped, ScopeKind, writer_of
+from airflow.state.api.security import Claims
+from airflow.state.configured_backend import get_state_backend
+from airflow.state.protocol import TTL_FIELD, Reason
+from airflow_shared.state import validate_batch_size, validate_key, validate_many_keys
 from fastapi import APIRouter, Depends, Request
 
 router = APIRouter()
 
 _KEYS_SHAPE = '{"keys": [<key>, ...]}'
 _VALUES_SHAPE = '{"values": {<key>: <any JSON but null>, ...}, "ttl": <seconds> | "never" (optional)}'
-
-
 _BATCH_LIMIT = "batches are limited by [state] max_batch_bytes; split the batch"
 
 
-async def _keys_body(request: Request, claims: Claims) -> list[str]:
-    # `claims` is resolved first: an unauthenticated request is refused before its body is read.
-    document = await json_object(
-        request, frozenset({"keys"}), _KEYS_SHAPE, config.max_batch_bytes(), _BATCH_LIMIT
+async def _batch(request: Request, fields: frozenset[str], shape: str, reason: Reason) -> dict[str, Any]:
+    return await json_object(
+        request, fields, shape, reason, limit=config.max_batch_bytes(), explanation=_BATCH_LIMIT
     )
+
+
+async def _keys_body(request: Request) -> list[str]:
+    document = await _batch(request, frozenset({"keys"}), _KEYS_SHAPE, Reason.INVALID_REQUEST)
     keys = document.get("keys")
     if not isinstance(keys, list):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_KEYS_SHAPE}")
@@ -83,10 +64,8 @@ class _ValuesBody:
     ttl: expiry.Ttl
 
 
-async def _values_body(request: Request, claims: Claims) -> _ValuesBody:
-    document = await json_object(
-        request, frozenset({"values", TTL_FIELD}), _VALUES_SHAPE, config.max_batch_bytes(), _BATCH_LIMIT
-    )
+async def _values_body(request: Request) -> _ValuesBody:
+    document = await _batch(request, frozenset({"values", TTL_FIELD}), _VALUES_SHAPE, Reason.INVALID_VALUE)
     values = document.get("values")
     if not isinstance(values, dict):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_VALUES_SHAPE}")
@@ -107,76 +86,48 @@ async def _values_body(request: Request, claims: Claims) -> _ValuesBody:
 KeysBody = Annotated[list[str], Depends(_keys_body)]
 ValuesBody = Annotated[_ValuesBody, Depends(_values_body)]
 
-_KEYS_BODY = {"requestBody": {"required": True, "content": {"application/json": KEYS_BODY_SCHEMA}}}
-_VALUES_BODY = {"requestBody": {"required": True, "content": {"application/json": VALUES_BODY_SCHEMA}}}
-_WRITE_ERRORS = {**DOCUMENTED, **UNSUPPORTED_DOCUMENTED}
-_ASSET_ERRORS = {**DOCUMENTED, 404: {"description": "No such asset (`asset_not_found`)"}}
 
+def _batch_routes(kind: ScopeKind) -> None:
+    Scope = Annotated[Scoped, Depends(kind.scope)]  # first: the credential before the body
+    path, the, state = kind.values_path, kind.name, kind.state
 
-def _read(scope: StateScope, keys: list[str]) -> StateValuesResponse:
-    stored = state_backend().get_many(scope, keys)
-    return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
-
-
-def _write(scope: StateScope, body: _ValuesBody, claims: Any) -> StateVersionsResponse:
-    backend = state_backend()
-    versions = backend.set_many(
-        scope,
-        body.texts,
-        writer=writer_of(claims),
-        expires_at=expiry.expires_at_for(scope, body.ttl, backend),
+    @router.post(
+        path + "/read",
+        responses=kind.errors,
+        openapi_extra=KEYS_BODY,
+        name=f"get_{the}_state_many",
+        description=f"The values of those of `keys` that {state} holds (others are left out){kind.reads}.",
     )
-    return StateVersionsResponse(versions=versions)
+    def get_many(scoped: Scope, keys: KeysBody) -> StateValuesResponse:
+        stored = get_state_backend().get_many(scoped(False), keys)
+        return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
+
+    @router.put(
+        path,
+        responses={**kind.errors, **UNSUPPORTED_DOCUMENTED},
+        openapi_extra=VALUES_BODY,
+        name=f"set_{the}_state_many",
+        description=f"Store every key-value pair of `values` in {state} and answer each key's new "
+        f"version{kind.writes}. Atomic where the backend is (the metastore and Redis backends are).",
+    )
+    def set_many(scoped: Scope, claims: Claims, body: ValuesBody) -> StateVersionsResponse:
+        scope, backend = scoped(True), get_state_backend()
+        expires_at = expiry.expires_at_for(scope, body.ttl, backend)
+        versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
+        return StateVersionsResponse(versions=versions)
+
+    @router.post(
+        path + "/delete",
+        status_code=204,
+        responses=kind.errors,
+        openapi_extra=KEYS_BODY,
+        name=f"delete_{the}_state_many",
+        description=f"Remove each of `keys` from {state}{kind.writes}; keys that are not there are not "
+        "an error.",
+    )
+    def delete_many(scoped: Scope, keys: KeysBody) -> None:
+        get_state_backend().delete_many(scoped(True), keys)
 
 
-# --- task instance state -----------------------------------------------------------------
-
-
-@router.post(TASK_VALUES_READ_PATH, responses=DOCUMENTED, openapi_extra=_KEYS_BODY)
-def get_task_state_many(task_instance_id: str, claims: Claims, keys: KeysBody) -> StateValuesResponse:
-    """The values of those of `keys` that the calling task instance's state holds (others are left out)."""
-    return _read(check_task_instance(claims, write=False, path_ti_id=task_instance_id), keys)
-
-
-@router.put(TASK_VALUES_PATH, responses=_WRITE_ERRORS, openapi_extra=_VALUES_BODY)
-def set_task_state_many(task_instance_id: str, claims: Claims, body: ValuesBody) -> StateVersionsResponse:
-    """
-    Store every key-value pair of `values` and answer each key's new version; only the running try
-    may write. Atomic where the backend is (the metastore and Redis backends are).
-    """
-    return _write(check_task_instance(claims, write=True, path_ti_id=task_instance_id), body, claims)
-
-
-@router.post(TASK_VALUES_DELETE_PATH, status_code=204, responses=DOCUMENTED, openapi_extra=_KEYS_BODY)
-def delete_task_state_many(task_instance_id: str, claims: Claims, keys: KeysBody) -> None:
-    """Remove each of `keys`; keys that are not there are not an error."""
-    state_backend().delete_many(check_task_instance(claims, write=True, path_ti_id=task_instance_id), keys)
-
-
-# --- asset state -------------------------------------------------------------------------
-
-
-@router.post(ASSET_VALUES_READ_PATH, responses=_ASSET_ERRORS, openapi_extra=_KEYS_BODY)
-def get_asset_state_many(
-    claims: Claims, keys: KeysBody, name: AssetName = None, uri: AssetUri = None
-) -> StateValuesResponse:
-    """The values of those of `keys` that an asset's state holds; the task must declare the asset."""
-    return _read(asset_scope(claims, name, uri, write=False), keys)
-
-
-@router.put(
-    ASSET_VALUES_PATH, responses={**_ASSET_ERRORS, **UNSUPPORTED_DOCUMENTED}, openapi_extra=_VALUES_BODY
-)
-def set_asset_state_many(
-    claims: Claims, body: ValuesBody, name: AssetName = None, uri: AssetUri = None
-) -> StateVersionsResponse:
-    """Store every pair of `values` in an asset's state; the running task must have it as an outlet."""
-    return _write(asset_scope(claims, name, uri, write=True), body, claims)
-
-
-@router.post(ASSET_VALUES_DELETE_PATH, status_code=204, responses=_ASSET_ERRORS, openapi_extra=_KEYS_BODY)
-def delete_asset_state_many(
-    claims: Claims, keys: KeysBody, name: AssetName = None, uri: AssetUri = None
-) -> None:
-    """Remove each of `keys` from an asset's state; the running task must have it as an outlet."""
-    state_backend().delete_many(asset_scope(claims, name, uri, write=True), keys)
+for _kind in (TASK, ASSET):
+    _batch_routes(_kind)

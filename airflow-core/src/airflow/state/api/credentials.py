@@ -59,9 +59,9 @@ def grant_in_process(ti: Any) -> dict[str, Any]:
 
 
 def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None = None) -> str:
-    return _sign(
-        {**asdict(claims), "sub": claims.ti_id}, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, key, now
-    )
+    issued = int(time.time() if now is None else now)
+    payload = {**asdict(claims), "sub": claims.ti_id, "aud": CREDENTIAL_AUDIENCE, "iat": issued}
+    return jwt.encode({**payload, "exp": issued + CREDENTIAL_LIFETIME_SECONDS}, key, algorithm=ALGORITHM)
 
 
 def verify_credential_until(
@@ -71,7 +71,7 @@ def verify_credential_until(
     The claims of a valid credential and the time (``time.time()``) until which it is valid;
     ``jwt.InvalidTokenError`` otherwise.
     """
-    payload = _verify(token, CREDENTIAL_AUDIENCE, CREDENTIAL_LIFETIME_SECONDS, keys, now)
+    payload = _verified_payload(token, keys, time.time() if now is None else now)
     try:
         claims = TaskInstanceClaims(
             ti_id=str(payload["ti_id"]),
@@ -89,15 +89,8 @@ def verify_credential_until(
     return claims, valid_until
 
 
-def _sign(payload: dict, audience: str, lifetime: int, key: bytes, now: float | None) -> str:
-    issued = int(time.time() if now is None else now)
-    return jwt.encode(
-        {**payload, "aud": audience, "iat": issued, "exp": issued + lifetime}, key, algorithm=ALGORITHM
-    )
-
-
-def _verify(token: str, audience: str, lifetime: int, keys: Sequence[bytes], now: float | None) -> dict:
-    current = time.time() if now is None else now
+def _verified_payload(token: str, keys: Sequence[bytes], now: float) -> dict:
+    lifetime = CREDENTIAL_LIFETIME_SECONDS
     payload = None
     for key in keys:
         try:
@@ -105,7 +98,7 @@ def _verify(token: str, audience: str, lifetime: int, keys: Sequence[bytes], now
                 token,
                 key,
                 algorithms=[ALGORITHM],
-                audience=audience,
+                audience=CREDENTIAL_AUDIENCE,
                 leeway=CLOCK_LEEWAY_SECONDS,
                 # Time is checked below, against one clock, with the server's lifetime cap.
                 options={"require": ["exp", "iat", "aud", "sub"], "verify_exp": False, "verify_iat": False},
@@ -120,8 +113,8 @@ def _verify(token: str, audience: str, lifetime: int, keys: Sequence[bytes], now
         raise jwt.InvalidTokenError("iat and exp must be numbers")
     if expires - issued > lifetime:
         raise jwt.InvalidTokenError(f"lives longer than the {lifetime} s the server allows")
-    if issued > current + CLOCK_LEEWAY_SECONDS:
+    if issued > now + CLOCK_LEEWAY_SECONDS:
         raise jwt.ImmatureSignatureError("issued in the future")
-    if current > min(expires, issued + lifetime) + CLOCK_LEEWAY_SECONDS:
+    if now > min(expires, issued + lifetime) + CLOCK_LEEWAY_SECONDS:
         raise jwt.ExpiredSignatureError("expired")
     return payload

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
+from airflow.state.manage import NotFound
 from airflow.state.protocol import Reason
+from airflow_shared.state import StateConflictError
 from fastapi import HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +28,23 @@ def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
     return refusal(status.HTTP_422_UNPROCESSABLE_ENTITY, reason, str(error))
 
 
+@contextmanager
+def refusing_backend_errors() -> Iterator[None]:
+    """
+    A write the backend refuses after validation passed (a stored value an increment cannot add to,
+    a sum beyond 64 bits): 422 ``invalid_value``, nothing written.
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_VALUE, error) from None
+
+
 # The route responses each error documents in the OpenAPI schema.
+_INVALID_OR_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
+    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+}
 DOCUMENTED: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing, invalid or expired credential (reason `invalid_token`)"},
     403: {
@@ -31,8 +52,7 @@ DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "(`forbidden`, `not_running`, `asset_not_declared`)"
     },
     413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+    **_INVALID_OR_UNAVAILABLE,
 }
 
 # What a versioned write (`if_version`) or an operation the configured backend lacks answers: merge
@@ -59,18 +79,37 @@ OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
         "description": "No such dag run, task instance, asset or key (`dag_run_not_found`, "
         "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
     },
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+    **_INVALID_OR_UNAVAILABLE,
 }
+
+
+# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
+_NOT_JSON: dict[int | str, dict[str, Any]] = {
+    415: {
+        "description": "Sent with the UI's cookie but without `Content-Type: application/json`, empty "
+        "bodies included (`invalid_request`): pages of other origins can send such requests"
+    }
+}
+# What the operator API's write routes document beside OPERATOR_DOCUMENTED.
+WRITE_DOCUMENTED = {**CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED, **_NOT_JSON}
+INCREMENT_DOCUMENTED = {**UNSUPPORTED_DOCUMENTED, **_NOT_JSON}
+
+
+def _answer(code: int, reason: Reason, message: str, **more: Any) -> JSONResponse:
+    """An exception handler's answer, in the shape of :func:`refusal`."""
+    body = {"detail": {"reason": reason.value, "message": message, **more}}
+    headers = {"Retry-After": "1"} if reason is Reason.DATABASE_UNAVAILABLE else None
+    return JSONResponse(jsonable_encoder(body), status_code=code, headers=headers)
+
+
+# The app's exception handlers (see airflow.state.api.app.create_app): any route, the operator
+# API's included, lets these errors propagate.
 
 
 async def not_found(request: Request, error: Exception) -> JSONResponse:
     """What an operator named (a dag run, task instance, asset or key) does not exist: 404 with its reason."""
-    from airflow.state.manage import NotFound
-
     assert isinstance(error, NotFound)
-    body = {"detail": {"reason": error.reason.value, "message": error.message}}
-    return JSONResponse(body, status_code=status.HTTP_404_NOT_FOUND)
+    return _answer(status.HTTP_404_NOT_FOUND, error.reason, error.message)
 
 
 async def validation_error(request: Request, error: Exception) -> JSONResponse:
@@ -79,8 +118,7 @@ async def validation_error(request: Request, error: Exception) -> JSONResponse:
     problems = "; ".join(
         f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()
     )
-    body = {"detail": {"reason": Reason.INVALID_REQUEST.value, "message": problems}}
-    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+    return _answer(status.HTTP_422_UNPROCESSABLE_ENTITY, Reason.INVALID_REQUEST, problems)
 
 
 async def database_unavailable(request: Request, error: Exception) -> JSONResponse:
@@ -88,8 +126,6 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     A metadata database that cannot be reached (restarting, failing over) answers 503, which task
     clients retry; any other database error is a bug and stays a 500.
     """
-    from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
-
     if not is_unavailable(error):
         raise error
     if isinstance(error, StatementOutcomeUnknownError):
@@ -98,8 +134,7 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
         message = str(error)
     else:
         message = f"the metadata database cannot be reached ({type(error).__name__}); retry later"
-    body = {"detail": {"reason": Reason.DATABASE_UNAVAILABLE.value, "message": message}}
-    return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
+    return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.DATABASE_UNAVAILABLE, message)
 
 
 async def misconfigured(request: Request, error: Exception) -> JSONResponse:
@@ -107,36 +142,21 @@ async def misconfigured(request: Request, error: Exception) -> JSONResponse:
     A deployment problem on the API server (no key to sign credentials with, an invalid option):
     503 ``misconfigured``, which clients do not retry, with the message that says what to set.
     """
-    body = {"detail": {"reason": Reason.MISCONFIGURED.value, "message": f"API server: {error}"}}
-    return JSONResponse(body, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+    return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}")
 
 
 async def version_conflict(request: Request, error: Exception) -> JSONResponse:
     """
     A conditional write (``if_version``) found another version stored: 409 ``version_conflict``,
     with the stored version (0: absent) so the caller can tell what happened without a second read.
-
-    Registered on the whole app (see :func:`airflow.state.api.app.create_app`): any route, the
-    operator API's included, lets the backend's ``StateConflictError`` propagate.
     """
-    from airflow_shared.state import StateConflictError
-
     assert isinstance(error, StateConflictError)
-    body = {
-        "detail": {
-            "reason": Reason.VERSION_CONFLICT.value,
-            "message": str(error),
-            "stored_version": error.stored,
-        }
-    }
-    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_409_CONFLICT)
+    return _answer(status.HTTP_409_CONFLICT, Reason.VERSION_CONFLICT, str(error), stored_version=error.stored)
 
 
 async def unsupported(request: Request, error: Exception) -> JSONResponse:
     """
     The configured backend lacks what the request needs (versions, expiry, increments): 501
-    ``unsupported``, with the backend's message that names the capability. Registered on the app
-    like :func:`version_conflict`, for ``airflow_shared.state.StateCapabilityError``.
+    ``unsupported``, with the backend's message that names the capability.
     """
-    body = {"detail": {"reason": Reason.UNSUPPORTED.value, "message": str(error)}}
-    return JSONResponse(jsonable_encoder(body), status_code=status.HTTP_501_NOT_IMPLEMENTED)
+    return _answer(status.HTTP_501_NOT_IMPLEMENTED, Reason.UNSUPPORTED, str(error))

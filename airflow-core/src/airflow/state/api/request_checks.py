@@ -17,8 +17,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from airflow.state.api.errors import refusal
-from airflow.state.api.routes import body_within
-from airflow.state.protocol import KEY_PARAMETER, PROOF_SCHEME, Reason
+from airflow.state.api.params import body_within
+from airflow.state.protocol import PROOF_SCHEME, Reason
 from fastapi import Request, Response, status
 from fastapi.routing import APIRoute
 
@@ -65,16 +65,15 @@ def _control_character(text: str) -> str | None:
 
 async def plain_path_parameters(request: Request) -> None:
     """
-    No path parameter but a state key holds a control character: 422 ``invalid_request``.
+    No path parameter holds a control character: 422 ``invalid_request``. (State keys are never in
+    the path: they are the ``key`` query parameter, checked as keys.)
 
     Airflow's DAG, run and task ids hold none, and asset and task instance ids are numbers and
     UUIDs, so such a parameter names nothing; but a NUL in one made Airflow's own access check fail
-    in PostgreSQL (500). A state key in the path is checked by its route, as a key (``invalid_key``).
+    in PostgreSQL (500).
     """
     for name, value in request.path_params.items():
-        if name == KEY_PARAMETER or not isinstance(value, str):
-            continue
-        char = _control_character(value)
+        char = _control_character(value) if isinstance(value, str) else None
         if char is not None:
             raise refusal(
                 status.HTTP_422_UNPROCESSABLE_ENTITY,

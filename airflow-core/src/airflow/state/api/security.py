@@ -9,11 +9,16 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from dataclasses import astuple
 from functools import cache
 from typing import Annotated, Any
 from uuid import UUID
 
 import jwt
+from airflow.models.asset import AssetModel, TaskInletAssetReference, TaskOutletAssetReference
+from airflow.models.dagrun import DagRun
+from airflow.models.renderedtifields import RenderedTaskInstanceFields
+from airflow.models.taskinstance import TaskInstance
 from airflow.state.airflow_db.engine import execute
 from airflow.state.airflow_db.run_identity import dag_run_uid
 from airflow.state.api.credentials import (
@@ -33,6 +38,8 @@ from airflow.state.protocol import (
     Reason,
     proof,
 )
+from airflow.utils.session import create_session
+from airflow.utils.state import TaskInstanceState
 from airflow_shared.state import TaskScope
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -113,9 +120,6 @@ def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
 @cache
 def _proof_row() -> Select[Any]:
     """The task instance check's row (see _task_instance_row), and the task instance's rendered fields."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.models.taskinstance import TaskInstance
-
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -132,8 +136,6 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     The try the proof of *verifier* speaks for: 403 unless the task instance *ti_id* is running and
     its rendered fields hold that proof (only the supervisor of its try can put it there).
     """
-    from airflow.utils.state import TaskInstanceState
-
     try:
         uuid = UUID(ti_id)
     except ValueError:
@@ -171,9 +173,6 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
 
 @cache
 def _task_instance_row() -> Select[Any]:
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-
     ti, run = TaskInstance.__table__, DagRun.__table__
     return (
         select(
@@ -212,8 +211,6 @@ def check_task_instance(
     deleted and created again under the same run_id gets a new one, so it starts empty). A read
     trusts a check made in the last ``READ_CHECK_SECONDS``.
     """
-    from airflow.utils.state import TaskInstanceState
-
     if path_ti_id is not None and path_ti_id != claims.ti_id:
         raise forbidden(
             f"a credential for task instance {claims.ti_id} cannot access task instance {path_ti_id}"
@@ -230,13 +227,7 @@ def check_task_instance(
             "or its dag run was deleted"
         )
     dag_id, run_id, task_id, map_index, state, try_number = rows[0][:6]
-    if (dag_id, run_id, task_id, map_index, try_number) != (
-        claims.dag_id,
-        claims.run_id,
-        claims.task_id,
-        claims.map_index,
-        claims.try_number,
-    ):
+    if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
     if write and state != TaskInstanceState.RUNNING:
         raise forbidden(
@@ -272,9 +263,6 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
     The id of the asset named by *name*/*uri*, if the task declares it: as an inlet or outlet to
     read its state, as an outlet to write or clear it.
     """
-    from airflow.models.asset import AssetModel, TaskInletAssetReference, TaskOutletAssetReference
-    from airflow.utils.session import create_session
-
     if not name and not uri:
         raise unprocessable(Reason.INVALID_REQUEST, "give the asset's name or uri")
 

@@ -17,6 +17,7 @@ app, not to this mounted sub-app; ``get_auth_manager()`` is the same process-wid
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -33,6 +34,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_asset,
     requires_access_dag,
 )
+from airflow.models.dag import DagModel
 from airflow.state.api.errors import refusal
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
@@ -85,58 +87,58 @@ async def operator_user(
 OperatorUser = Annotated[BaseUser, Depends(operator_user)]
 
 
-def _decided(airflow_check: Any, request: Request, user: BaseUser, refused: str) -> None:
-    """Run one of Airflow's access dependencies; its 403 becomes ours, saying what was *refused*."""
-    try:
-        airflow_check(request, user)
-    except HTTPException as error:
-        if error.status_code == status.HTTP_403_FORBIDDEN:
-            raise _forbidden(refused) from None
-        raise
+def _access(airflow_check: Any, refused: Callable[[dict[str, Any]], str]) -> Any:
+    """
+    A route dependency that runs one of Airflow's access checks; its 403 becomes ours, saying what
+    was refused (*refused* of the path parameters).
+    """
+
+    def check(request: Request, user: OperatorUser) -> None:
+        try:
+            airflow_check(request, user)
+        except HTTPException as error:
+            if error.status_code == status.HTTP_403_FORBIDDEN:
+                raise _forbidden(refused(request.path_params)) from None
+            raise
+
+    return Depends(check)
 
 
 def task_state_access(method: Method) -> Any:
     """
-    A route dependency: the caller may *method* the task instances of the path's ``dag_id``
+    The caller may *method* the task instances of the path's ``dag_id``
     (``requires_access_dag(method, DagAccessEntity.TASK_INSTANCE)``, as Airflow's task instance
     routes use).
     """
-    airflow_check = requires_access_dag(method, DagAccessEntity.TASK_INSTANCE)
-
-    def check(request: Request, user: OperatorUser) -> None:
-        dag_id = request.path_params.get("dag_id")
-        refused = (
-            f"{_DOING[method]} task state of DAG {dag_id!r} needs {_PERMISSION[method]} permission "
-            "on its task instances"
-        )
-        _decided(airflow_check, request, user, refused)
-
-    return Depends(check)
+    return _access(
+        requires_access_dag(method, DagAccessEntity.TASK_INSTANCE),
+        lambda path: (
+            f"{_DOING[method]} task state of DAG {path.get('dag_id')!r} needs "
+            f"{_PERMISSION[method]} permission on its task instances"
+        ),
+    )
 
 
 def asset_state_access(method: Method) -> Any:
-    """A route dependency: the caller may *method* the path's ``asset_id`` (``requires_access_asset``)."""
-    airflow_check = requires_access_asset(method)
-
-    def check(request: Request, user: OperatorUser) -> None:
-        asset_id = request.path_params.get("asset_id")
-        what = "asset state" if asset_id is None else f"the state of asset {asset_id}"
-        refused = f"{_DOING[method]} {what} needs {_PERMISSION[method]} permission on assets"
-        _decided(airflow_check, request, user, refused)
-
-    return Depends(check)
+    """The caller may *method* the path's ``asset_id`` (``requires_access_asset``)."""
+    return _access(
+        requires_access_asset(method),
+        lambda path: (
+            f"{_DOING[method]} "
+            + ("asset state" if path.get("asset_id") is None else f"the state of asset {path['asset_id']}")
+            + f" needs {_PERMISSION[method]} permission on assets"
+        ),
+    )
 
 
 # --- what the caller may do, for the UI to offer only that ------------------------------------
 
 
-def task_state_permissions(user: BaseUser, dag_id: str) -> dict[str, bool]:
+def task_state_permissions(dag_id: str, user: OperatorUser) -> dict[str, Any]:
     """
     ``can_edit`` and ``can_delete``: whether *user* may PUT and DELETE the task instances of
-    *dag_id*, as the write routes will ask.
+    *dag_id*, as the write routes will ask. Also a dependency of the routes with ``dag_id`` in the path.
     """
-    from airflow.models.dag import DagModel
-
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
 
     def may(method: Method) -> bool:

@@ -1,0 +1,230 @@
+"""
+What the routes of both HTTP surfaces (the task API and the operators' ``/api/v1``) read from a
+request, with one set of rules: the key, ``if_version``, paging, and the JSON bodies of a write and
+of an increment with their ``ttl``.
+
+A key is never part of the path (see :mod:`airflow.state.protocol`): it is the ``key`` query
+parameter, read strictly from the raw query string. A body is read only after the caller is
+authenticated (each route declares its access dependency first), is refused past its size limit
+before it is parsed, and may hold no field it does not know; a value is encoded once, by the codec
+that stores it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
+
+from airflow.state import codec, expiry
+from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.protocol import IF_VERSION_PARAMETER, KEY_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
+from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
+from fastapi import Depends, Path, Query, Request, status
+
+# Airflow's map_index and asset id columns are 32-bit integers: a larger number names nothing, and
+# some databases (SQLite) cannot even compare with it. Offsets get the same bound.
+LARGEST_INTEGER = 2**31 - 1
+# The JSON envelope around a value (`{"value": ..., "ttl": ...}`) and some whitespace.
+BODY_ENVELOPE_BYTES = 1024
+
+IfVersion = Annotated[
+    int | None,
+    Query(
+        alias=IF_VERSION_PARAMETER,
+        ge=0,
+        le=MAX_COUNTER,
+        description="Write only if the key is at this version (0: only if it is absent or expired); "
+        "otherwise 409 `version_conflict` with the stored version",
+    ),
+]
+MapIndex = Annotated[
+    int,
+    Query(
+        ge=-1,
+        le=LARGEST_INTEGER,
+        description="The task instance's map index; -1 (the default) for a task that is not mapped",
+    ),
+]
+AssetId = Annotated[int, Path(ge=0, le=LARGEST_INTEGER, description="The asset's id")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many entries (1 to 1000)")]
+Offset = Annotated[int, Query(ge=0, le=LARGEST_INTEGER, description="Skip this many entries first")]
+
+
+def _key_prefix(
+    key_prefix: Annotated[
+        str | None, Query(description="Only keys that start with this text (plain text, not a pattern)")
+    ] = None,
+) -> str | None:
+    if key_prefix and "\x00" in key_prefix:
+        raise unprocessable(Reason.INVALID_REQUEST, "key_prefix must not contain NUL (\\x00) characters")
+    return key_prefix or None
+
+
+KeyPrefix = Annotated[str | None, Depends(_key_prefix)]
+
+
+# --- the key: one `key` query parameter, valid UTF-8, a valid state key -------------------
+
+
+def _raw_query_values(query_string: bytes, name: str) -> list[str]:
+    """
+    Every value of *name* in a raw query string, percent-decoded as strict UTF-8.
+
+    Starlette's own parsing replaces invalid UTF-8 with U+FFFD, which would store a key the caller
+    never wrote; here it raises ``UnicodeDecodeError`` instead.
+    """
+    wanted = name.encode()
+    found = []
+    for pair in query_string.split(b"&"):
+        field, _, value = pair.partition(b"=")
+        if unquote_to_bytes(field.replace(b"+", b" ")) == wanted:
+            found.append(unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8"))
+    return found
+
+
+async def _valid_key(  # async: no thread pool hop (see security.credential_claims)
+    request: Request,
+    key: Annotated[str, Query(description="The state key: any text of 1 to 512 characters, without NUL")],
+) -> str:
+    try:
+        keys = _raw_query_values(request.scope["query_string"], KEY_PARAMETER)
+    except UnicodeDecodeError as error:
+        raise unprocessable(Reason.INVALID_KEY, f"state key is not valid UTF-8: {error}") from None
+    if len(keys) != 1:
+        raise unprocessable(Reason.INVALID_KEY, f"give the key parameter once, not {len(keys)} times")
+    try:
+        validate_key(keys[0])
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_KEY, error) from None
+    return keys[0]
+
+
+Key = Annotated[str, Depends(_valid_key)]
+
+
+# --- bodies: never read past the size limit, no unknown field ------------------------------------
+
+
+async def body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
+    """The request body, refused (413) past *limit* bytes with *explanation* (default: one value's)."""
+    explanation = explanation or (
+        f"values are limited to {limit - BODY_ENVELOPE_BYTES} bytes of compact UTF-8 JSON "
+        "([state] max_value_bytes)"
+    )
+    too_large = refusal(
+        status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        Reason.BODY_TOO_LARGE,
+        f"request body is larger than {limit} bytes: {explanation}",
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+async def json_object(
+    request: Request,
+    fields: frozenset[str],
+    shape: str,
+    reason: Reason,
+    *,
+    limit: int | None = None,
+    explanation: str | None = None,
+    empty_is: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """
+    The request body: a JSON object of *fields* only (an unknown field is refused, not ignored),
+    of at most *limit* bytes (default: one value and its envelope; *explanation* says which limit).
+    A body that is not such an object is refused with *reason*; an empty one is *empty_is* if given.
+    """
+    body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
+    if empty_is is not None and not body.strip():
+        return empty_is
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise unprocessable(reason, f"request body is not JSON: {error}") from None
+    if not isinstance(document, dict) or not fields.issuperset(document):
+        unknown = sorted(set(document) - fields) if isinstance(document, dict) else []
+        named = f" (unknown: {', '.join(unknown)})" if unknown else ""
+        raise unprocessable(reason, f"request body must be {shape}{named}")
+    return document
+
+
+LONGEST_TTL_SECONDS = int(expiry.LONGEST_TTL.total_seconds())
+
+
+def body_ttl(document: dict[str, Any], shape: str) -> expiry.Ttl:
+    """
+    A write body's ``ttl``: a number of seconds (more than 0, at most a century) or ``"never"``;
+    absent: ``None``, the default (:func:`airflow.state.expiry.expires_at_for` applies it).
+    """
+    if TTL_FIELD not in document:
+        return None
+    ttl = document[TTL_FIELD]
+    if ttl == NEVER_EXPIRES:
+        return expiry.NEVER
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl <= LONGEST_TTL_SECONDS:
+        return timedelta(seconds=ttl)
+    raise unprocessable(
+        Reason.INVALID_REQUEST,
+        f"ttl must be a number of seconds greater than 0 and at most {LONGEST_TTL_SECONDS} "
+        f'(100 years), or "{NEVER_EXPIRES}", not {json.dumps(ttl)[:40]}; leave it out for the default; '
+        f"request body must be {shape}",
+    )
+
+
+@dataclass(frozen=True)
+class WriteBody:
+    """A write's body: the value as stored text, and its ``ttl`` (``None``: the default)."""
+
+    text: str
+    ttl: expiry.Ttl = None
+
+
+@dataclass(frozen=True)
+class IncrementBody:
+    by: int = 1
+    ttl: expiry.Ttl = None
+
+
+_VALUE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optional)}'
+_INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (optional)}'
+
+
+async def _write_body(request: Request) -> WriteBody:
+    document = await json_object(request, frozenset({"value", TTL_FIELD}), _VALUE_SHAPE, Reason.INVALID_VALUE)
+    if document.get("value") is None:
+        raise unprocessable(
+            Reason.INVALID_VALUE, f"request body must be {_VALUE_SHAPE}: no value; to remove a key, DELETE it"
+        )
+    try:
+        text = codec.encode(document["value"])
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_VALUE, error) from None
+    return WriteBody(text, body_ttl(document, _VALUE_SHAPE))
+
+
+async def _increment_body(request: Request) -> IncrementBody:
+    """An increment's body; an empty one adds 1 with the default ttl (on both surfaces)."""
+    document = await json_object(
+        request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE, Reason.INVALID_REQUEST, empty_is={}
+    )
+    by = document.get("by", 1)
+    try:
+        validate_increment(by)
+    except (TypeError, ValueError) as error:
+        raise unprocessable(Reason.INVALID_REQUEST, error) from None
+    return IncrementBody(by, body_ttl(document, _INCREMENT_SHAPE))
+
+
+NewWrite = Annotated[WriteBody, Depends(_write_body)]
+NewIncrement = Annotated[IncrementBody, Depends(_increment_body)]
