@@ -1,15 +1,12 @@
 """
-A dict-backed reference backend: the smallest correct implementation of the contract.
-
-Import it from :mod:`airflow_shared.state.testing`. Backend authors can read it as a worked example
-(validation before any I/O, task state keyed on ``dag_run_uid``, ``clear(all_map_indices=True)``,
-versions, expiry, atomic increments, clean-up in batches), and use it in their own tests as a
-stand-in that behaves like a real backend. It keeps state in this process only: never configure it
-as ``[state] backend`` of a deployment.
+A dict-backed reference backend, the smallest correct implementation of the contract: a worked
+example and a stand-in for tests (import it from :mod:`airflow_shared.state.testing`). It keeps
+state in this process only: never configure it as ``[state] backend`` of a deployment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -266,7 +263,7 @@ class MemoryStateBackend(BaseStateBackend):
             return (
                 updated_before is not None
                 and entry.updated_at is not None
-                and (entry.updated_at < updated_before)
+                and entry.updated_at < updated_before
             )
 
         with self._lock:
@@ -289,9 +286,6 @@ class MemoryStateBackend(BaseStateBackend):
     def _covers(scope: StateScope, stored: StateScope, all_map_indices: bool) -> bool:
         if isinstance(scope, AssetScope) or not all_map_indices:
             return stored == scope
-        return isinstance(stored, TaskScope) and (
-            stored.dag_id,
-            stored.run_id,
-            stored.dag_run_uid,
-            stored.task_id,
-        ) == (scope.dag_id, scope.run_id, scope.dag_run_uid, scope.task_id)
+        return (
+            isinstance(stored, TaskScope) and dataclasses.replace(stored, map_index=scope.map_index) == scope
+        )

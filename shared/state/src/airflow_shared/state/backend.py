@@ -41,27 +41,14 @@ def _in_thread(sync: Callable[_P, _R]) -> Callable[_P, Coroutine[Any, Any, _R]]:
 
 class BaseStateBackend(ABC):
     """
-    Storage for task and asset state.
+    Storage for task and asset state; "Writing a backend" in the README is the guide.
 
-    A backend routes on the scope's type (:class:`TaskScope` or :class:`AssetScope`) inside each
-    method. Implement the four sync methods; the async ``a*`` twins run them in a worker thread so
-    a sync-only backend never blocks an event loop (a native async client overrides them). The
-    state API writes task state through :meth:`set_by_try`, which defaults to :meth:`set`.
-
-    Every method takes a keyword-only ``session``: backends built on SQLAlchemy join the caller's
-    session (and leave committing to it); others ignore it. Validate input before any I/O
-    (:mod:`airflow_shared.state.validation`); :mod:`airflow_shared.state.testing` checks a backend
-    against this contract.
-
-    **Capabilities** (versions, expiry, increments, atomic batches) are declared by the class
-    attributes below; asking a backend for one it lacks raises :class:`StateCapabilityError`,
-    never a silent fallback. The batch methods take up to
-    :data:`~airflow_shared.state.many.MAX_MANY_KEYS` keys; their defaults call the single-key
-    methods once per key.
-
-    **Expiry.** A key whose ``expires_at`` has passed is gone for every read (``get``,
-    ``get_versioned``, ``keys``, ``entries``, ``key_counts``), for ``if_version=0`` and for
-    ``increment`` (it starts again from 0), even before :meth:`cleanup` removes it physically.
+    Implement the four abstract sync methods, routing on the scope's type and validating input
+    before any I/O; the async ``a*`` twins run the sync method in a worker thread unless
+    overridden. Every method takes a keyword-only ``session``: SQLAlchemy backends join the
+    caller's session (leaving the commit to it), others ignore it. An undeclared capability raises
+    :class:`StateCapabilityError`, never a silent fallback. A key whose ``expires_at`` has passed is
+    gone for every read, for ``if_version=0`` and for ``increment``, even before :meth:`cleanup`.
     """
 
     #: :meth:`get_versioned`, ``if_version`` and a version on every stored key.
@@ -70,11 +57,9 @@ class BaseStateBackend(ABC):
     supports_expiry: ClassVar[bool] = False
     #: :meth:`increment` in one atomic step.
     supports_increment: ClassVar[bool] = False
-    #: :meth:`set_many` and :meth:`delete_many` apply every key or none, and no reader (nor
-    #: :meth:`get_many`) ever sees a batch half applied. The defaults, one call per key, do not.
+    #: :meth:`set_many` and :meth:`delete_many` apply every key or none, never seen half applied.
     supports_atomic_many: ClassVar[bool] = False
-    #: Calls given a caller's ``session`` join its transaction: they commit with it or roll back
-    #: with it, so many calls in one session are all applied or none (``airflow state import``).
+    #: Calls given a caller's ``session`` commit or roll back with it (``airflow state import``).
     supports_session_transactions: ClassVar[bool] = False
 
     @abstractmethod
@@ -91,12 +76,7 @@ class BaseStateBackend(ABC):
 
     @abstractmethod
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
-        """
-        Remove every key of *scope*.
-
-        For a task scope only its own map index is cleared unless *all_map_indices* is true, in
-        which case every map index of that task in that run is cleared. Asset scopes ignore it.
-        """
+        """Remove every key of *scope* (with *all_map_indices*, of every map index of a task scope's task)."""
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
         """Return the values of those of *keys* stored in *scope*; a key with no value is left out."""
@@ -118,11 +98,8 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> dict[str, int | None]:
         """
-        Store every pair of *values* in *scope* as :meth:`write` would (same *writer* and
-        *expires_at* for all); return each key's new version (``None`` without versions).
-
-        The default checks every pair, then calls :meth:`write` per key: a failure of storage
-        part-way leaves the keys before it written.
+        Store every pair of *values* as :meth:`write` would; return each key's new version.
+        The default checks every pair, then writes key by key (not atomic).
         """
         validate_scope(scope)
         checked = validate_many_values(values)
@@ -141,12 +118,7 @@ class BaseStateBackend(ABC):
     def set_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> None:
-        """
-        :meth:`set`, telling the backend which try of the task instance writes the value.
-
-        *try_number* is ``None`` for asset state and for writes not made by a task try. The default
-        ignores it; backends that can store the writer override this method.
-        """
+        """:meth:`set` by *try_number* (``None``: asset state, or not a task try); the default ignores it."""
         self.set(scope, key, value, session=session)
 
     def write(
@@ -161,17 +133,12 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> int | None:
         """
-        Store *value* under *key*, with everything a write can carry; return the key's new version
-        (``None`` from a backend that does not keep versions).
+        Store *value* under *key*; return the key's new version (``None`` without versions).
 
-        :param writer: who writes (``None``: not known). Task state records ``writer.try_number``
-            as :meth:`set_by_try` does; asset state records the whole writer where the backend can.
-        :param expires_at: when the key expires (timezone-aware); ``None``: never. Each write
-            replaces the key's expiry.
-        :param if_version: write only if the stored version is this one (0: only if the key is
-            absent or expired); otherwise raise :class:`StateConflictError` with the stored version.
-
-        The default, for backends without versions or expiry, refuses both and calls :meth:`set_by_try`.
+        :param writer: who writes; task state records its try, asset state the whole writer.
+        :param expires_at: when the key expires (timezone-aware; ``None``: never), replaced by each write.
+        :param if_version: write only over this stored version (0: key absent or expired), else
+            raise :class:`StateConflictError`.
         """
         try_number = validate_write(writer, expires_at, if_version)
         if if_version is not None:
@@ -196,14 +163,9 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> int:
         """
-        Add *by* to the JSON integer stored under *key* (an absent or expired key counts as 0) in
-        one atomic step, and return the result. Concurrent increments never lose one another.
-
-        The value must be a JSON integer and stay within 64 bits, else ``ValueError`` and nothing is
-        written. *writer* and *expires_at* are as for :meth:`write`.
-
-        The default, for backends with versions but no native increment, retries a versioned
-        write until no other writer came in between.
+        Atomically add *by* to the JSON integer under *key* (absent or expired: 0); return the result.
+        A value that is not a 64-bit integer, or would leave that range, raises ``ValueError``.
+        The default retries versioned writes until no other writer came in between.
         """
         validate_increment(by)
         validate_write(writer, expires_at)
@@ -236,13 +198,9 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> int:
         """
-        Remove, physically, every key that expired at or before *now* and, when *updated_before*
-        is given, every key last written before it (task and asset state alike); return how many
-        were removed, or with *dry_run* how many would be.
-
-        Work in batches of at most *batch_size* keys, each its own short transaction, so that
-        reads and writes of other keys carry on meanwhile. The default serves backends where nothing
-        expires: 0, or :class:`StateCapabilityError` for *updated_before*.
+        Physically remove every key expired at *now* (and, with *updated_before*, every key last
+        written before it); return how many (with *dry_run*: would be). Work in short transactions
+        of at most *batch_size* keys, so other reads and writes carry on meanwhile.
         """
         if updated_before is not None:
             raise StateCapabilityError(self, "removing keys by age (cleanup with updated_before)")
@@ -262,12 +220,8 @@ class BaseStateBackend(ABC):
         session: Any = None,
     ) -> StateEntryPage:
         """
-        Return a page of the entries of *scope*: sorted by key (by code point), only keys starting
-        with *key_prefix* when given, skipping *offset* of them and at most *limit* (all when
-        ``None``), with the total that matched.
-
-        What operators see (the REST API, ``airflow state list`` and ``export``, the UI). The default,
-        built on :meth:`keys` and :meth:`get`, knows nothing of when or by which try a key was written.
+        A page of *scope*'s entries sorted by key (code point), only keys starting with *key_prefix*,
+        skipping *offset*, at most *limit*, with the total that matched: what operators see.
         """
         validate_listing(key_prefix, offset, limit)
         keys, total = page_of_keys(self.keys(scope, session=session), key_prefix, offset, limit)
@@ -280,11 +234,8 @@ class BaseStateBackend(ABC):
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         """
-        Return the entry of *key* in *scope* (its value and what :meth:`entries` shows of it), or
-        ``None`` when the key is absent or expired.
-
-        The default pages :meth:`entries` by the key as prefix, which may read the whole scope to
-        find one key (a backend that cannot list keys gets the :meth:`get` value alone).
+        The entry of *key* as :meth:`entries` shows it, or ``None``. The default pages
+        :meth:`entries` by the key as prefix (it may read the whole scope).
         """
         validate_scope(scope)
         validate_key(key)
@@ -304,10 +255,7 @@ class BaseStateBackend(ABC):
     async def aset_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> None:
-        """
-        Async :meth:`set_by_try`. The default runs an overridden :meth:`set_by_try` in a worker
-        thread, so the try is not lost; for a backend that does not record it, it calls :meth:`aset`.
-        """
+        """Async :meth:`set_by_try`: an overridden one in a thread (keeping the try), else :meth:`aset`."""
         if type(self).set_by_try is BaseStateBackend.set_by_try:
             await self.aset(scope, key, value, session=session)
         else:
@@ -329,27 +277,21 @@ class BaseStateBackend(ABC):
     akeys = _in_thread(keys)
 
 
+def _public_members() -> list[tuple[str, Any]]:
+    return sorted(
+        (name, member) for name, member in vars(BaseStateBackend).items() if not name.startswith("_")
+    )
+
+
 def contract_methods() -> tuple[str, ...]:
-    """
-    The public methods of :class:`BaseStateBackend`, sync and async: what a backend that wraps
-    another must pass on, each to the same method of the wrapped backend (``@typing.final`` ones
-    are left out).
-    """
+    """The public methods of :class:`BaseStateBackend` (not ``@final``): what a wrapper must pass on."""
     return tuple(
-        sorted(
-            name
-            for name, member in vars(BaseStateBackend).items()
-            if not name.startswith("_") and callable(member) and not getattr(member, "__final__", False)
-        )
+        name
+        for name, member in _public_members()
+        if callable(member) and not getattr(member, "__final__", False)
     )
 
 
 def capability_names() -> tuple[str, ...]:
     """The capabilities (``supports_*``) of :class:`BaseStateBackend`: a wrapper reads as its backend."""
-    return tuple(
-        sorted(
-            name
-            for name, member in vars(BaseStateBackend).items()
-            if not name.startswith("_") and not callable(member)
-        )
-    )
+    return tuple(name for name, member in _public_members() if not callable(member))

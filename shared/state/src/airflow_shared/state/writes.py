@@ -1,7 +1,4 @@
-"""
-What a write carries beside the value (who writes it, until when it lives, which version it
-expects), and the errors of versioned writes and atomic increments.
-"""
+"""What a write carries beside the value (writer, expiry, expected version), and its errors."""
 
 from __future__ import annotations
 
@@ -31,14 +28,8 @@ _TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 @dataclass(frozen=True)
 class StateWriter:
     """
-    Who writes a value. Task state records the try (``updated_by_try``); asset state records the
-    whole writer, so operators can see which task instance (or person) last moved a watermark.
-
-    :param kind: a task try, the REST API or the CLI.
-    :param dag_id, run_id, task_id, map_index, try_number: the task instance and its try, for
-        ``kind=task`` (all required: non-empty ids, a map index of -1 or more, a try number of 0
-        or more); ``None`` otherwise.
-    :raises ValueError, TypeError: for any other combination, when the writer is built.
+    Who writes a value: task state records the try, asset state the whole writer. A ``task`` writer
+    names its task instance and try (all required); the others name none, else it is not built.
     """
 
     kind: WriterKind
@@ -106,14 +97,7 @@ class VersionedValue:
 
 
 class StateConflictError(Exception):
-    """
-    A conditional write (``if_version``) found another version stored: someone wrote in between.
-    Read the key again and retry (``update()`` does).
-
-    :param key: the key written.
-    :param expected: the version the write was conditional on (0: the key had to be absent).
-    :param stored: the version stored now (0: the key is absent, or expired).
-    """
+    """A write with ``if_version`` found another version *stored* (0: absent) than *expected*."""
 
     def __init__(self, key: str, expected: int, stored: int) -> None:
         self.key = key
@@ -141,10 +125,7 @@ class StateCapabilityError(NotImplementedError):
 
 
 def validate_writer(writer: object) -> None:
-    """
-    Raise ``TypeError`` unless *writer* is a :class:`StateWriter` or ``None``. (A ``StateWriter``
-    checks its own fields when it is built.)
-    """
+    """Raise ``TypeError`` unless *writer* is a :class:`StateWriter` (which checks itself) or ``None``."""
     if writer is not None and not isinstance(writer, StateWriter):
         raise TypeError(f"writer must be a StateWriter or None, got {type(writer).__name__}: {writer!r:.60}")
 
@@ -177,10 +158,7 @@ def validate_write_options(expires_at: object, if_version: object) -> None:
 
 
 def validate_write(writer: StateWriter | None, expires_at: object, if_version: object = None) -> int | None:
-    """
-    Check what a write carries beside its key and value (:func:`validate_write_options`,
-    :func:`validate_writer`); return the try number task state records (``None``: no task try).
-    """
+    """Check a write's writer and options; return the try number task state records (or ``None``)."""
     validate_write_options(expires_at, if_version)
     validate_writer(writer)
     return writer.try_number if writer is not None else None
@@ -195,12 +173,7 @@ def validate_increment(by: object) -> None:
 
 
 def counter_value(key: str, stored: str | None) -> int:
-    """
-    The integer an increment starts from: 0 for an absent key, else the stored JSON integer.
-
-    :raises ValueError: when the stored value is not a JSON integer within 64 bits (nothing is
-        written then).
-    """
+    """The integer an increment starts from (0: absent); ``ValueError`` unless a 64-bit JSON integer."""
     if stored is None:
         return 0
     text = stored.strip()
