@@ -1,8 +1,4 @@
-"""
-The conformance kit's tests of the optional capabilities (versions, expiry, increments, clean-up,
-the writer of asset state), mixed into :class:`~airflow_shared.state.testing.StateBackendConformance`:
-each where the backend declares it, else that asking for it raises :class:`StateCapabilityError`.
-"""
+"""The conformance kit's tests of the optional capabilities, mixed into ``StateBackendConformance``."""
 
 from __future__ import annotations
 
@@ -56,7 +52,7 @@ class CapabilityConformance:
     contention_threads: int = 8
     contention_operations: int = 50
 
-    #: Declared by :class:`StateBackendConformance`; read here to gate the entries tests.
+    #: True when ``entries()`` reports ``updated_at``, ``updated_by_try``, version and expiry of each key.
     records_writes: bool = False
 
     # --- versions --------------------------------------------------------------------------

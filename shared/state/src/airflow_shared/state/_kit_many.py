@@ -1,18 +1,13 @@
-"""
-The conformance kit's tests of calls on many keys, mixed into
-:class:`~airflow_shared.state.testing.StateBackendConformance`: they hold for the per-key defaults
-as for native batches, and with ``supports_atomic_many`` no reader sees a batch half applied.
-"""
+"""The conformance kit's tests of calls on many keys, mixed into ``StateBackendConformance``."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ._kit_support import BAD_KEYS, BAD_VALUES
+from ._kit_support import BAD_KEYS, BAD_VALUES, future, in_threads, past
 from .many import MAX_MANY_KEYS
 from .validation import MAX_KEY_LENGTH
 from .writes import StateCapabilityError, StateWriter, VersionedValue
@@ -137,24 +132,23 @@ class ManyKeysConformance:
 
     def test_set_many_applies_expiry_and_the_writer(self, backend, make_task_scope, make_asset_scope):
         scope = make_task_scope()
-        past = datetime.now(UTC) - timedelta(hours=1)
         if not backend.supports_expiry:
             with pytest.raises(StateCapabilityError):
-                backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past)
+                backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past())
             assert backend.get_many(scope, ["a", "b"]) == {}
             return
-        backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past)
+        backend.set_many(scope, {"a": "1", "b": "2"}, expires_at=past())
         assert backend.get_many(scope, ["a", "b"]) == {}
-        future = datetime.now(UTC) + timedelta(hours=1)
+        expires_at = future()
         writer = StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, 3)
-        backend.set_many(scope, {"a": "1", "b": "2"}, writer=writer, expires_at=future)
+        backend.set_many(scope, {"a": "1", "b": "2"}, writer=writer, expires_at=expires_at)
         assert backend.get_many(scope, ["a", "b"]) == {"a": "1", "b": "2"}
         if not getattr(self, "records_writes", False):
             return
         by_key = {entry.key: entry for entry in backend.entries(scope).entries}
         for key in ("a", "b"):
             stored = by_key[key].expires_at
-            assert stored is not None and abs((stored - future).total_seconds()) < 0.01
+            assert stored is not None and abs((stored - expires_at).total_seconds()) < 0.01
             assert by_key[key].updated_by_try == 3
 
     def test_async_batches_match_sync(self, backend, scope):
@@ -176,27 +170,24 @@ class ManyKeysConformance:
         rounds = 60
         done = threading.Event()
         torn: list[dict[str, str]] = []
-        errors: list[BaseException] = []
-
-        def write() -> None:
-            try:
-                for n in range(rounds):
-                    backend.set_many(scope, dict.fromkeys(keys, str(n)))
-                    if n % 3 == 2:
-                        backend.delete_many(scope, keys)
-            except BaseException as error:
-                errors.append(error)
-            finally:
-                done.set()
-
-        writer = threading.Thread(target=write)
-        writer.start()
         reads = 0
-        while not done.is_set() or reads == 0:
-            seen = backend.get_many(scope, keys)
-            reads += 1
-            if seen and (len(seen) != len(keys) or len(set(seen.values())) != 1):
-                torn.append(seen)
-        writer.join()
-        assert not errors, errors
+
+        def race(n: int) -> None:  # thread 0 writes batches, thread 1 reads them meanwhile
+            nonlocal reads
+            if n == 0:
+                try:
+                    for round_ in range(rounds):
+                        backend.set_many(scope, dict.fromkeys(keys, str(round_)))
+                        if round_ % 3 == 2:
+                            backend.delete_many(scope, keys)
+                finally:
+                    done.set()
+                return
+            while not done.is_set() or reads == 0:
+                seen = backend.get_many(scope, keys)
+                reads += 1
+                if seen and (len(seen) != len(keys) or len(set(seen.values())) != 1):
+                    torn.append(seen)
+
+        in_threads(2, race)
         assert not torn, f"{len(torn)} of {reads} reads saw a batch half applied, e.g. {torn[0]}"

@@ -1,10 +1,7 @@
 """
-The conformance kit for wrappers: a backend that wraps another one (to measure, log, trace or
-guard its calls) must be transparent. Each contract method goes to the same method of the wrapped
-backend, once, and every capability reads as the wrapped backend's; a wrapper that forgets one
-falls back to the base class's default (a batch becomes one call per key, the flag reads ``False``)
-and :class:`~airflow_shared.state.testing.StateBackendConformance` run through it would not notice.
-
+The conformance kit for wrappers (that measure, log, trace or guard a backend's calls). A wrapper
+that forgets a method falls back to the base class's default (a batch becomes one call per key, a
+flag reads ``False``), which ``StateBackendConformance`` run through it would not notice.
 Subclass :class:`StateBackendWrapperConformance` and provide a fixture ``wrap(backend) -> wrapper``.
 """
 
@@ -53,10 +50,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
 
 def _sample(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     sync = name[1:] if inspect.iscoroutinefunction(getattr(BaseStateBackend, name)) else name
-    if sync not in SAMPLE_CALLS:
-        raise AssertionError(
-            f"the kit has no sample call of BaseStateBackend.{sync}: add one to SAMPLE_CALLS"
-        )
+    assert sync in SAMPLE_CALLS, f"the kit has no sample call of BaseStateBackend.{sync}: add one"
     return SAMPLE_CALLS[sync]
 
 

@@ -11,16 +11,8 @@ from .writes import StateWriter
 @dataclass(frozen=True)
 class StateEntry:
     """
-    One stored key with its value and what the backend knows of its last write.
-
-    Each field after *value* is ``None`` when the backend does not record it.
-
-    :param updated_at: when it was last written (timezone-aware, UTC).
-    :param updated_by_try: the try of the task instance that last wrote it; ``None`` for asset
-        state and for writes made outside a task try (the CLI, the REST API, server code).
-    :param version: the key's version (see :class:`~airflow_shared.state.VersionedValue`).
-    :param expires_at: when the key expires; ``None`` when it never does.
-    :param writer: who last wrote it, for asset state (task state records the try only).
+    One stored key, its value and what the backend knows of its last write (``None``: not recorded,
+    or for *updated_by_try* not a task try, for *expires_at* never, for *writer* task state).
     """
 
     key: str
@@ -59,10 +51,8 @@ def page_of_keys(
     keys: list[str], key_prefix: str | None, offset: int, limit: int | None
 ) -> tuple[list[str], int]:
     """
-    The keys of one page of *keys* (sorted, filtered by *key_prefix*), and how many matched in all.
-
-    Sorting is by code point, as Python sorts, so every backend pages in the same order whatever
-    its database's collation.
+    The keys of one page of *keys* filtered by *key_prefix*, and how many matched in all. Sorted by
+    code point, so every backend pages in the same order whatever its database's collation.
     """
     matching = sorted(key for key in keys if key_prefix is None or key.startswith(key_prefix))
     end = None if limit is None else offset + limit

@@ -1,9 +1,6 @@
 """
-The checks of calls on many keys at once (``get_many``, ``set_many``, ``delete_many``).
-
-A batch is bounded, so that one call stays one statement (or one pipeline, one HTTP request) of a
-size every store accepts, and every key and value of it is checked before any I/O: a batch with
-one bad key writes nothing.
+The checks of calls on many keys, before any I/O. A batch is bounded so that one call stays one
+statement (one pipeline, one HTTP request) of a size every store accepts.
 """
 
 from __future__ import annotations
@@ -25,12 +22,7 @@ def validate_batch_size(count: int, what: str) -> None:
 
 
 def validate_many_keys(keys: object, what: str = "get_many/delete_many") -> list[str]:
-    """
-    The keys of a ``get_many`` or ``delete_many``, each checked, without repeats, in their order.
-
-    :raises TypeError: *keys* is a single string or not a collection of strings.
-    :raises ValueError: a key is invalid, or there are more than :data:`MAX_MANY_KEYS`.
-    """
+    """The keys of a ``get_many`` or ``delete_many``, each checked, without repeats, in their order."""
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
         raise TypeError(f"{what} takes a list of keys, got {type(keys).__name__}: {keys!r:.60}")
     unique = list(dict.fromkeys(keys))  # type: ignore[call-overload]
@@ -41,13 +33,7 @@ def validate_many_keys(keys: object, what: str = "get_many/delete_many") -> list
 
 
 def validate_many_values(values: object, what: str = "set_many") -> dict[str, str]:
-    """
-    The key-value pairs of a ``set_many``, each key and value checked (values are stored text, as
-    for ``set``).
-
-    :raises TypeError: *values* is not a mapping, or a key or value has the wrong type.
-    :raises ValueError: a key or value is invalid, or there are more than :data:`MAX_MANY_KEYS`.
-    """
+    """The key-value pairs of a ``set_many``, each key and value checked."""
     if not isinstance(values, Mapping):
         raise TypeError(f"{what} takes a mapping of keys to values, got {type(values).__name__}")
     validate_batch_size(len(values), what)

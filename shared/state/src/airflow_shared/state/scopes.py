@@ -15,18 +15,11 @@ def _require_text(owner: str, field: str, value: object) -> None:
 @dataclass(frozen=True)
 class TaskScope:
     """
-    The state of one task instance: shared by all its tries, separate per map index.
+    The state of one task instance: shared by all its tries, separate per map index (-1: not mapped).
 
-    A dag run deleted and created again with the same ``run_id`` must start with empty task
-    state. The metastore gets that from its foreign key to ``dag_run``; a backend that stores
-    elsewhere is never told a run was deleted, so it MUST key task state on *dag_run_uid* and refuse
-    a scope without it with a ``ValueError`` saying to build one with
-    ``airflow.state.task_scope(dag_id, run_id, task_id, map_index)``, as Airflow's servers do.
-
-    :param map_index: the mapped instance, ``-1`` for a task that is not mapped.
-    :param dag_run_uid: an opaque, non-empty string naming this incarnation of the dag run (a run
-        created again with the same ``run_id`` has another); ``None`` when the caller does not know
-        it (only the metastore accepts such a scope).
+    *dag_run_uid* names this incarnation of the dag run (a run created again with the same
+    ``run_id`` has another); a backend other than the metastore MUST key task state on it and
+    refuse a scope without it (see "Writing a backend" in the README).
     """
 
     dag_id: str
@@ -76,17 +69,11 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def dag_run_uid(dag_run_id: int, created_at: datetime | None, run_after: datetime) -> str:
     """
-    Return the ``TaskScope.dag_run_uid`` of the dag run row with these columns.
-
-    ``f"{dag_run_id}.{micros}"``, where *micros* is ``created_at`` (or ``run_after`` when it is
-    NULL, as on rows migrated from Airflow versions that did not fill it) in integer microseconds
-    since the epoch, UTC. The same row always gives the same string; a row deleted and inserted
-    again gives a different one, even when the database reuses its id (SQLite gives a deleted
-    highest row's id to the next insert).
-
-    It lives in the dependency-free contract because every process that addresses a backend keyed
-    on it (Airflow 3.2's servers, a backend adapted to Airflow 3.3) must compute the same string.
-    Naive datetimes are taken as UTC.
+    The ``TaskScope.dag_run_uid`` of a dag run row: ``f"{dag_run_id}.{micros}"``, *micros* being
+    ``created_at`` (``run_after`` where migrated rows left it NULL) in microseconds since the epoch.
+    A row deleted and inserted again gives another string, even when the database reuses its id
+    (SQLite does). It lives here because every process addressing a backend keyed on it (3.2's
+    servers, a backend adapted to 3.3) must compute the same string.
     """
     if isinstance(dag_run_id, bool) or not isinstance(dag_run_id, int):
         raise TypeError(f"dag_run_id must be an int, got {type(dag_run_id).__name__}: {dag_run_id!r}")

@@ -50,20 +50,13 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     #: refuse a ``TaskScope`` without one.
     task_state_cascades_with_dag_run: bool = False
 
-    #: True when ``entries()`` reports ``updated_at`` and ``updated_by_try`` of each key.
-    records_writes: bool = False
-
     @pytest.fixture
     def backend(self) -> BaseStateBackend:
         raise NotImplementedError("provide a `backend` fixture returning the backend under test")
 
     @pytest.fixture
     def make_task_scope(self) -> MakeTaskScope:
-        """
-        Return ``make(run_id="run_1", task_id="task_1", map_index=-1) -> TaskScope``: by default a
-        scope of DAG ``conformance_dag`` with ``dag_run_uid=f"uid-{run_id}"``; a backend whose
-        storage needs the run to exist creates it, and returns the scope Airflow would build.
-        """
+        """``make(run_id, task_id, map_index) -> TaskScope``; override it to create the run first."""
 
         def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
             return TaskScope("conformance_dag", run_id, task_id, map_index, dag_run_uid=f"uid-{run_id}")
@@ -73,9 +66,8 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
     @pytest.fixture
     def recreate_dag_run(self) -> RecreateDagRun:
         """
-        Return ``recreate(scope) -> TaskScope``: delete the dag run of *scope*, create it again with
-        the same dag_id and run_id, and return a scope of the same task and map index in the new run.
-        The default only gives the scope a new ``dag_run_uid``, all a store without foreign keys sees.
+        ``recreate(scope) -> TaskScope``: the scope in the dag run deleted and created again with the
+        same ids. The default only gives it a new ``dag_run_uid``, all a store without foreign keys sees.
         """
 
         def recreate(scope: TaskScope) -> TaskScope:

@@ -43,12 +43,8 @@ def validate_key(key: object) -> None:
 
 def validate_value(value: object) -> None:
     """
-    Raise ``TypeError`` unless *value* is a string, ``ValueError`` if no store can keep it (NUL
-    characters, lone surrogates).
-
-    Backends store text; absence of a key is how "no value" is expressed, so ``None`` is refused
-    rather than stored. Callers that hold other types serialise them first (the task accessors
-    store JSON).
+    Raise ``TypeError`` unless *value* is a string, ``ValueError`` if no store can keep it. ``None``
+    is refused, not stored: an absent key is how "no value" is expressed.
     """
     if value is None:
         raise TypeError("state value must be a str, got None; to remove a key call delete()")
