@@ -75,7 +75,7 @@ class MemoryStateBackend(BaseStateBackend):
         return None if stored is None else stored.value
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        entry = self.get_entry(scope, key)
+        entry = self._read(scope, key)
         return None if entry is None else VersionedValue(entry.value, entry.version or 0)
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
@@ -106,6 +106,9 @@ class MemoryStateBackend(BaseStateBackend):
         return StateEntryPage([stored[key] for key in keys], total)
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
+        return self._read(scope, key)
+
+    def _read(self, scope: StateScope, key: str) -> StateEntry | None:
         _check(scope)
         validate_key(key)
         return self._live_entry(scope, key)
