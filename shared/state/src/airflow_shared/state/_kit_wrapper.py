@@ -48,12 +48,6 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
 }
 
 
-def _sample(name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    sync = name[1:] if inspect.iscoroutinefunction(getattr(BaseStateBackend, name)) else name
-    assert sync in SAMPLE_CALLS, f"the kit has no sample call of BaseStateBackend.{sync}: add one"
-    return SAMPLE_CALLS[sync]
-
-
 # How deep in spied calls the current call is: only calls the wrapper makes itself (depth 0) are
 # recorded, not those the wrapped backend makes to its own methods.
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("depth", default=0)
@@ -136,7 +130,9 @@ class StateBackendWrapperConformance:
         wrapper = wrap(wrapped)
         wrong = {}
         for name in contract_methods():
-            args, kwargs = _sample(name)
+            sync = name[1:] if inspect.iscoroutinefunction(getattr(BaseStateBackend, name)) else name
+            assert sync in SAMPLE_CALLS, f"the kit has no sample call of BaseStateBackend.{sync}: add one"
+            args, kwargs = SAMPLE_CALLS[sync]
             calls.clear()
             result = getattr(wrapper, name)(*args, **kwargs)
             if inspect.iscoroutine(result):

@@ -97,10 +97,7 @@ class BaseStateBackend(ABC):
         expires_at: datetime | None = None,
         session: Any = None,
     ) -> dict[str, int | None]:
-        """
-        Store every pair of *values* as :meth:`write` would; return each key's new version.
-        The default checks every pair, then writes key by key (not atomic).
-        """
+        """Store each pair as :meth:`write` would; return their versions. Default: key by key, not atomic."""
         validate_scope(scope)
         checked = validate_many_values(values)
         validate_write(writer, expires_at)
@@ -233,10 +230,7 @@ class BaseStateBackend(ABC):
         return StateEntryPage(found, total)
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
-        """
-        The entry of *key* as :meth:`entries` shows it, or ``None``. The default pages
-        :meth:`entries` by the key as prefix (it may read the whole scope).
-        """
+        """The entry of *key* as :meth:`entries` shows it, or ``None`` (default: entries by key as prefix)."""
         validate_scope(scope)
         validate_key(key)
         try:

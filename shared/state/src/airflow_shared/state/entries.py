@@ -50,10 +50,7 @@ def validate_listing(key_prefix: object, offset: object, limit: object) -> None:
 def page_of_keys(
     keys: list[str], key_prefix: str | None, offset: int, limit: int | None
 ) -> tuple[list[str], int]:
-    """
-    The keys of one page of *keys* filtered by *key_prefix*, and how many matched in all. Sorted by
-    code point, so every backend pages in the same order whatever its database's collation.
-    """
+    """One page of *keys* with *key_prefix*, and the total; by code point, whatever the collation."""
     matching = sorted(key for key in keys if key_prefix is None or key.startswith(key_prefix))
     end = None if limit is None else offset + limit
     return matching[offset:end], len(matching)

@@ -7,11 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Union
 
 
-def _require_text(owner: str, field: str, value: object) -> None:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{owner}.{field} must be a non-empty string, got {value!r}")
-
-
 @dataclass(frozen=True)
 class TaskScope:
     """
@@ -30,7 +25,8 @@ class TaskScope:
 
     def __post_init__(self) -> None:
         for field in ("dag_id", "run_id", "task_id"):
-            _require_text("TaskScope", field, getattr(self, field))
+            if not isinstance(text := getattr(self, field), str) or not text:
+                raise ValueError(f"TaskScope.{field} must be a non-empty string, got {text!r}")
         # bool is an int subclass; True as a map index is always a mistake.
         if not isinstance(self.map_index, int) or isinstance(self.map_index, bool):
             raise TypeError(f"TaskScope.map_index must be an int, got {self.map_index!r}")

@@ -42,10 +42,7 @@ def validate_key(key: object) -> None:
 
 
 def validate_value(value: object) -> None:
-    """
-    Raise ``TypeError`` unless *value* is a string, ``ValueError`` if no store can keep it. ``None``
-    is refused, not stored: an absent key is how "no value" is expressed.
-    """
+    """Raise ``TypeError``/``ValueError`` unless *value* is a string every store keeps (not ``None``)."""
     if value is None:
         raise TypeError("state value must be a str, got None; to remove a key call delete()")
     if not isinstance(value, str):
