@@ -42,26 +42,19 @@ def resolve_state_backend() -> type[BaseStateBackend]:
 
 def get_state_backend() -> BaseStateBackend:
     """
-    Return the process-wide instance of the configured backend, created on first use.
-
-    With a metrics backend on in ``[metrics]`` (StatsD, Datadog, OpenTelemetry) the instance is
-    wrapped so every call is counted and timed (:mod:`airflow.state.metrics`); it declares the same
-    capabilities, and :func:`unwrap_state_backend` returns the backend itself. With metrics off
-    it is the bare backend.
+    The process-wide instance of the configured backend, created on first use; measured when
+    ``[metrics]`` is on (:func:`unwrap_state_backend` returns the backend itself).
     """
     global _instance
     if _instance is None:
         with _lock:
             if _instance is None:
-                _instance = _with_metrics(resolve_state_backend()())
+                backend = resolve_state_backend()()
+                if metrics_enabled():
+                    ensure_stats_configured()
+                    backend = measured(backend)
+                _instance = backend
     return _instance
-
-
-def _with_metrics(backend: BaseStateBackend) -> BaseStateBackend:
-    if not metrics_enabled():
-        return backend
-    ensure_stats_configured()
-    return measured(backend)
 
 
 def reset_state_backend() -> None:

@@ -1,13 +1,7 @@
 """
-Metrics of the state backend, sent through Airflow's own ``Stats`` (StatsD, Datadog or
-OpenTelemetry, as ``[metrics]`` configures it); the README's "Metrics" section lists the names.
-
-:func:`~airflow.state.configured_backend.get_state_backend` wraps the configured backend in a
-:class:`MeasuredStateBackend` when ``[metrics]`` turns a metrics backend on; with metrics off the
-backend is returned bare and costs nothing extra. Every call counts as ``state.<operation>`` (the
-sync method's name; a try's write is a ``set``) and is timed, tagged with ``backend`` and
-``operation``; conflicts, refusals, failures, the size of values written and keys cleaned up are
-counted too.
+Metrics of the state backend through Airflow's own ``Stats``: the configured backend is wrapped
+in a :class:`MeasuredStateBackend` only when ``[metrics]`` turns a metrics backend on. The
+README's "Metrics" section lists the names.
 """
 
 from __future__ import annotations
@@ -35,11 +29,8 @@ def metrics_enabled() -> bool:
 
 def ensure_stats_configured() -> None:
     """
-    Build ``Stats`` from ``[metrics]`` in this process unless something did already.
-
-    Airflow 3.2's scheduler, triggerer, dag processor and task runner initialise ``Stats``
-    themselves, but its API server, where the state API runs, never does: ``Stats`` stays a
-    no-op logger there. A factory set by anyone else is left alone.
+    Build ``Stats`` from ``[metrics]`` unless something did already: Airflow 3.2's API server, where
+    the state API runs, never does (its other components do), so ``Stats`` would stay a no-op there.
     """
     if Stats.factory is None:  # type: ignore[attr-defined]
         Stats.initialize(factory=get_stats_factory(Stats))  # type: ignore[attr-defined]
@@ -126,11 +117,8 @@ def _measured_method(method: str) -> Callable[..., Any]:
 
 class MeasuredStateBackend(BaseStateBackend):
     """
-    The configured backend, with every call counted and timed through ``Stats``; build it with
-    :func:`measured`. Each contract method, sync and async, goes to the same method of
-    :attr:`wrapped` (a backend's own async client and batches keep being used), and each capability
-    reads as the wrapped backend's. Both are generated from the contract, so nothing added to it
-    later can be forgotten here.
+    :attr:`wrapped` with every call counted and timed (build it with :func:`measured`). Its methods
+    and capabilities are generated from the contract, so nothing added to it later is forgotten here.
     """
 
     def __init__(self, wrapped: BaseStateBackend) -> None:
