@@ -1,10 +1,7 @@
 """
-The errors this package raises on purpose, all under ``StateError``.
-
-Each also derives from the built-in exception it used to be (``PermissionError``,
-``RuntimeError``, ``ValueError``), so code that caught those keeps working. Imports only the
-dependency-free ``airflow_shared.state``: task processes, the API server and Airflow's start-up
-all import it.
+The errors this package raises on purpose, all under ``StateError``. Each also derives from the
+built-in exception it used to be (``PermissionError``, ``RuntimeError``, ``ValueError``), so code
+that caught those keeps working. Imports only the dependency-free ``airflow_shared.state``.
 """
 
 from __future__ import annotations
@@ -28,11 +25,9 @@ class StateError(Exception):
 
 class StateAccessDeniedError(StateError, PermissionError):
     """
-    The task may not touch this state: an asset it does not declare as an inlet or outlet, or
-    writes to one it declares as an inlet only (refused in the task, or by the server:
-    ``asset_not_declared``), another task instance's state (``forbidden``), a write by a try that
-    is not running (``not_running``), or a handshake whose proof its supervisor did not write
-    (``proof_not_found``).
+    The task may not touch this state: an asset it does not declare (or writes to an inlet-only
+    one: ``asset_not_declared``), another task instance's state (``forbidden``), a write by a try
+    that is not running (``not_running``), a proof its supervisor did not write (``proof_not_found``).
     """
 
 
@@ -70,9 +65,7 @@ class StateConflictError(StateError, _BackendConflict):
 
 class StateUnsupportedError(StateError, NotImplementedError):
     """
-    The configured state backend cannot do what the task asked (the server answered 501
-    ``unsupported``): versions (``get_versioned``, ``if_version``, ``update``), expiry (``ttl``)
-    or increments. The message names the backend and the capability; use a backend that supports
-    it (the metastore and Redis backends support all of them) or do without the option.
-    Backends themselves raise :class:`airflow_shared.state.StateCapabilityError`.
+    The configured state backend cannot do what the task asked (501 ``unsupported``): versions
+    (``get_versioned``, ``if_version``, ``update``), expiry (``ttl``) or increments; the message
+    names the backend and the capability. Backends raise ``airflow_shared.state.StateCapabilityError``.
     """
