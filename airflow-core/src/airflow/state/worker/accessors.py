@@ -102,16 +102,15 @@ class _StateNamespace:
         """The client, the query parameters that name the namespace, and the prefix of its paths."""
         raise NotImplementedError
 
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        client, params, prefix = self._target()
+        params = {**params, **kwargs.pop("params", {})}
+        return client.request(method, prefix + path, params=params, **kwargs)
+
     def _one_key(self, method: str, key: str, path: str = VALUE, **kwargs: Any) -> httpx.Response:
         # Checked here too, so a bad key fails in the task with the full message and no round trip.
         validate_key(key)
-        client, params, prefix = self._target()
-        params = {**params, KEY_PARAMETER: key, **kwargs.pop("params", {})}
-        return client.request(method, prefix + path, params=params, **kwargs)
-
-    def _all_keys(self, method: str) -> httpx.Response:
-        client, params, prefix = self._target()
-        return client.request(method, prefix + KEYS, params=params)
+        return self._request(method, path, params={KEY_PARAMETER: key, **kwargs.pop("params", {})}, **kwargs)
 
     def _read(self, key: str) -> dict[str, Any] | None:
         response = self._one_key("GET", key)
@@ -242,14 +241,13 @@ class _StateNamespace:
     # --- many keys, one request ------------------------------------------------------------
 
     def _many(self, method: str, path: str, body: str) -> httpx.Response:
-        client, params, prefix = self._target()
         encoded, limit = body.encode(), config.max_batch_bytes()
         if len(encoded) > limit:
             raise ValueError(
                 f"{self._what} batch is {len(encoded)} bytes as JSON; the limit is {limit} "
                 "([state] max_batch_bytes): split it into smaller batches"
             )
-        return client.request(method, prefix + VALUES + path, params=params, content=encoded)
+        return self._request(method, VALUES + path, content=encoded)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """
@@ -301,11 +299,11 @@ class _StateNamespace:
 
     def clear(self) -> None:
         """Remove every key of this namespace."""
-        self._all_keys("DELETE")
+        self._request("DELETE", KEYS)
 
     def keys(self) -> list[str]:
         """The keys stored in this namespace, sorted."""
-        return self._all_keys("GET").json()["keys"]
+        return self._request("GET", KEYS).json()["keys"]
 
     aget = _in_thread(get)
     aget_versioned = _in_thread(get_versioned)

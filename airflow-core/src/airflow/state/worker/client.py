@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import httpx
@@ -38,7 +37,6 @@ from airflow.state.exceptions import (
     StateAccessDeniedError,
     StateConfigurationError,
     StateConflictError,
-    StateError,
     StateUnavailableError,
     StateUnsupportedError,
 )
@@ -95,11 +93,6 @@ def _served_in_process() -> InProcessApi:
     return in_process_api
 
 
-@cache
-def _in_process_transport() -> httpx.BaseTransport:
-    return _served_in_process().transport()
-
-
 _clients_lock = threading.Lock()
 _clients: dict[tuple[int, str, bool], httpx.Client] = {}
 
@@ -116,7 +109,7 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
         if client is None:
             client = _clients[key] = httpx.Client(
                 base_url=base_url,
-                transport=_in_process_transport() if in_process else None,
+                transport=_served_in_process().transport() if in_process else None,
                 timeout=config.request_timeout(),
                 # Loading the CA bundle takes about 50 ms, which a plain-http API never uses: half
                 # of a task process's first state call, measured when the handshake was first timed.
@@ -163,12 +156,9 @@ class StateClient:
 
     def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         """
-        Send one request with this task instance's credential, retried as Airflow retries its
-        Execution API calls; return the answer (a 404 only when the key is missing) or raise the
-        error the answer stands for.
-
-        :param idempotent: ``False`` for a request that must not be applied twice (an increment, a
-            conditional write): it is retried only when it surely never reached the server.
+        Send one request with this task instance's credential; return the answer (a 404 only when
+        the key is missing) or raise the error it stands for. With *idempotent* ``False`` (an
+        increment, a conditional write), it is retried only when it surely never reached the server.
         """
         response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
         if response.status_code == 401:
@@ -187,7 +177,7 @@ class StateClient:
                 response = http.request(method, path, **kwargs)
             except httpx.TransportError as error:
                 if not idempotent and not isinstance(error, _NEVER_SENT):
-                    raise self._outcome_unknown(method, path, error) from error
+                    raise _outcome_unknown(method, path, error) from error
                 if last:
                     raise StateUnavailableError(
                         f"Cannot reach the task state API at {self.base_url} ({error}); check [state] "
@@ -198,16 +188,10 @@ class StateClient:
                 if not _retryable(response) or last:
                     return response
                 if not idempotent:
-                    raise self._outcome_unknown(method, path, _described(response))
+                    reason, message = _reason(response)
+                    raise _outcome_unknown(method, path, f"{response.status_code} {reason or ''}: {message}")
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
-
-    def _outcome_unknown(self, method: str, path: str, error: object) -> StateUnavailableError:
-        return StateUnavailableError(
-            f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
-            "it may or may not have been applied, and it is not retried because applying it twice "
-            "(an increment, a conditional write) would be wrong; read the key to find out"
-        )
 
     # --- the credential ----------------------------------------------------------------------
 
@@ -341,9 +325,12 @@ def _reason(response: httpx.Response) -> tuple[str | None, str]:
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-def _described(response: httpx.Response) -> str:
-    reason, message = _reason(response)
-    return f"{response.status_code} {reason or ''}: {message}".strip()
+def _outcome_unknown(method: str, path: str, error: object) -> StateUnavailableError:
+    return StateUnavailableError(
+        f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
+        "it may or may not have been applied, and it is not retried because applying it twice "
+        "(an increment, a conditional write) would be wrong; read the key to find out"
+    )
 
 
 def _retryable(response: httpx.Response) -> bool:
@@ -354,17 +341,10 @@ def _retryable(response: httpx.Response) -> bool:
 
 
 # The error each reason is raised as; any other reason means the API is not usable now.
-_RAISED_AS: dict[str, type[StateError]] = {
-    Reason.UNSUPPORTED: StateUnsupportedError,
-    **dict.fromkeys(
-        (Reason.ASSET_NOT_DECLARED, Reason.FORBIDDEN, Reason.NOT_RUNNING, Reason.PROOF_NOT_FOUND),
-        StateAccessDeniedError,
-    ),
-    **dict.fromkeys(
-        (Reason.INVALID_KEY, Reason.INVALID_VALUE, Reason.INVALID_REQUEST, Reason.BODY_TOO_LARGE),
-        InvalidStateError,
-    ),
-    Reason.MISCONFIGURED: StateConfigurationError,
+_RAISED_AS: dict[str, type[Exception]] = {
+    reason: error
+    for error in (StateAccessDeniedError, InvalidStateError, StateUnsupportedError, StateConfigurationError)
+    for reason in error.reasons
 }
 
 

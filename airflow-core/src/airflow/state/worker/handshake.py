@@ -157,12 +157,13 @@ def _send(ti: Any, fields: dict[str, Any]) -> None:
 def _before_fork() -> None:
     # If the forking process uses state, the proof first: a multiprocessing child cannot reach the
     # supervisor, but it can redeem a proof already there with the verifier it inherits.
-    for held in list(_proofs.values()) if ACCESSORS_MODULE in sys.modules else []:
-        if held.ti is not None and held.stage == _NOT_WRITTEN:
-            try:
-                verifier_with_proof(held.ti)
-            except Exception:  # the child's first state call meets it again, and reports it
-                log.debug("Could not write the state handshake's proof before forking", exc_info=True)
+    if ACCESSORS_MODULE in sys.modules:
+        for held in list(_proofs.values()):
+            if held.ti is not None and held.stage == _NOT_WRITTEN:
+                try:
+                    verifier_with_proof(held.ti)
+                except Exception:  # the child's first state call meets it again, and reports it
+                    log.debug("Could not write the state handshake's proof before forking", exc_info=True)
     _exchange_lock.acquire()
 
 

@@ -1,18 +1,15 @@
 """
-What the task process does as its try starts and ends: an Airflow listener, registered by the state
+The task process's side of a try starting and ending: an Airflow listener, registered by the state
 plugin, whose hooks Airflow 3.2's task runner calls in the task process itself.
 
-As the try starts, before the task's code runs, it draws the try's handshake verifier, so that the
-processes the task forks share it (:mod:`airflow.state.worker.handshake`), and starts the handshake
-in the background when the task will need a credential: its code imported the state accessors, or
-it clears its state on success. As the try ends, it takes the proof out of the rendered fields.
-
-When the try succeeds, it clears the task instance's state if ``[state] clear_on_success`` or the
-task's own ``clear_task_state_on_success`` attribute (which wins either way) asks for it. The hook
-runs after the supervisor has reported the success, so under every executor the task process asks
-the state API, with the credential it got while running, and the API server clears the state only
-because the try has succeeded. Airflow also calls this hook in the API server when someone marks a
-task instance successful by hand; that is not a try succeeding, and nothing is cleared then.
+As the try starts (before the task's code runs) it draws the try's handshake verifier, so that the
+processes the task forks share it, and starts the handshake in the background when the task will
+need a credential. As the try ends it takes the proof out of the rendered fields; when the try
+succeeds, it first clears the task instance's state if ``[state] clear_on_success`` or the task's
+``clear_task_state_on_success`` (which wins) asks for it. That hook runs after the supervisor has
+reported the success, so the API server clears the state, under every executor, only because the
+try has succeeded; Airflow also calls it in the API server when someone marks a task instance
+successful by hand, which is not a try succeeding: nothing is cleared then.
 
 A listener must never fail the task: anything that goes wrong is logged, and the state stays.
 """
