@@ -9,6 +9,7 @@ document except ``None``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import random
@@ -85,6 +86,7 @@ def _in_thread(method: Callable[Concatenate[_N, _P], _R]) -> Callable[Concatenat
     never waits on HTTP and the calls share the sync client's pooled connections.
     """
 
+    @functools.wraps(method)  # inspect.signature() and help() show the sync method's parameters
     async def in_thread(self: _N, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return await asyncio.to_thread(method, self, *args, **kwargs)
 
