@@ -126,6 +126,7 @@ def test_in_process_serving_needs_no_key_and_leaves_the_configuration_alone(monk
     """
     from types import SimpleNamespace
 
+    import airflow.state.plugin  # noqa: F401 (as Airflow loads it: it serves the state API in-process)
     from airflow.state import StateAccessDeniedError
     from airflow.state.api.signing_keys import forget_configured_keys
     from airflow.state.worker import client

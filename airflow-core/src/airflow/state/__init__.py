@@ -12,61 +12,40 @@ The other modules beside this file are the floor every part shares: ``protocol``
 reasons, the handshake's proof), ``codec`` (values as JSON text), ``expiry``, ``configured_backend``,
 ``config`` (every setting read, defaults in ``provider_info``) and ``exceptions``.
 ``tests/test_import_graph.py`` keeps the imports flowing one way.
-
-Heavy imports happen on first use: Airflow imports this package while it is still starting up
-(provider discovery), and task processes should not pay for the ORM they do not use.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from airflow.state.exceptions import (
-    InvalidStateError,
-    StateAccessDeniedError,
-    StateConfigurationError,
-    StateConflictError,
-    StateError,
-    StateUnavailableError,
-    StateUnsupportedError,
-)
+from airflow.state import exceptions
+from airflow.state.exceptions import *  # noqa: F403 (the errors, as exceptions.__all__ lists them)
 from airflow.state.protocol import NEVER_EXPIRES
 from airflow.state.worker.options import Versioned
 
 if TYPE_CHECKING:
-    from airflow.state.airflow_db.run_identity import task_scope
-    from airflow.state.configured_backend import get_state_backend, resolve_state_backend
-    from airflow.state.worker.accessors import asset_state, task_state
+    from airflow.state.airflow_db.run_identity import task_scope as task_scope
+    from airflow.state.configured_backend import get_state_backend as get_state_backend
+    from airflow.state.configured_backend import resolve_state_backend as resolve_state_backend
+    from airflow.state.worker.accessors import asset_state as asset_state
+    from airflow.state.worker.accessors import task_state as task_state
 
-__all__ = [
-    "NEVER_EXPIRES",
-    "InvalidStateError",
-    "StateAccessDeniedError",
-    "StateConfigurationError",
-    "StateConflictError",
-    "StateError",
-    "StateUnavailableError",
-    "StateUnsupportedError",
-    "Versioned",
-    "asset_state",
-    "get_state_backend",
-    "resolve_state_backend",
-    "task_scope",
-    "task_state",
-]
+# Imported on first use, not here: Airflow imports this package while it is still starting up
+# (provider discovery), and task processes should not pay for the ORM they do not use.
+_LAZY = {
+    "get_state_backend": "airflow.state.configured_backend",
+    "resolve_state_backend": "airflow.state.configured_backend",
+    "task_state": "airflow.state.worker.accessors",
+    "asset_state": "airflow.state.worker.accessors",
+    "task_scope": "airflow.state.airflow_db.run_identity",
+}
+
+__all__ = ["NEVER_EXPIRES", "Versioned", *_LAZY]
+__all__ += exceptions.__all__
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("get_state_backend", "resolve_state_backend"):
-        from airflow.state import configured_backend
-
-        return getattr(configured_backend, name)
-    if name in ("task_state", "asset_state"):
-        from airflow.state.worker import accessors
-
-        return getattr(accessors, name)
-    if name == "task_scope":
-        from airflow.state.airflow_db import run_identity
-
-        return run_identity.task_scope
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

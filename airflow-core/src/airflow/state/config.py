@@ -1,13 +1,10 @@
 """
 Every setting this package reads: the ``[state]`` options, here and only here, each by one small
 function, and the ``[workers]`` settings the task's client shares with Airflow's own Execution API
-calls (retries, request timeout).
-
-The defaults of the ``[state]`` options are written once, in ``provider_info.STATE_OPTIONS``, which
-Airflow turns into its configuration defaults. Some processes read configuration before Airflow
-has loaded the providers' defaults; they fall back to that same dict, never to a second literal.
-
-Task processes import this module: it imports nothing heavier than ``airflow.configuration``.
+calls (retries, request timeout). The ``[state]`` defaults are written once, in
+``provider_info.STATE_OPTIONS``: a process that reads configuration before Airflow has loaded the
+providers' defaults falls back to that same dict. Task processes import this module: it imports
+nothing heavier than ``airflow.configuration``.
 """
 
 from __future__ import annotations
@@ -113,12 +110,9 @@ def retired_api_secret_is_set() -> bool:
 
 def api_url() -> str:
     """
-    Where workers reach the state API, found as Airflow finds its Execution API:
-
-    1. ``[state] api_url``;
-    2. ``[core] execution_api_server_url``, with its trailing ``/execution`` replaced by ``/state``;
-    3. ``[api] base_url`` plus ``/state``, with ``http://localhost:8080`` in front of a relative one
-       (what Airflow's executors do to build the Execution API's URL from it).
+    Where workers reach the state API (see ``[state] api_url``'s description): that option, else
+    ``[core] execution_api_server_url`` with ``/state`` for ``/execution``, else ``[api] base_url``
+    plus ``/state`` (``http://localhost:8080`` in front of a relative one, as Airflow's executors do).
 
     :raises StateConfigurationError: when none of them is set.
     """
@@ -151,10 +145,9 @@ def request_timeout() -> float:
 
 class RetryPolicy:
     """
-    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds
-    and doubling up to ``execution_api_retry_wait_max``; with Airflow's defaults (5, 1 s, 90 s) a
-    call gives up after about 31 s. Each wait is stretched by up to a quarter at random, so the
-    tasks of a deployment do not all come back at the same instant after a restart.
+    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds and
+    doubling up to ``execution_api_retry_wait_max`` (Airflow's defaults give up after about 31 s);
+    each wait stretched by up to a quarter at random, so tasks do not all come back at once.
     """
 
     def __init__(self, retries: int, wait_min: float, wait_max: float) -> None:

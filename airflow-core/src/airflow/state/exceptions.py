@@ -1,14 +1,12 @@
 """
-The errors this package raises on purpose, all under ``StateError``.
-
-Each also derives from the built-in exception it used to be (``PermissionError``,
-``RuntimeError``, ``ValueError``), so code that caught those keeps working. Imports only the
-dependency-free ``airflow_shared.state``: task processes, the API server and Airflow's start-up
-all import it.
+The errors this package raises on purpose, all under ``StateError``. Each also derives from the
+built-in exception it used to be (``PermissionError``, ``RuntimeError``, ``ValueError``), so code
+that caught those keeps working. Imports only the dependency-free ``airflow_shared.state``.
 """
 
 from __future__ import annotations
 
+from airflow.state.protocol import Reason
 from airflow_shared.state import StateConflictError as _BackendConflict
 
 __all__ = [
@@ -25,15 +23,18 @@ __all__ = [
 class StateError(Exception):
     """Root of every error ``airflow.state`` raises on purpose."""
 
+    #: The ``reason`` of the state API's answers that the task's client raises as this error.
+    reasons: tuple[Reason, ...] = ()
+
 
 class StateAccessDeniedError(StateError, PermissionError):
     """
-    The task may not touch this state: an asset it does not declare as an inlet or outlet, or
-    writes to one it declares as an inlet only (refused in the task, or by the server:
-    ``asset_not_declared``), another task instance's state (``forbidden``), a write by a try that
-    is not running (``not_running``), or a handshake whose proof its supervisor did not write
-    (``proof_not_found``).
+    The task may not touch this state: an asset it does not declare (or writes to an inlet-only
+    one), another task instance's state, a write by a try that is not running, a handshake whose
+    proof its supervisor did not write.
     """
+
+    reasons = (Reason.ASSET_NOT_DECLARED, Reason.FORBIDDEN, Reason.NOT_RUNNING, Reason.PROOF_NOT_FOUND)
 
 
 class StateUnavailableError(StateError, RuntimeError):
@@ -47,32 +48,34 @@ class StateUnavailableError(StateError, RuntimeError):
 class StateConfigurationError(StateUnavailableError):
     """
     A deployment problem that retrying cannot fix: an API server with nothing to derive its
-    credential key from (it answers 503 ``misconfigured``, which the client does not retry), or no
-    way to find the state API URL.
+    credential key from (the client does not retry that answer), or no way to find the API's URL.
     """
+
+    reasons = (Reason.MISCONFIGURED,)
 
 
 class InvalidStateError(StateError, ValueError):
     """
-    The server refused a key or value (413/422: ``invalid_key``, ``invalid_value``,
-    ``invalid_request``, ``body_too_large``). Checks made in the task before any request raise
+    The server refused a key or value (413/422). Checks made in the task before any request raise
     plain ``ValueError``/``TypeError`` instead.
     """
+
+    reasons = (Reason.INVALID_KEY, Reason.INVALID_VALUE, Reason.INVALID_REQUEST, Reason.BODY_TOO_LARGE)
 
 
 class StateConflictError(StateError, _BackendConflict):
     """
     A versioned write (``set(..., if_version=n)``) found another version stored (the server
-    answered 409 ``version_conflict``): ``.stored`` is the version stored now (0: absent). It is
+    answered 409): ``.stored`` is the version stored now (0: absent). It is
     also the backends' :class:`airflow_shared.state.StateConflictError`, so either name catches it.
     """
 
 
 class StateUnsupportedError(StateError, NotImplementedError):
     """
-    The configured state backend cannot do what the task asked (the server answered 501
-    ``unsupported``): versions (``get_versioned``, ``if_version``, ``update``), expiry (``ttl``)
-    or increments. The message names the backend and the capability; use a backend that supports
-    it (the metastore and Redis backends support all of them) or do without the option.
-    Backends themselves raise :class:`airflow_shared.state.StateCapabilityError`.
+    The configured state backend cannot do what the task asked (501): versions (``get_versioned``,
+    ``if_version``, ``update``), expiry (``ttl``) or increments; the message names the backend and
+    the capability. Backends themselves raise ``airflow_shared.state.StateCapabilityError``.
     """
+
+    reasons = (Reason.UNSUPPORTED,)

@@ -19,22 +19,29 @@ from enum import StrEnum
 
 URL_PREFIX = "/state"
 
-# One task instance's namespace: list its keys (GET) or clear it (DELETE).
-TASK_KEYS_PATH = "/task-instances/{task_instance_id}/keys"
-# One key of it, named by the `key` query parameter: GET, PUT or DELETE.
-TASK_VALUE_PATH = "/task-instances/{task_instance_id}/value"
-# The same for an asset the task declares, named by the `name` and/or `uri` query parameters.
-ASSET_KEYS_PATH = "/assets/keys"
-ASSET_VALUE_PATH = "/assets/value"
-# Add to the integer stored under `key` in one atomic step (POST); the same for an asset.
-TASK_INCREMENT_PATH = "/task-instances/{task_instance_id}/increment"
-ASSET_INCREMENT_PATH = "/assets/increment"
+# A namespace's operations live below its prefix: one task instance's, or one asset's that the task
+# declares (named by the `name` and/or `uri` query parameters).
+TASK_PREFIX = "/task-instances/{task_instance_id}"
+ASSET_PREFIX = "/assets"
+# All its keys: list them (GET) or clear them (DELETE).
+KEYS = "/keys"
+# One key, named by the `key` query parameter: GET, PUT or DELETE.
+VALUE = "/value"
+# Add to the integer stored under `key` in one atomic step (POST).
+INCREMENT = "/increment"
 # Many keys in one request; the keys travel in the JSON body: read them (POST .../values/read),
 # write them (PUT .../values), delete them (POST .../values/delete).
-TASK_VALUES_PATH = "/task-instances/{task_instance_id}/values"
+VALUES = "/values"
+TASK_KEYS_PATH = TASK_PREFIX + KEYS
+TASK_VALUE_PATH = TASK_PREFIX + VALUE
+TASK_INCREMENT_PATH = TASK_PREFIX + INCREMENT
+TASK_VALUES_PATH = TASK_PREFIX + VALUES
 TASK_VALUES_READ_PATH = TASK_VALUES_PATH + "/read"
 TASK_VALUES_DELETE_PATH = TASK_VALUES_PATH + "/delete"
-ASSET_VALUES_PATH = "/assets/values"
+ASSET_KEYS_PATH = ASSET_PREFIX + KEYS
+ASSET_VALUE_PATH = ASSET_PREFIX + VALUE
+ASSET_INCREMENT_PATH = ASSET_PREFIX + INCREMENT
+ASSET_VALUES_PATH = ASSET_PREFIX + VALUES
 ASSET_VALUES_READ_PATH = ASSET_VALUES_PATH + "/read"
 ASSET_VALUES_DELETE_PATH = ASSET_VALUES_PATH + "/delete"
 # Told by the task process once its try succeeded (POST): clears the task instance's state when
@@ -100,21 +107,9 @@ class Reason(StrEnum):
     MISCONFIGURED = "misconfigured"
 
 
-def task_keys_path(task_instance_id: str) -> str:
-    return TASK_KEYS_PATH.format(task_instance_id=task_instance_id)
-
-
 def task_value_path(task_instance_id: str) -> str:
     return TASK_VALUE_PATH.format(task_instance_id=task_instance_id)
 
 
 def task_values_path(task_instance_id: str) -> str:
     return TASK_VALUES_PATH.format(task_instance_id=task_instance_id)
-
-
-def task_increment_path(task_instance_id: str) -> str:
-    return TASK_INCREMENT_PATH.format(task_instance_id=task_instance_id)
-
-
-def task_succeeded_path(task_instance_id: str) -> str:
-    return TASK_SUCCEEDED_PATH.format(task_instance_id=task_instance_id)

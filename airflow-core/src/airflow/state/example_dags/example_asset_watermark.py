@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.sdk import Asset, dag, task
+from airflow.state import asset_state
 
 ORDERS = Asset(name="orders", uri="file:///tmp/airflow-state-example/orders")
 
@@ -17,8 +18,6 @@ ORDERS = Asset(name="orders", uri="file:///tmp/airflow-state-example/orders")
 def example_asset_watermark():
     @task(outlets=[ORDERS])
     def load_new_orders() -> dict:
-        from airflow.state import asset_state
-
         state = asset_state[ORDERS]
         previous = state.get("watermark", default=0)
         watermark = previous + 100  # rows loaded up to here

@@ -5,14 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.sdk import dag, task
+from airflow.state import task_state
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False, tags=["example", "task-state"])
 def example_mapped_state():
     @task
     def process(partition: int) -> dict:
-        from airflow.state import task_state
-
         seen_before = task_state.keys()
         task_state.set("partition", partition)
         task_state.set("offset", partition * 1000)

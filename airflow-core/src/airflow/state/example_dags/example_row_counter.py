@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, dag, task
+from airflow.state import asset_state, task_state
 
 ROWS = Asset(name="example_rows", uri="file:///tmp/airflow-state-example/rows")
 
@@ -21,8 +22,6 @@ ROWS = Asset(name="example_rows", uri="file:///tmp/airflow-state-example/rows")
 def example_row_counter():
     @task(outlets=[ROWS])
     def load_partition(partition: int) -> dict:
-        from airflow.state import asset_state, task_state
-
         rows = 100 + partition  # what loading this partition would have counted
         task_state.set("progress", {"partition": partition, "rows": rows}, ttl=timedelta(days=1))
         state = asset_state[ROWS]

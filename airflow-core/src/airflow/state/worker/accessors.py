@@ -15,11 +15,11 @@ import json
 import random
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
+from airflow.sdk import Asset, get_current_context
 from airflow.state import codec, config
 from airflow.state.exceptions import (
     StateAccessDeniedError,
@@ -28,17 +28,15 @@ from airflow.state.exceptions import (
     StateUnsupportedError,
 )
 from airflow.state.protocol import (
-    ASSET_INCREMENT_PATH,
-    ASSET_KEYS_PATH,
-    ASSET_VALUE_PATH,
-    ASSET_VALUES_PATH,
+    ASSET_PREFIX,
     IF_VERSION_PARAMETER,
+    INCREMENT,
     KEY_PARAMETER,
+    KEYS,
+    TASK_PREFIX,
     TTL_FIELD,
-    task_increment_path,
-    task_keys_path,
-    task_value_path,
-    task_values_path,
+    VALUE,
+    VALUES,
 )
 from airflow.state.worker.client import StateClient
 from airflow.state.worker.options import Versioned, ttl_field
@@ -50,23 +48,20 @@ from airflow_shared.state import (
     validate_write_options,
 )
 
-_OUTSIDE_TASK = (
-    "{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
-    "function, or code they call (including under `airflow dags test` / dag.test())."
-)
-
-
-def _running_task_instance(what: str) -> Any:
-    from airflow.sdk import get_current_context
-
-    try:
-        return get_current_context()["ti"]
-    except (RuntimeError, KeyError):
-        raise RuntimeError(_OUTSIDE_TASK.format(what=what)) from None
+_N = TypeVar("_N", bound="_StateNamespace")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _client(what: str) -> tuple[StateClient, Any]:
-    ti = _running_task_instance(what)
+    """A client for the running task instance, and the task instance."""
+    try:
+        ti = get_current_context()["ti"]
+    except (RuntimeError, KeyError):
+        raise RuntimeError(
+            f"{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
+            "function, or code they call (including under `airflow dags test` / dag.test())."
+        ) from None
     return StateClient(ti), ti
 
 
@@ -85,17 +80,19 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, min(0.005 * 2**attempt, 0.25))
 
 
-@dataclass(frozen=True)
-class _Paths:
+def _in_thread(method: Callable[Concatenate[_N, _P], _R]) -> Callable[Concatenate[_N, _P], Awaitable[_R]]:
     """
-    Where a namespace's operations live: all its keys, one key's value, one key's increment, and
-    many keys' values (PUT; ``/read`` and ``/delete`` below it).
+    The async twin of a sync method: it runs the sync one in a worker thread, so the event loop
+    never waits on HTTP and the calls share the sync client's pooled connections.
     """
 
-    keys: str
-    value: str
-    increment: str
-    values: str
+    @functools.wraps(method)  # inspect.signature() and help() show the sync method's parameters
+    async def in_thread(self: _N, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    in_thread.__name__ = in_thread.__qualname__ = f"a{method.__name__}"
+    in_thread.__doc__ = f":meth:`{method.__name__}` for async code."
+    return in_thread
 
 
 class _StateNamespace:
@@ -103,20 +100,19 @@ class _StateNamespace:
 
     _what = "state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
-        """The client, the query parameters that name the namespace, and its paths."""
+    def _target(self) -> tuple[StateClient, dict[str, str], str]:
+        """The client, the query parameters that name the namespace, and the prefix of its paths."""
         raise NotImplementedError
 
-    def _one_key(self, method: str, key: str, path: str = "value", **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        client, params, prefix = self._target()
+        params = {**params, **kwargs.pop("params", {})}
+        return client.request(method, prefix + path, params=params, **kwargs)
+
+    def _one_key(self, method: str, key: str, path: str = VALUE, **kwargs: Any) -> httpx.Response:
         # Checked here too, so a bad key fails in the task with the full message and no round trip.
         validate_key(key)
-        client, params, paths = self._target()
-        params = {**params, KEY_PARAMETER: key, **kwargs.pop("params", {})}
-        return client.request(method, getattr(paths, path), params=params, **kwargs)
-
-    def _all_keys(self, method: str) -> httpx.Response:
-        client, params, paths = self._target()
-        return client.request(method, paths.keys, params=params)
+        return self._request(method, path, params={KEY_PARAMETER: key, **kwargs.pop("params", {})}, **kwargs)
 
     def _read(self, key: str) -> dict[str, Any] | None:
         response = self._one_key("GET", key)
@@ -160,7 +156,9 @@ class _StateNamespace:
         :param if_version: write only if the key is still at this version (from
             :meth:`get_versioned`; 0: only if it is absent), else raise ``StateConflictError``.
         """
-        body = _body(value, ttl_field(ttl))
+        ttl_text = ttl_field(ttl)
+        # The value is checked here too, so a bad one fails in the task, with no round trip.
+        body = _document('"value":' + codec.encode(value), ttl_text)
         validate_write_options(None, if_version)
         params = {} if if_version is None else {IF_VERSION_PARAMETER: str(if_version)}
         # A conditional write must not be repeated blindly: applied twice, it conflicts with itself.
@@ -184,20 +182,48 @@ class _StateNamespace:
         *fn* may run several times, so it must only compute (no side effects), and must not
         return None. Gives up with ``StateConflictError`` after *max_attempts* reads.
         """
-        ttl_text = ttl_field(ttl)
-        attempts = _checked_attempts(max_attempts)
+        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
         for attempt in range(attempts):
             current = self.get_versioned(key)
             new = fn(default if current is None else current.value)
-            try:
-                self.set(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
-            except StateConflictError:
-                if attempt + 1 == attempts:
-                    raise
-                time.sleep(_backoff(attempt))
-            else:
+            if self._set_unless_changed(key, new, current, ttl_text, last=attempt + 1 == attempts):
                 return new
+            time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
+
+    async def aupdate(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any = None,
+        *,
+        ttl: Any = None,
+        max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
+    ) -> Any:
+        """:meth:`update` for async code; *fn* may be a plain function or a coroutine function."""
+        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
+        for attempt in range(attempts):
+            current = await self.aget_versioned(key)
+            new = fn(default if current is None else current.value)
+            if inspect.isawaitable(new):
+                new = await new
+            last = attempt + 1 == attempts
+            if await asyncio.to_thread(self._set_unless_changed, key, new, current, ttl_text, last=last):
+                return new
+            await asyncio.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def _set_unless_changed(
+        self, key: str, new: Any, current: Versioned | None, ttl: float | str | None, *, last: bool
+    ) -> bool:
+        """One write of update(): whether it was stored; a conflict is raised only on the *last* attempt."""
+        try:
+            self.set(key, new, ttl=ttl, if_version=0 if current is None else current.version)
+        except StateConflictError:
+            if last:
+                raise
+            return False
+        return True
 
     def increment(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
         """
@@ -207,12 +233,8 @@ class _StateNamespace:
         :raises InvalidStateError: when the key holds anything but an integer (nothing is written).
         """
         validate_increment(by)
-        document: dict[str, Any] = {"by": by}
-        ttl_text = ttl_field(ttl)
-        if ttl_text is not None:
-            document[TTL_FIELD] = ttl_text
-        response = self._one_key("POST", key, "increment", json=document, idempotent=False)
-        return response.json()["value"]
+        body = _document(f'"by":{by}', ttl_field(ttl))
+        return self._one_key("POST", key, INCREMENT, content=body, idempotent=False).json()["value"]
 
     def delete(self, key: str) -> None:
         """Remove *key*; removing a key that is not there is not an error."""
@@ -221,14 +243,13 @@ class _StateNamespace:
     # --- many keys, one request ------------------------------------------------------------
 
     def _many(self, method: str, path: str, body: str) -> httpx.Response:
-        client, params, paths = self._target()
         encoded, limit = body.encode(), config.max_batch_bytes()
         if len(encoded) > limit:
             raise ValueError(
                 f"{self._what} batch is {len(encoded)} bytes as JSON; the limit is {limit} "
                 "([state] max_batch_bytes): split it into smaller batches"
             )
-        return client.request(method, paths.values + path, params=params, content=encoded)
+        return self._request(method, VALUES + path, content=encoded)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """
@@ -260,7 +281,17 @@ class _StateNamespace:
         validate_batch_size(len(values), f"{self._what}.set_many")
         if not values:
             return {}
-        return self._many("PUT", "", _many_body(values, ttl_field(ttl), self._what)).json()["versions"]
+        ttl_text = ttl_field(ttl)
+        # Checked here too, so a bad key or value fails in the task, naming it, with no round trip.
+        pairs = []
+        for key, value in values.items():
+            validate_key(key)
+            try:
+                pairs.append(json.dumps(key, ensure_ascii=False) + ":" + codec.encode(value))
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{self._what}.set_many: the value of key {key!r:.60}: {error}") from None
+        body = _document('"values":{' + ",".join(pairs) + "}", ttl_text)
+        return self._many("PUT", "", body).json()["versions"]
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Remove each of *keys* in one request; keys that are not there are not an error."""
@@ -270,98 +301,29 @@ class _StateNamespace:
 
     def clear(self) -> None:
         """Remove every key of this namespace."""
-        self._all_keys("DELETE")
+        self._request("DELETE", KEYS)
 
     def keys(self) -> list[str]:
         """The keys stored in this namespace, sorted."""
-        return self._all_keys("GET").json()["keys"]
+        return self._request("GET", KEYS).json()["keys"]
 
-    # The async methods run the sync ones in a worker thread: the event loop never waits on HTTP,
-    # and the calls share the sync client's pooled connections.
-
-    async def aget(self, key: str, default: Any = None) -> Any:
-        return await asyncio.to_thread(self.get, key, default)
-
-    async def aget_versioned(self, key: str) -> Versioned | None:
-        return await asyncio.to_thread(self.get_versioned, key)
-
-    async def aset(
-        self, key: str, value: Any, *, ttl: Any = None, if_version: int | None = None
-    ) -> int | None:
-        return await asyncio.to_thread(
-            functools.partial(self.set, key, value, ttl=ttl, if_version=if_version)
-        )
-
-    async def aupdate(
-        self,
-        key: str,
-        fn: Callable[[Any], Any],
-        default: Any = None,
-        *,
-        ttl: Any = None,
-        max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
-    ) -> Any:
-        """:meth:`update` for async code; *fn* may be a plain function or a coroutine function."""
-        ttl_text = ttl_field(ttl)
-        attempts = _checked_attempts(max_attempts)
-        for attempt in range(attempts):
-            current = await self.aget_versioned(key)
-            new = fn(default if current is None else current.value)
-            if inspect.isawaitable(new):
-                new = await new
-            try:
-                await self.aset(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
-            except StateConflictError:
-                if attempt + 1 == attempts:
-                    raise
-                await asyncio.sleep(_backoff(attempt))
-            else:
-                return new
-        raise AssertionError("unreachable")
-
-    async def aincrement(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
-        return await asyncio.to_thread(functools.partial(self.increment, key, by, ttl=ttl))
-
-    async def adelete(self, key: str) -> None:
-        await asyncio.to_thread(self.delete, key)
-
-    async def aget_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        return await asyncio.to_thread(self.get_many, keys)
-
-    async def aset_many(self, values: Mapping[str, Any], *, ttl: Any = None) -> dict[str, int | None]:
-        return await asyncio.to_thread(functools.partial(self.set_many, values, ttl=ttl))
-
-    async def adelete_many(self, keys: Iterable[str]) -> None:
-        await asyncio.to_thread(self.delete_many, keys)
-
-    async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
-
-    async def akeys(self) -> list[str]:
-        return await asyncio.to_thread(self.keys)
+    aget = _in_thread(get)
+    aget_versioned = _in_thread(get_versioned)
+    aset = _in_thread(set)
+    aincrement = _in_thread(increment)
+    adelete = _in_thread(delete)
+    aget_many = _in_thread(get_many)
+    aset_many = _in_thread(set_many)
+    adelete_many = _in_thread(delete_many)
+    aclear = _in_thread(clear)
+    akeys = _in_thread(keys)
 
 
-def _many_body(values: Mapping[str, Any], ttl: float | str | None, what: str) -> str:
-    # Checked here too, so a bad key or value fails in the task, naming it, with no round trip.
-    parts = []
-    for key, value in values.items():
-        validate_key(key)
-        try:
-            parts.append(json.dumps(key, ensure_ascii=False) + ":" + codec.encode(value))
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"{what}.set_many: the value of key {key!r:.60}: {error}") from None
-    body = '{"values":{' + ",".join(parts) + "}"
+def _document(fields: str, ttl: float | str | None) -> str:
+    """A request body of JSON *fields* (text already encoded), with the ttl when one is given."""
     if ttl is not None:
-        body += f',"{TTL_FIELD}":' + json.dumps(ttl)
-    return body + "}"
-
-
-def _body(value: Any, ttl: float | str | None) -> str:
-    # Checked here too, so a bad value fails in the task with the full message and no round trip.
-    body = '{"value":' + codec.encode(value)
-    if ttl is not None:
-        body += f',"{TTL_FIELD}":' + json.dumps(ttl)
-    return body + "}"
+        fields += f',"{TTL_FIELD}":' + json.dumps(ttl)
+    return "{" + fields + "}"
 
 
 class TaskState(_StateNamespace):
@@ -369,13 +331,9 @@ class TaskState(_StateNamespace):
 
     _what = "task_state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
+    def _target(self) -> tuple[StateClient, dict[str, str], str]:
         client, _ = _client(self._what)
-        ti_id = client.ti_id
-        paths = _Paths(
-            task_keys_path(ti_id), task_value_path(ti_id), task_increment_path(ti_id), task_values_path(ti_id)
-        )
-        return client, {}, paths
+        return client, {}, TASK_PREFIX.format(task_instance_id=client.ti_id)
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
@@ -389,14 +347,10 @@ class AssetState(_StateNamespace):
     def __init__(self, asset: Any) -> None:
         self._asset = asset
 
-    def _target(self) -> tuple[StateClient, dict[str, str], _Paths]:
+    def _target(self) -> tuple[StateClient, dict[str, str], str]:
         client, ti = _client(self._what)
         name, uri = _declared_asset(ti, self._asset)
-        return (
-            client,
-            {"name": name, "uri": uri},
-            _Paths(ASSET_KEYS_PATH, ASSET_VALUE_PATH, ASSET_INCREMENT_PATH, ASSET_VALUES_PATH),
-        )
+        return client, {"name": name, "uri": uri}, ASSET_PREFIX
 
     def __repr__(self) -> str:
         return f"<asset_state[{self._asset!r}]>"
@@ -404,8 +358,6 @@ class AssetState(_StateNamespace):
 
 def _declared_asset(ti: Any, wanted: Any) -> tuple[str, str]:
     """Match *wanted* (an Asset, or a name or URI) against the task's inlets and outlets."""
-    from airflow.sdk import Asset
-
     declared = [a for a in [*ti.task.inlets, *ti.task.outlets] if isinstance(a, Asset)]
     for asset in declared:
         if isinstance(wanted, Asset):
@@ -422,8 +374,6 @@ def _declared_asset(ti: Any, wanted: Any) -> tuple[str, str]:
 
 def _normalized_uri(text: str) -> str | None:
     """*text* as Airflow stores an asset URI (``probe://private`` -> ``probe://private/``)."""
-    from airflow.sdk import Asset
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. a password in the URI, which Airflow drops
@@ -436,8 +386,6 @@ class AssetStates:
     """``asset_state[asset]``: by ``Asset`` object, name or URI."""
 
     def __getitem__(self, asset: Any) -> AssetState:
-        from airflow.sdk import Asset
-
         if not isinstance(asset, (Asset, str)) or (isinstance(asset, str) and not asset):
             raise TypeError(f"asset_state[...] takes an Asset, or an asset's name or URI; got {asset!r}")
         return AssetState(asset)

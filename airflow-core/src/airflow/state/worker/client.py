@@ -2,35 +2,31 @@
 How task code reaches the state API: an HTTP client that speaks for one task instance.
 
 The first call of a task process proves which task instance it runs (the handshake: see
-:mod:`airflow.state.worker.handshake`) and gets a credential for that task instance and try, which
-every later call of the process sends; a running try renews it before it expires, and a credential
-the server no longer accepts (its key was rotated) is replaced by a new handshake.
+:mod:`airflow.state.worker.handshake`) and gets a credential for that try, which every later call of
+the process sends; a running try renews it before it expires, and a credential the server no
+longer accepts (its key was rotated) is replaced by a new handshake.
 
-Connection errors and 5xx answers are retried with the same settings as Airflow's own calls to
-the Execution API (``[workers] execution_api_retries``, ``execution_api_retry_wait_min`` and
-``execution_api_retry_wait_max``), so a state call survives whatever an API server restart or a
-database failover Airflow's own task calls survive. That is safe for the idempotent operations:
-PUT of a value, DELETE, GET. An increment or a conditional write (``if_version``) is not: applied
-twice, a counter counts twice, and a retried conditional write that had in fact been applied
-would report a conflict with itself. Those are retried only when the request surely never reached
-the server (the connection could not be opened); any other failure raises
-``StateUnavailableError`` saying the outcome is unknown, rather than risk applying it twice.
-Anything else fails at once with an error that says what to check, dispatched on the ``reason``
-the server gives, never on message text.
+Connection errors and 5xx answers are retried as Airflow retries its Execution API calls (the
+``[workers] execution_api_retr*`` options), so a state call survives what Airflow's own task calls
+survive (an API server restart, a database failover). That is safe for GET, PUT of a value and
+DELETE, not for an increment or a conditional write: applied twice, a counter counts twice and a
+conditional write conflicts with itself. Those are retried only when the request surely never
+reached the server; otherwise ``StateUnavailableError`` says the outcome is unknown. Other errors
+fail at once, dispatched on the ``reason`` the server gives, never on message text.
 
-Under ``dag.test()`` / ``airflow dags test`` tasks run inside the test process, and the client
-serves the same app in-process instead (no API server, no handshake, no configuration needed).
+Under ``dag.test()`` tasks run inside the test process, and the client serves the same app
+in-process instead (no API server, no handshake, no configuration needed).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import httpx
@@ -56,19 +52,18 @@ from airflow.state.protocol import (
 )
 from airflow.state.worker.handshake import verifier_with_proof
 
-__all__ = ["RetryPolicy", "StateClient", "start_handshake"]
+__all__ = ["StateClient", "start_handshake"]
 
 log = logging.getLogger(__name__)
 
 
 def _in_process() -> bool:
     """True inside `dag.test()`, where the task runs in this very process with database access."""
-    try:
-        from airflow.sdk.execution_time import task_runner
-        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
-    except ImportError:
-        return False
-    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
+    # Looked up, not imported: a process that has not loaded the task runner runs no task.
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    supervisor = sys.modules.get("airflow.sdk.execution_time.supervisor")
+    comms = getattr(runner, "SUPERVISOR_COMMS", None)
+    return supervisor is not None and isinstance(comms, supervisor.InProcessSupervisorComms)
 
 
 @dataclass(frozen=True)
@@ -87,11 +82,6 @@ class InProcessApi:
 
 
 in_process_api: InProcessApi | None = None
-
-
-@cache
-def _in_process_transport() -> httpx.BaseTransport:
-    return _served_in_process().transport()
 
 
 def _served_in_process() -> InProcessApi:
@@ -117,16 +107,14 @@ def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            transport = _in_process_transport() if in_process else None
-            client = httpx.Client(
+            client = _clients[key] = httpx.Client(
                 base_url=base_url,
-                transport=transport,
+                transport=_served_in_process().transport() if in_process else None,
                 timeout=config.request_timeout(),
                 # Loading the CA bundle takes about 50 ms, which a plain-http API never uses: half
                 # of a task process's first state call, measured when the handshake was first timed.
                 verify=not base_url.startswith("http://"),
             )
-            _clients[key] = client
         return client
 
 
@@ -168,21 +156,17 @@ class StateClient:
 
     def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         """
-        Send one request with this task instance's credential, retried as Airflow retries its
-        Execution API calls; return the answer (a 404 only when the key is missing) or raise the
-        error the answer stands for.
-
-        :param idempotent: ``False`` for a request that must not be applied twice (an increment, a
-            conditional write): it is retried only when it surely never reached the server.
+        Send one request with this task instance's credential; return the answer (a 404 only when
+        the key is missing) or raise the error it stands for. With *idempotent* ``False`` (an
+        increment, a conditional write), it is retried only when it surely never reached the server.
         """
-        for last_chance in (False, True):
+        response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
+        if response.status_code == 401:
+            # Expired while waiting, or the server's key was rotated: prove identity again, once.
+            with _credentials_lock:
+                _credentials.pop(self._key, None)
             response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
-            if response.status_code == 401 and not last_chance:
-                # Expired while waiting, or the server's key was rotated: prove identity again, once.
-                self._forget_credential()
-                continue
-            return _checked(response)
-        raise AssertionError("unreachable")
+        return _checked(response)
 
     def _send(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         http = _sync_client(self.base_url, self.in_process)
@@ -193,31 +177,27 @@ class StateClient:
                 response = http.request(method, path, **kwargs)
             except httpx.TransportError as error:
                 if not idempotent and not isinstance(error, _NEVER_SENT):
-                    raise self._outcome_unknown(method, path, error) from error
+                    raise _outcome_unknown(method, path, error) from error
                 if last:
-                    raise self._unreachable(error) from error
+                    raise StateUnavailableError(
+                        f"Cannot reach the task state API at {self.base_url} ({error}); check [state] "
+                        "api_url (default: from [core] execution_api_server_url or [api] base_url) and "
+                        "that the API server runs"
+                    ) from error
             else:
                 if not _retryable(response) or last:
                     return response
                 if not idempotent:
-                    raise self._outcome_unknown(method, path, _checked_quietly(response))
+                    reason, message = _reason(response)
+                    raise _outcome_unknown(method, path, f"{response.status_code} {reason or ''}: {message}")
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
 
-    def _outcome_unknown(self, method: str, path: str, error: object) -> StateUnavailableError:
-        return StateUnavailableError(
-            f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
-            "it may or may not have been applied, and it is not retried because applying it twice "
-            "(an increment, a conditional write) would be wrong; read the key to find out"
-        )
-
-    def _unreachable(self, error: Exception) -> StateUnavailableError:
-        return StateUnavailableError(
-            f"Cannot reach the task state API at {self.base_url} ({error}); check [state] api_url "
-            "(default: from [core] execution_api_server_url or [api] base_url) and that the API server runs"
-        )
-
     # --- the credential ----------------------------------------------------------------------
+
+    @property
+    def _key(self) -> tuple[int, str]:
+        return os.getpid(), self.ti_id
 
     def _send_as_this_try(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """
@@ -225,67 +205,56 @@ class StateClient:
         carries the try's proof, and the answer brings the credential along (one round trip).
         Concurrent first calls of a process wait for that one, then use its credential.
         """
-        key = (os.getpid(), self.ti_id)
         with _credentials_lock:
-            held = _credentials.get(key)
+            held = _credentials.get(self._key)
             now = time.monotonic()
             if held is not None and now < held.expires_at:
                 if now >= held.renew_at:
-                    held = _credentials[key] = self._renewed(held)
+                    held = _credentials[self._key] = self._renewed(held)
             elif self.in_process:
-                held = _credentials[key] = _held(_served_in_process().credential(self.ti), now)
+                held = _credentials[self._key] = self._new_credential()
             else:
                 response = self._send_proving(method, path, **kwargs)
                 granted = response.headers.get(CREDENTIAL_HEADER)
                 if granted:
-                    _credentials[key] = _held(
-                        {"credential": granted, "expires_in": response.headers[CREDENTIAL_EXPIRES_HEADER]},
-                        now,
-                    )
+                    expires_in = response.headers[CREDENTIAL_EXPIRES_HEADER]
+                    _credentials[self._key] = _held({"credential": granted, "expires_in": expires_in}, now)
                 return response
         return self._send(method, path, headers=_bearer(held.token), **kwargs)
 
     def _send_proving(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # The HTTP client first: made while the handshake's head start may still be writing the proof.
         _sync_client(self.base_url, self.in_process)
-        response = self._send(
-            method, path, headers=_proving(self.ti_id, verifier_with_proof(self.ti)), **kwargs
+        return self._with_proof(
+            lambda verifier: self._send(method, path, headers=_proving(self.ti_id, verifier), **kwargs)
         )
+
+    def _with_proof(self, send: Callable[[str], httpx.Response]) -> httpx.Response:
+        """The answer to *send* (verifier), sent once the try's proof is among the rendered fields."""
+        response = send(verifier_with_proof(self.ti))
         if response.status_code == 403 and _reason(response)[0] == Reason.PROOF_NOT_FOUND.value:
             # The proof was replaced since it was written (the task runner rewrites the rendered
             # fields after some tasks; a process forked before the try's verifier was drawn writes
             # one of its own): write it again, once. Refused at the door, the request did nothing.
-            verifier = verifier_with_proof(self.ti, rewrite=True)
-            response = self._send(method, path, headers=_proving(self.ti_id, verifier), **kwargs)
+            response = send(verifier_with_proof(self.ti, rewrite=True))
         return response
 
     def obtain_credential(self) -> None:
         """Redeem the try's proof for a credential now (a try that must clear its state on success)."""
-        key = (os.getpid(), self.ti_id)
         with _credentials_lock:
-            if key not in _credentials:
-                _credentials[key] = self._new_credential()
-
-    def _forget_credential(self) -> None:
-        with _credentials_lock:
-            _credentials.pop((os.getpid(), self.ti_id), None)
+            if self._key not in _credentials:
+                _credentials[self._key] = self._new_credential()
 
     def _new_credential(self) -> _Credential:
         started = time.monotonic()
         if self.in_process:
             return _held(_served_in_process().credential(self.ti), started)
-        answer = self._redeem(verifier_with_proof(self.ti))
-        if answer.status_code == 403 and _reason(answer)[0] == Reason.PROOF_NOT_FOUND.value:
-            # The proof was replaced since it was written: the task runner rewrites the rendered
-            # fields after some tasks, and a process forked before the try's verifier was drawn
-            # writes one of its own. Write it again, once.
-            answer = self._redeem(verifier_with_proof(self.ti, rewrite=True))
-        return _held(_checked(answer).json(), started)
-
-    def _redeem(self, verifier: str) -> httpx.Response:
-        return self._send(
-            "POST", CREDENTIALS_PATH, json={"task_instance_id": self.ti_id, "verifier": verifier}
+        answer = self._with_proof(
+            lambda verifier: self._send(
+                "POST", CREDENTIALS_PATH, json={"task_instance_id": self.ti_id, "verifier": verifier}
+            )
         )
+        return _held(_checked(answer).json(), started)
 
     def _renewed(self, held: _Credential) -> _Credential:
         if self.in_process:
@@ -314,18 +283,14 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
         return
 
     def prepare() -> None:
-        verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
-        if credential:
-            client.obtain_credential()
+        try:
+            verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
+            if credential:
+                client.obtain_credential()
+        except Exception:
+            log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
 
-    threading.Thread(target=_quietly, args=(prepare,), name="state-handshake", daemon=True).start()
-
-
-def _quietly(call: Any) -> None:
-    try:
-        call()
-    except Exception:
-        log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
+    threading.Thread(target=prepare, name="state-handshake", daemon=True).start()
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -360,9 +325,12 @@ def _reason(response: httpx.Response) -> tuple[str | None, str]:
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-def _checked_quietly(response: httpx.Response) -> str:
-    reason, message = _reason(response)
-    return f"{response.status_code} {reason or ''}: {message}".strip()
+def _outcome_unknown(method: str, path: str, error: object) -> StateUnavailableError:
+    return StateUnavailableError(
+        f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
+        "it may or may not have been applied, and it is not retried because applying it twice "
+        "(an increment, a conditional write) would be wrong; read the key to find out"
+    )
 
 
 def _retryable(response: httpx.Response) -> bool:
@@ -372,11 +340,12 @@ def _retryable(response: httpx.Response) -> bool:
     return response.status_code >= 500 and _reason(response)[0] not in final
 
 
-# The reasons, each raised as one class; any other reason means the API is not usable now.
-_ACCESS_DENIED = frozenset(r.value for r in (Reason.ASSET_NOT_DECLARED, Reason.FORBIDDEN, Reason.NOT_RUNNING))
-_INVALID = frozenset(
-    r.value for r in (Reason.INVALID_KEY, Reason.INVALID_VALUE, Reason.INVALID_REQUEST, Reason.BODY_TOO_LARGE)
-)
+# The error each reason is raised as; any other reason means the API is not usable now.
+_RAISED_AS: dict[str, type[Exception]] = {
+    reason: error
+    for error in (StateAccessDeniedError, InvalidStateError, StateUnsupportedError, StateConfigurationError)
+    for reason in error.reasons
+}
 
 
 def _checked(response: httpx.Response) -> httpx.Response:
@@ -384,32 +353,22 @@ def _checked(response: httpx.Response) -> httpx.Response:
     if response.status_code < 400:
         return response
     reason, message = _reason(response)
-    if reason == Reason.KEY_NOT_FOUND.value:
+    if reason == Reason.KEY_NOT_FOUND:
         return response
     if reason is None:
         raise StateUnavailableError(
             f"task state API answered {response.status_code} with no reason: {message} "
             f"(is [state] api_url right? {response.url} does not look like the state API)"
         )
-    described = f"task state API answered {response.status_code} ({reason}): {message}"
-    if reason == Reason.VERSION_CONFLICT.value:
+    if reason == Reason.VERSION_CONFLICT:
         raise _conflict(response)
-    if reason == Reason.UNSUPPORTED.value:
-        raise StateUnsupportedError(described)
-    if reason in _ACCESS_DENIED:
-        raise StateAccessDeniedError(described)
-    if reason in _INVALID:
-        raise InvalidStateError(described)
-    if reason == Reason.MISCONFIGURED.value:
-        raise StateConfigurationError(described)
-    if reason == Reason.PROOF_NOT_FOUND.value:
-        raise StateAccessDeniedError(described)
-    if reason == Reason.INVALID_TOKEN.value:
-        raise StateUnavailableError(
-            f"{described} (a credential the API server does not accept even after a new handshake: "
+    described = f"task state API answered {response.status_code} ({reason}): {message}"
+    if reason == Reason.INVALID_TOKEN:
+        described += (
+            " (a credential the API server does not accept even after a new handshake: "
             "do all API servers share [api_auth] jwt_secret, or [state] session_key?)"
         )
-    raise StateUnavailableError(described)
+    raise _RAISED_AS.get(reason, StateUnavailableError)(described)
 
 
 def _conflict(response: httpx.Response) -> StateConflictError:

@@ -4,22 +4,17 @@ The task side of the handshake (the server side, and why it proves identity, is 
 its rendered template fields, through the Execution API channel the supervisor authenticates with
 the try's own token. The task process never holds a key, and never sees the supervisor's token.
 
-One proof serves every process of a try. Its verifier is drawn once per try, when the try starts
-(:func:`prepare`, called by the plugin's listener before the task's code runs), so the processes
-the task forks inherit it: whichever of them writes the proof first, the others find it there, and
-concurrent handshakes cannot overwrite each other's proof. It stays among the rendered fields while
-the try runs (it is worth nothing without the verifier, and a try that has ended gets no credential
-for it) and is removed when the try ends (:func:`withdraw`).
-
-A process that ``multiprocessing`` starts cannot reach the supervisor itself (it closes standard
-input, which is the supervisor's socket), so a task process that has imported the state accessors
-writes the proof just before it forks, and the child only redeems it.
+One proof serves every process of a try. Its verifier is drawn once per try, as the try starts
+(:func:`prepare`, from the plugin's listener), so the processes the task forks inherit it: whichever
+writes the proof first, the others find it there, and concurrent handshakes cannot overwrite each
+other's proof. It is worth nothing without the verifier, and is removed as the try ends
+(:func:`withdraw`). A ``multiprocessing`` child cannot reach the supervisor (it closes standard
+input, the supervisor's socket), so a process that uses state writes the proof before it forks.
 
 The supervisor's channel is one socket, inherited by forked processes, and Airflow only guards it
 against threads: each exchange here holds an ``fcntl`` lock on a file inherited the same way, so
-two processes never interleave their frames. The handshake may run in a thread of its own (see
-:func:`airflow.state.worker.client.start_handshake`), so a fork waits for an exchange in flight to
-end: a child forked in the middle would inherit Airflow's channel lock held, for ever.
+two processes never interleave their frames; and a fork waits for an exchange in flight to end (the
+handshake may run in a thread of its own), or the child would inherit Airflow's channel lock held.
 """
 
 from __future__ import annotations
@@ -126,13 +121,8 @@ def _supervisor_channel(held: _TryProof) -> Iterator[None]:
             fcntl.lockf(held.shared, fcntl.LOCK_UN)
 
 
-def _supervisor() -> Any:
-    from airflow.sdk.execution_time import task_runner
-
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None:
-        raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
-    return comms
+# The task runner's modules are imported where they are used: only task processes need them, and
+# every process that loads the state plugin (API server, scheduler...) imports this module.
 
 
 def _rendered_fields(ti: Any) -> dict[str, Any]:
@@ -143,9 +133,12 @@ def _rendered_fields(ti: Any) -> dict[str, Any]:
 
 
 def _send(ti: Any, fields: dict[str, Any]) -> None:
+    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import SetRenderedFields
 
-    comms = _supervisor()
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None:
+        raise StateUnavailableError("no task supervisor to prove this task instance's identity through")
     try:
         comms.send(SetRenderedFields(rendered_fields=fields))
     except OSError as error:
@@ -162,24 +155,16 @@ def _send(ti: Any, fields: dict[str, Any]) -> None:
 
 
 def _before_fork() -> None:
-    _prove_before_fork()
+    # If the forking process uses state, the proof first: a multiprocessing child cannot reach the
+    # supervisor, but it can redeem a proof already there with the verifier it inherits.
+    if ACCESSORS_MODULE in sys.modules:
+        for held in list(_proofs.values()):
+            if held.ti is not None and held.stage == _NOT_WRITTEN:
+                try:
+                    verifier_with_proof(held.ti)
+                except Exception:  # the child's first state call meets it again, and reports it
+                    log.debug("Could not write the state handshake's proof before forking", exc_info=True)
     _exchange_lock.acquire()
-
-
-def _prove_before_fork() -> None:
-    """
-    Write the proof now if the forking process uses state: a ``multiprocessing`` child cannot reach
-    the supervisor (it closes standard input, and the supervisor's socket is descriptor 0), but it
-    can redeem a proof already there with the verifier it inherits.
-    """
-    if ACCESSORS_MODULE not in sys.modules:
-        return
-    for held in list(_proofs.values()):
-        if held.ti is not None and held.stage == _NOT_WRITTEN:
-            try:
-                verifier_with_proof(held.ti)
-            except Exception:  # the child's first state call meets it again, and reports it
-                log.debug("Could not write the state handshake's proof before forking", exc_info=True)
 
 
 def _after_fork_in_parent() -> None:

@@ -1,22 +1,15 @@
 """
-What the task process does as its try starts and ends: an Airflow listener, registered by the state
+The task process's side of a try starting and ending: an Airflow listener, registered by the state
 plugin, whose hooks Airflow 3.2's task runner calls in the task process itself.
 
-When the try starts, before the task's code runs, it draws the try's handshake verifier, so that
-the processes the task forks share it (:mod:`airflow.state.worker.handshake`), and starts the
-handshake in the background when the task will need a credential: its code imported the state
-accessors (the DAG file or an operator's module did), or it clears its state on success. When the
-try ends, it takes the handshake's proof out of the rendered fields again.
-
-When the try succeeds, it clears the task instance's state, if asked: ``[state] clear_on_success``,
-or the task's own ``clear_task_state_on_success`` attribute (which wins either way). The task
-runner calls ``on_task_instance_success`` after the supervisor has reported the success to the API
-server, so this works the same under every executor (local, Celery, Kubernetes, edge...): the
-task process asks the state API, with the credential it got while running, to clear its state,
-and the API server does it only because the try has succeeded.
-
-Airflow also calls this hook in the API server when someone marks a task instance successful by
-hand; that is not a try succeeding, and nothing is cleared then.
+As the try starts (before the task's code runs) it draws the try's handshake verifier, so that the
+processes the task forks share it, and starts the handshake in the background when the task will
+need a credential. As the try ends it takes the proof out of the rendered fields; when the try
+succeeds, it first clears the task instance's state if ``[state] clear_on_success`` or the task's
+``clear_task_state_on_success`` (which wins) asks for it. That hook runs after the supervisor has
+reported the success, so the API server clears the state, under every executor, only because the
+try has succeeded; Airflow also calls it in the API server when someone marks a task instance
+successful by hand, which is not a try succeeding: nothing is cleared then.
 
 A listener must never fail the task: anything that goes wrong is logged, and the state stays.
 """
@@ -28,6 +21,10 @@ import sys
 from typing import Any
 
 import pluggy
+from airflow.state import config
+from airflow.state.protocol import TASK_SUCCEEDED_PATH
+from airflow.state.worker import handshake
+from airflow.state.worker.client import StateClient, start_handshake
 
 log = logging.getLogger(__name__)
 hookimpl = pluggy.HookimplMarker("airflow")
@@ -38,20 +35,17 @@ OPT_IN_ATTRIBUTE = "clear_task_state_on_success"
 
 def wants_clear(task: Any) -> bool:
     """Whether *task*'s state should go when it succeeds: its own attribute, else the configuration."""
-    from airflow.state import config
-
     chosen = getattr(task, OPT_IN_ATTRIBUTE, None)
-    if chosen is None:
-        return config.clear_on_success()
-    if not isinstance(chosen, bool):
+    if isinstance(chosen, bool):
+        return chosen
+    if chosen is not None:
         log.warning(
             "%s.%s is %r, not True or False; following [state] clear_on_success instead",
             getattr(task, "task_id", task),
             OPT_IN_ATTRIBUTE,
             chosen,
         )
-        return config.clear_on_success()
-    return chosen
+    return config.clear_on_success()
 
 
 def _in_task_process(task_instance: Any) -> bool:
@@ -65,39 +59,34 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     if not _in_task_process(task_instance):
         return
     try:
-        from airflow.state.worker import client, handshake
-
         handshake.prepare(task_instance)
         clears = wants_clear(task_instance.task)
         if clears or handshake.ACCESSORS_MODULE in sys.modules:
-            client.start_handshake(task_instance, credential=clears)
+            start_handshake(task_instance, credential=clears)
     except Exception:
         log.warning("Could not prepare the state handshake; the first state call will", exc_info=True)
 
 
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
-    if not _in_task_process(task_instance):
-        return
-    _clear_if_asked(task_instance)
-    _withdraw_proof(task_instance)
+    _try_ended(task_instance, succeeded=True)
 
 
 @hookimpl
 def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
-    if _in_task_process(task_instance):
-        _withdraw_proof(task_instance)
+    _try_ended(task_instance)
 
 
 @hookimpl
 def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
-    if _in_task_process(task_instance):
-        _withdraw_proof(task_instance)
+    _try_ended(task_instance)
 
 
-def _withdraw_proof(task_instance: Any) -> None:
-    from airflow.state.worker import handshake
-
+def _try_ended(task_instance: Any, *, succeeded: bool = False) -> None:
+    if not _in_task_process(task_instance):
+        return
+    if succeeded:
+        _clear_if_asked(task_instance)
     try:
         handshake.withdraw(task_instance)
     except Exception:
@@ -108,11 +97,8 @@ def _clear_if_asked(task_instance: Any) -> None:
     try:
         if not wants_clear(task_instance.task):
             return
-        from airflow.state.protocol import task_succeeded_path
-        from airflow.state.worker.client import StateClient
-
         client = StateClient(task_instance)
-        client.request("POST", task_succeeded_path(client.ti_id))
+        client.request("POST", TASK_SUCCEEDED_PATH.format(task_instance_id=client.ti_id))
         log.info("Cleared the task state of %s after its success", task_instance.task_id)
     except Exception:
         log.warning(

@@ -18,12 +18,8 @@ class Versioned(NamedTuple):
 
 def ttl_field(ttl: Any) -> float | str | None:
     """
-    *ttl* as the API takes it (seconds, or ``"never"``), or ``None`` for the default. Checked in
-    the task, so a wrong ttl fails at once with what to pass, and no request is sent.
-
-    :param ttl: a ``timedelta`` or a number of seconds (positive), ``NEVER_EXPIRES`` (``"never"``)
-        for a key that never expires, or ``None`` for the default (task state: ``[state]
-        default_task_retention``; asset state: never).
+    *ttl* (as ``set`` takes it) as the API takes it: seconds, ``"never"``, or ``None`` for the default.
+    Checked in the task, so a wrong ttl fails at once with what to pass, and no request is sent.
     """
     if ttl is None or ttl == NEVER_EXPIRES:
         return ttl

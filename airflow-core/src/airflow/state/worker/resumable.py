@@ -36,6 +36,8 @@ class ResumableJobMixin:
     ``execute`` then does the rest. The job id lives in task state under :attr:`job_id_key`.
     """
 
+    log: Any  # the operator base class's logger
+
     #: Task-state key holding the submitted job's id.
     job_id_key: str = "remote_job_id"
     #: Seconds between two status checks while waiting.
@@ -57,19 +59,18 @@ class ResumableJobMixin:
         """Called once a newly submitted job's id is safe in task state (a hook; does nothing)."""
 
     def execute(self, context: Any) -> Any:
-        log = getattr(self, "log", None)
         job_id = task_state.get(self.job_id_key)
         if job_id is not None:
             status = self._status(job_id, context)
             if status is JobStatus.FAILED:
-                _info(log, "Stored job %s failed; submitting a new one", job_id)
+                self.log.info("Stored job %s failed; submitting a new one", job_id)
                 job_id = None
             else:
-                _info(log, "Reconnecting to job %s (%s) from an earlier try", job_id, status.value)
+                self.log.info("Reconnecting to job %s (%s) from an earlier try", job_id, status.value)
         if job_id is None:
             job_id = self.submit_job(context)
             task_state.set(self.job_id_key, job_id)
-            _info(log, "Submitted job %s and stored its id in task state", job_id)
+            self.log.info("Submitted job %s and stored its id in task state", job_id)
             self.job_stored(job_id, context)
         return self._wait(job_id, context)
 
@@ -91,8 +92,3 @@ class ResumableJobMixin:
                 f"{type(self).__name__}.job_status returned {status!r} for job {job_id}; "
                 f"expected a JobStatus or one of {allowed}"
             ) from None
-
-
-def _info(log: Any, message: str, *args: Any) -> None:
-    if log is not None:
-        log.info(message, *args)
