@@ -3,12 +3,12 @@ Every metastore operation, defined once, and the two ways of running one.
 
 An :class:`Operation` is what one backend call sends and how its answer is read: a statement of
 :mod:`~airflow.state.metastore.statements`, its parameters, and a function of the
-:class:`~airflow.state.airflow_db.engine.Outcome`. The functions that build operations validate
-their input first, so bad input never reaches a database. :func:`run` sends an operation on a
-caller's ``Session``, or else as one autocommitted statement on the hot path
-(:func:`~airflow.state.airflow_db.engine.execute`); :func:`arun` on a caller's ``AsyncSession``, or
-else on a session of its own from Airflow's async engine. The backend's sync and async methods
-differ only in which of the two they call.
+:class:`~airflow.state.airflow_db.engine.Outcome`. A call that may need more than one statement is
+a :data:`Flow` of operations. The functions that build them validate their input first, so bad
+input never reaches a database. :func:`run` sends an operation on a caller's ``Session``, or else
+as one autocommitted statement on the hot path (:func:`~airflow.state.airflow_db.engine.execute`);
+:func:`arun` on a caller's ``AsyncSession``, or else on a session of its own from Airflow's async
+engine. The backend's sync and async methods differ only in which of the two they use.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
 from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
@@ -75,6 +75,12 @@ class Operation(Generic[T]):
         self.idempotent = idempotent
 
 
+#: The steps of a call that may need more (or fewer) than one statement: each ``yield`` sends one
+#: operation and receives what it read; the return value is the call's.
+Flow: TypeAlias = Generator[Operation[Any], Any, T]
+#: What a backend call runs: one operation, or a flow of them.
+Work: TypeAlias = Operation[T] | Flow[T]
+
 # --- reading outcomes ----------------------------------------------------------------------
 
 
@@ -93,10 +99,6 @@ def _sorted_keys(outcome: Outcome) -> list[str]:
 
 def _ignored(outcome: Outcome) -> None:
     return None
-
-
-def _rowcount(outcome: Outcome) -> int:
-    return outcome.rowcount
 
 
 def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
@@ -137,6 +139,10 @@ def _written(scope: StateScope, outcome: Outcome) -> int:
     return int(outcome.rows[0][0])
 
 
+def _stored(scope: StateScope, outcome: Outcome) -> None:
+    _written(scope, outcome)  # ``set`` returns nothing
+
+
 # --- the operations ------------------------------------------------------------------------
 
 
@@ -144,28 +150,26 @@ def _now() -> datetime:
     return timezone.utcnow()
 
 
-def get_value(scope: StateScope, key: str) -> Operation[str | None]:
+def _read(statement: str, read: Callable[[Outcome], T], scope: StateScope, *key: str) -> Operation[T]:
+    """A read of *scope*'s live keys (or of the *key* given) with the statement named *statement*."""
     validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
+    for name in key:
+        validate_key(name)
+    values = statements.params(scope, *key)
     values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_value, values, _first_value)
+    return Operation(getattr(statements.for_scope(scope), statement), values, read)
+
+
+def get_value(scope: StateScope, key: str) -> Operation[str | None]:
+    return _read("select_value", _first_value, scope, key)
 
 
 def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | None]:
-    validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
-    values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_versioned, values, _versioned)
+    return _read("select_versioned", _versioned, scope, key)
 
 
 def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
     """One SELECT by primary key of the key's value and what a listing shows of it."""
-    validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
-    values["now"] = _now()
 
     def entry(outcome: Outcome) -> StateEntry | None:
         if not outcome.rows:
@@ -175,65 +179,62 @@ def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
             return StateEntry(key, value, updated_at, writer[0], version, expires_at)
         return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
 
-    return Operation(statements.for_scope(scope).select_entry, values, entry)
+    return _read("select_entry", entry, scope, key)
 
 
-def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:
-    validate_writer(writer)
-    match scope:
-        case TaskScope():
-            return {"updated_by_try": writer.try_number if writer is not None else None}
-        case AssetScope():
-            if writer is None:
-                return dict.fromkeys(statements.ASSET_WRITER_COLUMNS)
-            return {
-                "updated_by": writer.kind.value,
-                "updated_by_dag_id": writer.dag_id,
-                "updated_by_run_id": writer.run_id,
-                "updated_by_task_id": writer.task_id,
-                "updated_by_map_index": writer.map_index,
-                "updated_by_try": writer.try_number,
-            }
-        case _:
-            assert_never(scope)
+def list_keys(scope: StateScope) -> Operation[list[str]]:
+    return _read("select_keys", _sorted_keys, scope)
 
 
 def _write_values(
-    scope: StateScope, key: str, value: str, writer: StateWriter | None, expires_at: datetime | None
+    scope: StateScope, key: str | None, writer: StateWriter | None, expires_at: datetime | None
 ) -> dict[str, Any]:
+    """The parameters every write binds: the scope (and key), the time, the expiry and the writer."""
+    validate_writer(writer)
     values = statements.params(scope, key)
-    values["value"] = value
     # Given here, not left to the model's default: the hot path sends no ORM defaults.
     values["updated_at"] = values["now"] = _now()
     values["expires_at"] = expires_at
-    values.update(_writer_values(scope, writer))
+    match scope:
+        case TaskScope():
+            values["updated_by_try"] = writer.try_number if writer is not None else None
+        case AssetScope():
+            values.update(
+                dict.fromkeys(statements.ASSET_WRITER_COLUMNS)
+                if writer is None
+                else {
+                    "updated_by": writer.kind.value,
+                    "updated_by_dag_id": writer.dag_id,
+                    "updated_by_run_id": writer.run_id,
+                    "updated_by_task_id": writer.task_id,
+                    "updated_by_map_index": writer.map_index,
+                    "updated_by_try": writer.try_number,
+                }
+            )
+        case _:
+            assert_never(scope)
     return values
 
 
-def upsert(scope: StateScope, key: str, value: str, try_number: int | None) -> Operation[int]:
+def upsert(scope: StateScope, key: str, value: str, try_number: int | None = None) -> Operation[None]:
     """Store *value* for ever (``set``); *try_number* is recorded for task scopes (``updated_by_try``)."""
     validate_scope(scope)
     validate_key(key)
     validate_value(value)
-    values = _write_values(scope, key, value, None, None)
+    values = _write_values(scope, key, None, None)
+    values["value"] = value
     if isinstance(scope, TaskScope):
         values["updated_by_try"] = try_number
-    return Operation(statements.for_scope(scope).upsert, values, partial(_written, scope))
-
-
-#: The steps of a call that may need more than one statement: each ``yield`` sends one operation
-#: and receives what it read; the return value is the call's. :func:`drive` and :func:`adrive`
-#: run a flow sync or async, so the logic exists once.
-Flow = Generator[Operation[Any], Any, T]
+    return Operation(statements.for_scope(scope).upsert, values, partial(_stored, scope))
 
 
 def write(
     scope: StateScope,
     key: str,
     value: str,
-    writer: StateWriter | None,
-    expires_at: datetime | None,
-    if_version: int | None,
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
+    if_version: int | None = None,
 ) -> Flow[int]:
     """
     One statement in the usual case. A refused conditional write costs one more, a SELECT that
@@ -244,7 +245,8 @@ def write(
     validate_value(value)
     validate_write_options(expires_at, if_version)
     sql = statements.for_scope(scope)
-    values = _write_values(scope, key, value, writer, expires_at)
+    values = _write_values(scope, key, writer, expires_at)
+    values["value"] = value
     if if_version is None:
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
@@ -266,8 +268,16 @@ def write(
     raise _missing_parent(scope)
 
 
+def _rowcount(outcome: Outcome) -> int:
+    return outcome.rowcount
+
+
 def increment(
-    scope: StateScope, key: str, by: int, writer: StateWriter | None, expires_at: datetime | None
+    scope: StateScope,
+    key: str,
+    by: int = 1,
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
 ) -> Flow[int]:
     """
     One statement in the usual case. When it refuses the stored value, a SELECT tells why: not an
@@ -281,7 +291,8 @@ def increment(
     sql = statements.for_scope(scope)
     absent_rounds = 0
     while True:
-        values = _write_values(scope, key, str(by), writer, expires_at)
+        values = _write_values(scope, key, writer, expires_at)
+        values["value"] = str(by)
         values["by"] = by
         added = yield Operation(sql.increment, values, partial(_upserted, 2), idempotent=False)
         if added is not None:
@@ -308,7 +319,7 @@ def delete_key(scope: StateScope, key: str) -> Operation[None]:
     return Operation(statements.for_scope(scope).delete_key, statements.params(scope, key), _ignored)
 
 
-def clear(scope: StateScope, *, all_map_indices: bool) -> Operation[None]:
+def clear(scope: StateScope, all_map_indices: bool = False) -> Operation[None]:
     validate_scope(scope)
     sql = statements.for_scope(scope)
     return Operation(
@@ -316,14 +327,7 @@ def clear(scope: StateScope, *, all_map_indices: bool) -> Operation[None]:
     )
 
 
-def list_keys(scope: StateScope) -> Operation[list[str]]:
-    validate_scope(scope)
-    values = statements.params(scope)
-    values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_keys, values, _sorted_keys)
-
-
-# --- batches -------------------------------------------------------------------------------
+# --- batches: flows of one statement, or of none for no keys -------------------------------
 
 
 def _text(key: str | bytes) -> str:
@@ -336,33 +340,35 @@ def _key_values(keys: list[str]) -> dict[str, Any]:
     return dict(zip(statements.key_names(len(padded)), padded, strict=True))
 
 
-def get_many(scope: StateScope, keys: Iterable[str]) -> Operation[dict[str, str]] | None:
-    """One SELECT of every key asked; ``None`` for no keys (nothing to send)."""
+def get_many(scope: StateScope, keys: Iterable[str]) -> Flow[dict[str, str]]:
+    """One SELECT of every key asked."""
     validate_scope(scope)
     wanted = validate_many_keys(keys, "get_many")
     if not wanted:
-        return None
+        return {}
     values = {**statements.params(scope), **_key_values(wanted), "now": _now()}
-    return Operation(
-        statements.select_many(scope, len(wanted)),
-        values,
-        lambda outcome: {key: value for key, value in outcome.rows},
+    return (
+        yield Operation(
+            statements.select_many(scope, len(wanted)),
+            values,
+            lambda outcome: {key: value for key, value in outcome.rows},
+        )
     )
 
 
 def set_many(
-    scope: StateScope, pairs: Mapping[str, str], writer: StateWriter | None, expires_at: datetime | None
-) -> Operation[dict[str, int | None]] | None:
-    """One upsert of every pair (all or none); ``None`` for no pairs."""
+    scope: StateScope,
+    pairs: Mapping[str, str],
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
+) -> Flow[dict[str, int | None]]:
+    """One upsert of every pair (all or none)."""
     validate_scope(scope)
     checked = validate_many_values(pairs)
     validate_write_options(expires_at, None)
     if not checked:
-        return None
-    values = statements.params(scope)
-    values["updated_at"] = _now()
-    values["expires_at"] = expires_at
-    values.update(_writer_values(scope, writer))
+        return {}
+    values = _write_values(scope, None, writer, expires_at)
     values.update(zip(statements.key_names(len(checked)), checked, strict=True))
     values.update(zip(statements.value_names(len(checked)), checked.values(), strict=True))
 
@@ -372,17 +378,16 @@ def set_many(
         written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
         return {key: written[key] for key in checked}
 
-    return Operation(statements.upsert_many(scope, len(checked)), values, versions)
+    return (yield Operation(statements.upsert_many(scope, len(checked)), values, versions))
 
 
-def delete_many(scope: StateScope, keys: Iterable[str]) -> Operation[None] | None:
-    """One DELETE of every key named; ``None`` for no keys."""
+def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
+    """One DELETE of every key named."""
     validate_scope(scope)
     doomed = validate_many_keys(keys, "delete_many")
-    if not doomed:
-        return None
-    values = {**statements.params(scope), **_key_values(doomed)}
-    return Operation(statements.delete_many(scope, len(doomed)), values, _ignored)
+    if doomed:
+        values = {**statements.params(scope), **_key_values(doomed)}
+        yield Operation(statements.delete_many(scope, len(doomed)), values, _ignored)
 
 
 # --- running them --------------------------------------------------------------------------
@@ -413,21 +418,25 @@ async def arun(operation: Operation[T], session: AsyncSession | None) -> T:
         return await _arun_in(operation, own_session)
 
 
-def drive(flow: Flow[T], session: Session | None) -> T:
-    """Run every operation of *flow* with :func:`run`; return what the flow returns."""
+def drive(work: Work[T], session: Session | None) -> T:
+    """Run *work* (each operation of a flow in turn) with :func:`run`; return its result."""
+    if isinstance(work, Operation):
+        return run(work, session)
     try:
-        operation = next(flow)
+        operation = next(work)
         while True:
-            operation = flow.send(run(operation, session))
+            operation = work.send(run(operation, session))
     except StopIteration as done:
         return done.value
 
 
-async def adrive(flow: Flow[T], session: AsyncSession | None) -> T:
-    """Run every operation of *flow* with :func:`arun`; return what the flow returns."""
+async def adrive(work: Work[T], session: AsyncSession | None) -> T:
+    """Run *work* (each operation of a flow in turn) with :func:`arun`; return its result."""
+    if isinstance(work, Operation):
+        return await arun(work, session)
     try:
-        operation = next(flow)
+        operation = next(work)
         while True:
-            operation = flow.send(await arun(operation, session))
+            operation = work.send(await arun(operation, session))
     except StopIteration as done:
         return done.value
