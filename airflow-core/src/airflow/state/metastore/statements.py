@@ -350,112 +350,75 @@ def _expired(table: Any) -> Any:
     return and_(table.c.expires_at.is_not(None), table.c.expires_at <= _now(table))
 
 
-def _build(
-    table: Any,
-    conflict_columns: list[str],
-    insert_columns: list[str],
-    source: Select[Any],
-    written: list[str],
-    scope_filter: list[Any],
-    writer_columns: list[str],
-) -> dict[str, Any]:
-    """
-    The statements every scope type has, given its table, the source SELECT of its upsert (which
-    finds the dag run or asset and supplies ``insert_columns``), the columns every write replaces
-    besides ``value`` (``written``; ``expires_at`` last, see :class:`_OnConflictUpdate`) and the
-    filter of the scope, on the primary key's leading columns.
-    """
-    same_key = table.c.key == bindparam("key")
-    columns = [*insert_columns, *written]
-    # value first, expires_at last: on MariaDB the condition is read before anything changes.
-    bump = [("value", _Proposed("value")), ("version", table.c.version + _ONE)]
-    replace = [*bump, *((name, _Proposed(name)) for name in written)]
-    guarded_source = source.where(_ResetOutcome())
-    counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
-    increment_value = case((_expired(table), _Proposed("value")), else_=cast(counter, Text()))
-    one_key = [*scope_filter, same_key]
-    return {
-        "select_value": select(table.c.value).where(*one_key, _live(table)),
-        "select_versioned": select(table.c.value, table.c.version).where(*one_key, _live(table)),
-        "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
-        "select_entry": select(
-            *(table.c[name] for name in ("value", "updated_at", "version", "expires_at", *writer_columns))
-        ).where(*one_key, _live(table)),
-        "upsert": _Upsert(table)
-        .from_select(columns, source)
-        .on_conflict_update(conflict_columns, replace, returning=["version"]),
-        "create": _Upsert(table)
-        .from_select(columns, guarded_source)
-        .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version"]),
-        "update_if_version": update(table)
-        .where(
-            *one_key,
-            table.c.version == bindparam("if_version"),
-            _live(table),
+class _ScopeTable(NamedTuple):
+    """A scope type's table: the only thing its statements differ in from the other type's."""
+
+    table: Any
+    #: The table's primary key: what an upsert conflicts on.
+    primary_key: list[str]
+    #: The row the state hangs on (the dag run, the asset), found by ``parent_filter``.
+    parent: Any
+    parent_filter: list[Any]
+    #: The columns an upsert fills before ``key`` and ``value``, and what it fills them with.
+    parent_columns: list[str]
+    parent_values: list[Any]
+    #: The columns that record the last writer.
+    writer_columns: list[str]
+    #: The rows of the scope, by the primary key's leading columns (so that no statement's cost
+    #: grows with the table nor with the keys of the scope).
+    scope_filter: list[Any]
+    #: The rows of the task in its run, whatever the map index (``scope_filter`` for assets).
+    all_map_indices: list[Any]
+
+    @property
+    def written(self) -> list[str]:
+        """What every write replaces besides ``value``; ``expires_at`` last (see ``_OnConflictUpdate``)."""
+        return ["updated_at", *self.writer_columns, "expires_at"]
+
+    def source(self, key: Any, value: Any, batch: Any = None) -> Select[Any]:
+        """The SELECT an upsert inserts from: the parent's row (none when missing) with the row written."""
+        written = (_bind(self.table, name) for name in self.written)
+        source = select(*self.parent_values, key, value, *written).where(*self.parent_filter)
+        return source if batch is None else source.select_from(self.parent.join(batch, true()))
+
+    def upsert(self, source: Select[Any], value: Any = None, **guard: Any) -> _Upsert:
+        """Insert from *source* or, for a stored key, write *value* (the proposed one by default)."""
+        assignments = [
+            ("value", _Proposed("value") if value is None else value),
+            ("version", self.table.c.version + _ONE),
+            *((name, _Proposed(name)) for name in self.written),
+        ]
+        columns = [*self.parent_columns, "key", "value", *self.written]
+        return (
+            _Upsert(self.table)
+            .from_select(columns, source)
+            .on_conflict_update(self.primary_key, assignments, **guard)
         )
-        .values(
-            value=_bind(table, "value"),
-            version=table.c.version + _ONE,
-            **{name: _bind(table, name) for name in written},
-        ),
-        "increment": _Upsert(table)
-        .from_select(columns, guarded_source)
-        .on_conflict_update(
-            conflict_columns,
-            [
-                ("value", increment_value),
-                ("version", table.c.version + _ONE),
-                *((name, _Proposed(name)) for name in written),
-            ],
-            where=or_(_expired(table), counter.is_not(None)),
-            returning=["version", "value"],
-        ),
-        "delete_key": delete(table).where(*one_key),
-        "clear": delete(table).where(*scope_filter),
-    }
 
 
-def _task_run_id() -> Any:
-    """The id of the dag run named by ``:dag_id`` and ``:run_id``, as a scalar subquery."""
-    return (
-        select(_dag_run.c.id)
-        .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-        .scalar_subquery()
-    )
-
-
-def _same_task() -> list[Any]:
-    """
-    The task in its run as task_state's primary key starts, ``(dag_run_id, task_id)``: every
-    statement finds a task instance's rows (or one of them, with the key) by primary key, so its
-    cost does not grow with the table nor with the keys the task instance holds.
-    """
-    return [_task.c.dag_run_id == _task_run_id(), _task.c.task_id == bindparam("task_id")]
-
-
-def _task_statements() -> Statements:
-    written = ["updated_at", "updated_by_try", "expires_at"]
-    source = select(
+_run_filter = [_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id")]
+# The task in its run, as task_state's primary key starts: (dag_run_id, task_id).
+_same_task = [
+    _task.c.dag_run_id == select(_dag_run.c.id).where(*_run_filter).scalar_subquery(),
+    _task.c.task_id == bindparam("task_id"),
+]
+_TASK_SCOPE = _ScopeTable(
+    table=_task,
+    primary_key=["dag_run_id", "task_id", "map_index", "key"],
+    parent=_dag_run,
+    parent_filter=_run_filter,
+    parent_columns=["dag_run_id", "dag_id", "run_id", "task_id", "map_index"],
+    parent_values=[
         _dag_run.c.id,
         _dag_run.c.dag_id,
         _dag_run.c.run_id,
-        bindparam("task_id", type_=_task.c.task_id.type),
+        _bind(_task, "task_id"),
         bindparam("map_index", type_=Integer()),
-        _bind(_task, "key"),
-        _bind(_task, "value"),
-        *(_bind(_task, name) for name in written),
-    ).where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-    built = _build(
-        _task,
-        ["dag_run_id", "task_id", "map_index", "key"],
-        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
-        source,
-        written,
-        [*_same_task(), _task.c.map_index == bindparam("map_index")],
-        ["updated_by_try"],
-    )
-    return Statements(**built, clear_all_map_indices=delete(_task).where(*_same_task()))
-
+    ],
+    writer_columns=["updated_by_try"],
+    scope_filter=[*_same_task, _task.c.map_index == bindparam("map_index")],
+    all_map_indices=_same_task,
+)
 
 #: The asset_state columns of the last writer, as operations name them in parameters.
 ASSET_WRITER_COLUMNS = (
@@ -467,29 +430,70 @@ ASSET_WRITER_COLUMNS = (
     "updated_by_try",
 )
 
+_same_asset = [_asset.c.asset_id == bindparam("asset_id")]
+_ASSET_SCOPE = _ScopeTable(
+    table=_asset,
+    primary_key=["asset_id", "key"],
+    parent=_asset_row,
+    parent_filter=[_asset_row.c.id == bindparam("asset_id")],
+    parent_columns=["asset_id"],
+    parent_values=[_asset_row.c.id],
+    writer_columns=list(ASSET_WRITER_COLUMNS),
+    scope_filter=_same_asset,
+    all_map_indices=_same_asset,
+)
 
-def _asset_statements() -> Statements:
-    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
-    source = select(
-        _asset_row.c.id,
-        _bind(_asset, "key"),
-        _bind(_asset, "value"),
-        *(_bind(_asset, name) for name in written),
-    ).where(_asset_row.c.id == bindparam("asset_id"))
-    built = _build(
-        _asset,
-        ["asset_id", "key"],
-        ["asset_id", "key", "value"],
-        source,
-        written,
-        [_asset.c.asset_id == bindparam("asset_id")],
-        list(ASSET_WRITER_COLUMNS),
+
+def _statements(scope: _ScopeTable) -> Statements:
+    table = scope.table
+    one_key = [*scope.scope_filter, table.c.key == bindparam("key")]
+    source = scope.source(_bind(table, "key"), _bind(table, "value"))
+    guarded_source = source.where(_ResetOutcome())
+    counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
+    entry_columns = ("value", "updated_at", "version", "expires_at", *scope.writer_columns)
+    return Statements(
+        select_value=select(table.c.value).where(*one_key, _live(table)),
+        select_versioned=select(table.c.value, table.c.version).where(*one_key, _live(table)),
+        select_keys=select(table.c.key).where(*scope.scope_filter, _live(table)),
+        select_entry=select(*(table.c[name] for name in entry_columns)).where(*one_key, _live(table)),
+        upsert=scope.upsert(source, returning=["version"]),
+        create=scope.upsert(guarded_source, where=_expired(table), returning=["version"]),
+        update_if_version=update(table)
+        .where(*one_key, table.c.version == bindparam("if_version"), _live(table))
+        .values(
+            value=_bind(table, "value"),
+            version=table.c.version + _ONE,
+            **{name: _bind(table, name) for name in scope.written},
+        ),
+        increment=scope.upsert(
+            guarded_source,
+            case((_expired(table), _Proposed("value")), else_=cast(counter, Text())),
+            where=or_(_expired(table), counter.is_not(None)),
+            returning=["version", "value"],
+        ),
+        delete_key=delete(table).where(*one_key),
+        clear=delete(table).where(*scope.scope_filter),
+        clear_all_map_indices=delete(table).where(*scope.all_map_indices),
     )
-    return Statements(**built, clear_all_map_indices=built["clear"])
 
 
-TASK_STATE = _task_statements()
-ASSET_STATE = _asset_statements()
+_SCOPE_TABLES = {"task": _TASK_SCOPE, "asset": _ASSET_SCOPE}
+_STATEMENTS = {kind: _statements(scope_table) for kind, scope_table in _SCOPE_TABLES.items()}
+
+
+def _kind(scope: StateScope) -> str:
+    match scope:
+        case TaskScope():
+            return "task"
+        case AssetScope():
+            return "asset"
+        case _:
+            assert_never(scope)
+
+
+def for_scope(scope: StateScope) -> Statements:
+    """The statements that read and write the state of *scope*'s type."""
+    return _STATEMENTS[_kind(scope)]
 
 
 # --- batches: get_many, set_many, delete_many ------------------------------------------------
@@ -515,23 +519,6 @@ def padded_size(count: int) -> int:
     return 1 << max(count - 1, 0).bit_length()
 
 
-class _BatchSource(NamedTuple):
-    """What a scope type's batch statements are made of."""
-
-    table: Any
-    #: The scope's rows, by primary key.
-    by_primary_key: list[Any]
-    conflict_columns: list[str]
-    insert_columns: list[str]
-    written: list[str]
-    #: ``source(batch)``: the SELECT of the upsert, one row per row of the *batch* subquery.
-    source: Any
-
-
-def _batch_keys(table: Any, count: int) -> list[Any]:
-    return [bindparam(name, type_=table.c.key.type) for name in key_names(count)]
-
-
 #: Rows per UNION ALL: SQLite allows at most 500 terms in one compound SELECT.
 _UNION_TERMS = 250
 
@@ -542,7 +529,10 @@ def _batch_rows(table: Any, count: int) -> Any:
     :data:`_UNION_TERMS` rows, a UNION ALL of such groups, each a subquery of its own.
     """
     rows = [
-        select(bindparam(key, type_=table.c.key.type).label("key"), _value_bind(table, value))
+        select(
+            bindparam(key, type_=table.c.key.type).label("key"),
+            bindparam(value, type_=table.c.value.type).label("value"),
+        )
         for key, value in zip(key_names(count), value_names(count), strict=True)
     ]
     if count <= _UNION_TERMS:
@@ -554,113 +544,38 @@ def _batch_rows(table: Any, count: int) -> Any:
     return union_all(*groups).subquery("batch")
 
 
-def _value_bind(table: Any, name: str) -> Any:
-    return bindparam(name, type_=table.c.value.type).label("value")
-
-
-def _task_batch_source() -> _BatchSource:
-    written = ["updated_at", "updated_by_try", "expires_at"]
-
-    def source(batch: Any) -> Select[Any]:
-        return (
-            select(
-                _dag_run.c.id,
-                _dag_run.c.dag_id,
-                _dag_run.c.run_id,
-                bindparam("task_id", type_=_task.c.task_id.type),
-                bindparam("map_index", type_=Integer()),
-                batch.c.key,
-                batch.c.value,
-                *(_bind(_task, name) for name in written),
-            )
-            .select_from(_dag_run.join(batch, true()))
-            .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-        )
-
-    return _BatchSource(
-        _task,
-        [*_same_task(), _task.c.map_index == bindparam("map_index")],
-        ["dag_run_id", "task_id", "map_index", "key"],
-        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
-        written,
-        source,
-    )
-
-
-def _asset_batch_source() -> _BatchSource:
-    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
-
-    def source(batch: Any) -> Select[Any]:
-        return (
-            select(_asset_row.c.id, batch.c.key, batch.c.value, *(_bind(_asset, name) for name in written))
-            .select_from(_asset_row.join(batch, true()))
-            .where(_asset_row.c.id == bindparam("asset_id"))
-        )
-
-    return _BatchSource(
-        _asset,
-        [_asset.c.asset_id == bindparam("asset_id")],
-        ["asset_id", "key"],
-        ["asset_id", "key", "value"],
-        written,
-        source,
-    )
-
-
-_BATCH_SOURCES = {"task": _task_batch_source(), "asset": _asset_batch_source()}
-
-
-def _scope_type(scope: StateScope) -> str:
-    match scope:
-        case TaskScope():
-            return "task"
-        case AssetScope():
-            return "asset"
-        case _:
-            assert_never(scope)
+def _in_batch(scope: _ScopeTable, size: int) -> list[Any]:
+    keys = [bindparam(name, type_=scope.table.c.key.type) for name in key_names(size)]
+    return [*scope.scope_filter, scope.table.c.key.in_(keys)]
 
 
 @cache
-def _select_many(scope_type: str, size: int) -> Select[Any]:
-    parts = _BATCH_SOURCES[scope_type]
-    table = parts.table
-    return select(table.c.key, table.c.value).where(
-        *parts.by_primary_key, table.c.key.in_(_batch_keys(table, size)), _live(table)
-    )
+def _select_many(kind: str, size: int) -> Select[Any]:
+    scope = _SCOPE_TABLES[kind]
+    return select(scope.table.c.key, scope.table.c.value).where(*_in_batch(scope, size), _live(scope.table))
 
 
 @cache
-def _delete_many(scope_type: str, size: int) -> Delete:
-    parts = _BATCH_SOURCES[scope_type]
-    return delete(parts.table).where(
-        *parts.by_primary_key, parts.table.c.key.in_(_batch_keys(parts.table, size))
-    )
+def _delete_many(kind: str, size: int) -> Delete:
+    scope = _SCOPE_TABLES[kind]
+    return delete(scope.table).where(*_in_batch(scope, size))
 
 
 @cache
-def _upsert_many(scope_type: str, size: int) -> Executable:
-    parts = _BATCH_SOURCES[scope_type]
-    table = parts.table
-    replace = [
-        ("value", _Proposed("value")),
-        ("version", table.c.version + _ONE),
-        *((name, _Proposed(name)) for name in parts.written),
-    ]
-    return (
-        _Upsert(table)
-        .from_select([*parts.insert_columns, *parts.written], parts.source(_batch_rows(table, size)))
-        .on_conflict_update(parts.conflict_columns, replace, returning=["key", "version"])
-    )
+def _upsert_many(kind: str, size: int) -> Executable:
+    scope = _SCOPE_TABLES[kind]
+    batch = _batch_rows(scope.table, size)
+    return scope.upsert(scope.source(batch.c.key, batch.c.value, batch), returning=["key", "version"])
 
 
 def select_many(scope: StateScope, count: int) -> Select[Any]:
     """The live keys and values among ``key_0`` ... of *scope* (for *count* keys, padded)."""
-    return _select_many(_scope_type(scope), padded_size(count))
+    return _select_many(_kind(scope), padded_size(count))
 
 
 def delete_many(scope: StateScope, count: int) -> Delete:
     """Delete ``key_0`` ... from *scope* (for *count* keys, padded)."""
-    return _delete_many(_scope_type(scope), padded_size(count))
+    return _delete_many(_kind(scope), padded_size(count))
 
 
 def upsert_many(scope: StateScope, count: int) -> Executable:
@@ -669,29 +584,7 @@ def upsert_many(scope: StateScope, count: int) -> Executable:
     ``expires_at`` and writer columns; returns the key and new version of each, or no row when
     the dag run (or asset) does not exist. One statement: all pairs are written, or none.
     """
-    return _upsert_many(_scope_type(scope), count)
-
-
-def for_scope(scope: StateScope) -> Statements:
-    """The statements that read and write the state of *scope*'s type."""
-    match scope:
-        case TaskScope():
-            return TASK_STATE
-        case AssetScope():
-            return ASSET_STATE
-        case _:
-            assert_never(scope)
-
-
-# --- clean-up (not on the hot path: built per call, run on ordinary sessions) --------------------
-
-
-def removable(table: Any, now: Any, updated_before: Any) -> Any:
-    """The rows ``cleanup`` removes: expired at *now*, or (when given) written before *updated_before*."""
-    condition = and_(table.c.expires_at.is_not(None), table.c.expires_at <= now)
-    if updated_before is not None:
-        condition = or_(condition, table.c.updated_at < updated_before)
-    return condition
+    return _upsert_many(_kind(scope), count)
 
 
 #: The state tables, for clean-up.
