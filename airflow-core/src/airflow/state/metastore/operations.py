@@ -22,7 +22,7 @@ from airflow._shared.timezones import timezone
 from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
-from airflow.state.metastore.listing import stored_writer
+from airflow.state.metastore.listing import entry
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     AssetScope,
@@ -170,16 +170,9 @@ def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | Non
 
 def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
     """One SELECT by primary key of the key's value and what a listing shows of it."""
-
-    def entry(outcome: Outcome) -> StateEntry | None:
-        if not outcome.rows:
-            return None
-        value, updated_at, version, expires_at, *writer = outcome.rows[0]
-        if isinstance(scope, TaskScope):  # the try that wrote it
-            return StateEntry(key, value, updated_at, writer[0], version, expires_at)
-        return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
-
-    return _read("select_entry", entry, scope, key)
+    return _read(
+        "select_entry", lambda outcome: entry(scope, outcome.rows[0]) if outcome.rows else None, scope, key
+    )
 
 
 def list_keys(scope: StateScope) -> Operation[list[str]]:

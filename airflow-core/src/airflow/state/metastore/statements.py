@@ -76,9 +76,11 @@ class Statements(NamedTuple):
     select_versioned: Select[Any]
     #: Every live key of the scope (``now``).
     select_keys: Select[Any]
-    #: The value of ``:key`` if live (``now``) with what a listing shows of it: ``value``,
-    #: ``updated_at``, ``version``, ``expires_at``, then the writer's columns (the try for task
-    #: state, :data:`ASSET_WRITER_COLUMNS` for asset state).
+    #: What a listing shows of every live key (``now``): ``key``, ``value``, ``updated_at``,
+    #: ``version``, ``expires_at``, then the writer's columns (the try for task state,
+    #: :data:`ASSET_WRITER_COLUMNS` for asset state).
+    select_entries: Select[Any]
+    #: :attr:`select_entries` of ``:key`` alone.
     select_entry: Select[Any]
     #: Insert or replace ``:key`` (``value``, ``updated_at``, ``expires_at`` and the writer
     #: columns); returns the new version, or no row when the dag run (or asset) does not exist.
@@ -342,7 +344,8 @@ def _now(table: Any) -> Any:
     return bindparam("now", type_=table.c.expires_at.type)
 
 
-def _live(table: Any) -> Any:
+def live(table: Any) -> Any:
+    """Expired keys are invisible to every read, even before clean-up removes them."""
     return or_(table.c.expires_at.is_(None), table.c.expires_at > _now(table))
 
 
@@ -450,16 +453,20 @@ def _statements(scope: _ScopeTable) -> Statements:
     source = scope.source(_bind(table, "key"), _bind(table, "value"))
     guarded_source = source.where(_ResetOutcome())
     counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
-    entry_columns = ("value", "updated_at", "version", "expires_at", *scope.writer_columns)
+    entry_columns = ("key", "value", "updated_at", "version", "expires_at", *scope.writer_columns)
+    select_entries = select(*(table.c[name] for name in entry_columns)).where(
+        *scope.scope_filter, live(table)
+    )
     return Statements(
-        select_value=select(table.c.value).where(*one_key, _live(table)),
-        select_versioned=select(table.c.value, table.c.version).where(*one_key, _live(table)),
-        select_keys=select(table.c.key).where(*scope.scope_filter, _live(table)),
-        select_entry=select(*(table.c[name] for name in entry_columns)).where(*one_key, _live(table)),
+        select_value=select(table.c.value).where(*one_key, live(table)),
+        select_versioned=select(table.c.value, table.c.version).where(*one_key, live(table)),
+        select_keys=select(table.c.key).where(*scope.scope_filter, live(table)),
+        select_entries=select_entries,
+        select_entry=select_entries.where(one_key[-1]),
         upsert=scope.upsert(source, returning=["version"]),
         create=scope.upsert(guarded_source, where=_expired(table), returning=["version"]),
         update_if_version=update(table)
-        .where(*one_key, table.c.version == bindparam("if_version"), _live(table))
+        .where(*one_key, table.c.version == bindparam("if_version"), live(table))
         .values(
             value=_bind(table, "value"),
             version=table.c.version + _ONE,
@@ -552,7 +559,7 @@ def _in_batch(scope: _ScopeTable, size: int) -> list[Any]:
 @cache
 def _select_many(kind: str, size: int) -> Select[Any]:
     scope = _SCOPE_TABLES[kind]
-    return select(scope.table.c.key, scope.table.c.value).where(*_in_batch(scope, size), _live(scope.table))
+    return select(scope.table.c.key, scope.table.c.value).where(*_in_batch(scope, size), live(scope.table))
 
 
 @cache
