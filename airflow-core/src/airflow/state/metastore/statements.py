@@ -190,24 +190,19 @@ _CANONICAL_INTEGER = "^(0|-?[1-9][0-9]{0,18})$"
 
 
 @compiles(_CounterSum, "postgresql")
-def _counter_sum_postgresql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
+@compiles(_CounterSum, "mysql")
+def _counter_sum(element: _CounterSum, compiler: Any, **kw: Any) -> str:
     stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
     # Nested CASEs: PostgreSQL does not promise to evaluate AND's operands in order, and casting a
-    # non-number raises. NUMERIC holds any 19-digit sum exactly.
-    total = f"(CAST({stored} AS NUMERIC) + {by})"
+    # non-number raises. NUMERIC (DECIMAL(21, 0)) holds any 19-digit sum exactly.
+    matches, exact, integer = {
+        "postgresql": ("~", "NUMERIC", "BIGINT"),
+        "mysql": ("REGEXP", "DECIMAL(21, 0)", "SIGNED"),
+    }[compiler.dialect.name]
+    total = f"(CAST({stored} AS {exact}) + {by})"
     return (
-        f"CASE WHEN {stored} ~ '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} AND "
-        f"{MAX_COUNTER} THEN CAST({total} AS BIGINT) END END"
-    )
-
-
-@compiles(_CounterSum, "mysql")
-def _counter_sum_mysql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
-    stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
-    total = f"(CAST({stored} AS DECIMAL(21, 0)) + {by})"
-    return (
-        f"CASE WHEN {stored} REGEXP '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} "
-        f"AND {MAX_COUNTER} THEN CAST({total} AS SIGNED) END END"
+        f"CASE WHEN {stored} {matches} '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} "
+        f"AND {MAX_COUNTER} THEN CAST({total} AS {integer}) END END"
     )
 
 
