@@ -37,6 +37,7 @@ from sqlalchemy import (
     BigInteger,
     Delete,
     Executable,
+    Insert,
     Integer,
     Select,
     Text,
@@ -46,6 +47,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    insert,
     literal_column,
     or_,
     select,
@@ -55,7 +57,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement, ColumnElement
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.visitors import InternalTraversal
 
 _task = TaskStateModel.__table__
@@ -105,19 +106,7 @@ class Statements(NamedTuple):
 
 def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
     """The bound parameters that identify *scope* (and *key*) in every statement of :class:`Statements`."""
-    values: dict[str, Any]
-    match scope:
-        case TaskScope():
-            values = {
-                "dag_id": scope.dag_id,
-                "run_id": scope.run_id,
-                "task_id": scope.task_id,
-                "map_index": scope.map_index,
-            }
-        case AssetScope():
-            values = {"asset_id": scope.asset_id}
-        case _:
-            assert_never(scope)
+    values = {name: getattr(scope, name) for name in _SCOPE_TABLES[_kind(scope)].scope_fields}
     if key is not None:
         values["key"] = key
     return values
@@ -221,13 +210,9 @@ def _counter_sum_sqlite(element: _CounterSum, compiler: Any, **kw: Any) -> str:
 class _OnConflictUpdate(ClauseElement):
     """
     ``ON CONFLICT (...) DO UPDATE [WHERE ...] RETURNING ...`` / ``ON DUPLICATE KEY UPDATE ...
-    RETURNING ...``, as a construct SQLAlchemy can cache.
-
-    SQLAlchemy 2.0's dialect-specific ``insert()`` constructs opt out of the compiled cache, so a
-    statement built with them is compiled again on every execution: about a millisecond per
-    ``set``, more than the round trip itself. This clause renders the same SQL on a plain,
-    cacheable INSERT. RETURNING is rendered here too: SQLAlchemy would refuse it on a MariaDB
-    dialect that has not connected yet.
+    RETURNING ...``, rendered after a plain INSERT for each dialect: the statements are built once,
+    before any dialect is known (SQLAlchemy's upserts are dialect-specific constructs, and it would
+    refuse RETURNING on a MariaDB dialect that has not connected yet).
 
     :param assignments: (column, expression) pairs, in order; on MariaDB later assignments see the
         values earlier ones stored, so the condition is evaluated by the first one only.
@@ -250,8 +235,8 @@ class _OnConflictUpdate(ClauseElement):
         table_name: str,
         conflict_columns: list[str],
         assignments: list[tuple[str, Any]],
-        where: Any,
         returning: list[str],
+        where: Any = None,
     ) -> None:
         self.table_name = table_name
         self.conflict_columns = conflict_columns
@@ -259,24 +244,6 @@ class _OnConflictUpdate(ClauseElement):
         self.expressions = [expression for _, expression in assignments]
         self.where = where
         self.returning = returning
-
-
-class _Upsert(Insert):
-    inherit_cache = True
-
-    def on_conflict_update(
-        self,
-        conflict_columns: list[str],
-        assignments: list[tuple[str, Any]],
-        *,
-        where: Any = None,
-        returning: list[str],
-    ) -> _Upsert:
-        upsert = self._generate()
-        upsert._post_values_clause = _OnConflictUpdate(
-            self.table.name, conflict_columns, assignments, where, returning
-        )
-        return upsert
 
 
 @compiles(_OnConflictUpdate)
@@ -352,6 +319,8 @@ class _ScopeTable(NamedTuple):
     """A scope type's table: the only thing its statements differ in from the other type's."""
 
     table: Any
+    #: The fields of the scope that its statements bind, by the same names.
+    scope_fields: tuple[str, ...]
     #: The table's primary key: what an upsert conflicts on.
     primary_key: list[str]
     #: The row the state hangs on (the dag run, the asset), found by ``parent_filter``.
@@ -379,19 +348,20 @@ class _ScopeTable(NamedTuple):
         source = select(*self.parent_values, key, value, *written).where(*self.parent_filter)
         return source if batch is None else source.select_from(self.parent.join(batch, true()))
 
-    def upsert(self, source: Select[Any], value: Any = None, **guard: Any) -> _Upsert:
+    def upsert(
+        self, source: Select[Any], returning: list[str], value: Any = None, where: Any = None
+    ) -> Insert:
         """Insert from *source* or, for a stored key, write *value* (the proposed one by default)."""
         assignments = [
             ("value", _Proposed("value") if value is None else value),
             ("version", self.table.c.version + _ONE),
             *((name, _Proposed(name)) for name in self.written),
         ]
-        columns = [*self.parent_columns, "key", "value", *self.written]
-        return (
-            _Upsert(self.table)
-            .from_select(columns, source)
-            .on_conflict_update(self.primary_key, assignments, **guard)
+        upsert = insert(self.table).from_select([*self.parent_columns, "key", "value", *self.written], source)
+        upsert._post_values_clause = _OnConflictUpdate(
+            self.table.name, self.primary_key, assignments, returning, where
         )
+        return upsert
 
 
 _run_filter = [_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id")]
@@ -402,6 +372,7 @@ _same_task = [
 ]
 _TASK_SCOPE = _ScopeTable(
     table=_task,
+    scope_fields=("dag_id", "run_id", "task_id", "map_index"),
     primary_key=["dag_run_id", "task_id", "map_index", "key"],
     parent=_dag_run,
     parent_filter=_run_filter,
@@ -431,6 +402,7 @@ ASSET_WRITER_COLUMNS = (
 _same_asset = [_asset.c.asset_id == bindparam("asset_id")]
 _ASSET_SCOPE = _ScopeTable(
     table=_asset,
+    scope_fields=("asset_id",),
     primary_key=["asset_id", "key"],
     parent=_asset_row,
     parent_filter=[_asset_row.c.id == bindparam("asset_id")],
@@ -458,8 +430,8 @@ def _statements(scope: _ScopeTable) -> Statements:
         select_keys=select(table.c.key).where(*scope.scope_filter, live(table)),
         select_entries=select_entries,
         select_entry=select_entries.where(one_key[-1]),
-        upsert=scope.upsert(source, returning=["version"]),
-        create=scope.upsert(guarded_source, where=_expired(table), returning=["version"]),
+        upsert=scope.upsert(source, ["version"]),
+        create=scope.upsert(guarded_source, ["version"], where=_expired(table)),
         update_if_version=update(table)
         .where(*one_key, table.c.version == bindparam("if_version"), live(table))
         .values(
@@ -469,9 +441,9 @@ def _statements(scope: _ScopeTable) -> Statements:
         ),
         increment=scope.upsert(
             guarded_source,
+            ["version", "value"],
             case((_expired(table), _Proposed("value")), else_=cast(counter, Text())),
-            where=or_(_expired(table), counter.is_not(None)),
-            returning=["version", "value"],
+            or_(_expired(table), counter.is_not(None)),
         ),
         delete_key=delete(table).where(*one_key),
         clear=delete(table).where(*scope.scope_filter),
@@ -567,7 +539,7 @@ def _delete_many(kind: str, size: int) -> Delete:
 def _upsert_many(kind: str, size: int) -> Executable:
     scope = _SCOPE_TABLES[kind]
     batch = _batch_rows(scope.table, size)
-    return scope.upsert(scope.source(batch.c.key, batch.c.value, batch), returning=["key", "version"])
+    return scope.upsert(scope.source(batch.c.key, batch.c.value, batch), ["key", "version"])
 
 
 def select_many(scope: StateScope, count: int) -> Select[Any]:
