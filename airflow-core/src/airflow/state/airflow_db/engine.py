@@ -285,12 +285,9 @@ def autocommit_engine() -> Engine:
 def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
     """
     Run *statement* with *values* as one autocommitted statement, once more if the connection was
-    dead and that is safe. *statement* is compiled on first use and kept: pass statements built
-    once, not per call.
-
-    :param idempotent: ``False`` for a statement whose second run would differ from its first (an
-        increment, a create-only or conditional write): it is sent again only if it surely never
-        reached the server, and otherwise :class:`StatementOutcomeUnknownError` is raised.
+    dead and that is safe (with ``idempotent=False``, only if it surely never reached the server:
+    see the module's docstring). *statement* is compiled on first use and kept: pass statements
+    built once, not per call.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
 

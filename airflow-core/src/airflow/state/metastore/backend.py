@@ -43,18 +43,13 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
 
 class MetastoreStateBackend(BaseStateBackend):
     """
-    Keeps task state in ``task_state`` and asset state in ``asset_state``.
+    Keeps task state in ``task_state`` and asset state in ``asset_state``, deleted with their dag
+    run or asset (foreign-key cascade). Task state records the try that wrote it (NULL outside a
+    task try), asset state its last writer. Expired keys are invisible to every read at once, and
+    :meth:`cleanup` removes them.
 
     Sync methods join a caller's ``session`` (and leave committing to the caller); without one each
     call is a single statement committed on its own. Async methods run on Airflow's async engine.
-    Every task state write records which try wrote it (``updated_by_try``, NULL for writes made
-    outside a task try). Deleting a dag run or an asset deletes its state by foreign-key cascade.
-
-    Every key has a version (1 when created, one more on every write) and an optional expiry;
-    expired keys are invisible to every read at once, and :meth:`cleanup` removes them. Asset
-    state records its last writer (``updated_by*``). Conditional writes and increments are single
-    statements in the usual case (see :mod:`airflow.state.metastore.statements`).
-
     Each method of the contract (signatures: :class:`BaseStateBackend`) runs the operation of the
     same arguments (:mod:`airflow.state.metastore.operations`), sync or async.
     """

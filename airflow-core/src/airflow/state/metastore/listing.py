@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from airflow._shared.timezones import timezone
@@ -36,13 +36,8 @@ if TYPE_CHECKING:
 _CHUNK = 500
 
 
-@contextmanager
-def _session(session: Session | None) -> Iterator[Session]:
-    if session is not None:
-        yield session
-        return
-    with create_session() as own:
-        yield own
+def _session(session: Session | None) -> AbstractContextManager[Session]:
+    return create_session() if session is None else nullcontext(session)
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:

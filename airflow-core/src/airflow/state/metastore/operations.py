@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
 from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Operation(Generic[T]):
+class Operation(NamedTuple, Generic[T]):
     """
     One statement with its parameters, and how to read what it returned.
 
@@ -59,20 +59,10 @@ class Operation(Generic[T]):
     engine never sends it twice (see :func:`~airflow.state.airflow_db.engine.execute`).
     """
 
-    __slots__ = ("idempotent", "read", "statement", "values")
-
-    def __init__(
-        self,
-        statement: Executable,
-        values: dict[str, Any],
-        read: Callable[[Outcome], T],
-        *,
-        idempotent: bool = True,
-    ) -> None:
-        self.statement = statement
-        self.values = values
-        self.read = read
-        self.idempotent = idempotent
+    statement: Executable
+    values: dict[str, Any]
+    read: Callable[[Outcome], T]
+    idempotent: bool = True
 
 
 #: The steps of a call that may need more (or fewer) than one statement: each ``yield`` sends one
@@ -229,10 +219,7 @@ def write(
     expires_at: datetime | None = None,
     if_version: int | None = None,
 ) -> Flow[int]:
-    """
-    One statement in the usual case. A refused conditional write costs one more, a SELECT that
-    learns the stored version for the error.
-    """
+    """One statement in the usual case; a refused conditional write then reads the stored version."""
     validate_scope(scope)
     validate_key(key)
     validate_value(value)

@@ -321,8 +321,6 @@ class _ScopeTable(NamedTuple):
     table: Any
     #: The fields of the scope that its statements bind, by the same names.
     scope_fields: tuple[str, ...]
-    #: The table's primary key: what an upsert conflicts on.
-    primary_key: list[str]
     #: The row the state hangs on (the dag run, the asset), found by ``parent_filter``.
     parent: Any
     parent_filter: list[Any]
@@ -358,8 +356,9 @@ class _ScopeTable(NamedTuple):
             *((name, _Proposed(name)) for name in self.written),
         ]
         upsert = insert(self.table).from_select([*self.parent_columns, "key", "value", *self.written], source)
+        conflict = [column.name for column in self.table.primary_key]  # what an upsert conflicts on
         upsert._post_values_clause = _OnConflictUpdate(
-            self.table.name, self.primary_key, assignments, returning, where
+            self.table.name, conflict, assignments, returning, where
         )
         return upsert
 
@@ -373,7 +372,6 @@ _same_task = [
 _TASK_SCOPE = _ScopeTable(
     table=_task,
     scope_fields=("dag_id", "run_id", "task_id", "map_index"),
-    primary_key=["dag_run_id", "task_id", "map_index", "key"],
     parent=_dag_run,
     parent_filter=_run_filter,
     parent_columns=["dag_run_id", "dag_id", "run_id", "task_id", "map_index"],
@@ -403,7 +401,6 @@ _same_asset = [_asset.c.asset_id == bindparam("asset_id")]
 _ASSET_SCOPE = _ScopeTable(
     table=_asset,
     scope_fields=("asset_id",),
-    primary_key=["asset_id", "key"],
     parent=_asset_row,
     parent_filter=[_asset_row.c.id == bindparam("asset_id")],
     parent_columns=["asset_id"],
