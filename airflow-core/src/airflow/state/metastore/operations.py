@@ -14,8 +14,10 @@ engine. The backend's sync and async methods differ only in which of the two the
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import astuple
 from datetime import datetime
 from functools import partial
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, assert_never
 
 from airflow._shared.timezones import timezone
@@ -72,19 +74,6 @@ Flow: TypeAlias = Generator[Operation[Any], Any, T]
 Work: TypeAlias = Operation[T] | Flow[T]
 
 # --- reading outcomes ----------------------------------------------------------------------
-
-
-def _first_value(outcome: Outcome) -> str | None:
-    return outcome.rows[0][0] if outcome.rows else None
-
-
-def _versioned(outcome: Outcome) -> VersionedValue | None:
-    return VersionedValue(outcome.rows[0][0], outcome.rows[0][1]) if outcome.rows else None
-
-
-def _sorted_keys(outcome: Outcome) -> list[str]:
-    # Sorted here, not in SQL: database collations order text differently from each other.
-    return sorted(row[0] for row in outcome.rows)
 
 
 def _ignored(outcome: Outcome) -> None:
@@ -150,23 +139,27 @@ def _read(statement: str, read: Callable[[Outcome], T], scope: StateScope, *key:
     return Operation(getattr(statements.for_scope(scope), statement), values, read)
 
 
+def _row(read: Callable[[Any], T]) -> Callable[[Outcome], T | None]:
+    """What *read* makes of the row a one-key read found; ``None`` when it found none."""
+    return lambda outcome: read(outcome.rows[0]) if outcome.rows else None
+
+
 def get_value(scope: StateScope, key: str) -> Operation[str | None]:
-    return _read("select_value", _first_value, scope, key)
+    return _read("select_value", _row(itemgetter(0)), scope, key)
 
 
 def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | None]:
-    return _read("select_versioned", _versioned, scope, key)
+    return _read("select_versioned", _row(lambda row: VersionedValue(*row)), scope, key)
 
 
 def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
     """One SELECT by primary key of the key's value and what a listing shows of it."""
-    return _read(
-        "select_entry", lambda outcome: entry(scope, outcome.rows[0]) if outcome.rows else None, scope, key
-    )
+    return _read("select_entry", _row(partial(entry, scope)), scope, key)
 
 
 def list_keys(scope: StateScope) -> Operation[list[str]]:
-    return _read("select_keys", _sorted_keys, scope)
+    # Sorted here, not in SQL: database collations order text differently from each other.
+    return _read("select_keys", lambda outcome: sorted(row[0] for row in outcome.rows), scope)
 
 
 def _write_values(
@@ -178,24 +171,10 @@ def _write_values(
     # Given here, not left to the model's default: the hot path sends no ORM defaults.
     values["updated_at"] = values["now"] = _now()
     values["expires_at"] = expires_at
-    match scope:
-        case TaskScope():
-            values["updated_by_try"] = writer.try_number if writer is not None else None
-        case AssetScope():
-            values.update(
-                dict.fromkeys(statements.ASSET_WRITER_COLUMNS)
-                if writer is None
-                else {
-                    "updated_by": writer.kind.value,
-                    "updated_by_dag_id": writer.dag_id,
-                    "updated_by_run_id": writer.run_id,
-                    "updated_by_task_id": writer.task_id,
-                    "updated_by_map_index": writer.map_index,
-                    "updated_by_try": writer.try_number,
-                }
-            )
-        case _:
-            assert_never(scope)
+    # StateWriter's fields are in the order of asset_state's writer columns; task_state's
+    # statements take the last one only (the try).
+    fields = (None,) * 6 if writer is None else (writer.kind.value, *astuple(writer)[1:])
+    values.update(zip(statements.ASSET_WRITER_COLUMNS, fields, strict=True))
     return values
 
 
@@ -231,7 +210,9 @@ def write(
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
         values["if_version"] = if_version
-        if (yield Operation(sql.update_if_version, values, _rowcount, idempotent=False)):
+        if (
+            yield Operation(sql.update_if_version, values, lambda outcome: outcome.rowcount, idempotent=False)
+        ):
             return if_version + 1
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
@@ -246,10 +227,6 @@ def write(
         # key was deleted in between; one more attempt tells.
         values["now"] = values["updated_at"] = _now()
     raise _missing_parent(scope)
-
-
-def _rowcount(outcome: Outcome) -> int:
-    return outcome.rowcount
 
 
 def increment(
@@ -315,42 +292,31 @@ def _text(key: str | bytes) -> str:
     return key.decode("utf-8") if isinstance(key, bytes) else key
 
 
-def _key_values(keys: list[str]) -> dict[str, Any]:
-    padded = keys + keys[-1:] * (statements.padded_size(len(keys)) - len(keys))
-    return dict(zip(statements.key_names(len(padded)), padded, strict=True))
-
-
 def get_many(scope: StateScope, keys: Iterable[str]) -> Flow[dict[str, str]]:
     """One SELECT of every key asked."""
     validate_scope(scope)
     wanted = validate_many_keys(keys, "get_many")
     if not wanted:
         return {}
-    values = {**statements.params(scope), **_key_values(wanted), "now": _now()}
-    return (
-        yield Operation(
-            statements.select_many(scope, len(wanted)),
-            values,
-            lambda outcome: {key: value for key, value in outcome.rows},
-        )
-    )
+    statement, values = statements.batch("select", scope, wanted)
+    values["now"] = _now()
+    return (yield Operation(statement, values, lambda outcome: {key: value for key, value in outcome.rows}))
 
 
 def set_many(
     scope: StateScope,
-    pairs: Mapping[str, str],
+    values: Mapping[str, str],
     writer: StateWriter | None = None,
     expires_at: datetime | None = None,
 ) -> Flow[dict[str, int | None]]:
     """One upsert of every pair (all or none)."""
     validate_scope(scope)
-    checked = validate_many_values(pairs)
+    checked = validate_many_values(values)
     validate_write_options(expires_at, None)
     if not checked:
         return {}
-    values = _write_values(scope, None, writer, expires_at)
-    values.update(zip(statements.key_names(len(checked)), checked, strict=True))
-    values.update(zip(statements.value_names(len(checked)), checked.values(), strict=True))
+    statement, bound = statements.batch("upsert", scope, checked)
+    bound |= _write_values(scope, None, writer, expires_at)
 
     def versions(outcome: Outcome) -> dict[str, int | None]:
         if not outcome.rows:
@@ -358,7 +324,7 @@ def set_many(
         written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
         return {key: written[key] for key in checked}
 
-    return (yield Operation(statements.upsert_many(scope, len(checked)), values, versions))
+    return (yield Operation(statement, bound, versions))
 
 
 def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
@@ -366,8 +332,7 @@ def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
     validate_scope(scope)
     doomed = validate_many_keys(keys, "delete_many")
     if doomed:
-        values = {**statements.params(scope), **_key_values(doomed)}
-        yield Operation(statements.delete_many(scope, len(doomed)), values, _ignored)
+        yield Operation(*statements.batch("delete", scope, doomed), _ignored)
 
 
 # --- running them --------------------------------------------------------------------------

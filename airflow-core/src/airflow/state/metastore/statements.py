@@ -26,8 +26,9 @@ and how to read the answer, and runs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any, NamedTuple, assert_never
+from typing import Any, Literal, NamedTuple, assert_never
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
@@ -474,22 +475,6 @@ def for_scope(scope: StateScope) -> Statements:
 # deletes round n up to a power of two, repeating the last key (harmless in an IN list), so at
 # most 11 statements of each exist; an upsert cannot repeat a key, so it is built per exact size.
 
-
-def key_names(count: int) -> list[str]:
-    """The parameter names of a batch's keys."""
-    return [f"key_{n}" for n in range(count)]
-
-
-def value_names(count: int) -> list[str]:
-    """The parameter names of a set_many batch's values."""
-    return [f"value_{n}" for n in range(count)]
-
-
-def padded_size(count: int) -> int:
-    """The size of the read or delete statement that serves *count* keys: the next power of two."""
-    return 1 << max(count - 1, 0).bit_length()
-
-
 #: Rows per UNION ALL: SQLite allows at most 500 terms in one compound SELECT.
 _UNION_TERMS = 250
 
@@ -501,10 +486,10 @@ def _batch_rows(table: Any, count: int) -> Any:
     """
     rows = [
         select(
-            bindparam(key, type_=table.c.key.type).label("key"),
-            bindparam(value, type_=table.c.value.type).label("value"),
+            bindparam(f"key_{n}", type_=table.c.key.type).label("key"),
+            bindparam(f"value_{n}", type_=table.c.value.type).label("value"),
         )
-        for key, value in zip(key_names(count), value_names(count), strict=True)
+        for n in range(count)
     ]
     if count <= _UNION_TERMS:
         return (rows[0] if count == 1 else union_all(*rows)).subquery("batch")
@@ -515,47 +500,38 @@ def _batch_rows(table: Any, count: int) -> Any:
     return union_all(*groups).subquery("batch")
 
 
-def _in_batch(scope: _ScopeTable, size: int) -> list[Any]:
-    keys = [bindparam(name, type_=scope.table.c.key.type) for name in key_names(size)]
-    return [*scope.scope_filter, scope.table.c.key.in_(keys)]
-
-
 @cache
-def _select_many(kind: str, size: int) -> Select[Any]:
+def _batch(what: str, kind: str, size: int) -> Executable:
     scope = _SCOPE_TABLES[kind]
-    return select(scope.table.c.key, scope.table.c.value).where(*_in_batch(scope, size), live(scope.table))
+    table = scope.table
+    if what == "upsert":
+        rows = _batch_rows(table, size)
+        return scope.upsert(scope.source(rows.c.key, rows.c.value, rows), ["key", "version"])
+    keys = table.c.key.in_([bindparam(f"key_{n}", type_=table.c.key.type) for n in range(size)])
+    if what == "select":
+        return select(table.c.key, table.c.value).where(*scope.scope_filter, keys, live(table))
+    return delete(table).where(*scope.scope_filter, keys)
 
 
-@cache
-def _delete_many(kind: str, size: int) -> Delete:
-    scope = _SCOPE_TABLES[kind]
-    return delete(scope.table).where(*_in_batch(scope, size))
-
-
-@cache
-def _upsert_many(kind: str, size: int) -> Executable:
-    scope = _SCOPE_TABLES[kind]
-    batch = _batch_rows(scope.table, size)
-    return scope.upsert(scope.source(batch.c.key, batch.c.value, batch), ["key", "version"])
-
-
-def select_many(scope: StateScope, count: int) -> Select[Any]:
-    """The live keys and values among ``key_0`` ... of *scope* (for *count* keys, padded)."""
-    return _select_many(_kind(scope), padded_size(count))
-
-
-def delete_many(scope: StateScope, count: int) -> Delete:
-    """Delete ``key_0`` ... from *scope* (for *count* keys, padded)."""
-    return _delete_many(_kind(scope), padded_size(count))
-
-
-def upsert_many(scope: StateScope, count: int) -> Executable:
+def batch(
+    what: Literal["select", "delete", "upsert"], scope: StateScope, pairs: Sequence[str] | Mapping[str, str]
+) -> tuple[Executable, dict[str, Any]]:
     """
-    Insert or replace the pairs ``key_<i>``/``value_<i>``, all with the same ``updated_at``,
-    ``expires_at`` and writer columns; returns the key and new version of each, or no row when
-    the dag run (or asset) does not exist. One statement: all pairs are written, or none.
+    The statement of a batch of *scope* and its parameters but ``now`` and those of a write:
+
+    - ``select``: the live keys and values among the keys *pairs* names;
+    - ``delete``: delete them;
+    - ``upsert``: insert or replace the key-value *pairs*, all with the same ``updated_at``,
+      ``expires_at`` and writer columns; returns the key and new version of each, or no row when
+      the dag run (or asset) does not exist. One statement: all pairs are written, or none.
     """
-    return _upsert_many(_kind(scope), count)
+    keys = list(pairs)
+    if what != "upsert":
+        keys += keys[-1:] * ((1 << max(len(keys) - 1, 0).bit_length()) - len(keys))  # a power of two
+    values = params(scope) | {f"key_{n}": key for n, key in enumerate(keys)}
+    if isinstance(pairs, Mapping):
+        values |= {f"value_{n}": value for n, value in enumerate(pairs.values())}
+    return _batch(what, _kind(scope), len(keys)), values
 
 
 #: The state tables, for clean-up.
