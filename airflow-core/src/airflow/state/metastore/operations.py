@@ -1,14 +1,12 @@
 """
 Every metastore operation, defined once, and the two ways of running one.
 
-An :class:`Operation` is what one backend call sends and how its answer is read: a statement of
-:mod:`~airflow.state.metastore.statements`, its parameters, and a function of the
-:class:`~airflow.state.airflow_db.engine.Outcome`. A call that may need more than one statement is
-a :data:`Flow` of operations. The functions that build them validate their input first, so bad
-input never reaches a database. :func:`run` sends an operation on a caller's ``Session``, or else
-as one autocommitted statement on the hot path (:func:`~airflow.state.airflow_db.engine.execute`);
-:func:`arun` on a caller's ``AsyncSession``, or else on a session of its own from Airflow's async
-engine. The backend's sync and async methods differ only in which of the two they use.
+An :class:`Operation` is one statement of :mod:`~airflow.state.metastore.statements`, its
+parameters, and how to read its :class:`~airflow.state.airflow_db.engine.Outcome`; a call that may
+need more than one statement is a :data:`Flow` of them. Their builders validate the input first,
+so bad input never reaches a database. :func:`drive` runs them on a caller's ``Session`` or, on
+the hot path, as autocommitted statements (:func:`~airflow.state.airflow_db.engine.execute`);
+:func:`adrive` on a caller's ``AsyncSession`` or a session of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from dataclasses import astuple
 from datetime import datetime
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from airflow._shared.timezones import timezone
 from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
@@ -27,7 +25,6 @@ from airflow.state.metastore import statements
 from airflow.state.metastore.listing import entry
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
-    AssetScope,
     StateEntry,
     StateScope,
     StateWriter,
@@ -54,11 +51,8 @@ T = TypeVar("T")
 
 class Operation(NamedTuple, Generic[T]):
     """
-    One statement with its parameters, and how to read what it returned.
-
-    *idempotent* is ``False`` for a statement whose second run would differ from its first (an
-    increment adds again, a create-only or conditional write then conflicts with itself): the
-    engine never sends it twice (see :func:`~airflow.state.airflow_db.engine.execute`).
+    One statement with its parameters, and how to read what it returned. *idempotent*: ``False``
+    for a statement the engine must never send twice (see :mod:`~airflow.state.airflow_db.engine`).
     """
 
     statement: Executable
@@ -96,19 +90,14 @@ def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
 
 
 def _missing_parent(scope: StateScope) -> ValueError:
-    match scope:
-        case TaskScope():
-            return ValueError(
-                f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
-                "only be written for an existing dag run"
-            )
-        case AssetScope():
-            return ValueError(
-                f"No asset found with id {scope.asset_id}: asset state can only be written for an "
-                "existing asset"
-            )
-        case _:
-            assert_never(scope)
+    if isinstance(scope, TaskScope):
+        return ValueError(
+            f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
+            "only be written for an existing dag run"
+        )
+    return ValueError(
+        f"No asset found with id {scope.asset_id}: asset state can only be written for an existing asset"
+    )
 
 
 def _written(scope: StateScope, outcome: Outcome) -> int:
@@ -163,11 +152,16 @@ def list_keys(scope: StateScope) -> Operation[list[str]]:
 
 
 def _write_values(
-    scope: StateScope, key: str | None, writer: StateWriter | None, expires_at: datetime | None
+    scope: StateScope,
+    key: str | None,
+    value: str | None,
+    writer: StateWriter | None,
+    expires_at: datetime | None,
 ) -> dict[str, Any]:
-    """The parameters every write binds: the scope (and key), the time, the expiry and the writer."""
+    """What every write binds: the scope (and key and value), the time, the expiry and the writer."""
     validate_writer(writer)
     values = statements.params(scope, key)
+    values["value"] = value
     # Given here, not left to the model's default: the hot path sends no ORM defaults.
     values["updated_at"] = values["now"] = _now()
     values["expires_at"] = expires_at
@@ -183,8 +177,7 @@ def upsert(scope: StateScope, key: str, value: str, try_number: int | None = Non
     validate_scope(scope)
     validate_key(key)
     validate_value(value)
-    values = _write_values(scope, key, None, None)
-    values["value"] = value
+    values = _write_values(scope, key, value, None, None)
     if isinstance(scope, TaskScope):
         values["updated_by_try"] = try_number
     return Operation(statements.for_scope(scope).upsert, values, partial(_stored, scope))
@@ -204,8 +197,7 @@ def write(
     validate_value(value)
     validate_write_options(expires_at, if_version)
     sql = statements.for_scope(scope)
-    values = _write_values(scope, key, writer, expires_at)
-    values["value"] = value
+    values = _write_values(scope, key, value, writer, expires_at)
     if if_version is None:
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
@@ -248,8 +240,7 @@ def increment(
     sql = statements.for_scope(scope)
     absent_rounds = 0
     while True:
-        values = _write_values(scope, key, writer, expires_at)
-        values["value"] = str(by)
+        values = _write_values(scope, key, str(by), writer, expires_at)
         values["by"] = by
         added = yield Operation(sql.increment, values, partial(_upserted, 2), idempotent=False)
         if added is not None:
@@ -316,7 +307,7 @@ def set_many(
     if not checked:
         return {}
     statement, bound = statements.batch("upsert", scope, checked)
-    bound |= _write_values(scope, None, writer, expires_at)
+    bound |= _write_values(scope, None, None, writer, expires_at)
 
     def versions(outcome: Outcome) -> dict[str, int | None]:
         if not outcome.rows:
