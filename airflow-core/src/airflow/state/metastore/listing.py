@@ -93,44 +93,33 @@ def entries(
 
 
 def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[int]:
-    counts: dict[tuple[Any, ...], int] = {}
-    tasks_by_run: dict[tuple[str, str], set[str]] = defaultdict(set)
-    asset_ids: set[int] = set()
+    # One query per chunk of a run's task ids, counted per task and map index; or of asset ids.
+    wanted: dict[tuple[str, ...], set[Any]] = defaultdict(set)
     for scope in scopes:
         validate_scope(scope)
         if isinstance(scope, TaskScope):
-            tasks_by_run[(scope.dag_id, scope.run_id)].add(scope.task_id)
+            wanted[(scope.dag_id, scope.run_id)].add(scope.task_id)
         else:
-            asset_ids.add(scope.asset_id)
+            wanted[()].add(scope.asset_id)
     task, asset = statements.CLEANED_TABLES
-    values = {"now": timezone.utcnow()}
+    counts: dict[tuple[Any, ...], int] = {}
+    now = {"now": timezone.utcnow()}
     with _session(session) as db:
-        for (dag_id, run_id), task_ids in tasks_by_run.items():
-            for chunk in _chunks(sorted(task_ids)):
-                query = (
-                    select(task.c.task_id, task.c.map_index, func.count())
-                    .where(
-                        task.c.dag_id == dag_id,
-                        task.c.run_id == run_id,
-                        task.c.task_id.in_(chunk),
-                        statements.live(task),
-                    )
-                    .group_by(task.c.task_id, task.c.map_index)
-                )
-                for task_id, map_index, count in db.execute(query, values):
-                    counts[("task", dag_id, run_id, task_id, map_index)] = count
-        for chunk in _chunks(sorted(asset_ids)):
-            query = (
-                select(asset.c.asset_id, func.count())
-                .where(asset.c.asset_id.in_(chunk), statements.live(asset))
-                .group_by(asset.c.asset_id)
-            )
-            for asset_id, count in db.execute(query, values):
-                counts[("asset", asset_id)] = count
+        for run, ids in wanted.items():
+            if run:
+                table, counted = task, [task.c.task_id, task.c.map_index]
+                where = [task.c.dag_id == run[0], task.c.run_id == run[1]]
+            else:
+                table, counted, where = asset, [asset.c.asset_id], []
+            for chunk in _chunks(sorted(ids)):
+                in_chunk = [*where, counted[0].in_(chunk), statements.live(table)]
+                query = select(*counted, func.count()).where(*in_chunk).group_by(*counted)
+                for *counted_ids, count in db.execute(query, now):
+                    counts[(*run, *counted_ids)] = count
     return [counts.get(_count_key(scope), 0) for scope in scopes]
 
 
 def _count_key(scope: StateScope) -> tuple[Any, ...]:
     if isinstance(scope, TaskScope):
-        return ("task", scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
-    return ("asset", scope.asset_id)
+        return (scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
+    return (scope.asset_id,)

@@ -118,8 +118,8 @@ def _now() -> datetime:
     return timezone.utcnow()
 
 
-def _read(statement: str, read: Callable[[Outcome], T], scope: StateScope, *key: str) -> Operation[T]:
-    """A read of *scope*'s live keys (or of the *key* given) with the statement named *statement*."""
+def _simple(statement: str, read: Callable[[Outcome], T], scope: StateScope, *key: str) -> Operation[T]:
+    """The statement named *statement* on *scope*'s (live) keys, or on the *key* given."""
     validate_scope(scope)
     for name in key:
         validate_key(name)
@@ -134,21 +134,21 @@ def _row(read: Callable[[Any], T]) -> Callable[[Outcome], T | None]:
 
 
 def get_value(scope: StateScope, key: str) -> Operation[str | None]:
-    return _read("select_value", _row(itemgetter(0)), scope, key)
+    return _simple("select_value", _row(itemgetter(0)), scope, key)
 
 
 def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | None]:
-    return _read("select_versioned", _row(lambda row: VersionedValue(*row)), scope, key)
+    return _simple("select_versioned", _row(lambda row: VersionedValue(*row)), scope, key)
 
 
 def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
     """One SELECT by primary key of the key's value and what a listing shows of it."""
-    return _read("select_entry", _row(partial(entry, scope)), scope, key)
+    return _simple("select_entry", _row(partial(entry, scope)), scope, key)
 
 
 def list_keys(scope: StateScope) -> Operation[list[str]]:
     # Sorted here, not in SQL: database collations order text differently from each other.
-    return _read("select_keys", lambda outcome: sorted(row[0] for row in outcome.rows), scope)
+    return _simple("select_keys", lambda outcome: sorted(row[0] for row in outcome.rows), scope)
 
 
 def _write_values(
@@ -262,17 +262,11 @@ def increment(
 
 
 def delete_key(scope: StateScope, key: str) -> Operation[None]:
-    validate_scope(scope)
-    validate_key(key)
-    return Operation(statements.for_scope(scope).delete_key, statements.params(scope, key), _ignored)
+    return _simple("delete_key", _ignored, scope, key)
 
 
 def clear(scope: StateScope, all_map_indices: bool = False) -> Operation[None]:
-    validate_scope(scope)
-    sql = statements.for_scope(scope)
-    return Operation(
-        sql.clear_all_map_indices if all_map_indices else sql.clear, statements.params(scope), _ignored
-    )
+    return _simple("clear_all_map_indices" if all_map_indices else "clear", _ignored, scope)
 
 
 # --- batches: flows of one statement, or of none for no keys -------------------------------
