@@ -87,17 +87,17 @@ class _Compiled:
 
     def outcome(self, rows: Sequence[Any], rowcount: int) -> Outcome:
         """The :class:`Outcome` of *rows* as the driver returned them (none for a statement without rows)."""
-        if any(self._from_driver):
-            return Outcome([self._converted(row) for row in rows], rowcount)
-        return Outcome([tuple(row) for row in rows], rowcount)
+        if not any(self._from_driver):
+            return Outcome([tuple(row) for row in rows], rowcount)
+        converters = self._from_driver
+        converted = [
+            tuple(f(value) if f else value for f, value in zip(converters, row, strict=True)) for row in rows
+        ]
+        return Outcome(converted, rowcount)
 
     def result_outcome(self, result: Any) -> Outcome:
         """The :class:`Outcome` of a SQLAlchemy ``CursorResult`` of :attr:`sql` (``exec_driver_sql``)."""
         return self.outcome(result.fetchall() if result.returns_rows else [], result.rowcount)
-
-    def _converted(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        pairs = zip(self._from_driver, row, strict=True)
-        return tuple(convert(value) if convert else value for convert, value in pairs)
 
 
 class StatementOutcomeUnknownError(OperationalError):
@@ -201,10 +201,7 @@ def _served_before(connection: Any) -> bool:
 
 
 class _Lost(Exception):
-    """
-    The connection was lost: *error* as SQLAlchemy words it, and the driver's own. *sent*: the
-    statement may have reached the server.
-    """
+    """The connection was lost (*error*, and the driver's own); *sent*: the statement may have run."""
 
     def __init__(self, error: StatementError, driver_error: BaseException, sent: bool) -> None:
         super().__init__(error)

@@ -28,12 +28,10 @@ if TYPE_CHECKING:
 
 
 def _validate(now: object, updated_before: object, batch_size: object) -> None:
-    for name, when in (("now", now), ("updated_before", updated_before)):
-        if when is None and name == "updated_before":
-            continue
-        if not isinstance(when, datetime):
+    for name, when in {"now": now, "updated_before": updated_before}.items():
+        if not isinstance(when, datetime) and (when is not None or name == "now"):
             raise TypeError(f"{name} must be a datetime, got {type(when).__name__}")
-        if when.tzinfo is None:
+        if when is not None and when.tzinfo is None:
             raise ValueError(f"{name} must be timezone-aware (UTC)")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
