@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import Work, adrive, drive
-from airflow_shared.state import BaseStateBackend, StateEntryPage, StateScope
+from airflow_shared.state import BaseStateBackend
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -86,36 +85,12 @@ class MetastoreStateBackend(BaseStateBackend):
     keys = _sync(op.list_keys)
     akeys = _async(op.list_keys)
 
-    def cleanup(
-        self,
-        *,
-        now: datetime,
-        updated_before: datetime | None = None,
-        batch_size: int = 1000,
-        dry_run: bool = False,
-        session: Any = None,
-    ) -> int:
-        """
-        See :meth:`BaseStateBackend.cleanup`. Each batch commits on a session of its own, whatever
-        *session* is given: a caller's transaction would hold every batch's locks to its end.
-        """
-        return _cleanup.cleanup(
-            now=now, updated_before=updated_before, batch_size=batch_size, dry_run=dry_run
-        )
-
-    def entries(
-        self,
-        scope: StateScope,
-        *,
-        key_prefix: str | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        session: Session | None = None,
-    ) -> StateEntryPage:
-        return listing.entries(scope, key_prefix, offset, limit, session)
-
-    def key_counts(self, scopes: Sequence[StateScope], *, session: Session | None = None) -> list[int]:
-        return listing.key_counts(scopes, session)
+    # The listings run as ordinary queries on a session, and the clean-up on sessions of its own
+    # per batch, whatever *session* is given: a caller's transaction would hold every batch's
+    # locks to its end.
+    entries = staticmethod(listing.entries)
+    key_counts = staticmethod(listing.key_counts)
+    cleanup = staticmethod(_cleanup.cleanup)
 
 
 __all__ = ["MetastoreStateBackend"]

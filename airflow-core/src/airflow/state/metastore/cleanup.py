@@ -69,8 +69,18 @@ def _statement(table: Any, dialect: Any, by_age: bool, dry_run: bool) -> Any:
     return text(sql).bindparams(*binds)
 
 
-def cleanup(*, now: datetime, updated_before: datetime | None, batch_size: int, dry_run: bool) -> int:
-    """Remove (or with *dry_run* count) the removable keys of both tables; return how many."""
+def cleanup(
+    *,
+    now: datetime,
+    updated_before: datetime | None = None,
+    batch_size: int = 1000,
+    dry_run: bool = False,
+    session: Any = None,
+) -> int:
+    """
+    Remove (or with *dry_run* count) the removable keys of both tables; return how many. Each
+    batch commits on a session of its own, whatever *session* is given.
+    """
     _validate(now, updated_before, batch_size)
     total = 0
     values = {"now": now, "updated_before": updated_before, "batch_size": batch_size}

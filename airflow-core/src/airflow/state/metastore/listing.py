@@ -67,7 +67,12 @@ def entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
 
 
 def entries(
-    scope: StateScope, key_prefix: str | None, offset: int, limit: int | None, session: Session | None
+    scope: StateScope,
+    *,
+    key_prefix: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+    session: Session | None = None,
 ) -> StateEntryPage:
     validate_scope(scope)
     validate_listing(key_prefix, offset, limit)
@@ -92,7 +97,7 @@ def entries(
     return StateEntryPage([entry(scope, found[key]) for key in page if key in found], total)
 
 
-def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[int]:
+def key_counts(scopes: Sequence[StateScope], *, session: Session | None = None) -> list[int]:
     # One query per chunk of a run's task ids, counted per task and map index; or of asset ids.
     wanted: dict[tuple[str, ...], set[Any]] = defaultdict(set)
     for scope in scopes:
