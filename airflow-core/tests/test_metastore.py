@@ -759,3 +759,19 @@ def test_get_entry_joins_a_callers_session_with_one_statement(backend, scope):
         found = backend.get_entry(scope, "k0042", session=session)
     assert found is not None and found.value == "42"
     assert len(seen) == 1, seen
+
+
+def test_every_method_takes_the_contracts_arguments_by_name(backend, scope):
+    """The methods hand their arguments on to operations: each takes the contract's names."""
+    assert backend.write(scope=scope, key="k", value="1", writer=None, expires_at=None, if_version=0) == 1
+    assert backend.set_many(scope=scope, values={"m": "v"}, writer=None, expires_at=None) == {"m": 1}
+    assert backend.increment(scope=scope, key="k", by=2, writer=None, expires_at=None) == 3
+    backend.set_by_try(scope=scope, key="t", value="v", try_number=1)
+    assert backend.get_versioned(scope=scope, key="t").version == 1
+    assert backend.get_many(scope=scope, keys=["k", "t"]) == {"k": "3", "t": "v"}
+    assert backend.get_entry(scope=scope, key="t").updated_by_try == 1
+    backend.delete_many(scope=scope, keys=["m"])
+    backend.delete(scope=scope, key="t")
+    assert backend.keys(scope=scope) == ["k"]
+    backend.clear(scope=scope, all_map_indices=True)
+    assert asyncio.run(backend.akeys(scope=scope)) == []

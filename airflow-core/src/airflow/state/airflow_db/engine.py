@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow import settings
 from airflow.configuration import conf
 from airflow.state import config
+from airflow.utils.orm_event_handlers import setup_event_handlers
 from sqlalchemy import Select
 from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
@@ -83,26 +85,19 @@ class _Compiled:
             return converted
         return tuple(converted[name] for name in self._positions)
 
-    def outcome(self, cursor: Any) -> Outcome:
-        if cursor.description is None:
-            return Outcome([], cursor.rowcount)
-        rows = cursor.fetchall()
-        if any(self._from_driver):
-            rows = [self._converted(row) for row in rows]
-        return Outcome(rows, cursor.rowcount)
+    def outcome(self, rows: Sequence[Any], rowcount: int) -> Outcome:
+        """The :class:`Outcome` of *rows* as the driver returned them (none for a statement without rows)."""
+        if not any(self._from_driver):
+            return Outcome([tuple(row) for row in rows], rowcount)
+        converters = self._from_driver
+        converted = [
+            tuple(f(value) if f else value for f, value in zip(converters, row, strict=True)) for row in rows
+        ]
+        return Outcome(converted, rowcount)
 
     def result_outcome(self, result: Any) -> Outcome:
         """The :class:`Outcome` of a SQLAlchemy ``CursorResult`` of :attr:`sql` (``exec_driver_sql``)."""
-        if not result.returns_rows:
-            return Outcome([], result.rowcount)
-        rows = [tuple(row) for row in result.fetchall()]
-        if any(self._from_driver):
-            rows = [self._converted(row) for row in rows]
-        return Outcome(rows, result.rowcount)
-
-    def _converted(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        pairs = zip(self._from_driver, row, strict=True)
-        return tuple(convert(value) if convert else value for convert, value in pairs)
+        return self.outcome(result.fetchall() if result.returns_rows else [], result.rowcount)
 
 
 class StatementOutcomeUnknownError(OperationalError):
@@ -123,17 +118,14 @@ class StatementOutcomeUnknownError(OperationalError):
 
 
 class _AutocommitEngine:
-    """An autocommit engine and the statements compiled for it."""
+    """An autocommit engine, and how a statement runs on it."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._dialect = engine.dialect
-        self._compiled: dict[Executable, _Compiled] = {}
 
     def execute(self, statement: Executable, values: dict[str, Any], idempotent: bool) -> Outcome:
-        compiled = self._compiled.get(statement)
-        if compiled is None:
-            compiled = self._compiled.setdefault(statement, _Compiled(statement, self._dialect))
+        compiled = compiled_for(statement, self._dialect)
         parameters = compiled.parameters(values)
         for last in (False, True):
             try:
@@ -166,7 +158,7 @@ class _AutocommitEngine:
             cursor = connection.cursor()
             sent = True
             cursor.execute(compiled.sql, parameters)
-            return compiled.outcome(cursor)
+            return compiled.outcome(cursor.fetchall() if cursor.description else [], cursor.rowcount)
         except dbapi_error as error:
             disconnected = self._dialect.is_disconnect(error, connection, cursor)
             if disconnected and connection is not None:
@@ -209,10 +201,7 @@ def _served_before(connection: Any) -> bool:
 
 
 class _Lost(Exception):
-    """
-    The connection was lost: *error* as SQLAlchemy words it, and the driver's own. *sent*: the
-    statement may have reached the server.
-    """
+    """The connection was lost (*error*, and the driver's own); *sent*: the statement may have run."""
 
     def __init__(self, error: StatementError, driver_error: BaseException, sent: bool) -> None:
         super().__init__(error)
@@ -221,8 +210,9 @@ class _Lost(Exception):
         self.sent = sent
 
 
-# Statements compiled for the dialects of callers' sessions (sync and async drivers differ).
-_for_sessions: dict[tuple[Executable, str, str], _Compiled] = {}
+# Statements compiled per dialect and driver (the autocommit engine's, and the sync and async
+# drivers of callers' sessions).
+_compiled: dict[tuple[Executable, str, str], _Compiled] = {}
 
 
 def compiled_for(statement: Executable, dialect: Dialect) -> _Compiled:
@@ -231,9 +221,9 @@ def compiled_for(statement: Executable, dialect: Dialect) -> _Compiled:
     SQLAlchemy returns no rows from an INSERT whose RETURNING it did not render itself.
     """
     cache_key = (statement, dialect.name, dialect.driver)
-    compiled = _for_sessions.get(cache_key)
+    compiled = _compiled.get(cache_key)
     if compiled is None:
-        compiled = _for_sessions.setdefault(cache_key, _Compiled(statement, dialect))
+        compiled = _compiled.setdefault(cache_key, _Compiled(statement, dialect))
     return compiled
 
 
@@ -243,8 +233,6 @@ _cached: tuple[tuple[int, int], _AutocommitEngine] | None = None
 
 
 def _build() -> Engine:
-    from airflow.utils.orm_event_handlers import setup_event_handlers
-
     engine_args = settings.prepare_engine_args()
     engine_args.pop("pool_pre_ping", None)
     if "pool_size" in engine_args:  # absent with SQLite or a disabled pool (NullPool)
@@ -294,12 +282,9 @@ def autocommit_engine() -> Engine:
 def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
     """
     Run *statement* with *values* as one autocommitted statement, once more if the connection was
-    dead and that is safe. *statement* is compiled on first use and kept: pass statements built
-    once, not per call.
-
-    :param idempotent: ``False`` for a statement whose second run would differ from its first (an
-        increment, a create-only or conditional write): it is sent again only if it surely never
-        reached the server, and otherwise :class:`StatementOutcomeUnknownError` is raised.
+    dead and that is safe (with ``idempotent=False``, only if it surely never reached the server:
+    see the module's docstring). *statement* is compiled on first use and kept: pass statements
+    built once, not per call.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
 

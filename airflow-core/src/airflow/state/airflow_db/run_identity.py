@@ -12,6 +12,7 @@ Cheap to import: the ORM is imported inside :func:`task_scope`, which only serve
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from airflow_shared.state import TaskScope, dag_run_uid
@@ -24,19 +25,16 @@ __all__ = ["dag_run_uid", "task_scope", "uid_of_run"]
 
 def uid_of_run(dag_id: str, run_id: str, session: Session | None = None) -> str | None:
     """The ``dag_run_uid`` of the dag run, or ``None`` when there is no such run."""
+    # Imported here: importing this module (as ``airflow.state`` does) must not load the ORM.
     from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
     from sqlalchemy import select
 
     query = select(DagRun.id, DagRun.created_at, DagRun.run_after).where(
         DagRun.dag_id == dag_id, DagRun.run_id == run_id
     )
-    if session is None:
-        from airflow.utils.session import create_session
-
-        with create_session() as own_session:
-            row = own_session.execute(query).one_or_none()
-    else:
-        row = session.execute(query).one_or_none()
+    with create_session() if session is None else nullcontext(session) as db:
+        row = db.execute(query).one_or_none()
     return None if row is None else dag_run_uid(row.id, row.created_at, row.run_after)
 
 

@@ -19,32 +19,36 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow.state.metastore.statements import CLEANED_TABLES, removable
-from sqlalchemy import bindparam, func, select, text
+from airflow.state.metastore.statements import CLEANED_TABLES
+from airflow.utils.session import create_session
+from sqlalchemy import bindparam, text
 
 if TYPE_CHECKING:
     from sqlalchemy import CursorResult
 
 
 def _validate(now: object, updated_before: object, batch_size: object) -> None:
-    for name, when in (("now", now), ("updated_before", updated_before)):
-        if when is None and name == "updated_before":
-            continue
-        if not isinstance(when, datetime):
+    for name, when in {"now": now, "updated_before": updated_before}.items():
+        if not isinstance(when, datetime) and (when is not None or name == "now"):
             raise TypeError(f"{name} must be a datetime, got {type(when).__name__}")
-        if when.tzinfo is None:
+        if when is not None and when.tzinfo is None:
             raise ValueError(f"{name} must be timezone-aware (UTC)")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
-def _batch_delete(table: Any, dialect: Any, by_age: bool) -> Any:
-    """One batch's DELETE for *dialect*; parameters ``now``, ``batch_size`` and ``updated_before``."""
+def _statement(table: Any, dialect: Any, by_age: bool, dry_run: bool) -> Any:
+    """
+    One batch's DELETE (or, for a dry run, the COUNT of every removable row) for *dialect*;
+    parameters ``now``, ``batch_size`` and ``updated_before``.
+    """
     name = dialect.identifier_preparer.format_table(table)
     condition = "(expires_at IS NOT NULL AND expires_at <= :now)"
     if by_age:
         condition = f"({condition} OR updated_at < :updated_before)"
     match dialect.name:
+        case _ if dry_run:
+            sql = f"SELECT COUNT(*) FROM {name} WHERE {condition}"
         case "postgresql":
             sql = (
                 f"DELETE FROM {name} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {name} WHERE {condition} "
@@ -65,26 +69,34 @@ def _batch_delete(table: Any, dialect: Any, by_age: bool) -> Any:
     return text(sql).bindparams(*binds)
 
 
-def cleanup(*, now: datetime, updated_before: datetime | None, batch_size: int, dry_run: bool) -> int:
-    """Remove (or with *dry_run* count) the removable keys of both tables; return how many."""
-    from airflow.utils.session import create_session
-
+def cleanup(
+    *,
+    now: datetime,
+    updated_before: datetime | None = None,
+    batch_size: int = 1000,
+    dry_run: bool = False,
+    session: Any = None,
+) -> int:
+    """
+    Remove (or with *dry_run* count) the removable keys of both tables; return how many. Each
+    batch commits on a session of its own, whatever *session* is given.
+    """
     _validate(now, updated_before, batch_size)
     total = 0
     values = {"now": now, "updated_before": updated_before, "batch_size": batch_size}
     if updated_before is None:
         del values["updated_before"]
     for table in CLEANED_TABLES:
-        if dry_run:
-            condition = removable(table, now, updated_before)
-            with create_session() as session:
-                total += session.scalar(select(func.count()).select_from(table).where(condition)) or 0
-            continue
         while True:
             with create_session() as session:
-                statement = _batch_delete(table, session.get_bind().dialect, updated_before is not None)
+                dialect = session.get_bind().dialect
+                statement = _statement(table, dialect, updated_before is not None, dry_run)
+                result = session.execute(statement, values)
+                if dry_run:
+                    total += result.scalar() or 0
+                    break
                 # A DELETE's result is a CursorResult, which has the rowcount.
-                deleted = cast("CursorResult[Any]", session.execute(statement, values)).rowcount
+                deleted = cast("CursorResult[Any]", result).rowcount
             total += deleted
             if deleted < batch_size:
                 break

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, assert_never
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from airflow._shared.timezones import timezone
-from airflow.state.metastore.models import AssetStateModel, TaskStateModel
-from airflow.state.metastore.statements import ASSET_WRITER_COLUMNS
+from airflow.state.metastore import statements
+from airflow.utils.session import create_session
 from airflow_shared.state import (
-    AssetScope,
     StateEntry,
     StateEntryPage,
     StateScope,
@@ -29,26 +27,17 @@ from airflow_shared.state import (
     validate_scope,
 )
 from airflow_shared.state.entries import page_of_keys
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-_task = TaskStateModel.__table__
-_asset = AssetStateModel.__table__
 # Bound parameters per IN list: well under every dialect's limit (SQLite's is 32766).
 _CHUNK = 500
 
 
-@contextmanager
-def _session(session: Session | None) -> Iterator[Session]:
-    if session is not None:
-        yield session
-        return
-    from airflow.utils.session import create_session
-
-    with create_session() as own:
-        yield own
+def _session(session: Session | None) -> AbstractContextManager[Session]:
+    return create_session() if session is None else nullcontext(session)
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -56,40 +45,10 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
         yield items[start : start + _CHUNK]
 
 
-def _live(table: Any, now: datetime) -> Any:
-    """Expired keys are never listed, even before clean-up removes them."""
-    return or_(table.c.expires_at.is_(None), table.c.expires_at > now)
-
-
-_COMMON = ("key", "value", "updated_at", "version", "expires_at")
-
-
-def _columns_and_filter(scope: StateScope, now: datetime) -> tuple[Any, list[Any], list[Any]]:
-    match scope:
-        case TaskScope():
-            where = [
-                _task.c.dag_id == scope.dag_id,
-                _task.c.run_id == scope.run_id,
-                _task.c.task_id == scope.task_id,
-                _task.c.map_index == scope.map_index,
-                _live(_task, now),
-            ]
-            columns = [*(_task.c[name] for name in _COMMON), _task.c.updated_by_try]
-            return _task, columns, where
-        case AssetScope():
-            columns = [
-                *(_asset.c[name] for name in _COMMON),
-                *(_asset.c[name] for name in ASSET_WRITER_COLUMNS),
-            ]
-            return _asset, columns, [_asset.c.asset_id == scope.asset_id, _live(_asset, now)]
-        case _:
-            assert_never(scope)
-
-
 def stored_writer(kind: str | None, *task_instance: Any) -> StateWriter | None:
     """
     The last writer of an asset_state row from its ``updated_by*`` columns (in the order of
-    :data:`ASSET_WRITER_COLUMNS`); ``None`` when not recorded.
+    :data:`~.statements.ASSET_WRITER_COLUMNS`); ``None`` when not recorded.
     """
     if kind is None:
         return None
@@ -99,91 +58,73 @@ def stored_writer(kind: str | None, *task_instance: Any) -> StateWriter | None:
         return None
 
 
-def _writer(row: Any) -> StateWriter | None:
-    """The last writer of an asset_state row (``None`` for task state, and when not recorded)."""
-    if "updated_by" not in row._fields:
-        return None
-    return stored_writer(*(getattr(row, name) for name in ASSET_WRITER_COLUMNS))
-
-
-def _entry(key: str, row: Any) -> StateEntry:
-    writer = _writer(row)
-    return StateEntry(
-        key,
-        row.value,
-        row.updated_at,
-        # Asset state has no try of its own: the writer carries it.
-        row.updated_by_try if "updated_by" not in row._fields else None,
-        row.version,
-        row.expires_at,
-        writer,
-    )
+def entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
+    """The entry of a row of :func:`~.statements.select_entries`."""
+    key, value, updated_at, version, expires_at, *writer = row
+    if isinstance(scope, TaskScope):  # the try that wrote it; asset state's writer carries it
+        return StateEntry(key, value, updated_at, writer[0], version, expires_at)
+    return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
 
 
 def entries(
-    scope: StateScope, key_prefix: str | None, offset: int, limit: int | None, session: Session | None
+    scope: StateScope,
+    *,
+    key_prefix: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+    session: Session | None = None,
 ) -> StateEntryPage:
     validate_scope(scope)
     validate_listing(key_prefix, offset, limit)
-    table, columns, where = _columns_and_filter(scope, timezone.utcnow())
+    values = {**statements.params(scope), "now": timezone.utcnow()}
+    sql = statements.for_scope(scope)
     with _session(session) as db:
-        keys = list(db.scalars(select(table.c.key).where(*where)))
+        keys = list(db.scalars(sql.select_keys, values))
         page, total = page_of_keys(keys, key_prefix, offset, limit)
         if not page:
             return StateEntryPage([], total)
         if len(page) == len(keys):  # the whole scope: no IN list needed
-            rows = list(db.execute(select(*columns).where(*where)))
+            rows = list(db.execute(sql.select_entries, values))
         else:
+            key_column = sql.select_entries.selected_columns[0]
             rows = [
                 row
                 for chunk in _chunks(page)
-                for row in db.execute(select(*columns).where(*where, table.c.key.in_(chunk)))
+                for row in db.execute(sql.select_entries.where(key_column.in_(chunk)), values)
             ]
-    found = {row.key: row for row in rows}
-    return StateEntryPage(
-        [_entry(key, found[key]) for key in page if key in found],  # else deleted between the two reads
-        total,
-    )
+    found = {row[0]: row for row in rows}
+    # A key missing from the rows was deleted between the two reads.
+    return StateEntryPage([entry(scope, found[key]) for key in page if key in found], total)
 
 
-def key_counts(scopes: Sequence[StateScope], session: Session | None) -> list[int]:
-    counts: dict[tuple[Any, ...], int] = {}
-    tasks_by_run: dict[tuple[str, str], set[str]] = defaultdict(set)
-    asset_ids: set[int] = set()
+def key_counts(scopes: Sequence[StateScope], *, session: Session | None = None) -> list[int]:
+    # One query per chunk of a run's task ids, counted per task and map index; or of asset ids.
+    wanted: dict[tuple[str, ...], set[Any]] = defaultdict(set)
     for scope in scopes:
         validate_scope(scope)
         if isinstance(scope, TaskScope):
-            tasks_by_run[(scope.dag_id, scope.run_id)].add(scope.task_id)
+            wanted[(scope.dag_id, scope.run_id)].add(scope.task_id)
         else:
-            asset_ids.add(scope.asset_id)
-    now = timezone.utcnow()
+            wanted[()].add(scope.asset_id)
+    task, asset = statements.CLEANED_TABLES
+    counts: dict[tuple[Any, ...], int] = {}
+    now = {"now": timezone.utcnow()}
     with _session(session) as db:
-        for (dag_id, run_id), task_ids in tasks_by_run.items():
-            for chunk in _chunks(sorted(task_ids)):
-                query = (
-                    select(_task.c.task_id, _task.c.map_index, func.count())
-                    .where(
-                        _task.c.dag_id == dag_id,
-                        _task.c.run_id == run_id,
-                        _task.c.task_id.in_(chunk),
-                        _live(_task, now),
-                    )
-                    .group_by(_task.c.task_id, _task.c.map_index)
-                )
-                for task_id, map_index, count in db.execute(query):
-                    counts[("task", dag_id, run_id, task_id, map_index)] = count
-        for chunk in _chunks(sorted(asset_ids)):
-            query = (
-                select(_asset.c.asset_id, func.count())
-                .where(_asset.c.asset_id.in_(chunk), _live(_asset, now))
-                .group_by(_asset.c.asset_id)
-            )
-            for asset_id, count in db.execute(query):
-                counts[("asset", asset_id)] = count
+        for run, ids in wanted.items():
+            if run:
+                table, counted = task, [task.c.task_id, task.c.map_index]
+                where = [task.c.dag_id == run[0], task.c.run_id == run[1]]
+            else:
+                table, counted, where = asset, [asset.c.asset_id], []
+            for chunk in _chunks(sorted(ids)):
+                in_chunk = [*where, counted[0].in_(chunk), statements.live(table)]
+                query = select(*counted, func.count()).where(*in_chunk).group_by(*counted)
+                for *counted_ids, count in db.execute(query, now):
+                    counts[(*run, *counted_ids)] = count
     return [counts.get(_count_key(scope), 0) for scope in scopes]
 
 
 def _count_key(scope: StateScope) -> tuple[Any, ...]:
     if isinstance(scope, TaskScope):
-        return ("task", scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
-    return ("asset", scope.asset_id)
+        return (scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
+    return (scope.asset_id,)

@@ -1,31 +1,30 @@
 """
 Every metastore operation, defined once, and the two ways of running one.
 
-An :class:`Operation` is what one backend call sends and how its answer is read: a statement of
-:mod:`~airflow.state.metastore.statements`, its parameters, and a function of the
-:class:`~airflow.state.airflow_db.engine.Outcome`. The functions that build operations validate
-their input first, so bad input never reaches a database. :func:`run` sends an operation on a
-caller's ``Session``, or else as one autocommitted statement on the hot path
-(:func:`~airflow.state.airflow_db.engine.execute`); :func:`arun` on a caller's ``AsyncSession``, or
-else on a session of its own from Airflow's async engine. The backend's sync and async methods
-differ only in which of the two they call.
+An :class:`Operation` is one statement of :mod:`~airflow.state.metastore.statements`, its
+parameters, and how to read its :class:`~airflow.state.airflow_db.engine.Outcome`; a call that may
+need more than one statement is a :data:`Flow` of them. Their builders validate the input first,
+so bad input never reaches a database. :func:`drive` runs them on a caller's ``Session`` or, on
+the hot path, as autocommitted statements (:func:`~airflow.state.airflow_db.engine.execute`);
+:func:`adrive` on a caller's ``AsyncSession`` or a session of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import astuple
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, assert_never
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from airflow._shared.timezones import timezone
 from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
-from airflow.state.metastore.listing import stored_writer
+from airflow.state.metastore.listing import entry
 from airflow.utils.session import create_session_async
 from airflow_shared.state import (
-    AssetScope,
     StateEntry,
     StateScope,
     StateWriter,
@@ -50,53 +49,29 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Operation(Generic[T]):
+class Operation(NamedTuple, Generic[T]):
     """
-    One statement with its parameters, and how to read what it returned.
-
-    *idempotent* is ``False`` for a statement whose second run would differ from its first (an
-    increment adds again, a create-only or conditional write then conflicts with itself): the
-    engine never sends it twice (see :func:`~airflow.state.airflow_db.engine.execute`).
+    One statement with its parameters, and how to read what it returned. *idempotent*: ``False``
+    for a statement the engine must never send twice (see :mod:`~airflow.state.airflow_db.engine`).
     """
 
-    __slots__ = ("idempotent", "read", "statement", "values")
+    statement: Executable
+    values: dict[str, Any]
+    read: Callable[[Outcome], T]
+    idempotent: bool = True
 
-    def __init__(
-        self,
-        statement: Executable,
-        values: dict[str, Any],
-        read: Callable[[Outcome], T],
-        *,
-        idempotent: bool = True,
-    ) -> None:
-        self.statement = statement
-        self.values = values
-        self.read = read
-        self.idempotent = idempotent
 
+#: The steps of a call that may need more (or fewer) than one statement: each ``yield`` sends one
+#: operation and receives what it read; the return value is the call's.
+Flow: TypeAlias = Generator[Operation[Any], Any, T]
+#: What a backend call runs: one operation, or a flow of them.
+Work: TypeAlias = Operation[T] | Flow[T]
 
 # --- reading outcomes ----------------------------------------------------------------------
 
 
-def _first_value(outcome: Outcome) -> str | None:
-    return outcome.rows[0][0] if outcome.rows else None
-
-
-def _versioned(outcome: Outcome) -> VersionedValue | None:
-    return VersionedValue(outcome.rows[0][0], outcome.rows[0][1]) if outcome.rows else None
-
-
-def _sorted_keys(outcome: Outcome) -> list[str]:
-    # Sorted here, not in SQL: database collations order text differently from each other.
-    return sorted(row[0] for row in outcome.rows)
-
-
 def _ignored(outcome: Outcome) -> None:
     return None
-
-
-def _rowcount(outcome: Outcome) -> int:
-    return outcome.rowcount
 
 
 def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
@@ -115,19 +90,14 @@ def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
 
 
 def _missing_parent(scope: StateScope) -> ValueError:
-    match scope:
-        case TaskScope():
-            return ValueError(
-                f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
-                "only be written for an existing dag run"
-            )
-        case AssetScope():
-            return ValueError(
-                f"No asset found with id {scope.asset_id}: asset state can only be written for an "
-                "existing asset"
-            )
-        case _:
-            assert_never(scope)
+    if isinstance(scope, TaskScope):
+        return ValueError(
+            f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
+            "only be written for an existing dag run"
+        )
+    return ValueError(
+        f"No asset found with id {scope.asset_id}: asset state can only be written for an existing asset"
+    )
 
 
 def _written(scope: StateScope, outcome: Outcome) -> int:
@@ -137,6 +107,10 @@ def _written(scope: StateScope, outcome: Outcome) -> int:
     return int(outcome.rows[0][0])
 
 
+def _stored(scope: StateScope, outcome: Outcome) -> None:
+    _written(scope, outcome)  # ``set`` returns nothing
+
+
 # --- the operations ------------------------------------------------------------------------
 
 
@@ -144,73 +118,61 @@ def _now() -> datetime:
     return timezone.utcnow()
 
 
-def get_value(scope: StateScope, key: str) -> Operation[str | None]:
+def _simple(statement: str, read: Callable[[Outcome], T], scope: StateScope, *key: str) -> Operation[T]:
+    """The statement named *statement* on *scope*'s (live) keys, or on the *key* given."""
     validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
+    for name in key:
+        validate_key(name)
+    values = statements.params(scope, *key)
     values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_value, values, _first_value)
+    return Operation(getattr(statements.for_scope(scope), statement), values, read)
+
+
+def _row(read: Callable[[Any], T]) -> Callable[[Outcome], T | None]:
+    """What *read* makes of the row a one-key read found; ``None`` when it found none."""
+    return lambda outcome: read(outcome.rows[0]) if outcome.rows else None
+
+
+def get_value(scope: StateScope, key: str) -> Operation[str | None]:
+    return _simple("select_value", _row(itemgetter(0)), scope, key)
 
 
 def get_versioned(scope: StateScope, key: str) -> Operation[VersionedValue | None]:
-    validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
-    values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_versioned, values, _versioned)
+    return _simple("select_versioned", _row(lambda row: VersionedValue(*row)), scope, key)
 
 
 def get_entry(scope: StateScope, key: str) -> Operation[StateEntry | None]:
     """One SELECT by primary key of the key's value and what a listing shows of it."""
-    validate_scope(scope)
-    validate_key(key)
-    values = statements.params(scope, key)
-    values["now"] = _now()
-
-    def entry(outcome: Outcome) -> StateEntry | None:
-        if not outcome.rows:
-            return None
-        value, updated_at, version, expires_at, *writer = outcome.rows[0]
-        if isinstance(scope, TaskScope):  # the try that wrote it
-            return StateEntry(key, value, updated_at, writer[0], version, expires_at)
-        return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
-
-    return Operation(statements.for_scope(scope).select_entry, values, entry)
+    return _simple("select_entry", _row(partial(entry, scope)), scope, key)
 
 
-def _writer_values(scope: StateScope, writer: StateWriter | None) -> dict[str, Any]:
-    validate_writer(writer)
-    match scope:
-        case TaskScope():
-            return {"updated_by_try": writer.try_number if writer is not None else None}
-        case AssetScope():
-            if writer is None:
-                return dict.fromkeys(statements.ASSET_WRITER_COLUMNS)
-            return {
-                "updated_by": writer.kind.value,
-                "updated_by_dag_id": writer.dag_id,
-                "updated_by_run_id": writer.run_id,
-                "updated_by_task_id": writer.task_id,
-                "updated_by_map_index": writer.map_index,
-                "updated_by_try": writer.try_number,
-            }
-        case _:
-            assert_never(scope)
+def list_keys(scope: StateScope) -> Operation[list[str]]:
+    # Sorted here, not in SQL: database collations order text differently from each other.
+    return _simple("select_keys", lambda outcome: sorted(row[0] for row in outcome.rows), scope)
 
 
 def _write_values(
-    scope: StateScope, key: str, value: str, writer: StateWriter | None, expires_at: datetime | None
+    scope: StateScope,
+    key: str | None,
+    value: str | None,
+    writer: StateWriter | None,
+    expires_at: datetime | None,
 ) -> dict[str, Any]:
+    """What every write binds: the scope (and key and value), the time, the expiry and the writer."""
+    validate_writer(writer)
     values = statements.params(scope, key)
     values["value"] = value
     # Given here, not left to the model's default: the hot path sends no ORM defaults.
     values["updated_at"] = values["now"] = _now()
     values["expires_at"] = expires_at
-    values.update(_writer_values(scope, writer))
+    # StateWriter's fields are in the order of asset_state's writer columns; task_state's
+    # statements take the last one only (the try).
+    fields = (None,) * 6 if writer is None else (writer.kind.value, *astuple(writer)[1:])
+    values.update(zip(statements.ASSET_WRITER_COLUMNS, fields, strict=True))
     return values
 
 
-def upsert(scope: StateScope, key: str, value: str, try_number: int | None) -> Operation[int]:
+def upsert(scope: StateScope, key: str, value: str, try_number: int | None = None) -> Operation[None]:
     """Store *value* for ever (``set``); *try_number* is recorded for task scopes (``updated_by_try``)."""
     validate_scope(scope)
     validate_key(key)
@@ -218,27 +180,18 @@ def upsert(scope: StateScope, key: str, value: str, try_number: int | None) -> O
     values = _write_values(scope, key, value, None, None)
     if isinstance(scope, TaskScope):
         values["updated_by_try"] = try_number
-    return Operation(statements.for_scope(scope).upsert, values, partial(_written, scope))
-
-
-#: The steps of a call that may need more than one statement: each ``yield`` sends one operation
-#: and receives what it read; the return value is the call's. :func:`drive` and :func:`adrive`
-#: run a flow sync or async, so the logic exists once.
-Flow = Generator[Operation[Any], Any, T]
+    return Operation(statements.for_scope(scope).upsert, values, partial(_stored, scope))
 
 
 def write(
     scope: StateScope,
     key: str,
     value: str,
-    writer: StateWriter | None,
-    expires_at: datetime | None,
-    if_version: int | None,
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
+    if_version: int | None = None,
 ) -> Flow[int]:
-    """
-    One statement in the usual case. A refused conditional write costs one more, a SELECT that
-    learns the stored version for the error.
-    """
+    """One statement in the usual case; a refused conditional write then reads the stored version."""
     validate_scope(scope)
     validate_key(key)
     validate_value(value)
@@ -249,7 +202,9 @@ def write(
         return (yield Operation(sql.upsert, values, partial(_written, scope)))
     if if_version > 0:
         values["if_version"] = if_version
-        if (yield Operation(sql.update_if_version, values, _rowcount, idempotent=False)):
+        if (
+            yield Operation(sql.update_if_version, values, lambda outcome: outcome.rowcount, idempotent=False)
+        ):
             return if_version + 1
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
@@ -267,7 +222,11 @@ def write(
 
 
 def increment(
-    scope: StateScope, key: str, by: int, writer: StateWriter | None, expires_at: datetime | None
+    scope: StateScope,
+    key: str,
+    by: int = 1,
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
 ) -> Flow[int]:
     """
     One statement in the usual case. When it refuses the stored value, a SELECT tells why: not an
@@ -303,27 +262,14 @@ def increment(
 
 
 def delete_key(scope: StateScope, key: str) -> Operation[None]:
-    validate_scope(scope)
-    validate_key(key)
-    return Operation(statements.for_scope(scope).delete_key, statements.params(scope, key), _ignored)
+    return _simple("delete_key", _ignored, scope, key)
 
 
-def clear(scope: StateScope, *, all_map_indices: bool) -> Operation[None]:
-    validate_scope(scope)
-    sql = statements.for_scope(scope)
-    return Operation(
-        sql.clear_all_map_indices if all_map_indices else sql.clear, statements.params(scope), _ignored
-    )
+def clear(scope: StateScope, all_map_indices: bool = False) -> Operation[None]:
+    return _simple("clear_all_map_indices" if all_map_indices else "clear", _ignored, scope)
 
 
-def list_keys(scope: StateScope) -> Operation[list[str]]:
-    validate_scope(scope)
-    values = statements.params(scope)
-    values["now"] = _now()
-    return Operation(statements.for_scope(scope).select_keys, values, _sorted_keys)
-
-
-# --- batches -------------------------------------------------------------------------------
+# --- batches: flows of one statement, or of none for no keys -------------------------------
 
 
 def _text(key: str | bytes) -> str:
@@ -331,40 +277,31 @@ def _text(key: str | bytes) -> str:
     return key.decode("utf-8") if isinstance(key, bytes) else key
 
 
-def _key_values(keys: list[str]) -> dict[str, Any]:
-    padded = keys + keys[-1:] * (statements.padded_size(len(keys)) - len(keys))
-    return dict(zip(statements.key_names(len(padded)), padded, strict=True))
-
-
-def get_many(scope: StateScope, keys: Iterable[str]) -> Operation[dict[str, str]] | None:
-    """One SELECT of every key asked; ``None`` for no keys (nothing to send)."""
+def get_many(scope: StateScope, keys: Iterable[str]) -> Flow[dict[str, str]]:
+    """One SELECT of every key asked."""
     validate_scope(scope)
     wanted = validate_many_keys(keys, "get_many")
     if not wanted:
-        return None
-    values = {**statements.params(scope), **_key_values(wanted), "now": _now()}
-    return Operation(
-        statements.select_many(scope, len(wanted)),
-        values,
-        lambda outcome: {key: value for key, value in outcome.rows},
-    )
+        return {}
+    statement, values = statements.batch("select", scope, wanted)
+    values["now"] = _now()
+    return (yield Operation(statement, values, lambda outcome: {key: value for key, value in outcome.rows}))
 
 
 def set_many(
-    scope: StateScope, pairs: Mapping[str, str], writer: StateWriter | None, expires_at: datetime | None
-) -> Operation[dict[str, int | None]] | None:
-    """One upsert of every pair (all or none); ``None`` for no pairs."""
+    scope: StateScope,
+    values: Mapping[str, str],
+    writer: StateWriter | None = None,
+    expires_at: datetime | None = None,
+) -> Flow[dict[str, int | None]]:
+    """One upsert of every pair (all or none)."""
     validate_scope(scope)
-    checked = validate_many_values(pairs)
+    checked = validate_many_values(values)
     validate_write_options(expires_at, None)
     if not checked:
-        return None
-    values = statements.params(scope)
-    values["updated_at"] = _now()
-    values["expires_at"] = expires_at
-    values.update(_writer_values(scope, writer))
-    values.update(zip(statements.key_names(len(checked)), checked, strict=True))
-    values.update(zip(statements.value_names(len(checked)), checked.values(), strict=True))
+        return {}
+    statement, bound = statements.batch("upsert", scope, checked)
+    bound |= _write_values(scope, None, None, writer, expires_at)
 
     def versions(outcome: Outcome) -> dict[str, int | None]:
         if not outcome.rows:
@@ -372,17 +309,15 @@ def set_many(
         written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
         return {key: written[key] for key in checked}
 
-    return Operation(statements.upsert_many(scope, len(checked)), values, versions)
+    return (yield Operation(statement, bound, versions))
 
 
-def delete_many(scope: StateScope, keys: Iterable[str]) -> Operation[None] | None:
-    """One DELETE of every key named; ``None`` for no keys."""
+def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
+    """One DELETE of every key named."""
     validate_scope(scope)
     doomed = validate_many_keys(keys, "delete_many")
-    if not doomed:
-        return None
-    values = {**statements.params(scope), **_key_values(doomed)}
-    return Operation(statements.delete_many(scope, len(doomed)), values, _ignored)
+    if doomed:
+        yield Operation(*statements.batch("delete", scope, doomed), _ignored)
 
 
 # --- running them --------------------------------------------------------------------------
@@ -413,21 +348,25 @@ async def arun(operation: Operation[T], session: AsyncSession | None) -> T:
         return await _arun_in(operation, own_session)
 
 
-def drive(flow: Flow[T], session: Session | None) -> T:
-    """Run every operation of *flow* with :func:`run`; return what the flow returns."""
+def drive(work: Work[T], session: Session | None) -> T:
+    """Run *work* (each operation of a flow in turn) with :func:`run`; return its result."""
+    if isinstance(work, Operation):
+        return run(work, session)
     try:
-        operation = next(flow)
+        operation = next(work)
         while True:
-            operation = flow.send(run(operation, session))
+            operation = work.send(run(operation, session))
     except StopIteration as done:
         return done.value
 
 
-async def adrive(flow: Flow[T], session: AsyncSession | None) -> T:
-    """Run every operation of *flow* with :func:`arun`; return what the flow returns."""
+async def adrive(work: Work[T], session: AsyncSession | None) -> T:
+    """Run *work* (each operation of a flow in turn) with :func:`arun`; return its result."""
+    if isinstance(work, Operation):
+        return await arun(work, session)
     try:
-        operation = next(flow)
+        operation = next(work)
         while True:
-            operation = flow.send(await arun(operation, session))
+            operation = work.send(await arun(operation, session))
     except StopIteration as done:
         return done.value

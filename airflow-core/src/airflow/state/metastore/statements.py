@@ -26,17 +26,19 @@ and how to read the answer, and runs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any, NamedTuple, assert_never
+from typing import Any, Literal, NamedTuple
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.state.metastore.models import AssetStateModel, TaskStateModel
-from airflow_shared.state import MAX_COUNTER, MIN_COUNTER, AssetScope, StateScope, TaskScope
+from airflow_shared.state import MAX_COUNTER, MIN_COUNTER, StateScope, TaskScope
 from sqlalchemy import (
     BigInteger,
     Delete,
     Executable,
+    Insert,
     Integer,
     Select,
     Text,
@@ -46,6 +48,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    insert,
     literal_column,
     or_,
     select,
@@ -55,7 +58,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ClauseElement, ColumnElement
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.visitors import InternalTraversal
 
 _task = TaskStateModel.__table__
@@ -76,9 +78,11 @@ class Statements(NamedTuple):
     select_versioned: Select[Any]
     #: Every live key of the scope (``now``).
     select_keys: Select[Any]
-    #: The value of ``:key`` if live (``now``) with what a listing shows of it: ``value``,
-    #: ``updated_at``, ``version``, ``expires_at``, then the writer's columns (the try for task
-    #: state, :data:`ASSET_WRITER_COLUMNS` for asset state).
+    #: What a listing shows of every live key (``now``): ``key``, ``value``, ``updated_at``,
+    #: ``version``, ``expires_at``, then the writer's columns (the try for task state,
+    #: :data:`ASSET_WRITER_COLUMNS` for asset state).
+    select_entries: Select[Any]
+    #: :attr:`select_entries` of ``:key`` alone.
     select_entry: Select[Any]
     #: Insert or replace ``:key`` (``value``, ``updated_at``, ``expires_at`` and the writer
     #: columns); returns the new version, or no row when the dag run (or asset) does not exist.
@@ -103,19 +107,7 @@ class Statements(NamedTuple):
 
 def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
     """The bound parameters that identify *scope* (and *key*) in every statement of :class:`Statements`."""
-    values: dict[str, Any]
-    match scope:
-        case TaskScope():
-            values = {
-                "dag_id": scope.dag_id,
-                "run_id": scope.run_id,
-                "task_id": scope.task_id,
-                "map_index": scope.map_index,
-            }
-        case AssetScope():
-            values = {"asset_id": scope.asset_id}
-        case _:
-            assert_never(scope)
+    values = {name: getattr(scope, name) for name in _SCOPE_TABLES[_kind(scope)].scope_fields}
     if key is not None:
         values["key"] = key
     return values
@@ -188,24 +180,19 @@ _CANONICAL_INTEGER = "^(0|-?[1-9][0-9]{0,18})$"
 
 
 @compiles(_CounterSum, "postgresql")
-def _counter_sum_postgresql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
+@compiles(_CounterSum, "mysql")
+def _counter_sum(element: _CounterSum, compiler: Any, **kw: Any) -> str:
     stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
     # Nested CASEs: PostgreSQL does not promise to evaluate AND's operands in order, and casting a
-    # non-number raises. NUMERIC holds any 19-digit sum exactly.
-    total = f"(CAST({stored} AS NUMERIC) + {by})"
+    # non-number raises. NUMERIC (DECIMAL(21, 0)) holds any 19-digit sum exactly.
+    matches, exact, integer = {
+        "postgresql": ("~", "NUMERIC", "BIGINT"),
+        "mysql": ("REGEXP", "DECIMAL(21, 0)", "SIGNED"),
+    }[compiler.dialect.name]
+    total = f"(CAST({stored} AS {exact}) + {by})"
     return (
-        f"CASE WHEN {stored} ~ '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} AND "
-        f"{MAX_COUNTER} THEN CAST({total} AS BIGINT) END END"
-    )
-
-
-@compiles(_CounterSum, "mysql")
-def _counter_sum_mysql(element: _CounterSum, compiler: Any, **kw: Any) -> str:
-    stored, by = compiler.process(element.stored, **kw), compiler.process(element.by, **kw)
-    total = f"(CAST({stored} AS DECIMAL(21, 0)) + {by})"
-    return (
-        f"CASE WHEN {stored} REGEXP '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} "
-        f"AND {MAX_COUNTER} THEN CAST({total} AS SIGNED) END END"
+        f"CASE WHEN {stored} {matches} '{_CANONICAL_INTEGER}' THEN CASE WHEN {total} BETWEEN {MIN_COUNTER} "
+        f"AND {MAX_COUNTER} THEN CAST({total} AS {integer}) END END"
     )
 
 
@@ -224,13 +211,9 @@ def _counter_sum_sqlite(element: _CounterSum, compiler: Any, **kw: Any) -> str:
 class _OnConflictUpdate(ClauseElement):
     """
     ``ON CONFLICT (...) DO UPDATE [WHERE ...] RETURNING ...`` / ``ON DUPLICATE KEY UPDATE ...
-    RETURNING ...``, as a construct SQLAlchemy can cache.
-
-    SQLAlchemy 2.0's dialect-specific ``insert()`` constructs opt out of the compiled cache, so a
-    statement built with them is compiled again on every execution: about a millisecond per
-    ``set``, more than the round trip itself. This clause renders the same SQL on a plain,
-    cacheable INSERT. RETURNING is rendered here too: SQLAlchemy would refuse it on a MariaDB
-    dialect that has not connected yet.
+    RETURNING ...``, rendered after a plain INSERT for each dialect: the statements are built once,
+    before any dialect is known (SQLAlchemy's upserts are dialect-specific constructs, and it would
+    refuse RETURNING on a MariaDB dialect that has not connected yet).
 
     :param assignments: (column, expression) pairs, in order; on MariaDB later assignments see the
         values earlier ones stored, so the condition is evaluated by the first one only.
@@ -253,8 +236,8 @@ class _OnConflictUpdate(ClauseElement):
         table_name: str,
         conflict_columns: list[str],
         assignments: list[tuple[str, Any]],
-        where: Any,
         returning: list[str],
+        where: Any = None,
     ) -> None:
         self.table_name = table_name
         self.conflict_columns = conflict_columns
@@ -262,24 +245,6 @@ class _OnConflictUpdate(ClauseElement):
         self.expressions = [expression for _, expression in assignments]
         self.where = where
         self.returning = returning
-
-
-class _Upsert(Insert):
-    inherit_cache = True
-
-    def on_conflict_update(
-        self,
-        conflict_columns: list[str],
-        assignments: list[tuple[str, Any]],
-        *,
-        where: Any = None,
-        returning: list[str],
-    ) -> _Upsert:
-        upsert = self._generate()
-        upsert._post_values_clause = _OnConflictUpdate(
-            self.table.name, conflict_columns, assignments, where, returning
-        )
-        return upsert
 
 
 @compiles(_OnConflictUpdate)
@@ -342,7 +307,8 @@ def _now(table: Any) -> Any:
     return bindparam("now", type_=table.c.expires_at.type)
 
 
-def _live(table: Any) -> Any:
+def live(table: Any) -> Any:
+    """Expired keys are invisible to every read, even before clean-up removes them."""
     return or_(table.c.expires_at.is_(None), table.c.expires_at > _now(table))
 
 
@@ -350,112 +316,77 @@ def _expired(table: Any) -> Any:
     return and_(table.c.expires_at.is_not(None), table.c.expires_at <= _now(table))
 
 
-def _build(
-    table: Any,
-    conflict_columns: list[str],
-    insert_columns: list[str],
-    source: Select[Any],
-    written: list[str],
-    scope_filter: list[Any],
-    writer_columns: list[str],
-) -> dict[str, Any]:
-    """
-    The statements every scope type has, given its table, the source SELECT of its upsert (which
-    finds the dag run or asset and supplies ``insert_columns``), the columns every write replaces
-    besides ``value`` (``written``; ``expires_at`` last, see :class:`_OnConflictUpdate`) and the
-    filter of the scope, on the primary key's leading columns.
-    """
-    same_key = table.c.key == bindparam("key")
-    columns = [*insert_columns, *written]
-    # value first, expires_at last: on MariaDB the condition is read before anything changes.
-    bump = [("value", _Proposed("value")), ("version", table.c.version + _ONE)]
-    replace = [*bump, *((name, _Proposed(name)) for name in written)]
-    guarded_source = source.where(_ResetOutcome())
-    counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
-    increment_value = case((_expired(table), _Proposed("value")), else_=cast(counter, Text()))
-    one_key = [*scope_filter, same_key]
-    return {
-        "select_value": select(table.c.value).where(*one_key, _live(table)),
-        "select_versioned": select(table.c.value, table.c.version).where(*one_key, _live(table)),
-        "select_keys": select(table.c.key).where(*scope_filter, _live(table)),
-        "select_entry": select(
-            *(table.c[name] for name in ("value", "updated_at", "version", "expires_at", *writer_columns))
-        ).where(*one_key, _live(table)),
-        "upsert": _Upsert(table)
-        .from_select(columns, source)
-        .on_conflict_update(conflict_columns, replace, returning=["version"]),
-        "create": _Upsert(table)
-        .from_select(columns, guarded_source)
-        .on_conflict_update(conflict_columns, replace, where=_expired(table), returning=["version"]),
-        "update_if_version": update(table)
-        .where(
-            *one_key,
-            table.c.version == bindparam("if_version"),
-            _live(table),
+class _ScopeTable(NamedTuple):
+    """A scope type's table: the only thing its statements differ in from the other type's."""
+
+    table: Any
+    #: The fields of the scope that its statements bind, by the same names.
+    scope_fields: tuple[str, ...]
+    #: The row the state hangs on (the dag run, the asset), found by ``parent_filter``.
+    parent: Any
+    parent_filter: list[Any]
+    #: The columns an upsert fills before ``key`` and ``value``, and what it fills them with.
+    parent_columns: list[str]
+    parent_values: list[Any]
+    #: The columns that record the last writer.
+    writer_columns: list[str]
+    #: The rows of the scope, by the primary key's leading columns (so that no statement's cost
+    #: grows with the table nor with the keys of the scope).
+    scope_filter: list[Any]
+    #: The rows of the task in its run, whatever the map index (``scope_filter`` for assets).
+    all_map_indices: list[Any]
+
+    @property
+    def written(self) -> list[str]:
+        """What every write replaces besides ``value``; ``expires_at`` last (see ``_OnConflictUpdate``)."""
+        return ["updated_at", *self.writer_columns, "expires_at"]
+
+    def source(self, key: Any, value: Any, batch: Any = None) -> Select[Any]:
+        """The SELECT an upsert inserts from: the parent's row (none when missing) with the row written."""
+        written = (_bind(self.table, name) for name in self.written)
+        source = select(*self.parent_values, key, value, *written).where(*self.parent_filter)
+        return source if batch is None else source.select_from(self.parent.join(batch, true()))
+
+    def upsert(
+        self, source: Select[Any], returning: list[str], value: Any = None, where: Any = None
+    ) -> Insert:
+        """Insert from *source* or, for a stored key, write *value* (the proposed one by default)."""
+        assignments = [
+            ("value", _Proposed("value") if value is None else value),
+            ("version", self.table.c.version + _ONE),
+            *((name, _Proposed(name)) for name in self.written),
+        ]
+        upsert = insert(self.table).from_select([*self.parent_columns, "key", "value", *self.written], source)
+        conflict = [column.name for column in self.table.primary_key]  # what an upsert conflicts on
+        upsert._post_values_clause = _OnConflictUpdate(
+            self.table.name, conflict, assignments, returning, where
         )
-        .values(
-            value=_bind(table, "value"),
-            version=table.c.version + _ONE,
-            **{name: _bind(table, name) for name in written},
-        ),
-        "increment": _Upsert(table)
-        .from_select(columns, guarded_source)
-        .on_conflict_update(
-            conflict_columns,
-            [
-                ("value", increment_value),
-                ("version", table.c.version + _ONE),
-                *((name, _Proposed(name)) for name in written),
-            ],
-            where=or_(_expired(table), counter.is_not(None)),
-            returning=["version", "value"],
-        ),
-        "delete_key": delete(table).where(*one_key),
-        "clear": delete(table).where(*scope_filter),
-    }
+        return upsert
 
 
-def _task_run_id() -> Any:
-    """The id of the dag run named by ``:dag_id`` and ``:run_id``, as a scalar subquery."""
-    return (
-        select(_dag_run.c.id)
-        .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-        .scalar_subquery()
-    )
-
-
-def _same_task() -> list[Any]:
-    """
-    The task in its run as task_state's primary key starts, ``(dag_run_id, task_id)``: every
-    statement finds a task instance's rows (or one of them, with the key) by primary key, so its
-    cost does not grow with the table nor with the keys the task instance holds.
-    """
-    return [_task.c.dag_run_id == _task_run_id(), _task.c.task_id == bindparam("task_id")]
-
-
-def _task_statements() -> Statements:
-    written = ["updated_at", "updated_by_try", "expires_at"]
-    source = select(
+_run_filter = [_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id")]
+# The task in its run, as task_state's primary key starts: (dag_run_id, task_id).
+_same_task = [
+    _task.c.dag_run_id == select(_dag_run.c.id).where(*_run_filter).scalar_subquery(),
+    _task.c.task_id == bindparam("task_id"),
+]
+_TASK_SCOPE = _ScopeTable(
+    table=_task,
+    scope_fields=("dag_id", "run_id", "task_id", "map_index"),
+    parent=_dag_run,
+    parent_filter=_run_filter,
+    parent_columns=["dag_run_id", "dag_id", "run_id", "task_id", "map_index"],
+    parent_values=[
         _dag_run.c.id,
         _dag_run.c.dag_id,
         _dag_run.c.run_id,
-        bindparam("task_id", type_=_task.c.task_id.type),
+        _bind(_task, "task_id"),
         bindparam("map_index", type_=Integer()),
-        _bind(_task, "key"),
-        _bind(_task, "value"),
-        *(_bind(_task, name) for name in written),
-    ).where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-    built = _build(
-        _task,
-        ["dag_run_id", "task_id", "map_index", "key"],
-        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
-        source,
-        written,
-        [*_same_task(), _task.c.map_index == bindparam("map_index")],
-        ["updated_by_try"],
-    )
-    return Statements(**built, clear_all_map_indices=delete(_task).where(*_same_task()))
-
+    ],
+    writer_columns=["updated_by_try"],
+    scope_filter=[*_same_task, _task.c.map_index == bindparam("map_index")],
+    all_map_indices=_same_task,
+)
 
 #: The asset_state columns of the last writer, as operations name them in parameters.
 ASSET_WRITER_COLUMNS = (
@@ -467,29 +398,69 @@ ASSET_WRITER_COLUMNS = (
     "updated_by_try",
 )
 
+_same_asset = [_asset.c.asset_id == bindparam("asset_id")]
+_ASSET_SCOPE = _ScopeTable(
+    table=_asset,
+    scope_fields=("asset_id",),
+    parent=_asset_row,
+    parent_filter=[_asset_row.c.id == bindparam("asset_id")],
+    parent_columns=["asset_id"],
+    parent_values=[_asset_row.c.id],
+    writer_columns=list(ASSET_WRITER_COLUMNS),
+    scope_filter=_same_asset,
+    all_map_indices=_same_asset,
+)
 
-def _asset_statements() -> Statements:
-    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
-    source = select(
-        _asset_row.c.id,
-        _bind(_asset, "key"),
-        _bind(_asset, "value"),
-        *(_bind(_asset, name) for name in written),
-    ).where(_asset_row.c.id == bindparam("asset_id"))
-    built = _build(
-        _asset,
-        ["asset_id", "key"],
-        ["asset_id", "key", "value"],
-        source,
-        written,
-        [_asset.c.asset_id == bindparam("asset_id")],
-        list(ASSET_WRITER_COLUMNS),
+
+def _statements(scope: _ScopeTable) -> Statements:
+    table = scope.table
+    one_key = [*scope.scope_filter, table.c.key == bindparam("key")]
+    source = scope.source(_bind(table, "key"), _bind(table, "value"))
+    guarded_source = source.where(_ResetOutcome())
+    counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
+    entry_columns = ("key", "value", "updated_at", "version", "expires_at", *scope.writer_columns)
+    select_entries = select(*(table.c[name] for name in entry_columns)).where(
+        *scope.scope_filter, live(table)
     )
-    return Statements(**built, clear_all_map_indices=built["clear"])
+    return Statements(
+        select_value=select(table.c.value).where(*one_key, live(table)),
+        select_versioned=select(table.c.value, table.c.version).where(*one_key, live(table)),
+        select_keys=select(table.c.key).where(*scope.scope_filter, live(table)),
+        select_entries=select_entries,
+        select_entry=select_entries.where(one_key[-1]),
+        upsert=scope.upsert(source, ["version"]),
+        create=scope.upsert(guarded_source, ["version"], where=_expired(table)),
+        update_if_version=update(table)
+        .where(*one_key, table.c.version == bindparam("if_version"), live(table))
+        .values(
+            value=_bind(table, "value"),
+            version=table.c.version + _ONE,
+            **{name: _bind(table, name) for name in scope.written},
+        ),
+        increment=scope.upsert(
+            guarded_source,
+            ["version", "value"],
+            case((_expired(table), _Proposed("value")), else_=cast(counter, Text())),
+            or_(_expired(table), counter.is_not(None)),
+        ),
+        delete_key=delete(table).where(*one_key),
+        clear=delete(table).where(*scope.scope_filter),
+        clear_all_map_indices=delete(table).where(*scope.all_map_indices),
+    )
 
 
-TASK_STATE = _task_statements()
-ASSET_STATE = _asset_statements()
+_SCOPE_TABLES = {"task": _TASK_SCOPE, "asset": _ASSET_SCOPE}
+_STATEMENTS = {kind: _statements(scope_table) for kind, scope_table in _SCOPE_TABLES.items()}
+
+
+def _kind(scope: StateScope) -> str:
+    """The type of a scope callers have validated (``validate_scope``)."""
+    return "task" if isinstance(scope, TaskScope) else "asset"
+
+
+def for_scope(scope: StateScope) -> Statements:
+    """The statements that read and write the state of *scope*'s type."""
+    return _STATEMENTS[_kind(scope)]
 
 
 # --- batches: get_many, set_many, delete_many ------------------------------------------------
@@ -498,39 +469,6 @@ ASSET_STATE = _asset_statements()
 # statement is still built once per size and compiled once per dialect, like the rest. Reads and
 # deletes round n up to a power of two, repeating the last key (harmless in an IN list), so at
 # most 11 statements of each exist; an upsert cannot repeat a key, so it is built per exact size.
-
-
-def key_names(count: int) -> list[str]:
-    """The parameter names of a batch's keys."""
-    return [f"key_{n}" for n in range(count)]
-
-
-def value_names(count: int) -> list[str]:
-    """The parameter names of a set_many batch's values."""
-    return [f"value_{n}" for n in range(count)]
-
-
-def padded_size(count: int) -> int:
-    """The size of the read or delete statement that serves *count* keys: the next power of two."""
-    return 1 << max(count - 1, 0).bit_length()
-
-
-class _BatchSource(NamedTuple):
-    """What a scope type's batch statements are made of."""
-
-    table: Any
-    #: The scope's rows, by primary key.
-    by_primary_key: list[Any]
-    conflict_columns: list[str]
-    insert_columns: list[str]
-    written: list[str]
-    #: ``source(batch)``: the SELECT of the upsert, one row per row of the *batch* subquery.
-    source: Any
-
-
-def _batch_keys(table: Any, count: int) -> list[Any]:
-    return [bindparam(name, type_=table.c.key.type) for name in key_names(count)]
-
 
 #: Rows per UNION ALL: SQLite allows at most 500 terms in one compound SELECT.
 _UNION_TERMS = 250
@@ -542,8 +480,11 @@ def _batch_rows(table: Any, count: int) -> Any:
     :data:`_UNION_TERMS` rows, a UNION ALL of such groups, each a subquery of its own.
     """
     rows = [
-        select(bindparam(key, type_=table.c.key.type).label("key"), _value_bind(table, value))
-        for key, value in zip(key_names(count), value_names(count), strict=True)
+        select(
+            bindparam(f"key_{n}", type_=table.c.key.type).label("key"),
+            bindparam(f"value_{n}", type_=table.c.value.type).label("value"),
+        )
+        for n in range(count)
     ]
     if count <= _UNION_TERMS:
         return (rows[0] if count == 1 else union_all(*rows)).subquery("batch")
@@ -554,144 +495,38 @@ def _batch_rows(table: Any, count: int) -> Any:
     return union_all(*groups).subquery("batch")
 
 
-def _value_bind(table: Any, name: str) -> Any:
-    return bindparam(name, type_=table.c.value.type).label("value")
-
-
-def _task_batch_source() -> _BatchSource:
-    written = ["updated_at", "updated_by_try", "expires_at"]
-
-    def source(batch: Any) -> Select[Any]:
-        return (
-            select(
-                _dag_run.c.id,
-                _dag_run.c.dag_id,
-                _dag_run.c.run_id,
-                bindparam("task_id", type_=_task.c.task_id.type),
-                bindparam("map_index", type_=Integer()),
-                batch.c.key,
-                batch.c.value,
-                *(_bind(_task, name) for name in written),
-            )
-            .select_from(_dag_run.join(batch, true()))
-            .where(_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
-        )
-
-    return _BatchSource(
-        _task,
-        [*_same_task(), _task.c.map_index == bindparam("map_index")],
-        ["dag_run_id", "task_id", "map_index", "key"],
-        ["dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"],
-        written,
-        source,
-    )
-
-
-def _asset_batch_source() -> _BatchSource:
-    written = ["updated_at", *ASSET_WRITER_COLUMNS, "expires_at"]
-
-    def source(batch: Any) -> Select[Any]:
-        return (
-            select(_asset_row.c.id, batch.c.key, batch.c.value, *(_bind(_asset, name) for name in written))
-            .select_from(_asset_row.join(batch, true()))
-            .where(_asset_row.c.id == bindparam("asset_id"))
-        )
-
-    return _BatchSource(
-        _asset,
-        [_asset.c.asset_id == bindparam("asset_id")],
-        ["asset_id", "key"],
-        ["asset_id", "key", "value"],
-        written,
-        source,
-    )
-
-
-_BATCH_SOURCES = {"task": _task_batch_source(), "asset": _asset_batch_source()}
-
-
-def _scope_type(scope: StateScope) -> str:
-    match scope:
-        case TaskScope():
-            return "task"
-        case AssetScope():
-            return "asset"
-        case _:
-            assert_never(scope)
-
-
 @cache
-def _select_many(scope_type: str, size: int) -> Select[Any]:
-    parts = _BATCH_SOURCES[scope_type]
-    table = parts.table
-    return select(table.c.key, table.c.value).where(
-        *parts.by_primary_key, table.c.key.in_(_batch_keys(table, size)), _live(table)
-    )
+def _batch(what: str, kind: str, size: int) -> Executable:
+    scope = _SCOPE_TABLES[kind]
+    table = scope.table
+    if what == "upsert":
+        rows = _batch_rows(table, size)
+        return scope.upsert(scope.source(rows.c.key, rows.c.value, rows), ["key", "version"])
+    keys = table.c.key.in_([bindparam(f"key_{n}", type_=table.c.key.type) for n in range(size)])
+    if what == "select":
+        return select(table.c.key, table.c.value).where(*scope.scope_filter, keys, live(table))
+    return delete(table).where(*scope.scope_filter, keys)
 
 
-@cache
-def _delete_many(scope_type: str, size: int) -> Delete:
-    parts = _BATCH_SOURCES[scope_type]
-    return delete(parts.table).where(
-        *parts.by_primary_key, parts.table.c.key.in_(_batch_keys(parts.table, size))
-    )
-
-
-@cache
-def _upsert_many(scope_type: str, size: int) -> Executable:
-    parts = _BATCH_SOURCES[scope_type]
-    table = parts.table
-    replace = [
-        ("value", _Proposed("value")),
-        ("version", table.c.version + _ONE),
-        *((name, _Proposed(name)) for name in parts.written),
-    ]
-    return (
-        _Upsert(table)
-        .from_select([*parts.insert_columns, *parts.written], parts.source(_batch_rows(table, size)))
-        .on_conflict_update(parts.conflict_columns, replace, returning=["key", "version"])
-    )
-
-
-def select_many(scope: StateScope, count: int) -> Select[Any]:
-    """The live keys and values among ``key_0`` ... of *scope* (for *count* keys, padded)."""
-    return _select_many(_scope_type(scope), padded_size(count))
-
-
-def delete_many(scope: StateScope, count: int) -> Delete:
-    """Delete ``key_0`` ... from *scope* (for *count* keys, padded)."""
-    return _delete_many(_scope_type(scope), padded_size(count))
-
-
-def upsert_many(scope: StateScope, count: int) -> Executable:
+def batch(
+    what: Literal["select", "delete", "upsert"], scope: StateScope, pairs: Sequence[str] | Mapping[str, str]
+) -> tuple[Executable, dict[str, Any]]:
     """
-    Insert or replace the pairs ``key_<i>``/``value_<i>``, all with the same ``updated_at``,
-    ``expires_at`` and writer columns; returns the key and new version of each, or no row when
-    the dag run (or asset) does not exist. One statement: all pairs are written, or none.
+    The statement of a batch of *scope* and its parameters but ``now`` and those of a write:
+
+    - ``select``: the live keys and values among the keys *pairs* names;
+    - ``delete``: delete them;
+    - ``upsert``: insert or replace the key-value *pairs*, all with the same ``updated_at``,
+      ``expires_at`` and writer columns; returns the key and new version of each, or no row when
+      the dag run (or asset) does not exist. One statement: all pairs are written, or none.
     """
-    return _upsert_many(_scope_type(scope), count)
-
-
-def for_scope(scope: StateScope) -> Statements:
-    """The statements that read and write the state of *scope*'s type."""
-    match scope:
-        case TaskScope():
-            return TASK_STATE
-        case AssetScope():
-            return ASSET_STATE
-        case _:
-            assert_never(scope)
-
-
-# --- clean-up (not on the hot path: built per call, run on ordinary sessions) --------------------
-
-
-def removable(table: Any, now: Any, updated_before: Any) -> Any:
-    """The rows ``cleanup`` removes: expired at *now*, or (when given) written before *updated_before*."""
-    condition = and_(table.c.expires_at.is_not(None), table.c.expires_at <= now)
-    if updated_before is not None:
-        condition = or_(condition, table.c.updated_at < updated_before)
-    return condition
+    keys = list(pairs)
+    if what != "upsert":
+        keys += keys[-1:] * ((1 << max(len(keys) - 1, 0).bit_length()) - len(keys))  # a power of two
+    values = params(scope) | {f"key_{n}": key for n, key in enumerate(keys)}
+    if isinstance(pairs, Mapping):
+        values |= {f"value_{n}": value for n, value in enumerate(pairs.values())}
+    return _batch(what, _kind(scope), len(keys)), values
 
 
 #: The state tables, for clean-up.

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from airflow import settings
 from airflow.state.metastore.db_manager import StateDBManager
 from airflow.state.metastore.models import metadata
 from alembic import context
-
-VERSION_TABLE = StateDBManager.version_table_name
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:
@@ -15,15 +15,18 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:
     return True
 
 
+# What both modes configure.
+OPTIONS: dict[str, Any] = {
+    "target_metadata": metadata,
+    "version_table": StateDBManager.version_table_name,
+    "include_object": include_object,
+    "render_as_batch": True,
+}
+
+
 def run_migrations_offline() -> None:
     context.configure(
-        url=settings.SQL_ALCHEMY_CONN,
-        target_metadata=metadata,
-        literal_binds=True,
-        dialect_opts={"paramstyle": "named"},
-        version_table=VERSION_TABLE,
-        include_object=include_object,
-        render_as_batch=True,
+        url=settings.SQL_ALCHEMY_CONN, literal_binds=True, dialect_opts={"paramstyle": "named"}, **OPTIONS
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -34,14 +37,7 @@ def run_migrations_online() -> None:
     if connectable is None:
         raise RuntimeError("Airflow's database engine is not configured: check [database] sql_alchemy_conn")
     with connectable.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=metadata,
-            version_table=VERSION_TABLE,
-            include_object=include_object,
-            render_as_batch=True,
-            transaction_per_migration=True,
-        )
+        context.configure(connection=connection, transaction_per_migration=True, **OPTIONS)
         with context.begin_transaction():
             context.run_migrations()
 
