@@ -21,20 +21,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.state.metastore.statements import CLEANED_TABLES
 from airflow.utils.session import create_session
+from airflow_shared.state import validate_cleanup
 from sqlalchemy import bindparam, text
 
 if TYPE_CHECKING:
     from sqlalchemy import CursorResult
-
-
-def _validate(now: object, updated_before: object, batch_size: object) -> None:
-    for name, when in {"now": now, "updated_before": updated_before}.items():
-        if not isinstance(when, datetime) and (when is not None or name == "now"):
-            raise TypeError(f"{name} must be a datetime, got {type(when).__name__}")
-        if when is not None and when.tzinfo is None:
-            raise ValueError(f"{name} must be timezone-aware (UTC)")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
 def _statement(table: Any, dialect: Any, by_age: bool, dry_run: bool) -> Any:
@@ -81,7 +72,7 @@ def cleanup(
     Remove (or with *dry_run* count) the removable keys of both tables; return how many. Each
     batch commits on a session of its own, whatever *session* is given.
     """
-    _validate(now, updated_before, batch_size)
+    validate_cleanup(now, updated_before, batch_size)
     total = 0
     values = {"now": now, "updated_before": updated_before, "batch_size": batch_size}
     if updated_before is None:
