@@ -1,12 +1,7 @@
 """
 ``airflow-state-upgrade``: move airflow-task-state's state into Airflow 3.3's built-in store.
 
-Run it in the Airflow 3.3 environment, after ``airflow db migrate``, before the scheduler starts
-tasks: it reads the database from Airflow's own configuration (``[database] sql_alchemy_conn``).
-
-Exit status: 0 when every live row of ours is in Airflow 3.3's store with our value (with
-``--dry-run``: would be); 1 when some are not (conflicts kept, rows that cannot move; they are
-listed, and our tables are then never dropped); 2 when the move cannot start.
+Steps, exit status and what moves: the main README, "Upgrading to Airflow 3.3".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """
 Copying one of our tables into Airflow 3.3's, in batches of one transaction each.
 
-Our rows are read in primary-key order, a batch at a time (keyset pagination: each batch starts
-after the last key of the one before, so a batch costs the same at the end of a large table as at
-the start). For each batch, the keys already in Airflow 3.3's table are looked up; then, in one
-transaction, new keys are inserted and (with ``overwrite``) conflicting ones replaced. A second run
-finds every key already there with the same value and writes nothing.
-
-If the database refuses a batch because of one row's data (a key that collides under MySQL's
-collation, a value too long for its column), the batch is rolled back and retried one row per
-transaction, so the other rows still move and the refused ones are reported with the database's
-reason. Any other error (a lost connection, say) stops the command: the batch in flight was rolled
-back, the batches before it are committed, and running the command again continues where it
-stopped, since moved rows then count as unchanged.
+Rows are read in primary-key order by keyset pagination (each batch starts after the last key of
+the one before), so a batch costs the same at the end of a large table as at the start. A batch
+the database refuses because of one row's data is retried one row per transaction, so the other
+rows still move; any other error stops the command, and running it again continues.
 """
 
 from __future__ import annotations
@@ -156,10 +148,8 @@ class Mover:
 
     def _key_column(self, target: sa.Table) -> KeyColumn:
         """
-        How MySQL/MariaDB stores the target's key column. Airflow 3.3 declares it utf8mb3_bin when
-        it creates the table from its models, but its migration (what a database upgraded from 3.2
-        ran) sets nothing: the column then has the database's default character set and collation,
-        which may compare keys without regard to letter case.
+        How MySQL/MariaDB stores the target's key column: 3.3's migration (unlike its models) sets no
+        character set or collation, so the database's defaults apply, perhaps case-insensitive.
         """
         if self.engine.dialect.name != "mysql":
             return KeyColumn()
@@ -261,15 +251,10 @@ class Mover:
         self, connection: Connection, move: TableMove, candidates: list[Candidate]
     ) -> dict[tuple[Any, ...], Any]:
         """
-        The target's values (and when they were written) for these candidates' identities, matched
-        exactly in Python.
-
-        One range scan of the target's unique key per batch: the scopes (every identity column but
-        the key) from the batch's first to its last, restricted to the batch's keys. Looking
-        identities up one by one, or as tuples in an IN list, is two orders of magnitude slower on
-        PostgreSQL. Should the target order scopes differently from ours (another collation on
-        MySQL), a row it holds can escape the range: its insert then fails on the unique key and
-        the batch is retried row by row, where the range is a single scope and misses nothing.
+        The target's rows for these candidates' identities, matched exactly in Python, from one range
+        scan of its unique key (the batch's scopes, restricted to its keys): per identity or as tuples
+        in an IN list is two orders of magnitude slower on PostgreSQL. A row the range misses (the
+        target orders scopes by another collation) fails its insert, and the batch is retried row by row.
         """
         scope_columns = sa.tuple_(*(move.target.c[name] for name in move.key[:-1]))
         key_column = move.target.c[move.key[-1]]

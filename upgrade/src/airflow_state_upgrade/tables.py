@@ -1,24 +1,21 @@
 """
-The tables on both sides of the move, found in the database Airflow 3.3 is configured with.
-
-Ours (``task_state``, ``asset_state``, and our Alembic version table ``alembic_version_state``)
-are reflected: airflow-task-state is not installed beside Airflow 3.3. The command reads the schema
-of airflow-task-state 0.2.0 and later (revision 0113); a deployment still on 0.1.0's schema
-upgrades airflow-task-state on Airflow 3.2 first, which migrates its rows (they keep their values).
-Airflow 3.3's (``task_state_store``, ``asset_state_store``) are taken from its own models, so values
-are bound exactly as Airflow 3.3 binds them (its ``UtcDateTime`` among others).
+The tables on both sides of the move. Ours are reflected (airflow-task-state is not installed beside
+Airflow 3.3) at the schema of 0.2.0 and later; Airflow 3.3's come from its own models, so values are
+bound exactly as 3.3 binds them (its ``UtcDateTime`` among others).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from airflow.models.asset import AssetActive, AssetModel
 from airflow.models.asset_state_store import AssetStateStoreModel
 from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Engine
+
+from .encoding import as_utc
 
 OUR_TASK_TABLE = "task_state"
 OUR_ASSET_TABLE = "asset_state"
@@ -129,16 +126,11 @@ def _moved_at(engine: Engine) -> datetime | None:
         return None
     with engine.connect() as connection:
         moved_at = connection.execute(sa.select(sa.func.min(_marker(sa.MetaData()).c.moved_at))).scalar()
-    # SQLite and MySQL hand the instant back without its zone; it was written in UTC.
-    return moved_at if moved_at is None or moved_at.tzinfo else moved_at.replace(tzinfo=UTC)
+    return as_utc(moved_at)
 
 
 def record_completed_move(engine: Engine, moved_at: datetime) -> None:
-    """
-    Remember that the move completed. From then on Airflow 3.3 owns the state: its tasks change and
-    delete keys, and a later run (to check, or to drop our tables) must not bring back what they
-    deleted. Our rows never change after the move (airflow-task-state is uninstalled by then).
-    """
+    """Remember that the move completed: a later run must not bring back what Airflow 3.3 deleted since."""
     marker = _marker(sa.MetaData())
     with engine.begin() as connection:
         marker.create(connection, checkfirst=True)
