@@ -37,8 +37,6 @@ def version_and_expiry(raw: bytes | None) -> tuple[int, int | None]:
 
 @dataclass(frozen=True)
 class Meta:
-    """What a metadata value says; unknown parts are ``None``."""
-
     updated_at: datetime | None = None
     updated_by_try: int | None = None
     version: int = 1

@@ -120,11 +120,9 @@ return {1, store(ARGV[7], ARGV[8], next_of(version))}
 """
 )
 
-# INCREMENT: ARGV[7] field, ARGV[8] the increment. The stored value must be a JSON integer within
-# 64 bits (surrounding whitespace and leading zeros allowed, as airflow_shared.state.counter_value
-# reads it); absent or expired is 0. Returns {0, new value as text} or {1, stored value} when the
-# value is refused (not an integer, out of range, or the sum would overflow): the caller builds
-# the error message, nothing is written.
+# INCREMENT: ARGV[7] field, ARGV[8] the increment; the stored value is read as
+# airflow_shared.state.counter_value reads it (absent or expired: 0). Returns {0, new value as
+# text}, or {1, stored value} when it is refused (nothing written; the caller words the error).
 INCREMENT = _once(
     """
 local field, by = ARGV[7], ARGV[8]

@@ -32,9 +32,7 @@ except ImportError as error:
         "[state_store] backend and needs Airflow 3.3 (airflow._shared.state cannot be imported: "
         f"{error}). On Airflow 3.2 use [state] backend = airflow_state_redis.RedisStateBackend."
     ) from error
-# After the check above, so that Airflow 3.2 gets its message. Airflow 3.3 imports a state store
-# backend when it is first used (airflow.state.get_state_backend), as its own metastore backend
-# that imports these at the top too.
+# After the check above, so that Airflow 3.2 gets its message (3.3 imports the backend on first use).
 from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session, create_session_async
 from sqlalchemy import select

@@ -77,8 +77,7 @@ class _Multi:
 
 
 #: An operation written once for both clients: a generator that validates its input (before any
-#: I/O), yields each request, receives its reply, and returns the result. :meth:`RedisStateBackend._run`
-#: drives it with the sync client, :meth:`RedisStateBackend._arun` with the asyncio one.
+#: I/O), yields each request, receives its reply, and returns the result (run by ``_run``/``_arun``).
 _Op: TypeAlias = Generator[_Script | _Multi, Any, T]
 
 
@@ -386,7 +385,6 @@ class RedisStateBackend(BaseStateBackend):
         expires_at: datetime | None = None,
         session: Any = None,
     ) -> _Op[dict[str, int | None]]:
-        """Write every pair in one Lua script: all are stored, with their metadata, or none."""
         _validate_scope(scope)
         checked = validate_many_values(values)
         validate_write(writer, expires_at)  # also when there is nothing to write
@@ -397,7 +395,6 @@ class RedisStateBackend(BaseStateBackend):
         return {key: int(version) for key, version in zip(checked, versions, strict=True)}
 
     def _op_delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> _Op[None]:
-        """Delete *keys* in one Lua script."""
         _validate_scope(scope)
         fields = [_utf8(key) for key in validate_many_keys(keys)]
         if fields:
@@ -537,7 +534,6 @@ class RedisStateBackend(BaseStateBackend):
     # --- plumbing ------------------------------------------------------------------------
 
     def _run(self, op: _Op[T]) -> T:
-        """Run an operation with the sync client."""
         with self._reachable():
             try:
                 request = next(op)
@@ -633,7 +629,6 @@ class RedisStateBackend(BaseStateBackend):
         )
 
     def _value_and_meta(self, scope: StateScope, key: str) -> _Multi:
-        """A key's value and metadata in one round trip."""
         _validate_scope(scope)
         validate_key(key)
         (name, meta_name), field = self._keys.names(scope), _utf8(key)
