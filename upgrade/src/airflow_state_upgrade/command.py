@@ -70,17 +70,6 @@ def _positive(text: str) -> int:
     return number
 
 
-def _engine() -> Any:
-    """Airflow's own engine: its configuration, its connection settings, its session time zone."""
-    if settings.engine is None:
-        settings.configure_orm()
-    return settings.engine
-
-
-def _progress(table: str, read: int, total: int) -> None:
-    print(f"{table}: {read}/{total} rows read", file=sys.stderr, flush=True)
-
-
 def _confirmed(names: str) -> bool:
     # The question goes to stderr: stdout carries only the summary (one JSON document with -o json).
     question = f"Drop {names}? Every live row of them is in Airflow 3.3's store. [y/N] "
@@ -93,7 +82,9 @@ def _confirmed(names: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    engine = _engine()
+    if settings.engine is None:  # Airflow's own engine: its configuration, connection settings, time zone
+        settings.configure_orm()
+    engine: Any = settings.engine
     print(f"Database: {engine.url.render_as_string(hide_password=True)}", file=sys.stderr)
     tables = find_tables(engine)
     report = Report(dry_run=args.dry_run, overwrite=args.overwrite, moved_at=tables.moved_at)
@@ -107,17 +98,15 @@ def run(args: argparse.Namespace) -> int:
         report=report,
         now=now,
         batch_size=args.batch_size,
-        progress=_progress,
-        active_assets=active_asset_ids(engine, tables),
+        progress=lambda table, read, total: print(f"{table}: {read}/{total} rows read", file=sys.stderr),
+        active_assets=active_asset_ids(engine),
         value_limit=conf.getint("state_store", "max_value_storage_bytes", fallback=0),
-        moved_at=tables.moved_at,
     )
     for move in moves:
         mover.run(move)
     if report.complete and not args.dry_run and tables.moved_at is None:
         record_completed_move(engine, now)
 
-    status = 0 if report.complete else 1
     refusal = None
     if args.drop_old_tables:
         if not report.complete:
@@ -134,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     print(report.as_json() if args.output == "json" else report.as_table())
     if refusal:
         print(refusal, file=sys.stderr)
-    return status
+    return 0 if report.complete else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from airflow.models.asset import AssetActive, AssetModel
+from airflow.models.asset_state_store import AssetStateStoreModel
+from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Connection, Engine, Row
 
 from .encoding import airflow33_value, as_utc, asset_writer, outside_bmp, same_value, text_key
@@ -59,8 +62,8 @@ def table_moves(tables: Tables) -> list[TableMove]:
     """The moves of those of our tables that exist (``None`` in *tables*: dropped already)."""
     task_key = ("dag_run_id", "task_id", "map_index", "key")
     moves = (
-        ("task_state", tables.task_state, tables.task_state_store, task_key, _task_row),
-        ("asset_state", tables.asset_state, tables.asset_state_store, ("asset_id", "key"), _asset_row),
+        ("task_state", tables.task_state, TaskStateStoreModel.__table__, task_key, _task_row),
+        ("asset_state", tables.asset_state, AssetStateStoreModel.__table__, ("asset_id", "key"), _asset_row),
     )
     return [
         TableMove(name, source, target, key, row)
@@ -109,28 +112,19 @@ class Mover:
     active_assets: frozenset[int]
     #: Airflow 3.3's ``[state_store] max_value_storage_bytes`` (0: no limit).
     value_limit: int
-    #: When an earlier run completed the move: a key missing from 3.3's store was deleted there.
-    moved_at: datetime | None = None
 
     def run(self, move: TableMove) -> None:
         counts = self.report.tables.setdefault(move.name, Counts())
-        total = self._count(move.source)
+        with self.engine.connect() as connection:
+            total = connection.execute(sa.select(sa.func.count()).select_from(move.source)).scalar_one()
         key_column = self._key_column(move.target)
         for rows in self._batches(move):
-            candidates = []
-            for row in rows:
-                counts.read += 1
-                candidate = self._candidate(move, row, counts, key_column)
-                if candidate is not None:
-                    candidates.append(candidate)
+            counts.read += len(rows)
+            candidates = [found for row in rows if (found := self._candidate(move, row, counts, key_column))]
             self._write(move, candidates, counts, key_column)
             self.progress(move.name, counts.read, total)
 
     # --- reading ---------------------------------------------------------------------------
-
-    def _count(self, table: sa.Table) -> int:
-        with self.engine.connect() as connection:
-            return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
 
     def _batches(self, move: TableMove) -> Iterator[Sequence[Row[Any]]]:
         key_columns = [move.source.c[name] for name in move.key]
@@ -233,7 +227,7 @@ class Mover:
         for candidate in candidates:
             existing = stored.get(candidate.identity)
             if existing is None:
-                if self.moved_at is None:
+                if self.report.moved_at is None:
                     plan.inserts.append(candidate)
                 else:  # moved by the run that completed, then deleted by Airflow 3.3
                     plan.deleted += 1
@@ -298,21 +292,18 @@ class Mover:
             self.report.conflicts.append(problem)
         # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
         for candidate in [*plan.inserts, *plan.replaces]:
-            self._note(move, candidate, counts)
-
-    def _note(self, move: TableMove, candidate: Candidate, counts: Counts) -> None:
-        if self.value_limit and len(candidate.row["value"]) > self.value_limit:
-            counts.over_value_limit += 1
-        if move.name == "task_state":
-            counts.never_expire += candidate.row["expires_at"] is None
-            return
-        counts.expiry_removed += candidate.source.expires_at is not None
-        counts.inactive_asset += candidate.row["asset_id"] not in self.active_assets
+            row = candidate.row
+            counts.over_value_limit += 0 < self.value_limit < len(row["value"])
+            if move.name == "task_state":
+                counts.never_expire += row["expires_at"] is None
+            else:
+                counts.expiry_removed += candidate.source.expires_at is not None
+                counts.inactive_asset += row["asset_id"] not in self.active_assets
 
 
-def active_asset_ids(engine: Engine, tables: Tables) -> frozenset[int]:
+def active_asset_ids(engine: Engine) -> frozenset[int]:
     """Assets that some DAG uses: Airflow 3.3 pairs ``asset_active`` with ``asset`` by name and URI."""
-    asset, active = tables.asset, tables.asset_active
+    asset, active = AssetModel.__table__, AssetActive.__table__
     query = sa.select(asset.c.id).join(
         active, sa.and_(active.c.name == asset.c.name, active.c.uri == asset.c.uri)
     )

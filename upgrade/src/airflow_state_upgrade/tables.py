@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from airflow.models.asset import AssetActive, AssetModel
 from airflow.models.asset_state_store import AssetStateStoreModel
 from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Engine
@@ -45,14 +44,10 @@ class CannotStart(Exception):
 
 @dataclass(frozen=True)
 class Tables:
-    """Our tables that exist (``None``: not there, e.g. dropped already) and Airflow 3.3's."""
+    """Our tables that exist (``None``: not there, e.g. dropped already)."""
 
     task_state: sa.Table | None
     asset_state: sa.Table | None
-    task_state_store: sa.Table
-    asset_state_store: sa.Table
-    asset_active: sa.Table
-    asset: sa.Table
     #: When an earlier run of this command completed the move (None: it never did).
     moved_at: datetime | None
 
@@ -109,10 +104,6 @@ def find_tables(engine: Engine) -> Tables:
     return Tables(
         task_state=_reflect(engine, metadata, OUR_TASK_TABLE),
         asset_state=_reflect(engine, metadata, OUR_ASSET_TABLE),
-        task_state_store=TaskStateStoreModel.__table__,
-        asset_state_store=AssetStateStoreModel.__table__,
-        asset_active=AssetActive.__table__,
-        asset=AssetModel.__table__,
         moved_at=_moved_at(engine),
     )
 
