@@ -18,17 +18,13 @@ from .move import Mover, active_asset_ids, table_moves
 from .report import Report
 from .tables import CannotStart, drop_our_tables, find_tables, record_completed_move
 
-DEFAULT_BATCH_SIZE = 5000
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airflow-state-upgrade",
-        description=(
-            "Copy airflow-task-state's task_state and asset_state rows into Airflow 3.3's "
-            "task_state_store and asset_state_store. Run it with Airflow 3.3 installed, after "
-            "`airflow db migrate`. Running it again changes nothing."
-        ),
+        description="Copy airflow-task-state's task_state and asset_state rows into Airflow 3.3's "
+        "task_state_store and asset_state_store. Run it with Airflow 3.3 installed, after "
+        "`airflow db migrate`. Running it again changes nothing.",
     )
     parser.add_argument("--dry-run", action="store_true", help="Say what would move, and change nothing.")
     parser.add_argument(
@@ -39,9 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"Rows per transaction (default {DEFAULT_BATCH_SIZE}).",
+        type=int,
+        default=5000,
+        help="Rows per transaction (default %(default)s).",
     )
     parser.add_argument(
         "--drop-old-tables",
@@ -58,16 +54,6 @@ def _parser() -> argparse.ArgumentParser:
         help="The summary as a table (default) or as one JSON document.",
     )
     return parser
-
-
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
 
 
 def _confirmed(names: str) -> bool:
@@ -127,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"argument --batch-size: must be at least 1, got {args.batch_size}")
     try:
         return run(args)
     except CannotStart as error:

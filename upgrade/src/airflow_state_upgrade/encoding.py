@@ -64,8 +64,5 @@ def asset_writer(row: Any) -> dict[str, Any]:
     }
     if kind == "task" and all(value is not None for value in task_fields.values()):
         return {"last_updated_by_kind": "task", **task_fields}
-    unknown = dict.fromkeys(task_fields)
-    if kind in OPERATOR_WRITERS:
-        return {"last_updated_by_kind": "api", **unknown}
     # No writer recorded (rows written before 0.2.0 recorded writers): 3.3 shows none either.
-    return {"last_updated_by_kind": None, **unknown}
+    return {"last_updated_by_kind": "api" if kind in OPERATOR_WRITERS else None, **dict.fromkeys(task_fields)}

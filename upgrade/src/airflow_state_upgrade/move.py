@@ -29,6 +29,10 @@ LOOKUP_KEYS = 5000
 # MySQL errors that one row's data causes (incorrect string value, data too long), which the
 # MySQL drivers raise as OperationalError rather than DataError.
 MYSQL_DATA_ERRORS = frozenset({1366, 1406})
+UTF8MB3_REFUSAL = (
+    "Airflow 3.3 stores keys as utf8mb3 on MySQL/MariaDB, which cannot hold characters "
+    "outside the Basic Multilingual Plane (emoji, for one)"
+)
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,7 @@ class TableMove:
     name: str
     source: sa.Table
     target: sa.Table
-    #: Our primary key, in order (the order rows are read in), and the columns of the target's
-    #: unique key naming the same state key.
+    #: Our primary key (the order rows are read in), and the target's unique key for the same state key.
     key: tuple[str, ...]
     #: The target row (without the value) for one of our rows.
     target_row: Callable[[Row[Any]], dict[str, Any]]
@@ -74,9 +77,8 @@ def table_moves(tables: Tables) -> list[TableMove]:
 
 @dataclass(frozen=True)
 class KeyColumn:
-    """The target's key column on MySQL/MariaDB (elsewhere keys compare exactly, as ours did)."""
+    """The target's key column on MySQL/MariaDB, utf8mb3 or not (elsewhere keys compare exactly)."""
 
-    #: utf8mb3: cannot store characters outside the Basic Multilingual Plane.
     three_byte: bool = False
     collation: str | None = None
 
@@ -164,13 +166,7 @@ class Mover:
             return None
         key = text_key(row.key)
         if key_column.three_byte and outside_bmp(key):
-            self._unmovable(
-                move,
-                row,
-                counts,
-                "Airflow 3.3 stores keys as utf8mb3 on MySQL/MariaDB, which cannot hold characters "
-                "outside the Basic Multilingual Plane (emoji, for one)",
-            )
+            self._unmovable(move, row, counts, UTF8MB3_REFUSAL)
             return None
         try:
             value = airflow33_value(row.value)
@@ -198,8 +194,10 @@ class Mover:
                 plan = self._plan(connection, move, candidates)
                 self._apply(connection, move, plan)
         except sa.exc.DBAPIError as error:
-            if not self._caused_by_row_data(error):
-                raise
+            code = getattr(error.orig, "args", (None,))[0] if error.orig is not None else None
+            mysql_data_error = self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
+            if not (isinstance(error, sa.exc.IntegrityError | sa.exc.DataError) or mysql_data_error):
+                raise  # not caused by one row's data
             if len(candidates) > 1:  # the batch was rolled back: one transaction per row
                 for candidate in candidates:
                     self._write(move, [candidate], counts, key_column)
@@ -213,13 +211,25 @@ class Mover:
                 )
             self._unmovable(move, candidates[0].source, counts, reason)
             return
-        self._count_plan(move, plan, counts)
-
-    def _caused_by_row_data(self, error: sa.exc.DBAPIError) -> bool:
-        if isinstance(error, sa.exc.IntegrityError | sa.exc.DataError):
-            return True
-        code = getattr(error.orig, "args", (None,))[0] if error.orig is not None else None
-        return self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
+        counts.moved += len(plan.inserts)
+        counts.unchanged += plan.unchanged
+        counts.newer_in_airflow33 += plan.newer
+        counts.deleted_in_airflow33 += plan.deleted
+        counts.conflicts += len(plan.conflicts)
+        counts.overwritten += len(plan.replaces)
+        reason = "replaced with ours" if self.report.overwrite else "kept Airflow 3.3's value"
+        for candidate in plan.conflicts:
+            problem = RowProblem(move.name, move.scope(candidate.source), candidate.row["key"], reason)
+            self.report.conflicts.append(problem)
+        # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
+        for candidate in [*plan.inserts, *plan.replaces]:
+            row = candidate.row
+            counts.over_value_limit += 0 < self.value_limit < len(row["value"])
+            if move.name == "task_state":
+                counts.never_expire += row["expires_at"] is None
+            else:
+                counts.expiry_removed += candidate.source.expires_at is not None
+                counts.inactive_asset += row["asset_id"] not in self.active_assets
 
     def _plan(self, connection: Connection, move: TableMove, candidates: list[Candidate]) -> Plan:
         stored = self._stored_values(connection, move, candidates)
@@ -278,27 +288,6 @@ class Mover:
             where = [move.target.c[name] == candidate.row[name] for name in move.key]
             changes = {name: value for name, value in candidate.row.items() if name not in move.key}
             connection.execute(move.target.update().where(*where).values(**changes))
-
-    def _count_plan(self, move: TableMove, plan: Plan, counts: Counts) -> None:
-        counts.moved += len(plan.inserts)
-        counts.unchanged += plan.unchanged
-        counts.newer_in_airflow33 += plan.newer
-        counts.deleted_in_airflow33 += plan.deleted
-        counts.conflicts += len(plan.conflicts)
-        counts.overwritten += len(plan.replaces)
-        for candidate in plan.conflicts:
-            reason = "kept Airflow 3.3's value" if not self.report.overwrite else "replaced with ours"
-            problem = RowProblem(move.name, move.scope(candidate.source), candidate.row["key"], reason)
-            self.report.conflicts.append(problem)
-        # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
-        for candidate in [*plan.inserts, *plan.replaces]:
-            row = candidate.row
-            counts.over_value_limit += 0 < self.value_limit < len(row["value"])
-            if move.name == "task_state":
-                counts.never_expire += row["expires_at"] is None
-            else:
-                counts.expiry_removed += candidate.source.expires_at is not None
-                counts.inactive_asset += row["asset_id"] not in self.active_assets
 
 
 def active_asset_ids(engine: Engine) -> frozenset[int]:

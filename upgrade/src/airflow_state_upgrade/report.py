@@ -31,8 +31,7 @@ class Counts:
     expired: int = 0
     #: Rows Airflow 3.3's table cannot hold (the reasons are listed).
     unmovable: int = 0
-    # Notes on the rows this run wrote: task keys with no expiry, asset keys whose expiry 3.3
-    # cannot keep, keys of assets no DAG uses, values over 3.3's max_value_storage_bytes.
+    # Notes on the rows this run wrote (said in sentences by Report._notes).
     never_expire: int = 0
     expiry_removed: int = 0
     inactive_asset: int = 0

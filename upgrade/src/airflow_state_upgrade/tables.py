@@ -48,7 +48,6 @@ class Tables:
 
     task_state: sa.Table | None
     asset_state: sa.Table | None
-    #: When an earlier run of this command completed the move (None: it never did).
     moved_at: datetime | None
 
 
@@ -56,8 +55,7 @@ def _reflect(engine: Engine, metadata: sa.MetaData, name: str) -> sa.Table | Non
     if not sa.inspect(engine).has_table(name):
         return None
     table = sa.Table(name, metadata, autoload_with=engine)
-    missing = REQUIRED_COLUMNS[name] - set(table.columns.keys())
-    if missing:
+    if missing := REQUIRED_COLUMNS[name] - set(table.columns.keys()):
         raise CannotStart(
             f"Table {name} has no column(s) {', '.join(sorted(missing))}: it is not airflow-task-state's "
             "table, or its schema is damaged. Nothing was changed."
@@ -87,7 +85,7 @@ def _check_our_revision(engine: Engine) -> None:
 
 
 def find_tables(engine: Engine) -> Tables:
-    """Reflect ours and load Airflow 3.3's; refuse to start when Airflow 3.3's are not there yet."""
+    """Reflect ours; refuse to start when Airflow 3.3's tables are not there yet."""
     inspector = sa.inspect(engine)
     missing = [
         model.__tablename__
@@ -108,25 +106,25 @@ def find_tables(engine: Engine) -> Tables:
     )
 
 
-def _marker(metadata: sa.MetaData) -> sa.Table:
-    return sa.Table(MARKER_TABLE, metadata, sa.Column("moved_at", sa.DateTime(timezone=True), nullable=False))
+_MARKER = sa.Table(
+    MARKER_TABLE, sa.MetaData(), sa.Column("moved_at", sa.DateTime(timezone=True), nullable=False)
+)
 
 
 def _moved_at(engine: Engine) -> datetime | None:
     if not sa.inspect(engine).has_table(MARKER_TABLE):
         return None
     with engine.connect() as connection:
-        moved_at = connection.execute(sa.select(sa.func.min(_marker(sa.MetaData()).c.moved_at))).scalar()
+        moved_at = connection.execute(sa.select(sa.func.min(_MARKER.c.moved_at))).scalar()
     return as_utc(moved_at)
 
 
 def record_completed_move(engine: Engine, moved_at: datetime) -> None:
     """Remember that the move completed: a later run must not bring back what Airflow 3.3 deleted since."""
-    marker = _marker(sa.MetaData())
     with engine.begin() as connection:
-        marker.create(connection, checkfirst=True)
-        if connection.execute(sa.select(sa.func.count()).select_from(marker)).scalar() == 0:
-            connection.execute(marker.insert().values(moved_at=moved_at))
+        _MARKER.create(connection, checkfirst=True)
+        if connection.execute(sa.select(sa.func.count()).select_from(_MARKER)).scalar() == 0:
+            connection.execute(_MARKER.insert().values(moved_at=moved_at))
 
 
 def drop_our_tables(engine: Engine) -> list[str]:
