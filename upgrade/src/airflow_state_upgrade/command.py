@@ -1,12 +1,7 @@
 """
 ``airflow-state-upgrade``: move airflow-task-state's state into Airflow 3.3's built-in store.
 
-Run it in the Airflow 3.3 environment, after ``airflow db migrate``, before the scheduler starts
-tasks: it reads the database from Airflow's own configuration (``[database] sql_alchemy_conn``).
-
-Exit status: 0 when every live row of ours is in Airflow 3.3's store with our value (with
-``--dry-run``: would be); 1 when some are not (conflicts kept, rows that cannot move; they are
-listed, and our tables are then never dropped); 2 when the move cannot start.
+Steps, exit status and what moves: the main README, "Upgrading to Airflow 3.3".
 """
 
 from __future__ import annotations
@@ -23,17 +18,13 @@ from .move import Mover, active_asset_ids, table_moves
 from .report import Report
 from .tables import CannotStart, drop_our_tables, find_tables, record_completed_move
 
-DEFAULT_BATCH_SIZE = 5000
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airflow-state-upgrade",
-        description=(
-            "Copy airflow-task-state's task_state and asset_state rows into Airflow 3.3's "
-            "task_state_store and asset_state_store. Run it with Airflow 3.3 installed, after "
-            "`airflow db migrate`. Running it again changes nothing."
-        ),
+        description="Copy airflow-task-state's task_state and asset_state rows into Airflow 3.3's "
+        "task_state_store and asset_state_store. Run it with Airflow 3.3 installed, after "
+        "`airflow db migrate`. Running it again changes nothing.",
     )
     parser.add_argument("--dry-run", action="store_true", help="Say what would move, and change nothing.")
     parser.add_argument(
@@ -44,9 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"Rows per transaction (default {DEFAULT_BATCH_SIZE}).",
+        type=int,
+        default=5000,
+        help="Rows per transaction (default %(default)s).",
     )
     parser.add_argument(
         "--drop-old-tables",
@@ -65,27 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-def _engine() -> Any:
-    """Airflow's own engine: its configuration, its connection settings, its session time zone."""
-    if settings.engine is None:
-        settings.configure_orm()
-    return settings.engine
-
-
-def _progress(table: str, read: int, total: int) -> None:
-    print(f"{table}: {read}/{total} rows read", file=sys.stderr, flush=True)
-
-
 def _confirmed(names: str) -> bool:
     # The question goes to stderr: stdout carries only the summary (one JSON document with -o json).
     question = f"Drop {names}? Every live row of them is in Airflow 3.3's store. [y/N] "
@@ -98,7 +68,9 @@ def _confirmed(names: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    engine = _engine()
+    if settings.engine is None:  # Airflow's own engine: its configuration, connection settings, time zone
+        settings.configure_orm()
+    engine: Any = settings.engine
     print(f"Database: {engine.url.render_as_string(hide_password=True)}", file=sys.stderr)
     tables = find_tables(engine)
     report = Report(dry_run=args.dry_run, overwrite=args.overwrite, moved_at=tables.moved_at)
@@ -112,17 +84,15 @@ def run(args: argparse.Namespace) -> int:
         report=report,
         now=now,
         batch_size=args.batch_size,
-        progress=_progress,
-        active_assets=active_asset_ids(engine, tables),
+        progress=lambda table, read, total: print(f"{table}: {read}/{total} rows read", file=sys.stderr),
+        active_assets=active_asset_ids(engine),
         value_limit=conf.getint("state_store", "max_value_storage_bytes", fallback=0),
-        moved_at=tables.moved_at,
     )
     for move in moves:
         mover.run(move)
     if report.complete and not args.dry_run and tables.moved_at is None:
         record_completed_move(engine, now)
 
-    status = 0 if report.complete else 1
     refusal = None
     if args.drop_old_tables:
         if not report.complete:
@@ -139,11 +109,14 @@ def run(args: argparse.Namespace) -> int:
     print(report.as_json() if args.output == "json" else report.as_table())
     if refusal:
         print(refusal, file=sys.stderr)
-    return status
+    return 0 if report.complete else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"argument --batch-size: must be at least 1, got {args.batch_size}")
     try:
         return run(args)
     except CannotStart as error:

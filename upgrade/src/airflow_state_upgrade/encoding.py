@@ -1,15 +1,10 @@
 """
 How one of our rows is written in Airflow 3.3's tables.
 
-Values: Airflow 3.3's Execution API stores ``json.dumps(value)`` with Python's default arguments
-(ASCII only, ``", "`` and ``": "`` separators) and reads ``json.loads(stored)``. airflow-task-state
-stored compact JSON with non-ASCII characters as they are. Both decode to the same value, but the
-text differs, so each value is decoded and encoded again the way Airflow 3.3 itself would have
-written it: its UI, REST API and any tool comparing texts then see what a 3.3 task would have left.
-
-Asset writers: Airflow 3.3 knows ``task`` (with dag, run, task and map index), ``watcher`` and
-``api``; its REST API fails on any other kind. Ours also recorded ``cli``, an operator's write
-outside any task like ``api``, so it becomes ``api``. The try number has no column in 3.3.
+Values are re-encoded as 3.3's Execution API stores them (``json.dumps`` with Python's defaults;
+ours were compact, non-ASCII kept), so 3.3's UI and API see the text a 3.3 task would have left.
+Asset writers: 3.3 knows ``task``, ``watcher`` and ``api`` (its REST API fails on any other kind);
+our ``cli`` is an operator's write like ``api``. The try number has no column in 3.3.
 """
 
 from __future__ import annotations
@@ -28,12 +23,7 @@ def airflow33_value(stored: str) -> str:
 
 
 def same_value(text: str, other: str) -> bool:
-    """
-    Whether two stored JSON texts hold the same value.
-
-    Compared as canonical text, not as Python values: ``1 == 1.0 == True`` in Python, but a task
-    that stored ``true`` must not find ``1``.
-    """
+    """Whether two JSON texts hold the same value: as canonical text, since ``1 == True`` in Python."""
     if text == other:  # what an earlier run of this command wrote
         return True
     try:
@@ -74,8 +64,5 @@ def asset_writer(row: Any) -> dict[str, Any]:
     }
     if kind == "task" and all(value is not None for value in task_fields.values()):
         return {"last_updated_by_kind": "task", **task_fields}
-    unknown = dict.fromkeys(task_fields)
-    if kind in OPERATOR_WRITERS:
-        return {"last_updated_by_kind": "api", **unknown}
     # No writer recorded (rows written before 0.2.0 recorded writers): 3.3 shows none either.
-    return {"last_updated_by_kind": None, **unknown}
+    return {"last_updated_by_kind": "api" if kind in OPERATOR_WRITERS else None, **dict.fromkeys(task_fields)}

@@ -1,18 +1,10 @@
 """
 Copying one of our tables into Airflow 3.3's, in batches of one transaction each.
 
-Our rows are read in primary-key order, a batch at a time (keyset pagination: each batch starts
-after the last key of the one before, so a batch costs the same at the end of a large table as at
-the start). For each batch, the keys already in Airflow 3.3's table are looked up; then, in one
-transaction, new keys are inserted and (with ``overwrite``) conflicting ones replaced. A second run
-finds every key already there with the same value and writes nothing.
-
-If the database refuses a batch because of one row's data (a key that collides under MySQL's
-collation, a value too long for its column), the batch is rolled back and retried one row per
-transaction, so the other rows still move and the refused ones are reported with the database's
-reason. Any other error (a lost connection, say) stops the command: the batch in flight was rolled
-back, the batches before it are committed, and running the command again continues where it
-stopped, since moved rows then count as unchanged.
+Rows are read in primary-key order by keyset pagination (each batch starts after the last key of
+the one before), so a batch costs the same at the end of a large table as at the start. A batch
+the database refuses because of one row's data is retried one row per transaction, so the other
+rows still move; any other error stops the command, and running it again continues.
 """
 
 from __future__ import annotations
@@ -23,6 +15,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from airflow.models.asset import AssetActive, AssetModel
+from airflow.models.asset_state_store import AssetStateStoreModel
+from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Connection, Engine, Row
 
 from .encoding import airflow33_value, as_utc, asset_writer, outside_bmp, same_value, text_key
@@ -34,6 +29,10 @@ LOOKUP_KEYS = 5000
 # MySQL errors that one row's data causes (incorrect string value, data too long), which the
 # MySQL drivers raise as OperationalError rather than DataError.
 MYSQL_DATA_ERRORS = frozenset({1366, 1406})
+UTF8MB3_REFUSAL = (
+    "Airflow 3.3 stores keys as utf8mb3 on MySQL/MariaDB, which cannot hold characters "
+    "outside the Basic Multilingual Plane (emoji, for one)"
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,7 @@ class TableMove:
     name: str
     source: sa.Table
     target: sa.Table
-    #: Our primary key, in order (the order rows are read in), and the columns of the target's
-    #: unique key naming the same state key.
+    #: Our primary key (the order rows are read in), and the target's unique key for the same state key.
     key: tuple[str, ...]
     #: The target row (without the value) for one of our rows.
     target_row: Callable[[Row[Any]], dict[str, Any]]
@@ -67,8 +65,8 @@ def table_moves(tables: Tables) -> list[TableMove]:
     """The moves of those of our tables that exist (``None`` in *tables*: dropped already)."""
     task_key = ("dag_run_id", "task_id", "map_index", "key")
     moves = (
-        ("task_state", tables.task_state, tables.task_state_store, task_key, _task_row),
-        ("asset_state", tables.asset_state, tables.asset_state_store, ("asset_id", "key"), _asset_row),
+        ("task_state", tables.task_state, TaskStateStoreModel.__table__, task_key, _task_row),
+        ("asset_state", tables.asset_state, AssetStateStoreModel.__table__, ("asset_id", "key"), _asset_row),
     )
     return [
         TableMove(name, source, target, key, row)
@@ -79,9 +77,8 @@ def table_moves(tables: Tables) -> list[TableMove]:
 
 @dataclass(frozen=True)
 class KeyColumn:
-    """The target's key column on MySQL/MariaDB (elsewhere keys compare exactly, as ours did)."""
+    """The target's key column on MySQL/MariaDB, utf8mb3 or not (elsewhere keys compare exactly)."""
 
-    #: utf8mb3: cannot store characters outside the Basic Multilingual Plane.
     three_byte: bool = False
     collation: str | None = None
 
@@ -117,28 +114,19 @@ class Mover:
     active_assets: frozenset[int]
     #: Airflow 3.3's ``[state_store] max_value_storage_bytes`` (0: no limit).
     value_limit: int
-    #: When an earlier run completed the move: a key missing from 3.3's store was deleted there.
-    moved_at: datetime | None = None
 
     def run(self, move: TableMove) -> None:
         counts = self.report.tables.setdefault(move.name, Counts())
-        total = self._count(move.source)
+        with self.engine.connect() as connection:
+            total = connection.execute(sa.select(sa.func.count()).select_from(move.source)).scalar_one()
         key_column = self._key_column(move.target)
         for rows in self._batches(move):
-            candidates = []
-            for row in rows:
-                counts.read += 1
-                candidate = self._candidate(move, row, counts, key_column)
-                if candidate is not None:
-                    candidates.append(candidate)
+            counts.read += len(rows)
+            candidates = [found for row in rows if (found := self._candidate(move, row, counts, key_column))]
             self._write(move, candidates, counts, key_column)
             self.progress(move.name, counts.read, total)
 
     # --- reading ---------------------------------------------------------------------------
-
-    def _count(self, table: sa.Table) -> int:
-        with self.engine.connect() as connection:
-            return connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
 
     def _batches(self, move: TableMove) -> Iterator[Sequence[Row[Any]]]:
         key_columns = [move.source.c[name] for name in move.key]
@@ -156,10 +144,8 @@ class Mover:
 
     def _key_column(self, target: sa.Table) -> KeyColumn:
         """
-        How MySQL/MariaDB stores the target's key column. Airflow 3.3 declares it utf8mb3_bin when
-        it creates the table from its models, but its migration (what a database upgraded from 3.2
-        ran) sets nothing: the column then has the database's default character set and collation,
-        which may compare keys without regard to letter case.
+        How MySQL/MariaDB stores the target's key column: 3.3's migration (unlike its models) sets no
+        character set or collation, so the database's defaults apply, perhaps case-insensitive.
         """
         if self.engine.dialect.name != "mysql":
             return KeyColumn()
@@ -180,13 +166,7 @@ class Mover:
             return None
         key = text_key(row.key)
         if key_column.three_byte and outside_bmp(key):
-            self._unmovable(
-                move,
-                row,
-                counts,
-                "Airflow 3.3 stores keys as utf8mb3 on MySQL/MariaDB, which cannot hold characters "
-                "outside the Basic Multilingual Plane (emoji, for one)",
-            )
+            self._unmovable(move, row, counts, UTF8MB3_REFUSAL)
             return None
         try:
             value = airflow33_value(row.value)
@@ -214,8 +194,10 @@ class Mover:
                 plan = self._plan(connection, move, candidates)
                 self._apply(connection, move, plan)
         except sa.exc.DBAPIError as error:
-            if not self._caused_by_row_data(error):
-                raise
+            code = getattr(error.orig, "args", (None,))[0] if error.orig is not None else None
+            mysql_data_error = self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
+            if not (isinstance(error, sa.exc.IntegrityError | sa.exc.DataError) or mysql_data_error):
+                raise  # not caused by one row's data
             if len(candidates) > 1:  # the batch was rolled back: one transaction per row
                 for candidate in candidates:
                     self._write(move, [candidate], counts, key_column)
@@ -229,13 +211,25 @@ class Mover:
                 )
             self._unmovable(move, candidates[0].source, counts, reason)
             return
-        self._count_plan(move, plan, counts)
-
-    def _caused_by_row_data(self, error: sa.exc.DBAPIError) -> bool:
-        if isinstance(error, sa.exc.IntegrityError | sa.exc.DataError):
-            return True
-        code = getattr(error.orig, "args", (None,))[0] if error.orig is not None else None
-        return self.engine.dialect.name == "mysql" and code in MYSQL_DATA_ERRORS
+        counts.moved += len(plan.inserts)
+        counts.unchanged += plan.unchanged
+        counts.newer_in_airflow33 += plan.newer
+        counts.deleted_in_airflow33 += plan.deleted
+        counts.conflicts += len(plan.conflicts)
+        counts.overwritten += len(plan.replaces)
+        reason = "replaced with ours" if self.report.overwrite else "kept Airflow 3.3's value"
+        for candidate in plan.conflicts:
+            problem = RowProblem(move.name, move.scope(candidate.source), candidate.row["key"], reason)
+            self.report.conflicts.append(problem)
+        # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
+        for candidate in [*plan.inserts, *plan.replaces]:
+            row = candidate.row
+            counts.over_value_limit += 0 < self.value_limit < len(row["value"])
+            if move.name == "task_state":
+                counts.never_expire += row["expires_at"] is None
+            else:
+                counts.expiry_removed += candidate.source.expires_at is not None
+                counts.inactive_asset += row["asset_id"] not in self.active_assets
 
     def _plan(self, connection: Connection, move: TableMove, candidates: list[Candidate]) -> Plan:
         stored = self._stored_values(connection, move, candidates)
@@ -243,7 +237,7 @@ class Mover:
         for candidate in candidates:
             existing = stored.get(candidate.identity)
             if existing is None:
-                if self.moved_at is None:
+                if self.report.moved_at is None:
                     plan.inserts.append(candidate)
                 else:  # moved by the run that completed, then deleted by Airflow 3.3
                     plan.deleted += 1
@@ -261,15 +255,10 @@ class Mover:
         self, connection: Connection, move: TableMove, candidates: list[Candidate]
     ) -> dict[tuple[Any, ...], Any]:
         """
-        The target's values (and when they were written) for these candidates' identities, matched
-        exactly in Python.
-
-        One range scan of the target's unique key per batch: the scopes (every identity column but
-        the key) from the batch's first to its last, restricted to the batch's keys. Looking
-        identities up one by one, or as tuples in an IN list, is two orders of magnitude slower on
-        PostgreSQL. Should the target order scopes differently from ours (another collation on
-        MySQL), a row it holds can escape the range: its insert then fails on the unique key and
-        the batch is retried row by row, where the range is a single scope and misses nothing.
+        The target's rows for these candidates' identities, matched exactly in Python, from one range
+        scan of its unique key (the batch's scopes, restricted to its keys): per identity or as tuples
+        in an IN list is two orders of magnitude slower on PostgreSQL. A row the range misses (the
+        target orders scopes by another collation) fails its insert, and the batch is retried row by row.
         """
         scope_columns = sa.tuple_(*(move.target.c[name] for name in move.key[:-1]))
         key_column = move.target.c[move.key[-1]]
@@ -300,34 +289,10 @@ class Mover:
             changes = {name: value for name, value in candidate.row.items() if name not in move.key}
             connection.execute(move.target.update().where(*where).values(**changes))
 
-    def _count_plan(self, move: TableMove, plan: Plan, counts: Counts) -> None:
-        counts.moved += len(plan.inserts)
-        counts.unchanged += plan.unchanged
-        counts.newer_in_airflow33 += plan.newer
-        counts.deleted_in_airflow33 += plan.deleted
-        counts.conflicts += len(plan.conflicts)
-        counts.overwritten += len(plan.replaces)
-        for candidate in plan.conflicts:
-            reason = "kept Airflow 3.3's value" if not self.report.overwrite else "replaced with ours"
-            problem = RowProblem(move.name, move.scope(candidate.source), candidate.row["key"], reason)
-            self.report.conflicts.append(problem)
-        # Notes about what now lives in Airflow 3.3's store (moved, replaced, or already there).
-        for candidate in [*plan.inserts, *plan.replaces]:
-            self._note(move, candidate, counts)
 
-    def _note(self, move: TableMove, candidate: Candidate, counts: Counts) -> None:
-        if self.value_limit and len(candidate.row["value"]) > self.value_limit:
-            counts.over_value_limit += 1
-        if move.name == "task_state":
-            counts.never_expire += candidate.row["expires_at"] is None
-            return
-        counts.expiry_removed += candidate.source.expires_at is not None
-        counts.inactive_asset += candidate.row["asset_id"] not in self.active_assets
-
-
-def active_asset_ids(engine: Engine, tables: Tables) -> frozenset[int]:
+def active_asset_ids(engine: Engine) -> frozenset[int]:
     """Assets that some DAG uses: Airflow 3.3 pairs ``asset_active`` with ``asset`` by name and URI."""
-    asset, active = tables.asset, tables.asset_active
+    asset, active = AssetModel.__table__, AssetActive.__table__
     query = sa.select(asset.c.id).join(
         active, sa.and_(active.c.name == asset.c.name, active.c.uri == asset.c.uri)
     )

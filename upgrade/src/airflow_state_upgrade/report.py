@@ -31,8 +31,7 @@ class Counts:
     expired: int = 0
     #: Rows Airflow 3.3's table cannot hold (the reasons are listed).
     unmovable: int = 0
-    # Notes on the rows this run wrote: task keys with no expiry, asset keys whose expiry 3.3
-    # cannot keep, keys of assets no DAG uses, values over 3.3's max_value_storage_bytes.
+    # Notes on the rows this run wrote (said in sentences by Report._notes).
     never_expire: int = 0
     expiry_removed: int = 0
     inactive_asset: int = 0
@@ -116,8 +115,7 @@ class Report:
         task = self.tables.get("task_state", Counts())
         asset = self.tables.get("asset_state", Counts())
         notes = []
-        newer = task.newer_in_airflow33 + asset.newer_in_airflow33
-        if newer:
+        if newer := task.newer_in_airflow33 + asset.newer_in_airflow33:
             notes.append(
                 f"{newer} key(s) hold a value that Airflow 3.3 wrote after ours: it is newer and "
                 "was kept (--overwrite never replaces a newer value)."
@@ -145,8 +143,7 @@ class Report:
                 f"{asset.inactive_asset} asset key(s) belong to assets no DAG uses any more: Airflow "
                 "3.3's scheduler deletes the state of inactive assets."
             )
-        over_limit = task.over_value_limit + asset.over_value_limit
-        if over_limit:
+        if over_limit := task.over_value_limit + asset.over_value_limit:
             notes.append(
                 f"{over_limit} value(s) are longer than Airflow 3.3's [state_store] "
                 "max_value_storage_bytes: 3.3 reads them, but its REST API refuses to write such a "

@@ -1,24 +1,20 @@
 """
-The tables on both sides of the move, found in the database Airflow 3.3 is configured with.
-
-Ours (``task_state``, ``asset_state``, and our Alembic version table ``alembic_version_state``)
-are reflected: airflow-task-state is not installed beside Airflow 3.3. The command reads the schema
-of airflow-task-state 0.2.0 and later (revision 0113); a deployment still on 0.1.0's schema
-upgrades airflow-task-state on Airflow 3.2 first, which migrates its rows (they keep their values).
-Airflow 3.3's (``task_state_store``, ``asset_state_store``) are taken from its own models, so values
-are bound exactly as Airflow 3.3 binds them (its ``UtcDateTime`` among others).
+The tables on both sides of the move. Ours are reflected (airflow-task-state is not installed beside
+Airflow 3.3) at the schema of 0.2.0 and later; Airflow 3.3's come from its own models, so values are
+bound exactly as 3.3 binds them (its ``UtcDateTime`` among others).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
-from airflow.models.asset import AssetActive, AssetModel
 from airflow.models.asset_state_store import AssetStateStoreModel
 from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Engine
+
+from .encoding import as_utc
 
 OUR_TASK_TABLE = "task_state"
 OUR_ASSET_TABLE = "asset_state"
@@ -48,15 +44,10 @@ class CannotStart(Exception):
 
 @dataclass(frozen=True)
 class Tables:
-    """Our tables that exist (``None``: not there, e.g. dropped already) and Airflow 3.3's."""
+    """Our tables that exist (``None``: not there, e.g. dropped already)."""
 
     task_state: sa.Table | None
     asset_state: sa.Table | None
-    task_state_store: sa.Table
-    asset_state_store: sa.Table
-    asset_active: sa.Table
-    asset: sa.Table
-    #: When an earlier run of this command completed the move (None: it never did).
     moved_at: datetime | None
 
 
@@ -64,8 +55,7 @@ def _reflect(engine: Engine, metadata: sa.MetaData, name: str) -> sa.Table | Non
     if not sa.inspect(engine).has_table(name):
         return None
     table = sa.Table(name, metadata, autoload_with=engine)
-    missing = REQUIRED_COLUMNS[name] - set(table.columns.keys())
-    if missing:
+    if missing := REQUIRED_COLUMNS[name] - set(table.columns.keys()):
         raise CannotStart(
             f"Table {name} has no column(s) {', '.join(sorted(missing))}: it is not airflow-task-state's "
             "table, or its schema is damaged. Nothing was changed."
@@ -95,7 +85,7 @@ def _check_our_revision(engine: Engine) -> None:
 
 
 def find_tables(engine: Engine) -> Tables:
-    """Reflect ours and load Airflow 3.3's; refuse to start when Airflow 3.3's are not there yet."""
+    """Reflect ours; refuse to start when Airflow 3.3's tables are not there yet."""
     inspector = sa.inspect(engine)
     missing = [
         model.__tablename__
@@ -112,38 +102,29 @@ def find_tables(engine: Engine) -> Tables:
     return Tables(
         task_state=_reflect(engine, metadata, OUR_TASK_TABLE),
         asset_state=_reflect(engine, metadata, OUR_ASSET_TABLE),
-        task_state_store=TaskStateStoreModel.__table__,
-        asset_state_store=AssetStateStoreModel.__table__,
-        asset_active=AssetActive.__table__,
-        asset=AssetModel.__table__,
         moved_at=_moved_at(engine),
     )
 
 
-def _marker(metadata: sa.MetaData) -> sa.Table:
-    return sa.Table(MARKER_TABLE, metadata, sa.Column("moved_at", sa.DateTime(timezone=True), nullable=False))
+_MARKER = sa.Table(
+    MARKER_TABLE, sa.MetaData(), sa.Column("moved_at", sa.DateTime(timezone=True), nullable=False)
+)
 
 
 def _moved_at(engine: Engine) -> datetime | None:
     if not sa.inspect(engine).has_table(MARKER_TABLE):
         return None
     with engine.connect() as connection:
-        moved_at = connection.execute(sa.select(sa.func.min(_marker(sa.MetaData()).c.moved_at))).scalar()
-    # SQLite and MySQL hand the instant back without its zone; it was written in UTC.
-    return moved_at if moved_at is None or moved_at.tzinfo else moved_at.replace(tzinfo=UTC)
+        moved_at = connection.execute(sa.select(sa.func.min(_MARKER.c.moved_at))).scalar()
+    return as_utc(moved_at)
 
 
 def record_completed_move(engine: Engine, moved_at: datetime) -> None:
-    """
-    Remember that the move completed. From then on Airflow 3.3 owns the state: its tasks change and
-    delete keys, and a later run (to check, or to drop our tables) must not bring back what they
-    deleted. Our rows never change after the move (airflow-task-state is uninstalled by then).
-    """
-    marker = _marker(sa.MetaData())
+    """Remember that the move completed: a later run must not bring back what Airflow 3.3 deleted since."""
     with engine.begin() as connection:
-        marker.create(connection, checkfirst=True)
-        if connection.execute(sa.select(sa.func.count()).select_from(marker)).scalar() == 0:
-            connection.execute(marker.insert().values(moved_at=moved_at))
+        _MARKER.create(connection, checkfirst=True)
+        if connection.execute(sa.select(sa.func.count()).select_from(_MARKER)).scalar() == 0:
+            connection.execute(_MARKER.insert().values(moved_at=moved_at))
 
 
 def drop_our_tables(engine: Engine) -> list[str]:

@@ -1,10 +1,6 @@
 """
-Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel.
-
-Every client retries a command on a connection error or a timeout (a cluster client also on a
-slot that moved or a cluster that is down), ``retries`` times with exponential backoff and jitter
-from 0.1 s to 2 s (about 10 s with the default 8): enough to ride through a failover. What a retry
-means for a write is said in the README's "Failover" section.
+Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel. Every
+client retries on a connection error or timeout (the README's "Failover" says what that means).
 """
 
 from __future__ import annotations
@@ -40,12 +36,9 @@ def _backoff() -> ExponentialWithJitterBackoff:
 
 class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
     """
-    A Sentinel-managed connection that asks the sentinels again when it reconnects to send.
-
-    redis-py 8.1 reconnects a broken connection in ``send_packed_command`` with
-    ``connect_check_health``, which reuses the old primary's address instead of the Sentinel-aware
-    ``connect``: a command in flight when the primary died retried against the dead address until
-    its retries ran out, although the sentinels had promoted a replica meanwhile.
+    A Sentinel-managed connection that asks the sentinels again when it reconnects to send: redis-py
+    8.1's ``send_packed_command`` reconnects to the old primary's address, so a command in flight
+    when the primary died retried against the dead address although a replica had been promoted.
     """
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:

@@ -1,12 +1,7 @@
 """
-Where the backend finds its settings when it is built with no arguments.
-
-Airflow creates the backend as ``backend_class()``, so the constructor looks up what it was not
-given, in this order: the Airflow option ``[state_redis] <name>`` (only when Airflow is importable:
-it is not a dependency), then, for the URL only, the Airflow connection named by
-``[state_redis] redis_conn_id``, then the environment variable ``AIRFLOW__STATE_REDIS__<NAME>``
-(the spelling Airflow itself uses for that option, so the same variable works with or without
-Airflow installed), then the default.
+Where the backend finds the settings it was not given (Airflow builds it as ``backend_class()``):
+``[state_redis] <name>`` when Airflow is importable, then (URL only) the connection named by
+``redis_conn_id``, then ``AIRFLOW__STATE_REDIS__<NAME>``, then the default (README: "Configuration").
 """
 
 from __future__ import annotations
@@ -24,8 +19,6 @@ SECTION = "state_redis"
 DEFAULT_KEY_PREFIX = "airflow:state"
 #: Task state outlives any sensible retry window, then goes with no cascade needed.
 DEFAULT_TASK_TTL_SECONDS = 30 * 24 * 60 * 60
-#: Asset state is run-independent, like the metastore's, which keeps it until the asset is deleted.
-DEFAULT_ASSET_TTL_SECONDS: int | None = None
 
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -36,6 +29,8 @@ MODES = ("standalone", "cluster", "sentinel")
 #: a Sentinel or Cluster failover with the usual timeouts.
 DEFAULT_RETRIES = 8
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+#: The whole-number options of :class:`Topology`, each with its least value.
+_COUNTS = {"wait_replicas": 0, "wait_timeout_ms": 1, "retries": 0}
 
 
 class Unset(enum.Enum):
@@ -51,19 +46,12 @@ UNSET = Unset.UNSET
 class RedisSettings:
     """The resolved settings; ``url_source`` says where the URL came from, for error messages."""
 
-    url: str = field(repr=False)
+    url: str = field(repr=False)  # may hold a password
     url_source: str
     key_prefix: str
     task_ttl_seconds: int | None
     asset_ttl_seconds: int | None
     topology: Topology = field(default_factory=lambda: Topology())
-
-    def __repr__(self) -> str:
-        return (
-            f"RedisSettings(url={mask_url(self.url)!r}, url_source={self.url_source!r}, "
-            f"key_prefix={self.key_prefix!r}, task_ttl_seconds={self.task_ttl_seconds!r}, "
-            f"asset_ttl_seconds={self.asset_ttl_seconds!r}, topology={self.topology!r})"
-        )
 
 
 @dataclass(frozen=True)
@@ -91,13 +79,10 @@ def env_name(option: str) -> str:
 def _airflow_option(option: str) -> str | None:
     """``[state_redis] <option>`` from Airflow's configuration, or None without Airflow."""
     try:
-        # Imported here, not at module level: Airflow is optional (this package runs without it)
-        # and heavy to import.
-        from airflow.configuration import conf
+        from airflow.configuration import conf  # here: Airflow is optional, and heavy to import
     except ImportError:
         return None
-    value = conf.get(SECTION, option, fallback=None)
-    return _clean(value)
+    return _clean(conf.get(SECTION, option, fallback=None))
 
 
 def _env_option(option: str) -> str | None:
@@ -141,10 +126,8 @@ def _fetch_connection(conn_id: str) -> Any:
 
 def url_from_connection(conn: Any) -> str:
     """
-    Build a redis URL from an Airflow connection.
-
-    Follows the Redis provider's conventions: ``db`` and ``ssl`` in the extras; a numeric schema
-    (what a ``redis://host/2`` connection URI leaves) is taken as the database when ``db`` is absent.
+    A redis URL from an Airflow connection, by the Redis provider's conventions: ``db`` and ``ssl`` in
+    the extras; a numeric schema (from a ``redis://host/2`` URI) is the database when ``db`` is absent.
     """
     extra = conn.extra_dejson or {}
     scheme = "rediss" if str(extra.get("ssl", "")).lower() in ("1", "true", "yes", "on") else "redis"
@@ -215,21 +198,17 @@ def _check_url(url: str, source: str) -> None:
         raise invalid_url(url, source, f"the database must be a number, got {database!r}")
 
 
-def _parse_ttl(value: int | str | None, source: str) -> int | None:
+def _resolve_ttl(given: int | Unset | None, option: str, default: int | None) -> int | None:
     """Seconds as a positive int; 0 and None mean "never expires"."""
+    value: object = given
+    source = f"{option} argument"
+    if given is UNSET:
+        if (found := _lookup(option)) is None:
+            return default
+        value, source = found
     if value is None:
         return None
     return _parse_count(value, source, minimum=0, unit=" (seconds; 0 = no expiry)") or None
-
-
-def _resolve_ttl(given: int | Unset | None, option: str, default: int | None) -> int | None:
-    if given is not UNSET:
-        return _parse_ttl(given, f"{option} argument")
-    found = _lookup(option)
-    if found is None:
-        return default
-    value, source = found
-    return _parse_ttl(value, source)
 
 
 def resolve_settings(
@@ -259,7 +238,8 @@ def resolve_settings(
         url_source=url_source,
         key_prefix=key_prefix,
         task_ttl_seconds=_resolve_ttl(task_ttl_seconds, "task_ttl_seconds", DEFAULT_TASK_TTL_SECONDS),
-        asset_ttl_seconds=_resolve_ttl(asset_ttl_seconds, "asset_ttl_seconds", DEFAULT_ASSET_TTL_SECONDS),
+        # Asset state is run-independent: like the metastore, it is kept unless a TTL is set.
+        asset_ttl_seconds=_resolve_ttl(asset_ttl_seconds, "asset_ttl_seconds", None),
         topology=topology,
     )
 
@@ -313,12 +293,8 @@ def resolve_topology() -> Topology:
     user = _lookup("sentinel_username")
     password = _lookup("sentinel_password")
     counts = {
-        option: _parse_count(found[0], found[1], minimum=minimum) if (found := _lookup(option)) else default
-        for option, minimum, default in (
-            ("wait_replicas", 0, 0),
-            ("wait_timeout_ms", 1, DEFAULT_WAIT_TIMEOUT_MS),
-            ("retries", 0, DEFAULT_RETRIES),
-        )
+        name: _parse_count(*found, minimum=least) if (found := _lookup(name)) else getattr(Topology, name)
+        for name, least in _COUNTS.items()
     }
     return Topology(
         mode=mode,
@@ -336,13 +312,8 @@ def check_topology(topology: Topology) -> None:
         raise ValueError(f"[{SECTION}] mode must be one of {', '.join(MODES)}, got {topology.mode!r}")
     sentinel_options = [
         name
-        for name, value in (
-            ("sentinel_master", topology.sentinel_master),
-            ("sentinels", topology.sentinels),
-            ("sentinel_username", topology.sentinel_username),
-            ("sentinel_password", topology.sentinel_password),
-        )
-        if value
+        for name in ("sentinel_master", "sentinels", "sentinel_username", "sentinel_password")
+        if getattr(topology, name)
     ]
     if topology.mode == "sentinel":
         missing = [name for name in ("sentinel_master", "sentinels") if not getattr(topology, name)]
@@ -358,5 +329,5 @@ def check_topology(topology: Topology) -> None:
             f"[{SECTION}] {', '.join(sentinel_options)} only apply with [{SECTION}] mode = sentinel, "
             f"but mode is {topology.mode}; set mode = sentinel or remove them"
         )
-    for name, minimum in (("wait_replicas", 0), ("wait_timeout_ms", 1), ("retries", 0)):
+    for name, minimum in _COUNTS.items():
         _parse_count(getattr(topology, name), f"[{SECTION}] {name}", minimum=minimum)

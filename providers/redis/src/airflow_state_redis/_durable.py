@@ -1,11 +1,8 @@
 """
-Writes that wait for replicas: ``[state_redis] wait_replicas`` and ``wait_timeout_ms`` (the
-README's "Failover" section says what this protects against, and what it cannot).
+Writes that wait for replicas (``[state_redis] wait_replicas``; the README's "Failover").
 
-``WAIT n timeout`` blocks until *n* replicas acknowledged every earlier write *of the same
-connection*, so the script and ``WAIT`` go out in one pipeline on one connection (on a cluster, to
-the primary of the keys' slot). Fewer acknowledgements raise :class:`StateNotReplicatedError`
-instead of a silent success.
+``WAIT`` counts acknowledgements of earlier writes *of the same connection*, so the script and
+``WAIT`` go out in one pipeline on one connection (on a cluster, to the primary of the keys' slot).
 """
 
 from __future__ import annotations

@@ -12,11 +12,7 @@ _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 
 
 class RedisStateConnectionError(redis.exceptions.ConnectionError):
-    """
-    The Redis server holding Airflow state cannot be reached.
-
-    A subclass of redis-py's ``ConnectionError``, so code that already handles that keeps working.
-    """
+    """The Redis server holding Airflow state cannot be reached (a redis-py ``ConnectionError``)."""
 
 
 def mask_url(url: str) -> str:
@@ -37,11 +33,7 @@ def mask_url(url: str) -> str:
 
 @contextmanager
 def reachable(url: str, source: str, layout: str = "") -> Iterator[None]:
-    """
-    Re-raise connection failures and timeouts as :class:`RedisStateConnectionError`.
-
-    *layout* describes a Cluster or Sentinel set-up (e.g. the sentinels' addresses) for the message.
-    """
+    """Re-raise connection failures and timeouts as :class:`RedisStateConnectionError`."""
     try:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
@@ -61,9 +53,6 @@ def reachable(url: str, source: str, layout: str = "") -> Iterator[None]:
 
 class StateNotReplicatedError(redis.exceptions.RedisError):
     """
-    A write was applied on the Redis primary, but fewer replicas than ``[state_redis] wait_replicas``
-    acknowledged it within ``[state_redis] wait_timeout_ms``.
-
-    The write is not rolled back (Redis cannot): it is readable now, but would be lost if the
-    primary failed before replicating it. Not a ``ConnectionError``, so no client retries it.
+    Fewer replicas than ``[state_redis] wait_replicas`` acknowledged a write in time. The write stays
+    (Redis cannot roll back); not a ``ConnectionError``, so no client retries it.
     """

@@ -1,19 +1,8 @@
 """
 Where each scope's state lives in Redis (the README's "Key layout" shows every name and why).
 
-* task state: one HASH per task instance, ``<prefix>:task:{<dag>:<run>:<dag_run_uid>:<task>}:<map_index>``,
-  its metadata HASH ``<task_hash>:meta``, and one SET per task, ``…}:map-indexes``, listing the map
-  indexes that have a hash, so clearing every map index deletes exactly those without a scan.
-* asset state: one HASH per asset, ``<prefix>:asset:<asset_id>``, and its metadata HASH
-  ``<prefix>:asset-meta:{<prefix>:asset:<asset_id>}`` (format in :mod:`._meta`).
-* call markers: ``<task base>:op:<id>`` and ``<prefix>:asset-op:{<asset hash>}:<id>``, a short-lived
-  STRING per write call that makes a retried write apply once (``_scripts._once``).
-
-``dag_run_uid`` names one incarnation of the dag run: Redis is not told when a run is deleted, so a
-run re-created with the same run_id gets new key names instead of the deleted run's state. The ids
-are percent-encoded with no safe characters, so two scopes never share a key. The braces are a
-Redis Cluster hash tag: every key of one task (or one asset: its metadata HASH is tagged with the
-value HASH's whole name, which has no braces) lands on one slot, as scripts require on a cluster.
+The braces are a Redis Cluster hash tag: every key of one task (or one asset: its metadata HASH is
+tagged with the value HASH's whole name, which has no braces) lands on one slot, as scripts require.
 """
 
 from __future__ import annotations
@@ -94,11 +83,7 @@ class KeyLayout:
         return [name, f"{self.prefix}:asset-meta:{{{name}}}"]
 
     def call_marker(self, scope: TaskScope | AssetScope, call_id: str) -> str:
-        """
-        The key that marks one write call as done (see ``_scripts._once``), in the scope's slot:
-        ``<task base>:op:<id>`` or ``<prefix>:asset-op:{<asset hash>}:<id>``. No listing or cleanup
-        pattern matches it; it expires by itself.
-        """
+        """The key that marks one write call as done (``_scripts._once``), in the scope's slot."""
         if isinstance(scope, TaskScope):
             return f"{self.task_base(scope)}:op:{call_id}"
         return f"{self.prefix}:asset-op:{{{self.asset_hash(scope)}}}:{call_id}"
@@ -106,11 +91,7 @@ class KeyLayout:
     # --- finding every metadata hash (for cleanup, which is the only caller that scans) -------
 
     def metadata_patterns(self) -> list[tuple[str, re.Pattern[str]]]:
-        """
-        ``(SCAN MATCH pattern, exact shape)`` of task and of asset metadata hash names. The glob
-        alone would also match keys of a deployment whose prefix merely starts with ours (or a
-        hand-made key): callers keep only names of the exact shape.
-        """
+        """``(SCAN MATCH pattern, exact shape)`` of task and of asset metadata hash names."""
         glob, literal = _glob_escape(self.prefix), re.escape(self.prefix)
         return [
             (
@@ -124,11 +105,11 @@ class KeyLayout:
         ]
 
     @staticmethod
-    def index_of_base(base: str) -> str:
-        """The map-index SET of the task whose :meth:`task_base` is *base*."""
-        return f"{base}:{MAP_INDEXES_SUFFIX}"
-
-    @staticmethod
-    def asset_hash_of_meta(meta_name: str) -> str:
-        """The asset HASH whose metadata HASH is *meta_name* (its name is the hash tag)."""
-        return meta_name[meta_name.index("{") + 1 : -1]
+    def clean_keys(meta_name: str) -> tuple[list[str], str]:
+        """KEYS and map index of the CLEAN script for the metadata HASH *meta_name*."""
+        if meta_name.endswith(META_SUFFIX):  # task state: "<base>:<map index>:meta"
+            name = meta_name.removesuffix(META_SUFFIX)
+            base, _, map_index = name.rpartition(":")
+            return [name, meta_name, f"{base}:{MAP_INDEXES_SUFFIX}"], map_index
+        # An asset's metadata HASH is tagged with its value HASH's whole name.
+        return [meta_name[meta_name.index("{") + 1 : -1], meta_name], ""

@@ -1,16 +1,10 @@
 """
-One async Redis client per event loop.
+One async Redis client per event loop: a ``redis.asyncio`` connection fails in any loop but the one
+that opened it, and task code may call ``asyncio.run`` several times.
 
-A ``redis.asyncio`` connection belongs to the loop that opened it; reusing it from another loop
-fails ("attached to a different loop", "Event loop is closed"). Task code may call
-``asyncio.run(...)`` several times, each with a new loop, while the triggerer keeps one loop for
-its whole life, so clients are kept per loop.
-
-Each client is closed while its loop still runs: a small async generator is started on the loop
-and left suspended. ``asyncio.run`` (through ``loop.shutdown_asyncgens()``) closes every such
-generator before it closes the loop, which runs the generator's ``finally`` and closes the client.
-Loops that are closed without that step are forgotten on the next call, and their sockets are
-released by the garbage collector.
+Each client is closed while its loop still runs: a suspended async generator on the loop, which
+``loop.shutdown_asyncgens()`` (run by ``asyncio.run``) closes before the loop. Loops closed without
+that step are forgotten on the next call, and the garbage collector releases their sockets.
 """
 
 from __future__ import annotations

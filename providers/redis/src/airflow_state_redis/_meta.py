@@ -1,15 +1,8 @@
 """
-The metadata stored beside each value (layout in :mod:`._keys`): when, by whom, which version,
-until when.
-
-One metadata value is ``"<micros>:<try>:<version>:<expires micros>[:<writer>]"``: the epoch
-microseconds of the write, the try of the task instance that made it (empty for asset state and
-for writes made outside a task try), the key's version, the epoch microseconds it expires at
-(empty: never), and for asset state the writer as compact JSON
-(``["task","dag","run","task",-1,2]``, ``["api"]``). The writer comes last because JSON may hold
-``:``. An older build wrote ``"<micros>:<try>"``; that, and anything unreadable, means version 1
-that never expires (what every key was before versions), and no value lost for want of metadata.
-The Lua side of this parsing is ``meta_of`` in :mod:`._scripts`.
+The metadata stored beside each value: ``"<micros>:<try>:<version>:<expires micros>[:<writer>]"``
+(the README's "Key layout"). The writer, asset state's only, is compact JSON and comes last because
+JSON may hold ``:``. An older build wrote ``"<micros>:<try>"``; that, and anything unreadable, means
+version 1 that never expires. The Lua side of this parsing is ``meta_of`` in :mod:`._scripts`.
 """
 
 from __future__ import annotations
@@ -44,8 +37,6 @@ def version_and_expiry(raw: bytes | None) -> tuple[int, int | None]:
 
 @dataclass(frozen=True)
 class Meta:
-    """What a metadata value says; unknown parts are ``None``."""
-
     updated_at: datetime | None = None
     updated_by_try: int | None = None
     version: int = 1
@@ -111,11 +102,7 @@ def parse_meta(raw: bytes | str | None, is_task: bool) -> Meta:
 def meta_parts(
     now_micros: int, try_number: int | None, expires_at: datetime | None, writer: StateWriter | None
 ) -> tuple[bytes, bytes]:
-    """
-    The metadata of a write, split around its version (which only the server knows):
-    ``("<micros>:<try>:", ":<expires>[:<writer>]")``. *try_number* and *writer* are already
-    reduced to what the scope records (try for task state, writer for asset state).
-    """
+    """The metadata of a write, split around its version (which only the server knows)."""
     head = f"{now_micros}:{'' if try_number is None else try_number}:"
     # Clamped at the epoch: an expiry before 1970 is as past as one in 1970, and stays digits.
     tail = ":" + ("" if expires_at is None else str(max(0, micros(expires_at))))

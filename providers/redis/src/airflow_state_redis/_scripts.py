@@ -1,11 +1,5 @@
 """
-Lua scripts: every operation whose effect depends on a read.
-
-A script runs atomically on the server, so no other client slips in between its read and its
-write. Since versions and per-key expiry, that is most of them: every write reads the stored
-version first, and listings leave out expired keys (layout in :mod:`._keys`). Reading one key is
-not a script: a ``MULTI``/``EXEC`` of two ``HGET`` is as atomic and costs Redis a fraction of an
-``EVALSHA`` (the backend checks the expiry itself, as ``meta_of`` below would).
+Lua scripts: every operation whose effect depends on a read (a script runs atomically).
 
 Numbers: Lua numbers are doubles, exact up to 2**53. Versions and epoch micro/milliseconds stay
 far below that; counters do not, so :data:`INCREMENT` never does arithmetic in Lua: Redis's own
@@ -14,11 +8,7 @@ far below that; counters do not, so :data:`INCREMENT` never does arithmetic in L
 
 from __future__ import annotations
 
-# Helpers prepended to every script that reads metadata.
-#
-# A metadata value is "<micros>:<try>:<version>:<expires micros>[:<writer>]" (an older build wrote
-# "<micros>:<try>"). Anything that is not the new form, or no metadata at all, reads as version 1
-# that never expires: that is what the key was before versions existed.
+# Helpers prepended to every script that reads metadata (its format: ._meta).
 _META = """
 local function meta_of(meta)
     if not meta then return '1', nil end
@@ -42,11 +32,8 @@ end
 # before the version ("<micros>:<try>:"), ARGV[3] metadata after it (":<expires micros or
 # empty>[:<writer>]"), ARGV[4] hash TTL in ms ('' = none: PERSIST), ARGV[5] ms until the written
 # keys expire ('' = never, or already past), ARGV[6] map index.
-#
-# The hash-level TTL keeps every hash alive at least that long after a write, and never cuts a
-# key before its own expiry: the new TTL is the longest of what is left, the TTL, and the written
-# key's expiry. A hash that has no TTL although one is configured (written while the TTL was
-# switched off) gets one long enough for every key it holds.
+# The new hash TTL is the longest of what is left, the TTL, and the written key's expiry; a hash
+# with none although one is configured gets one long enough for every key it holds.
 _STORE = """
 local function longest_expiry_ms(meta_key, now)
     local longest = 0
@@ -96,11 +83,9 @@ local function store(field, data, version)
 end
 """
 
-# Writes that a retry must not apply twice (a version bump, an increment) run once per call: the
-# last of KEYS is a key naming the call (``…:op:<random id>``, in the same slot as the state); the
-# script keeps its reply there for OP_TTL_MS, and a retry of the same call that finds it answers
-# that reply without writing again. The marker is written by the same script as the state, so a
-# failover keeps both or loses both: a retry after a lost write writes it again.
+# A write runs once per call: the last of KEYS names the call, the script keeps its reply there for
+# OP_TTL_MS, and a retry that finds it answers that reply. Written by the same script as the state,
+# so a failover keeps both or loses both (the README's "Failover").
 OP_TTL_MS = 60_000
 
 
@@ -135,11 +120,9 @@ return {1, store(ARGV[7], ARGV[8], next_of(version))}
 """
 )
 
-# INCREMENT: ARGV[7] field, ARGV[8] the increment. The stored value must be a JSON integer within
-# 64 bits (surrounding whitespace and leading zeros allowed, as airflow_shared.state.counter_value
-# reads it); absent or expired is 0. Returns {0, new value as text} or {1, stored value} when the
-# value is refused (not an integer, out of range, or the sum would overflow): the caller builds
-# the error message, nothing is written.
+# INCREMENT: ARGV[7] field, ARGV[8] the increment; the stored value is read as
+# airflow_shared.state.counter_value reads it (absent or expired: 0). Returns {0, new value as
+# text}, or {1, stored value} when it is refused (nothing written; the caller words the error).
 INCREMENT = _once(
     """
 local field, by = ARGV[7], ARGV[8]
@@ -233,12 +216,9 @@ return count
 """
 )
 
-# Deletes fields of KEYS[1] (values) and KEYS[2] (metadata); KEYS[3] is the map-index set (task
-# state only), which forgets *map_index* when the hash is emptied.
-# Redis drops a hash when its last field goes, and the index set must then forget the map index,
-# or clearing all map indexes would keep visiting hashes that no longer exist. The metadata hash
-# goes with its value hash (whatever fields it may still hold, e.g. left by an older build that
-# did not know about it), so no metadata outlives the state it describes.
+# Deletes fields of KEYS[1] (values) and KEYS[2] (metadata). An emptied hash takes its metadata hash
+# (whatever it still holds) and its map index in the set KEYS[3] (task state) with it, so clearing
+# all map indexes never visits hashes that no longer exist.
 _DELETE = """
 local function delete_fields(fields, map_index)
     for _, field in ipairs(fields) do
@@ -252,11 +232,9 @@ local function delete_fields(fields, map_index)
 end
 """
 
-# CLEAN: remove the given fields from one hash if they still qualify; the caller picked them from
-# an earlier read, and this re-checks each against its metadata now, so a key written again in
-# between survives. KEYS as _DELETE; ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not
-# by age), ARGV[3] '1' = dry run, ARGV[4] map index, ARGV[5...] the fields. A key with no readable
-# write time is never removed by age. Returns how many keys were (or would be) removed.
+# CLEAN: remove the given fields if they still qualify (a key written again since it was picked
+# survives). KEYS as _DELETE; ARGV[1] now, ARGV[2] updated before (epoch micros, '' = not by age),
+# ARGV[3] '1' = dry run, ARGV[4] map index, ARGV[5...] the fields. Returns how many were removed.
 CLEAN = (
     _META
     + _DELETE
@@ -279,10 +257,8 @@ return #due_fields
 """
 )
 
-# KEYS[1] map-index set; ARGV[1] the task's key base followed by ':', ARGV[2] the suffix of a
-# hash's metadata hash.
-# The hash names are only known after reading the set, so they cannot be declared in KEYS; they
-# share the set's hash tag, so they live on the same Redis Cluster slot all the same.
+# KEYS[1] map-index set; ARGV[1] the task's key base and ':', ARGV[2] the metadata hash's suffix.
+# The hashes, known only from the set, are not in KEYS but share its hash tag (one Cluster slot).
 CLEAR_ALL_MAP_INDEXES = """
 local indexes = redis.call('SMEMBERS', KEYS[1])
 for _, index in ipairs(indexes) do

@@ -1,31 +1,13 @@
 """
-The Redis backend as Airflow 3.3's ``[state_store] backend``, on the same Redis keys.
+The Redis backend as Airflow 3.3's ``[state_store] backend``
+(``airflow_state_redis.airflow33.RedisStoreBackend``), on the keys :class:`RedisStateBackend` wrote
+on Airflow 3.2, so no data moves (the README's "Upgrading to Airflow 3.3"). Imports only where
+Airflow 3.3 is installed.
 
-Airflow 3.3 ships its own state store and no Redis backend for it. A deployment that kept its task
-and asset state in Redis with :class:`~airflow_state_redis.RedisStateBackend` on Airflow 3.2 sets,
-after the upgrade::
-
-    [state_store]
-    backend = airflow_state_redis.airflow33.RedisStoreBackend
-
-and keeps its ``[state_redis]`` section: :class:`RedisStoreBackend` wraps ``RedisStateBackend``
-and addresses exactly the keys it wrote, so no data moves.
-
-This module imports only where Airflow 3.3 is installed (it subclasses 3.3's
-``airflow._shared.state.BaseStoreBackend``). On Airflow 3.2 the backend is
-``[state] backend = airflow_state_redis.RedisStateBackend``.
-
-Translating 3.3's calls:
-
-* 3.3's ``TaskScope(dag_id, run_id, task_id, map_index)`` does not say which incarnation of the dag
-  run it means; our keys do (``dag_run_uid``), so each call reads the run's id and creation time
-  from the metadata database, with the session 3.3 passes (or one of its own), and computes the uid
-  with :func:`airflow_shared.state.dag_run_uid`, the very function the 3.2 servers used. Nothing is
-  cached between calls: a run deleted and created again with the same run_id gets a new uid, so it
-  starts empty exactly as it did on 3.2.
-* 3.3's ``AssetScope`` carries ``asset_id`` on the server, which is what our asset keys use.
-* Values are JSON text both ways: 3.3 stores ``json.dumps(value)`` and ``json.loads`` what it reads;
-  the compact JSON 3.2 wrote reads back as the same value.
+3.3's ``TaskScope`` does not say which incarnation of the dag run it means; our keys do, so each
+call looks the run up (with the session 3.3 passes, or one of its own) and computes
+:func:`airflow_shared.state.dag_run_uid` as the 3.2 servers did. Nothing is cached between calls:
+a run deleted and created again with the same run_id starts empty, as on 3.2.
 """
 
 from __future__ import annotations
@@ -50,9 +32,7 @@ except ImportError as error:
         "[state_store] backend and needs Airflow 3.3 (airflow._shared.state cannot be imported: "
         f"{error}). On Airflow 3.2 use [state] backend = airflow_state_redis.RedisStateBackend."
     ) from error
-# After the check above, so that Airflow 3.2 gets its message. Airflow 3.3 imports a state store
-# backend when it is first used (airflow.state.get_state_backend), as its own metastore backend
-# that imports these at the top too.
+# After the check above, so that Airflow 3.2 gets its message (3.3 imports the backend on first use).
 from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session, create_session_async
 from sqlalchemy import select
@@ -122,15 +102,9 @@ def _task_scope(scope: Any, row: Any, required: bool) -> TaskScope | None:
 
 class RedisStoreBackend(airflow33_state.BaseStoreBackend):
     """
-    Airflow 3.3's ``[state_store] backend`` on the Redis keys of :class:`RedisStateBackend`.
-
-    Built with no arguments by Airflow, it reads ``[state_redis]`` (url or redis_conn_id,
-    key_prefix, task_ttl_seconds, asset_ttl_seconds) exactly as ``RedisStateBackend`` does; the
-    arguments, when given, are passed on to it.
-
-    A task scope whose dag run does not exist reads as empty, deletes and clears nothing, and a
-    write to it raises ``ValueError`` (as 3.3's own backend does). An asset scope must carry
-    ``asset_id``.
+    Airflow 3.3's ``[state_store] backend`` on the Redis keys of :class:`RedisStateBackend` (which
+    gets its arguments). A task scope whose dag run does not exist reads as empty, and a write to it
+    raises ``ValueError`` (as 3.3's own backend does).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -199,13 +173,7 @@ class RedisStoreBackend(airflow33_state.BaseStoreBackend):
     # --- retention ----------------------------------------------------------------------
 
     def cleanup(self) -> None:
-        """
-        Remove keys whose ``expires_at`` has passed (reads already hide them).
-
-        Airflow 3.3's ``airflow state-store clean`` skips backends other than its own, so call this
-        from a maintenance job if per-key expiry is used; whole task hashes also expire by
-        themselves after ``[state_redis] task_ttl_seconds``.
-        """
+        """Remove expired keys: 3.3's ``airflow state-store clean`` skips backends other than its own."""
         removed = self.redis.cleanup(now=datetime.now(UTC))
         log.info("Removed %d expired state keys from Redis", removed)
 

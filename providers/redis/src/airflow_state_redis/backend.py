@@ -31,13 +31,13 @@ from airflow_shared.state import (
     TaskScope,
     VersionedValue,
     incremented,
+    validate_cleanup,
     validate_increment,
     validate_key,
     validate_listing,
     validate_scope,
     validate_value,
-    validate_write_options,
-    validate_writer,
+    validate_write,
 )
 from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
@@ -77,8 +77,7 @@ class _Multi:
 
 
 #: An operation written once for both clients: a generator that validates its input (before any
-#: I/O), yields each request, receives its reply, and returns the result. :meth:`RedisStateBackend._run`
-#: drives it with the sync client, :meth:`RedisStateBackend._arun` with the asyncio one.
+#: I/O), yields each request, receives its reply, and returns the result (run by ``_run``/``_arun``).
 _Op: TypeAlias = Generator[_Script | _Multi, Any, T]
 
 
@@ -139,15 +138,6 @@ def _field_text(raw: bytes | str) -> str:
 def _validate_try_number(try_number: object) -> None:
     if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
         raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
-
-
-def _check_moment(name: str, moment: object, *, optional: bool) -> None:
-    if moment is None and optional:
-        return
-    if not isinstance(moment, datetime):
-        raise TypeError(f"{name} must be a timezone-aware datetime, got {type(moment).__name__}")
-    if moment.tzinfo is None:
-        raise ValueError(f"{name} must be timezone-aware (UTC)")
 
 
 def _visible(raw: bytes | None, raw_meta: bytes | None) -> VersionedValue | None:
@@ -238,43 +228,14 @@ class _AsyncConnection:
         return self
 
 
-async def _close_async(connection: _AsyncConnection) -> None:
-    await connection.client.aclose()
-
-
 class RedisStateBackend(BaseStateBackend):
     """
     Keeps task and asset state in Redis, with versions, per-key expiry and atomic increments.
 
-    Task state lives in one hash per task instance of one incarnation of its dag run
-    (``TaskScope.dag_run_uid``, required: a task scope without it raises ``ValueError``), so a run
-    deleted and created again with the same run_id starts empty. Redis is not told when a run is
-    deleted, so those hashes carry a time to live (``task_ttl_seconds``, default 30 days): at
-    least that long after the last write of the task instance, and never shorter than the latest
-    ``expires_at`` of a key in them. Asset state lives in one hash per asset and does not expire
-    unless ``asset_ttl_seconds`` is set (with the same rule).
-
-    Beside each hash a metadata hash records, per key, when and by which try (asset state: by
-    which writer) it was last written, its version and its ``expires_at`` (:mod:`._meta`). Every
-    write is one Lua script that reads the version and writes value and metadata together, so a
-    conditional write (``if_version``) and :meth:`increment` are atomic. An expired key is
-    filtered out by every read until :meth:`cleanup` removes it.
-
-    Settings not passed are read from ``[state_redis]`` in Airflow's configuration (when Airflow
-    is importable) and then from ``AIRFLOW__STATE_REDIS__*`` environment variables.
-
-    **Cluster and Sentinel** (``[state_redis] mode``, :mod:`._clients`): on a Redis Cluster every
-    call touches one hash slot (:mod:`._keys`); :meth:`key_counts` pipelines per node and
-    :meth:`cleanup` scans every primary.
-
-    **Retries** (:mod:`._clients`): every command is retried on a connection error or a timeout,
-    so a failover is ridden through. A write that would differ if applied twice carries a random
-    call id, and the script answers a retry of it with the reply it recorded, in the same atomic
-    step, instead of writing again (``_scripts._once``): a retried :meth:`increment` counts once.
-
-    **Durability** (:mod:`._durable`): with ``[state_redis] wait_replicas`` = n > 0 every write
-    is followed by ``WAIT``, and fewer acknowledgements raise
-    :class:`~airflow_state_redis.StateNotReplicatedError`. The README says what can still be lost.
+    Task state needs ``TaskScope.dag_run_uid`` (``ValueError`` without it). Key layout and TTLs
+    (:mod:`._keys`), Cluster and Sentinel (:mod:`._clients`), retries applied once
+    (``_scripts._once``) and ``WAIT`` (:mod:`._durable`): see the README. Settings not passed
+    are read from ``[state_redis]`` (when Airflow is importable), then ``AIRFLOW__STATE_REDIS__*``.
 
     :param url: a redis-py URL (``redis://``, ``rediss://`` or ``unix://``).
     :param key_prefix: the first component of every key; default ``airflow:state``.
@@ -317,7 +278,9 @@ class RedisStateBackend(BaseStateBackend):
                 self._connect_sync()
         except ValueError as error:  # what _check_url does not look at, e.g. "?socket_timeout=abc"
             raise invalid_url(self._settings.url, self._settings.url_source, error) from None
-        self._async: PerLoop[_AsyncConnection] = PerLoop(self._connect_async, _close_async)
+        self._async: PerLoop[_AsyncConnection] = PerLoop(
+            self._connect_async, lambda connection: connection.client.aclose()
+        )
 
     def __repr__(self) -> str:
         return (
@@ -362,9 +325,9 @@ class RedisStateBackend(BaseStateBackend):
         if_version: int | None = None,
         session: Any = None,
     ) -> _Op[int]:
-        validate_write_options(expires_at, if_version)
         expected = "" if if_version is None else str(if_version)
-        call = self._write_call("write", scope, writer, expires_at, *self._pair(key, value), expected)
+        pair = self._pair(key, value)
+        call = self._write_call("write", scope, writer, expires_at, *pair, expected, if_version=if_version)
         return _written(key, if_version, (yield call))
 
     def _op_increment(
@@ -379,7 +342,6 @@ class RedisStateBackend(BaseStateBackend):
     ) -> _Op[int]:
         validate_increment(by)
         validate_key(key)
-        validate_write_options(expires_at, None)
         call = self._write_call("increment", scope, writer, expires_at, _utf8(key), str(by))
         return _counted(key, by, (yield call))
 
@@ -423,11 +385,9 @@ class RedisStateBackend(BaseStateBackend):
         expires_at: datetime | None = None,
         session: Any = None,
     ) -> _Op[dict[str, int | None]]:
-        """Write every pair in one Lua script: all are stored, with their metadata, or none."""
         _validate_scope(scope)
         checked = validate_many_values(values)
-        validate_write_options(expires_at, None)
-        validate_writer(writer)
+        validate_write(writer, expires_at)  # also when there is nothing to write
         pairs = [part for key, value in checked.items() for part in self._pair(key, value)]
         if not pairs:
             return {}
@@ -435,7 +395,6 @@ class RedisStateBackend(BaseStateBackend):
         return {key: int(version) for key, version in zip(checked, versions, strict=True)}
 
     def _op_delete_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> _Op[None]:
-        """Delete *keys* in one Lua script."""
         _validate_scope(scope)
         fields = [_utf8(key) for key in validate_many_keys(keys)]
         if fields:
@@ -507,11 +466,8 @@ class RedisStateBackend(BaseStateBackend):
 
     def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
         """
-        COUNT_LIVE per scope, in one pipeline per primary (the cluster pipeline refuses scripts).
-
-        If the slot map is stale (a failover, a resharding), the counts are taken again one scope
-        at a time through the cluster client, which follows moved slots and retries; counting
-        writes nothing, so asking twice is harmless.
+        COUNT_LIVE per scope, in one pipeline per primary (the cluster pipeline refuses scripts); on
+        a stale slot map, again one scope at a time through the cluster client (counting is harmless).
         """
         assert isinstance(self._client, redis.cluster.RedisCluster)
         by_node: dict[str, list[int]] = {}
@@ -549,24 +505,16 @@ class RedisStateBackend(BaseStateBackend):
         session: Any = None,
     ) -> int:
         """
-        Remove expired keys (and, with *updated_before*, keys last written before it).
-
-        The metadata hashes are found with ``SCAN`` (``batch_size`` names a step) and each is read
-        with ``HSCAN``; the keys that qualify go, at most *batch_size* at a time, to a script that
-        checks each one again and deletes value and metadata together, so a key written again in
-        the meantime stays. Values with no metadata (written by a build before it) have no known
-        age and are never removed by age.
+        ``SCAN`` finds the metadata hashes, ``HSCAN`` reads each; the CLEAN script checks every
+        picked key again, so a key written again in the meantime stays.
         """
-        _check_moment("now", now, optional=False)
-        _check_moment("updated_before", updated_before, optional=True)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        validate_cleanup(now, updated_before, batch_size)
         now_micros = micros(now)
         before = "" if updated_before is None else str(micros(updated_before))
         removed = 0
         with self._reachable():
-            for target in self._metadata_hashes(batch_size):
-                removed += self._clean_hash(target, now_micros, before, batch_size, dry_run)
+            for keys, map_index in self._metadata_hashes(batch_size):
+                removed += self._clean_hash(keys, map_index, now_micros, before, batch_size, dry_run)
         return removed
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -586,7 +534,6 @@ class RedisStateBackend(BaseStateBackend):
     # --- plumbing ------------------------------------------------------------------------
 
     def _run(self, op: _Op[T]) -> T:
-        """Run an operation with the sync client."""
         with self._reachable():
             try:
                 request = next(op)
@@ -682,7 +629,6 @@ class RedisStateBackend(BaseStateBackend):
         )
 
     def _value_and_meta(self, scope: StateScope, key: str) -> _Multi:
-        """A key's value and metadata in one round trip."""
         _validate_scope(scope)
         validate_key(key)
         (name, meta_name), field = self._keys.names(scope), _utf8(key)
@@ -695,10 +641,7 @@ class RedisStateBackend(BaseStateBackend):
         return _utf8(key), _utf8(value, "value")
 
     def _scope_keys(self, scope: StateScope) -> tuple[list[str], str]:
-        """
-        KEYS of a script that writes or deletes (:meth:`KeyLayout.names`, then the task's map-index set) and
-        the map index it records (``""`` for asset state).
-        """
+        """KEYS of a script that writes or deletes, and the map index it records (``""``: asset)."""
         keys = self._keys.names(scope)
         map_index = ""
         if isinstance(scope, TaskScope):
@@ -714,15 +657,13 @@ class RedisStateBackend(BaseStateBackend):
         expires_at: datetime | None,
         *args: bytes | str,
         try_number: int | None = None,
+        if_version: int | None = None,
     ) -> _Script:
-        """
-        The call of the write script *name* on *scope*: the shared ARGV[1..6] (see
-        :mod:`._scripts`), then *args*. The writer's try, or *try_number*, is recorded for task state.
-        """
+        """The call of write script *name*: the shared ARGV[1..6] (see :mod:`._scripts`), then *args*."""
         _validate_scope(scope)
-        validate_writer(writer)
+        writer_try = validate_write(writer, expires_at, if_version)
         if writer is not None:
-            try_number = writer.try_number
+            try_number = writer_try
         now = _now_micros()
         keys, map_index = self._scope_keys(scope)
         if isinstance(scope, TaskScope):
@@ -743,7 +684,7 @@ class RedisStateBackend(BaseStateBackend):
 
     # --- cleanup -------------------------------------------------------------------------
 
-    def _metadata_hashes(self, batch_size: int) -> Iterator[_CleanTarget]:
+    def _metadata_hashes(self, batch_size: int) -> Iterator[tuple[list[str], str]]:
         """Every metadata hash of this prefix, once each, with the keys a CLEAN call needs."""
         seen: set[bytes] = set()
         for pattern, shape in self._keys.metadata_patterns():
@@ -753,49 +694,24 @@ class RedisStateBackend(BaseStateBackend):
                 if raw in seen or not shape.fullmatch(name := _field_text(raw)):
                     continue
                 seen.add(raw)
-                yield _CleanTarget.of(name, self._keys)
+                yield self._keys.clean_keys(name)
 
-    def _clean_hash(self, target: _CleanTarget, now: int, before: str, batch_size: int, dry_run: bool) -> int:
-        removed = 0
-        picked: set[bytes] = set()
-        batch: list[bytes] = []
-
-        def flush() -> int:
-            args: list[bytes | str | int] = [now, before, "1" if dry_run else "0", target.map_index, *batch]
-            count = int(self._apply(_Script("clean", target.keys, args)))
-            batch.clear()
-            return count
-
+    def _clean_hash(
+        self, keys: list[str], map_index: str, now: int, before: str, batch_size: int, dry_run: bool
+    ) -> int:
         before_micros = int(before) if before else None
-        for field, raw_meta in self._client.hscan_iter(target.keys[1], count=batch_size):
+        due: dict[bytes, None] = {}  # HSCAN may return a field twice; a dry run must not count it twice
+        for field, raw_meta in self._client.hscan_iter(keys[1], count=batch_size):
             meta = parse_meta(raw_meta, is_task=False)
-            due = meta.expired(now) or (
+            if meta.expired(now) or (
                 before_micros is not None
                 and meta.updated_at is not None
                 and micros(meta.updated_at) < before_micros
-            )
-            # HSCAN may return a field twice; a dry run must not count it twice.
-            if due and field not in picked:
-                picked.add(field)
-                batch.append(field)
-                if len(batch) >= batch_size:
-                    removed += flush()
-        if batch:
-            removed += flush()
-        return removed
-
-
-@dataclass(frozen=True)
-class _CleanTarget:
-    """KEYS and map index of the CLEAN script for one metadata hash."""
-
-    keys: list[str]
-    map_index: str
-
-    @classmethod
-    def of(cls, meta_name: str, layout: KeyLayout) -> _CleanTarget:
-        if meta_name.endswith(META_SUFFIX):  # task state: "<base>:<map index>:meta"
-            name = meta_name.removesuffix(META_SUFFIX)
-            base, _, map_index = name.rpartition(":")
-            return cls([name, meta_name, layout.index_of_base(base)], map_index)
-        return cls([layout.asset_hash_of_meta(meta_name), meta_name], "")
+            ):
+                due[field] = None
+        fields = list(due)
+        flags = [now, before, "1" if dry_run else "0", map_index]
+        return sum(
+            int(self._apply(_Script("clean", keys, [*flags, *fields[i : i + batch_size]])))
+            for i in range(0, len(fields), batch_size)
+        )
