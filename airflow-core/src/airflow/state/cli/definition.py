@@ -1,11 +1,9 @@
 """
-The command groups this distribution adds to the `airflow` CLI, returned by the provider's CLI hook
-(``"cli"`` in ``provider_info``): ``airflow state`` and ``airflow state-db``, the downgrade path
-`airflow db downgrade` does not offer external managers.
+``airflow state`` and ``airflow state-db`` (the downgrade `airflow db downgrade` does not offer
+external managers), the provider's CLI hook (``"cli"`` in ``provider_info``).
 
 Airflow imports this module during provider discovery, while it is still initialising: it imports
-only ``airflow.cli.cli_config``. The commands themselves are imported only when run
-(``lazy_load_command``), so ``airflow --help`` loads neither them nor the ORM they use.
+only ``airflow.cli.cli_config``, and the commands are loaded when run (``lazy_load_command``).
 """
 
 from __future__ import annotations
@@ -286,15 +284,13 @@ STATE_DB_GROUP = GroupCommand(
     name="state-db",
     help="Manage the task and asset state tables",
     subcommands=(
-        ActionCommand(
-            name="downgrade",
-            help="Downgrade the task and asset state tables",
-            description=(
-                "Downgrade the schema of the task_state and asset_state tables. "
-                "`--to-revision base` drops both tables and every stored value."
-            ),
-            func=lazy_load_command("airflow.state.cli.commands.downgrade"),
-            args=(ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
+        _command(
+            "downgrade",
+            "commands.downgrade",
+            "Downgrade the task and asset state tables",
+            (ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
+            "Downgrade the schema of the task_state and asset_state tables. "
+            "`--to-revision base` drops both tables and every stored value.",
         ),
     ),
 )

@@ -1,17 +1,9 @@
 """
-Entries as JSON objects and in the ``-o/--output`` formats of Airflow's CLI.
-
-The lines of ``airflow state export`` and ``import`` are one object per stored key, with the fields
-``airflow state export --help`` lists. Assets are named by name and URI: ids differ between
-deployments. ``updated_at`` is the source's, for the reader. There is no format version field: files
-exported before expiry existed lack ``expires_at`` and ``updated_by`` and still import (never
-expiring, no known writer). Every field but ``scope``, the key, the value and what names the scope
-may be null or left out, and so may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``.
-
-``get`` and ``list`` show the same objects, with the key's version. ``AirflowConsole.print_as``
-turns every scalar into a string (``3`` becomes ``"3"``), so json and yaml go through its
-``print_as_json``/``print_as_yaml`` with the values as they are; table and plain get each value as
-JSON text, which tells ``"3"`` from ``3`` and shows dicts as JSON, not as a Python repr.
+Entries as JSON objects: the lines of ``airflow state export``/``import`` (one per key, with the
+fields ``export --help`` lists) and the rows of ``get``/``list`` (the same, with the key's version).
+There is no format version field: files exported before expiry existed lack ``expires_at`` and
+``updated_by`` and still import. Every field but ``scope``, the key, the value and what names the
+scope may be null or left out, and so may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``.
 """
 
 from __future__ import annotations
@@ -60,12 +52,10 @@ def writer_fields(writer: StateWriter | None) -> dict[str, Any] | None:
 
 def entry_fields(entry: Entry, *, task: bool) -> dict[str, Any]:
     """The key, value, when it was written and expires, and who wrote it: the try or the writer."""
-    fields = {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": entry.updated_at_text,
-        "expires_at": entry.expires_at_text,
-    }
+    fields = {"key": entry.key, "value": entry.value}
+    for name in ("updated_at", "expires_at"):
+        moment = getattr(entry, name)
+        fields[name] = None if moment is None else moment.isoformat()
     if task:
         fields["updated_by_try"] = entry.updated_by_try
     else:
@@ -94,6 +84,9 @@ def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> N
         }
         for entry in entries
     ]
+    # AirflowConsole.print_as turns every scalar into a string (3 becomes "3"): json and yaml go
+    # through print_as_json/print_as_yaml with the values as they are, table and plain get each
+    # value as JSON text, which tells "3" from 3 and shows dicts as JSON rather than a Python repr.
     if output in ("json", "yaml"):
         console = AirflowConsole()
         (console.print_as_json if output == "json" else console.print_as_yaml)(rows)
@@ -101,7 +94,7 @@ def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> N
     for row, entry in zip(rows, entries, strict=True):
         row["value"] = json.dumps(entry.value, ensure_ascii=False)
         if not with_try:
-            row["updated_by"] = entry.writer  # as text: "cli", "dag/run/task try 2"
+            row["updated_by"] = entry.updated_by and str(entry.updated_by)  # "cli", "dag/run/task try 2"
     # Keys and values are data: rich must not read "[red]" as markup or ":smile:" as an emoji.
     AirflowConsole(markup=False, emoji=False, highlight=False).print_as(rows, output)
 
@@ -236,28 +229,25 @@ def _task_writer(row: dict[str, Any], target: TaskScope) -> StateWriter | None:
 
 
 def _asset_writer(row: dict[str, Any]) -> StateWriter | None:
+    """The writer ``updated_by`` names (the inverse of :func:`writer_fields`), ``None`` for null."""
     if row.get("updated_by_try") is not None:
         raise RowError('asset state records no try: "updated_by_try" must be null or left out')
+    fields = row.get("updated_by")
     try:
-        return _writer(row.get("updated_by"))
+        if fields is None:
+            return None
+        if not isinstance(fields, dict):
+            raise RowError(f'must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
+        kinds = [kind.value for kind in WriterKind]
+        kind = fields.get("kind")
+        if kind not in kinds:
+            raise RowError(f'"kind" must be one of {", ".join(kinds)}, not {kind!r}')
+        task = kind == WriterKind.TASK
+        _refuse_unknown(fields, {"kind", *WRITER_TASK_FIELDS} if task else {"kind"}, f"a {kind} writer")
+        values = {name: fields.get(name) for name in WRITER_TASK_FIELDS}
+        if task:
+            values["map_index"] = fields.get("map_index", -1)
+        # StateWriter checks its own fields: what import refuses is what every backend refuses.
+        return StateWriter(WriterKind(kind), **values)
     except (ValueError, TypeError) as error:  # RowError, or what StateWriter refuses
         raise RowError(f'"updated_by": {error}') from None
-
-
-def _writer(fields: object) -> StateWriter | None:
-    """The writer a JSON object names (the inverse of :func:`writer_fields`), ``None`` for null."""
-    if fields is None:
-        return None
-    if not isinstance(fields, dict):
-        raise RowError(f'must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
-    kinds = [kind.value for kind in WriterKind]
-    kind = fields.get("kind")
-    if kind not in kinds:
-        raise RowError(f'"kind" must be one of {", ".join(kinds)}, not {kind!r}')
-    task = kind == WriterKind.TASK
-    _refuse_unknown(fields, {"kind", *WRITER_TASK_FIELDS} if task else {"kind"}, f"a {kind} writer")
-    values = {name: fields.get(name) for name in WRITER_TASK_FIELDS}
-    if task:
-        values["map_index"] = fields.get("map_index", -1)
-    # StateWriter checks its own fields: what import refuses is what every backend refuses.
-    return StateWriter(WriterKind(kind), **values)
