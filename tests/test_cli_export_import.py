@@ -468,16 +468,16 @@ def test_existing_keys_overwrite_after_asking_or_skip_or_fail(cli, refused, answ
 def test_import_from_stdin(cli, refused, deployment, monkeypatch):
     scope = deployment.scopes["run1/mapped/1"]
     line = task_line(deployment, "from_stdin", {"ok": True}, task_id="mapped", map_index=1) + "\n"
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert cli("import", "-").strip() == "Imported 1 key (1 new, 0 overwritten)"
     assert get_state_backend().get(scope, "from_stdin") == '{"ok":true}'
     # Overwriting asks, and stdin is taken by the rows: -y, or another -a, is needed.
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert refused("import", "-") == (
         "1 key already exists; the rows come from stdin, so there is no one to ask: "
         "pass -y to overwrite them, or -a skip or -a fail"
     )
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert cli("import", "-", "-y").strip() == "Imported 1 key (0 new, 1 overwritten)"
 
 

@@ -50,8 +50,6 @@ def _flag(*flags: str, help: str) -> Arg:
     return Arg(flags, help=help, action="store_true")
 
 
-# --- which state: a task instance, or an asset ----------------------------------------------------
-
 ARG_DAG_ID = Arg(("--dag-id",), help="Task state: the DAG of the task instance", metavar="DAG_ID")
 ARG_RUN_ID = Arg(("--run-id",), help="Task state: the run of the task instance", metavar="RUN_ID")
 ARG_TASK_ID = Arg(("--task-id",), help="Task state: the task of the task instance", metavar="TASK_ID")
@@ -65,8 +63,6 @@ ARG_ASSET_NAME = Arg(("--asset-name",), help="Asset state: the asset's name", me
 ARG_ASSET_URI = Arg(("--asset-uri",), help="Asset state: the asset's URI", metavar="URI")
 ARG_ASSET_ID = _number("--asset-id", "Asset state: the asset's id", 1, metavar="ID")
 SCOPE_ARGS = (ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_ASSET_NAME, ARG_ASSET_URI, ARG_ASSET_ID)
-
-# --- what --------------------------------------------------------------------------------------
 
 ARG_KEY = Arg(("key",), help="The state key", metavar="KEY")
 ARG_VALUE = Arg(
@@ -106,8 +102,6 @@ ARG_ALL_MAP_INDICES = _flag(
     "--all-map-indices", help="Clear the state of every map index of the task, not of one task instance"
 )
 
-# --- export and import ----------------------------------------------------------------------------
-
 ARG_EXPORT_FILE = Arg(("--file",), help="Write to this file instead of stdout ('-': stdout)", metavar="PATH")
 ARG_EXPORT_DAG_ID = Arg(("--dag-id",), help="Only the task state of this DAG's runs", metavar="DAG_ID")
 ARG_EXPORT_RUN_ID = Arg(("--run-id",), help="Only the task state of runs with this run id", metavar="RUN_ID")
@@ -131,8 +125,6 @@ ARG_ACTION_ON_EXISTING_KEY = Arg(
     choices=("overwrite", "fail", "skip"),
     default="overwrite",
 )
-
-# --- clean ------------------------------------------------------------------------------------------
 
 ARG_CLEAN_DRY_RUN = _flag("--dry-run", help="Count the keys that would be removed; remove nothing")
 ARG_BATCH_SIZE = _number(
@@ -185,8 +177,7 @@ STATE_COMMANDS = (
         "Store a value under a key",
         (ARG_KEY, ARG_VALUE, *SCOPE_ARGS, ARG_TTL, ARG_IF_VERSION, ARG_VERBOSE),
         "Store VALUE (JSON, not null, at most \\[state] max_value_bytes) under KEY, replacing any "
-        "value there, and print the key's new version. With --if-version N only if nobody wrote it "
-        "since version N (0: only if it is not set). "
+        "value there, and print the key's new version. "
         "Example: airflow state set job_id '\"app_001\"' --dag-id d --run-id r --task-id t --ttl 7d",
     ),
     _command(

@@ -21,9 +21,8 @@ from airflow_shared.state import BaseStateBackend, StateCapabilityError, StateCo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Errors every command turns into a one-line exit with their message: a missing dag run, task
-#: instance, asset or key; an unusable backend (``StateError``); a conditional write that lost (the
-#: message names the stored version); a backend asked for what it cannot do (the message says what).
+#: Errors every command turns into a one-line exit: their messages say what the operator needs (a
+#: missing dag run or key, an unusable backend, the stored version, what the backend cannot do).
 OPERATOR_ERRORS = (NotFound, StateError, StateConflictError, StateCapabilityError)
 
 

@@ -63,10 +63,7 @@ def _kinds(args: Namespace) -> tuple[bool, bool]:
 
 @contextmanager
 def _destination(path: str | None) -> Iterator[TextIO]:
-    """
-    stdout, or *path* written through a temporary file beside it and renamed at the end, so that
-    a failed export never leaves a half file where a whole one is expected.
-    """
+    """stdout, or *path* through a file beside it renamed at the end: a failed export leaves no half file."""
     if path is None:
         yield sys.stdout
         return

@@ -105,14 +105,10 @@ _LINE_BREAKING = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029"
 
 def dump_row(row: dict[str, Any]) -> str:
     """
-    One line of the file. Non-ASCII stays as it is (the file is UTF-8): readable, and exact. The
-    few characters other readers take for line breaks are escaped, so every reader sees one row per
-    line; they can only occur inside strings, where the escape means the same character.
+    One line of the file, non-ASCII as it is (the file is UTF-8). What other readers take for line
+    breaks is escaped: it can only occur inside strings, where the escape means the same character.
     """
     return json.dumps(row, ensure_ascii=False, allow_nan=False).translate(_LINE_BREAKING)
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 
 class RowError(ValueError):
@@ -164,9 +160,12 @@ def parse_row(text: str) -> ImportRow:
     return ImportRow(target, row["key"], value_text, writer, expires_at)
 
 
-def _integer_between(number: object, low: int, high: int) -> bool:
-    # bool is an int subclass, and true is never a map index or a try number.
-    return isinstance(number, int) and not isinstance(number, bool) and low <= number <= high
+def _integer(row: dict[str, Any], name: str, low: int, what: str) -> int | None:
+    number = row.get(name)
+    # type(), not isinstance: bool is an int subclass, and true is never a map index or a try number.
+    if number is None or (type(number) is int and low <= number <= LARGEST_INTEGER):
+        return number
+    raise RowError(f'"{name}" must be {what}, got {number!r}')
 
 
 def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> Any:
@@ -178,12 +177,8 @@ def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> Any
 
 def _task_target(row: dict[str, Any]) -> TaskScope:
     dag_id, run_id, task_id = (_text_field(row, name) for name in ("dag_id", "run_id", "task_id"))
-    map_index = -1 if row.get("map_index") is None else row["map_index"]
-    if not _integer_between(map_index, -1, LARGEST_INTEGER):
-        raise RowError(
-            f'"map_index" must be -1 (not mapped) or an index from 0 to {LARGEST_INTEGER}, got {map_index!r}'
-        )
-    return TaskScope(dag_id, run_id, task_id, map_index)
+    map_index = _integer(row, "map_index", -1, f"-1 (not mapped) or an index from 0 to {LARGEST_INTEGER}")
+    return TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
 
 
 def _asset_target(row: dict[str, Any]) -> AssetTarget:
@@ -218,13 +213,9 @@ def _timestamp(row: dict[str, Any], name: str, null: str) -> datetime | None:
 
 
 def _task_writer(row: dict[str, Any], target: TaskScope) -> StateWriter | None:
-    try_number = row.get("updated_by_try")
+    try_number = _integer(row, "updated_by_try", 0, f"a try number (0 to {LARGEST_INTEGER}) or null")
     if try_number is None:
         return None
-    if not _integer_between(try_number, 0, LARGEST_INTEGER):
-        raise RowError(
-            f'"updated_by_try" must be a try number (0 to {LARGEST_INTEGER}) or null, got {try_number!r}'
-        )
     return StateWriter.task_try(target.dag_id, target.run_id, target.task_id, target.map_index, try_number)
 
 

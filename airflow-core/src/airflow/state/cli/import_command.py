@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session
 #: Refusals listed before "... and N more": enough to see the pattern, not a flood.
 SHOWN_REFUSALS = 50
 
-FAIL, SKIP = "fail", "skip"
 #: What happens to a valid row: written, written over a key that exists, skipped because its key
 #: exists (``-a skip``), or skipped because it had expired by the time of the check.
 WRITE, OVERWRITE, EXISTS, EXPIRED = "write", "overwrite", "exists", "expired"
@@ -125,19 +124,14 @@ def _spooled(path: str) -> Iterator[IO[bytes]]:
         raise SystemExit(f"cannot read {path}: {error.strerror}") from None
     with file:
         if path == "-":
-            stdin = getattr(sys.stdin, "buffer", None)
-            if stdin is not None:
-                shutil.copyfileobj(stdin, file)
-            else:  # a text stream without bytes under it (tests replace sys.stdin)
-                file.write(sys.stdin.read().encode("utf-8"))
+            shutil.copyfileobj(sys.stdin.buffer, file)
         yield file
 
 
 def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
     """
     *file* from the start: ``(line number, text)``, the text ``None`` for a line that is not UTF-8.
-    Lines are split on ``\\n`` only (JSON escapes it inside strings), so a hand-made file with a raw
-    U+2028 in a string still reads as one row per line.
+    Split on ``\\n`` only (JSON escapes it in strings): a raw U+2028 in a string is no line break.
     """
     file.seek(0)
     for number, raw in enumerate(file, start=1):
@@ -149,10 +143,7 @@ def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
 
 
 def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
-    """
-    Check every row in order, remembering the scope of each task instance or asset named (or why
-    there is none) and the first line of each key, to refuse it twice.
-    """
+    """Check every row in order, remembering what each target resolved to and each key's first line."""
     plan = Plan()
     resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
     first_line_of: dict[tuple[StateScope, str], int] = {}
@@ -196,10 +187,10 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
                 )
         if backend.get(found.scope, row.key) is None:
             plan.rows.append(planned(WRITE))
-        elif action == FAIL:
+        elif action == "fail":
             return f"key {row.key!r} of {found.description} already exists (-a fail)"
         else:
-            plan.rows.append(planned(EXISTS if action == SKIP else OVERWRITE))
+            plan.rows.append(planned(EXISTS if action == "skip" else OVERWRITE))
         return None
 
     with create_session() as session:

@@ -1,7 +1,6 @@
 """
 ``airflow state get|set|increment|delete|list|clear``: one scope's state on the configured backend,
-in this process (like ``airflow variables``, the CLI has the metadata database at hand). Writes are
-the CLI's (``CLI_WRITER``): task state records no try, asset state records ``cli`` as its writer.
+in this process (like ``airflow variables``, the CLI has the metadata database at hand).
 """
 
 from __future__ import annotations
