@@ -50,9 +50,11 @@ def writer_fields(writer: StateWriter | None) -> dict[str, Any] | None:
     return {"kind": writer.kind.value, **{name: getattr(writer, name) for name in fields}}
 
 
-def entry_fields(entry: Entry, *, task: bool) -> dict[str, Any]:
-    """The key, value, when it was written and expires, and who wrote it: the try or the writer."""
+def entry_fields(entry: Entry, *, task: bool, version: bool = False) -> dict[str, Any]:
+    """The key, value, (version,) when it was written and expires, and who wrote it: try or writer."""
     fields = {"key": entry.key, "value": entry.value}
+    if version:
+        fields["version"] = entry.version
     for name in ("updated_at", "expires_at"):
         moment = getattr(entry, name)
         fields[name] = None if moment is None else moment.isoformat()
@@ -74,16 +76,7 @@ def export_row(owner: TaskScope | AssetInfo, entry: Entry) -> dict[str, Any]:
 
 def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> None:
     """Print *entries* as ``airflow ... -o output`` prints its rows: a list, even of one."""
-    # The version third: key, value, version, then the rest as export files have it.
-    rows: Any = [
-        {
-            "key": entry.key,
-            "value": entry.value,
-            "version": entry.version,
-            **entry_fields(entry, task=with_try),
-        }
-        for entry in entries
-    ]
+    rows: Any = [entry_fields(entry, task=with_try, version=True) for entry in entries]
     # AirflowConsole.print_as turns every scalar into a string (3 becomes "3"): json and yaml go
     # through print_as_json/print_as_yaml with the values as they are, table and plain get each
     # value as JSON text, which tells "3" from 3 and shows dicts as JSON rather than a Python repr.
