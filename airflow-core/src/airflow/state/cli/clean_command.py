@@ -40,9 +40,8 @@ def clean(args: Namespace) -> None:
 
 def older_than(text: str, *, now: datetime) -> datetime:
     """
-    The cut-off ``--older-than`` names: ``now`` minus a duration, or an ISO 8601 timestamp (UTC when
-    it names no offset). A bare number is refused rather than guessed at (30 seconds and 30 days
-    differ by every key written this month), and so is a cut-off that is not in the past.
+    The cut-off ``--older-than`` names. A bare number is refused rather than guessed at: 30 seconds
+    and 30 days differ by every key written this month.
     """
     text = text.strip()
     if text.isdigit():

@@ -99,8 +99,7 @@ def _task_scopes_with_state(args: Namespace) -> Iterator[TaskScope]:
                 holding = manage.task_instances_with_state(run_dag_id, run_run_id, session)
             except manage.NotFound:
                 continue  # deleted since it was listed: its state went with it
-        for ti in holding:
-            yield ti.scope
+        yield from (ti.scope for ti in holding)
 
 
 def _assets_with_state(args: Namespace) -> list[manage.AssetInfo]:

@@ -22,9 +22,6 @@ from airflow_shared.state import StateWriter, TaskScope, WriterKind, validate_ke
 
 T = TypeVar("T")
 
-TASK = "task"
-ASSET = "asset"
-
 #: What names a task instance in a task row; with ``try_number``, a task writer in ``updated_by``.
 TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index")
 WRITER_TASK_FIELDS = (*TASK_FIELDS, "try_number")
@@ -32,8 +29,8 @@ WRITER_TASK_FIELDS = (*TASK_FIELDS, "try_number")
 # updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
 _COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try", "expires_at"}
 _FIELDS = {
-    TASK: _COMMON_FIELDS | set(TASK_FIELDS),
-    ASSET: _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"},
+    "task": _COMMON_FIELDS | set(TASK_FIELDS),
+    "asset": _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"},
 }
 
 
@@ -68,9 +65,9 @@ def entry_fields(entry: Entry, *, task: bool, version: bool = False) -> dict[str
 def export_row(owner: TaskScope | AssetInfo, entry: Entry) -> dict[str, Any]:
     """One row of an export file: where the key is, then the entry."""
     if isinstance(owner, TaskScope):
-        where = {"scope": TASK, **{name: getattr(owner, name) for name in TASK_FIELDS}}
+        where = {"scope": "task", **{name: getattr(owner, name) for name in TASK_FIELDS}}
     else:
-        where = {"scope": ASSET, "asset_name": owner.name, "asset_uri": owner.uri}
+        where = {"scope": "asset", "asset_name": owner.name, "asset_uri": owner.uri}
     return {**where, **entry_fields(entry, task=isinstance(owner, TaskScope))}
 
 
@@ -138,7 +135,7 @@ def parse_row(text: str) -> ImportRow:
     kind = row.get("scope")
     if kind not in _FIELDS:
         raise RowError(f'"scope" must be "task" or "asset", not {kind!r}')
-    target = _task_target(row) if kind == TASK else _asset_target(row)
+    target = _task_target(row) if kind == "task" else _asset_target(row)
     _refuse_unknown(row, _FIELDS[kind], f"{kind} state")
     _checked(row, "key", validate_key)
     # The codec's checks, the target's [state] max_value_bytes included.
