@@ -12,13 +12,24 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from airflow.state import codec
+from airflow._shared.timezones.timezone import utcnow
+from airflow.models.asset import AssetModel
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.state import codec, task_scope
+from airflow.state.cli import export_command
 from airflow.state.configured_backend import get_state_backend, reset_state_backend
-from airflow_shared.state import AssetScope, BaseStateBackend, StateScope, TaskScope
+from airflow.state.metastore import MetastoreStateBackend
+from airflow.utils.session import create_session
+from airflow.utils.state import DagRunState
+from airflow.utils.types import DagRunType
+from airflow_shared.state import CLI_WRITER, AssetScope, BaseStateBackend, StateScope, StateWriter, TaskScope
 from airflow_shared.state._memory import MemoryStateBackend
+from sqlalchemy import delete, insert, update
 
 REDIS = "airflow_state_redis.RedisStateBackend"
 
@@ -81,14 +92,6 @@ def deployment() -> Iterator[Deployment]:
     Two runs of a DAG (one with an unmapped task and a task mapped over 0..1) and an asset, as real
     rows. Removed afterwards, with their state on every backend this test touched.
     """
-    from airflow.models.asset import AssetModel
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.state import task_scope
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunType
-    from sqlalchemy import delete, insert
 
     unique = uuid.uuid4().hex[:10]
     dag_id = f"transfer_{unique}"
@@ -172,8 +175,6 @@ def export_all(cli, deployment: Deployment, path: Path) -> list[dict]:
 def test_metastore_to_redis_and_back_keeps_every_key_value_and_try(
     cli, deployment, backend_named, tmp_path, monkeypatch
 ):
-    from airflow.state.cli import export_command
-
     # Small pages, so that paging through runs and through each scope's keys is what is tested.
     monkeypatch.setattr(export_command, "RUN_PAGE", 1)
     monkeypatch.setattr(export_command, "ENTRY_PAGE", 3)
@@ -212,9 +213,6 @@ def test_metastore_to_redis_and_back_keeps_every_key_value_and_try(
 
 def test_assets_are_found_by_name_and_uri_not_by_id(cli, deployment, backend_named, tmp_path):
     """Ids differ between deployments: an asset created again (a new id) gets its state back."""
-    from airflow.models.asset import AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete, update
 
     get_state_backend().set(deployment.scopes["asset"], "watermark", '"2026-01-01"')
     path = tmp_path / "asset.jsonl"
@@ -468,16 +466,16 @@ def test_existing_keys_overwrite_after_asking_or_skip_or_fail(cli, refused, answ
 def test_import_from_stdin(cli, refused, deployment, monkeypatch):
     scope = deployment.scopes["run1/mapped/1"]
     line = task_line(deployment, "from_stdin", {"ok": True}, task_id="mapped", map_index=1) + "\n"
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert cli("import", "-").strip() == "Imported 1 key (1 new, 0 overwritten)"
     assert get_state_backend().get(scope, "from_stdin") == '{"ok":true}'
     # Overwriting asks, and stdin is taken by the rows: -y, or another -a, is needed.
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert refused("import", "-") == (
         "1 key already exists; the rows come from stdin, so there is no one to ask: "
         "pass -y to overwrite them, or -a skip or -a fail"
     )
-    monkeypatch.setattr("sys.stdin", io.StringIO(line))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
     assert cli("import", "-", "-y").strip() == "Imported 1 key (0 new, 1 overwritten)"
 
 
@@ -485,7 +483,6 @@ def test_a_write_that_fails_on_the_metastore_leaves_nothing_written(
     refused, deployment, tmp_path, monkeypatch
 ):
     """The checks passed, then the second write fails: the metastore's writes are one transaction."""
-    from airflow.state.metastore import MetastoreStateBackend
 
     real_write = MetastoreStateBackend.write
     calls = []
@@ -517,11 +514,6 @@ def entries_by_key(scope: StateScope) -> dict:
 def test_export_import_keeps_expiry_and_writer_from_backend_to_backend(
     cli, deployment, backend_named, tmp_path
 ):
-    from datetime import timedelta
-
-    from airflow._shared.timezones.timezone import utcnow
-    from airflow_shared.state import CLI_WRITER, StateWriter
-
     backend = get_state_backend()
     task, asset = deployment.scopes["run1/mapped/1"], deployment.scopes["asset"]
     in_a_day = utcnow() + timedelta(days=1, microseconds=123)
@@ -578,10 +570,6 @@ def test_export_import_keeps_expiry_and_writer_from_backend_to_backend(
 
 
 def test_a_row_expired_by_the_time_of_the_import_is_skipped_and_counted(cli, deployment, tmp_path):
-    from datetime import timedelta
-
-    from airflow._shared.timezones.timezone import utcnow
-
     past, future = utcnow() - timedelta(seconds=1), utcnow() + timedelta(hours=1)
     path = tmp_path / "rows.jsonl"
     path.write_text(

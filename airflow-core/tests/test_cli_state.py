@@ -7,11 +7,21 @@ database of the test run.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 
 import pytest
 import yaml
+from airflow._shared.timezones.timezone import utcnow
+from airflow.models.taskinstance import TaskInstance
+from airflow.state import get_state_backend, task_scope
+from airflow.state.cli.definition import STATE_COMMANDS
+from airflow.state.configured_backend import reset_state_backend
+from airflow.utils.session import create_session
+from airflow_shared.state import AssetScope, BaseStateBackend, StateWriter
 from airflow_shared.state._memory import MemoryStateBackend
+from sqlalchemy import delete, insert
 from state_testing.airflow_cli import run_airflow
 
 # --- fixtures and helpers ---------------------------------------------------------------------------
@@ -20,9 +30,6 @@ from state_testing.airflow_cli import run_airflow
 @pytest.fixture
 def make_task_instances(make_dag_run) -> Iterator[Callable[..., None]]:
     """``make(dag_id, run_id, ("task", -1), ("mapped", 0), ...)``: a dag run with these task instances."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete, insert
 
     made: list[tuple[str, str]] = []
 
@@ -118,8 +125,6 @@ def test_table_and_plain_show_values_as_json_text(cli, ti):
 
 
 def test_get_reports_when_and_by_which_try_and_cli_writes_name_no_try(cli, ti):
-    from airflow.state import get_state_backend, task_scope
-
     dag_id, run_id, task_id = ti[1], ti[3], ti[5]
     get_state_backend().set_by_try(task_scope(dag_id, run_id, task_id), "by_task", '"t"', try_number=3)
     [written_by_task] = json.loads(cli("get", "by_task", *ti, "-o", "json"))
@@ -415,7 +420,6 @@ def test_help_describes_every_command_and_option(airflow_parser, capsys):
     for command in ("get", "set", "increment", "delete", "list", "clear", "clean", "export", "import"):
         assert f"\n    {command} " in shown or f"\n    {command}\n" in shown  # long names wrap
     assert "[state] backend" in shown  # not eaten as rich markup
-    from airflow.state.cli.definition import STATE_COMMANDS
 
     for command in STATE_COMMANDS:
         assert command.help and command.description
@@ -449,8 +453,6 @@ def as_json(cli, *argv: str) -> dict:
 
 
 def moment(text: str | None):
-    from datetime import datetime
-
     return None if text is None else datetime.fromisoformat(text)
 
 
@@ -474,8 +476,6 @@ def test_set_prints_the_new_version_and_if_version_refuses_a_stale_one(cli, refu
 
 
 def test_set_ttl_sets_when_the_key_expires_and_never_clears_it(cli, refused, ti, asset):
-    from airflow._shared.timezones.timezone import utcnow
-
     before = utcnow()
     cli("set", "k", "1", *ti, "--ttl", "2h")
     expires_at = moment(as_json(cli, "get", "k", *ti)["expires_at"])
@@ -505,11 +505,6 @@ def timedelta_between(start, end) -> float:
 
 
 def test_an_expired_key_is_not_shown_or_counted(cli, refused, ti):
-    from datetime import timedelta
-
-    from airflow._shared.timezones.timezone import utcnow
-    from airflow.state import get_state_backend, task_scope
-
     scope = task_scope(ti[1], ti[3], ti[5])
     get_state_backend().write(scope, "gone", "1", expires_at=utcnow() - timedelta(seconds=1))
     cli("set", "live", "1", *ti)
@@ -544,9 +539,6 @@ def test_increment_options_are_checked(airflow_parser, capsys, ti):
 
 
 def test_asset_state_shows_its_last_writer(cli, asset):
-    from airflow.state import get_state_backend
-    from airflow_shared.state import AssetScope, StateWriter
-
     scope = ["--asset-id", asset["id"]]
     cli("set", "by_cli", "1", *scope)
     row = as_json(cli, "get", "by_cli", *scope)
@@ -578,11 +570,6 @@ def expired_keys(ti, asset) -> Callable[[int], list[tuple]]:
     ``expired_keys(n)``: *n* keys that expired a minute ago (task and asset state), with nothing
     else expired in the database; returns their (scope, key).
     """
-    from datetime import timedelta
-
-    from airflow._shared.timezones.timezone import utcnow
-    from airflow.state import get_state_backend, task_scope
-    from airflow_shared.state import AssetScope
 
     backend = get_state_backend()
     backend.cleanup(now=utcnow())  # what earlier tests left expired would blur the counts
@@ -601,8 +588,6 @@ def expired_keys(ti, asset) -> Callable[[int], list[tuple]]:
 
 def removable(**options) -> int:
     """What the backend would remove now: the test's view of what is physically still there."""
-    from airflow._shared.timezones.timezone import utcnow
-    from airflow.state import get_state_backend
 
     return get_state_backend().cleanup(now=utcnow(), dry_run=True, **options)
 
@@ -645,10 +630,6 @@ def test_clean_asks_first_unless_yes(cli, expired_keys, answer, monkeypatch):
 
 
 def test_clean_older_than_also_removes_keys_not_written_since(cli, ti, asset, expired_keys):
-    import time
-
-    from airflow._shared.timezones.timezone import utcnow
-
     expired_keys(1)
     cli("set", "old", "1", *ti, "--ttl", "never")
     cli("set", "old", "1", "--asset-id", asset["id"])
@@ -686,14 +667,10 @@ class WithoutExpiry(MemoryStateBackend):
     supports_expiry = False
 
     def cleanup(self, **options):
-        from airflow_shared.state import BaseStateBackend
-
         return BaseStateBackend.cleanup(self, **options)
 
 
 def test_clean_on_a_backend_without_expiry_says_so(cli, refused, monkeypatch):
-    from airflow.state.configured_backend import reset_state_backend
-
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.WithoutExpiry")
     reset_state_backend()
     try:

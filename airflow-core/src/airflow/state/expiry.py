@@ -16,6 +16,7 @@ from airflow.state.protocol import NEVER_EXPIRES
 from airflow_shared.state import BaseStateBackend, StateCapabilityError, StateScope, TaskScope
 
 log = logging.getLogger(__name__)
+_warned_no_expiry: set[str] = set()
 
 #: A ``ttl`` that makes a key never expire (the default retention is not applied).
 NEVER = cast("Literal['never']", NEVER_EXPIRES)
@@ -40,12 +41,8 @@ def expires_at_for(
     scope: StateScope, ttl: Ttl, state: BaseStateBackend, *, now: datetime | None = None
 ) -> datetime | None:
     """
-    When a key written now with *ttl* expires (``None``: never). ``ttl=None`` is the default:
-    ``[state] default_task_retention`` for task state (not applied, with a warning once, on a backend
-    without expiry), never for asset state.
-
-    :raises ValueError: for a ttl that is not positive or is longer than a century.
-    :raises StateCapabilityError: for an explicit ttl on a backend without expiry.
+    When a key written now with *ttl* expires (``None``: never). The default retention is not applied,
+    with a warning once, on a backend without expiry; an explicit ttl there is a ``StateCapabilityError``.
     """
     if ttl == NEVER:
         return None
@@ -56,7 +53,14 @@ def expires_at_for(
         if retention is None:
             return None
         if not state.supports_expiry:
-            _warn_retention_not_applied(state)
+            name = type(state).__name__
+            if name not in _warned_no_expiry:
+                _warned_no_expiry.add(name)
+                log.warning(
+                    "%s does not support expiry: [state] default_task_retention is not applied to its "
+                    "task state, which stays until its dag run is deleted",
+                    name,
+                )
             return None
         ttl = retention
     elif not isinstance(ttl, timedelta):
@@ -74,17 +78,3 @@ def _in_range(ttl: timedelta) -> timedelta:
             f"a ttl must be at most {LONGEST_TTL.days} days, got {ttl}; for no expiry, say {NEVER!r}"
         )
     return ttl
-
-
-_warned_no_expiry: set[str] = set()
-
-
-def _warn_retention_not_applied(state: BaseStateBackend) -> None:
-    name = type(state).__name__
-    if name not in _warned_no_expiry:
-        _warned_no_expiry.add(name)
-        log.warning(
-            "%s does not support expiry: [state] default_task_retention is not applied to its task "
-            "state, which stays until its dag run is deleted",
-            name,
-        )

@@ -1,13 +1,8 @@
 """
-What operators do to state, shared by the REST API (``api/operator``) and the CLI (``cli``).
-
-Both address state the way people name it (a dag run by dag id and run id, an asset by id, name or
-URI: :mod:`.airflow_db.lookups`), on the configured backend, and both must refuse the same things
-with the same words: a dag run, task instance, asset or key that does not exist raises
-:class:`NotFound`; a bad key or value raises ``ValueError``/``TypeError`` from the shared validators
-or the codec. Writes made here name no try (``updated_by_try`` stays empty): they are an
-operator's, not a task's, and the caller says whose (``API_WRITER``, ``CLI_WRITER``), which asset
-state records. A write's ``ttl`` is applied by :func:`.expiry.expires_at_for`.
+What operators do to state, shared by the REST API and the CLI so that both refuse the same things
+with the same words: :class:`NotFound` for a dag run, task instance, asset or key that does not
+exist; ``ValueError``/``TypeError`` from the shared validators or the codec. Writes made here record
+no try: the caller says whose they are (``API_WRITER``, ``CLI_WRITER``).
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ from airflow.state.airflow_db.lookups import (
     NotFound,
     every_asset,
     find_asset,
-    matching_assets,
     task_scope,
     task_scope_of_every_map_index,
     task_scopes_of_run,
@@ -35,28 +29,8 @@ from airflow_shared.state import AssetScope, StateEntry, StateScope, StateWriter
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-# What the REST API and the CLI use; the names of Airflow's tables come from the lookups.
-__all__ = [
-    "AssetInfo",
-    "Entry",
-    "Incremented",
-    "NotFound",
-    "TaskInstanceState",
-    "Written",
-    "assets_with_state",
-    "clear",
-    "decode",
-    "delete",
-    "entries",
-    "entry",
-    "find_asset",
-    "increment",
-    "matching_assets",
-    "put",
-    "task_instances_with_state",
-    "task_scope",
-    "task_scope_of_every_map_index",
-]
+# Re-exported: the REST API and the CLI name Airflow's tables through this module.
+__all__ = ["AssetInfo", "NotFound", "find_asset", "task_scope", "task_scope_of_every_map_index"]
 
 
 @dataclass(frozen=True)
@@ -75,51 +49,29 @@ class Entry:
     value: Any
     updated_at: datetime | None
     updated_by_try: int | None
-    #: The key's version; ``None`` when the backend keeps no versions.
+    #: ``None`` when the backend keeps no versions.
     version: int | None = None
-    #: When the key expires; ``None``: never (or the backend does not support expiry).
+    #: ``None``: never (or the backend does not support expiry).
     expires_at: datetime | None = None
-    #: Who last wrote it, as text for people (``str(StateWriter)``); asset state only.
-    writer: str | None = None
-    #: The same writer, field by field (the REST API's ``updated_by``, export files).
+    #: Who last wrote it; asset state only.
     updated_by: StateWriter | None = None
-
-    @property
-    def updated_at_text(self) -> str | None:
-        """``updated_at`` as ISO 8601 text, as the CLI and export files show it."""
-        return None if self.updated_at is None else self.updated_at.isoformat()
-
-    @property
-    def expires_at_text(self) -> str | None:
-        """``expires_at`` as ISO 8601 text; ``None`` when the key never expires."""
-        return None if self.expires_at is None else self.expires_at.isoformat()
 
     @classmethod
     def of(cls, entry: StateEntry) -> Entry:
+        try:
+            value = codec.decode(entry.value)
+        except ValueError:
+            # Not JSON (server code wrote straight through a backend): shown as the string it is.
+            value = entry.value
         return cls(
             entry.key,
-            decode(entry.value),
+            value,
             entry.updated_at,
             entry.updated_by_try,
-            version=entry.version,
-            expires_at=entry.expires_at,
-            writer=None if entry.writer is None else str(entry.writer),
-            updated_by=entry.writer,
+            entry.version,
+            entry.expires_at,
+            entry.writer,
         )
-
-
-def decode(text: str) -> Any:
-    """
-    The JSON value of stored *text*. Text that is not JSON (written by server code straight through
-    a backend, not through the task accessors) is shown as the string it is rather than failing.
-    """
-    try:
-        return codec.decode(text)
-    except ValueError:
-        return text
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 
 def entries(
@@ -152,11 +104,8 @@ def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:
     return [(asset, count) for asset, count in zip(assets, counts, strict=True) if count]
 
 
-# --- writing ------------------------------------------------------------------------------------
-
-
 class Written(NamedTuple):
-    """What a write stored: the key's new version (``None`` without versions) and its expiry."""
+    """What a write stored: the key's new version (``None`` without versions) and expiry."""
 
     version: int | None
     expires_at: datetime | None
@@ -178,15 +127,7 @@ def put(
     if_version: int | None = None,
     writer: StateWriter | None = None,
 ) -> Written:
-    """
-    Store *text*, a value as :func:`airflow.state.codec.encode` made it at the boundary that took it,
-    under *key*, as *writer* (``API_WRITER``, ``CLI_WRITER``; no try is recorded).
-
-    :param ttl: how long the key lives from now, :data:`NEVER`, or ``None`` for the default.
-    :param if_version: write only if the stored version is this one (0: only if absent), else
-        ``StateConflictError`` with the stored version.
-    :raises StateCapabilityError: for a ``ttl`` or ``if_version`` the backend cannot honour.
-    """
+    """Store *text* (from :func:`.codec.encode`) under *key* as *writer*, as the backend's ``write``."""
     validate_key(key)
     state = get_state_backend()
     expires_at = expires_at_for(scope, ttl, state)
@@ -202,14 +143,7 @@ def increment(
     ttl: Ttl = None,
     writer: StateWriter | None = None,
 ) -> Incremented:
-    """
-    Add *by* to the integer stored under *key* (absent: 0) in one atomic step; return the result.
-
-    :raises ValueError: when the stored value is not a JSON integer, or the sum leaves 64 bits
-        (nothing is written).
-    :raises StateCapabilityError: on a backend without versions or increments, or for a ``ttl``
-        it cannot honour.
-    """
+    """Add *by* to the integer under *key* (absent: 0) atomically, as the backend's ``increment``."""
     validate_key(key)
     state = get_state_backend()
     expires_at = expires_at_for(scope, ttl, state)

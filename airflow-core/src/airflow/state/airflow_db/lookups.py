@@ -1,10 +1,7 @@
 """
 Airflow's own tables as operators name what is in them: a dag run by dag id and run id, a task
 instance, an asset by id, name or URI. What does not exist raises :class:`NotFound`, so that a
-typo never silently reads (or writes) an empty scope.
-
-Imported only by server-side code (``manage``, through the REST API and the CLI): the ORM at the top
-is no cost there.
+typo never silently reads (or writes) an empty scope. Server-side only: the ORM is no cost there.
 """
 
 from __future__ import annotations
@@ -53,9 +50,8 @@ def dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
 
 def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int | None, session: Session) -> TaskScope:
     """
-    The scope of a task instance that exists, or :class:`NotFound` for a missing dag run or task
-    instance. ``map_index=None``: any map index (a mapped task has none at -1), the scope that
-    ``clear(all_map_indices=True)`` takes.
+    The scope of a task instance that exists. ``map_index=None``: any map index (a mapped task has
+    none at -1), the scope that ``clear(all_map_indices=True)`` takes.
     """
     uid = dag_run_uid(dag_id, run_id, session)
     query = select(TaskInstance.map_index).where(
@@ -89,10 +85,7 @@ def task_scopes_of_run(dag_id: str, run_id: str, session: Session) -> list[TaskS
 
 
 def dag_runs(dag_id: str | None, run_id: str | None, *, page_size: int) -> Iterator[tuple[str, str]]:
-    """
-    ``(dag_id, run_id)`` of every dag run (only those of *dag_id* and/or *run_id* when given), in
-    order of their ids, read a page at a time, each page in a session closed before it is used.
-    """
+    """``(dag_id, run_id)`` of the dag runs, in order of ids, a page at a time (each its own session)."""
     last_id = None
     while True:
         query = select(DagRun.id, DagRun.dag_id, DagRun.run_id).order_by(DagRun.id).limit(page_size)
@@ -128,38 +121,32 @@ def matching_assets(
     asset_id: int | None = None,
     name: str | None = None,
     uri: str | None = None,
-    limit: int | None = None,
+    one: bool = False,
 ) -> list[AssetInfo]:
     """
-    The assets with this id, name and/or URI (at most *limit*); :class:`NotFound` when none match.
-    A name alone may match several assets.
+    The assets with this id, name and/or URI; :class:`NotFound` when none match, or with *one* when
+    several do (a name alone may match several).
     """
     wanted = {"id": asset_id, "name": name, "uri": uri}
-    if all(value is None for value in wanted.values()):
+    described = " and ".join(f"{column}={value!r}" for column, value in wanted.items() if value is not None)
+    if not described:
         raise ValueError("name the asset by its id, its name or its URI")
-    query = _ASSETS.limit(limit)
+    query = _ASSETS.limit(2 if one else None)
     for column, value in wanted.items():
         if value is not None:
             query = query.where(getattr(AssetModel, column) == value)
     matches = _assets(query, session)
     if not matches:
-        raise NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {_described(wanted)}")
+        raise NotFound(Reason.ASSET_NOT_FOUND, f"no asset with {described}")
+    if len(matches) > 1 and one:
+        raise NotFound(
+            Reason.ASSET_NOT_FOUND, f"{described} names several assets; give the asset's id or its URI too"
+        )
     return matches
-
-
-def _described(wanted: dict[str, Any]) -> str:
-    return " and ".join(f"{column}={value!r}" for column, value in wanted.items() if value is not None)
 
 
 def find_asset(
     session: Session, *, asset_id: int | None = None, name: str | None = None, uri: str | None = None
 ) -> AssetInfo:
-    """The asset with this id, or this name and/or URI; :class:`NotFound` when none (or several) match."""
-    matches = matching_assets(session, asset_id=asset_id, name=name, uri=uri, limit=2)
-    if len(matches) > 1:
-        raise NotFound(
-            Reason.ASSET_NOT_FOUND,
-            f"{_described({'id': asset_id, 'name': name, 'uri': uri})} names several assets; "
-            "give the asset's id or its URI too",
-        )
-    return matches[0]
+    """The one asset with this id, or this name and/or URI."""
+    return matching_assets(session, asset_id=asset_id, name=name, uri=uri, one=True)[0]

@@ -1,4 +1,1 @@
-"""
-The `airflow state` and `airflow state-db` commands: ``definition``, read by Airflow at start-up,
-and the command modules it names, loaded lazily when a command runs.
-"""
+"""`airflow state` and `airflow state-db`: ``definition``, read at start-up, and the commands it loads."""

@@ -1,8 +1,4 @@
-"""
-``airflow state clean``: physically remove expired keys (and, with ``--older-than``, keys last
-written before a point in time) through the configured backend's ``cleanup()``, in batches. A
-backend that cannot do what is asked (``--older-than`` without expiry) says so (``StateCapabilityError``).
-"""
+"""``airflow state clean``: the configured backend's ``cleanup()``, as ``clean --help`` says."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ from argparse import Namespace
 from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
-from airflow.state.cli.errors import command, configured_backend, confirmed, fail
+from airflow.state.cli.errors import command, configured_backend, confirmed
 from airflow.state.cli.formats import count
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
@@ -44,35 +40,35 @@ def clean(args: Namespace) -> None:
 
 def older_than(text: str, *, now: datetime) -> datetime:
     """
-    The cut-off ``--older-than`` names: ``now`` minus a duration, or an ISO 8601 timestamp (UTC when
-    it names no offset). A bare number is refused rather than guessed at (30 seconds and 30 days
-    differ by every key written this month), and so is a cut-off that is not in the past.
+    The cut-off ``--older-than`` names. A bare number is refused rather than guessed at: 30 seconds
+    and 30 days differ by every key written this month.
     """
     text = text.strip()
     if text.isdigit():
-        raise fail(
+        raise SystemExit(
             f"--older-than {text}: say the unit, e.g. {text}d for {text} days or {text}h for {text} hours"
         )
+    refused = f"--older-than {text!r}"
     try:
         duration = parse_duration(text)
         if duration <= timedelta(0):
-            raise fail(f"--older-than {text!r} is no time at all: it would remove every key; give e.g. 30d")
+            raise SystemExit(f"{refused} is no time at all: it would remove every key; give e.g. 30d")
         cutoff = now - duration
     except OverflowError:
-        raise fail(f"--older-than {text!r} reaches back before the year 1: give a shorter duration") from None
+        raise SystemExit(f"{refused} reaches back before the year 1: give a shorter duration") from None
     except ValueError as not_a_duration:
         try:
             cutoff = datetime.fromisoformat(text)
         except ValueError:
-            raise fail(
-                f"--older-than {text!r} is neither a duration (a number followed by s, m, h, d or w: "
-                f"30d, 12h) nor an ISO 8601 timestamp (2026-01-31 or 2026-01-31T12:00:00+00:00)"
+            raise SystemExit(
+                f"{refused} is neither a duration (a number followed by s, m, h, d or w: 30d, 12h) "
+                "nor an ISO 8601 timestamp (2026-01-31 or 2026-01-31T12:00:00+00:00)"
             ) from not_a_duration
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=UTC)
     if cutoff > now:
-        raise fail(
-            f"--older-than {text!r} is in the future ({cutoff.isoformat()}): it would remove every key; "
+        raise SystemExit(
+            f"{refused} is in the future ({cutoff.isoformat()}): it would remove every key; "
             "give a time in the past"
         )
     return cutoff

@@ -1,11 +1,9 @@
 """
-The command groups this distribution adds to the `airflow` CLI, returned by the provider's CLI hook
-(``"cli"`` in ``provider_info``): ``airflow state`` and ``airflow state-db``, the downgrade path
-`airflow db downgrade` does not offer external managers.
+``airflow state`` and ``airflow state-db`` (the downgrade `airflow db downgrade` does not offer
+external managers), the provider's CLI hook (``"cli"`` in ``provider_info``).
 
 Airflow imports this module during provider discovery, while it is still initialising: it imports
-only ``airflow.cli.cli_config``. The commands themselves are imported only when run
-(``lazy_load_command``), so ``airflow --help`` loads neither them nor the ORM they use.
+only ``airflow.cli.cli_config``, and the commands are loaded when run (``lazy_load_command``).
 """
 
 from __future__ import annotations
@@ -52,8 +50,6 @@ def _flag(*flags: str, help: str) -> Arg:
     return Arg(flags, help=help, action="store_true")
 
 
-# --- which state: a task instance, or an asset ----------------------------------------------------
-
 ARG_DAG_ID = Arg(("--dag-id",), help="Task state: the DAG of the task instance", metavar="DAG_ID")
 ARG_RUN_ID = Arg(("--run-id",), help="Task state: the run of the task instance", metavar="RUN_ID")
 ARG_TASK_ID = Arg(("--task-id",), help="Task state: the task of the task instance", metavar="TASK_ID")
@@ -67,8 +63,6 @@ ARG_ASSET_NAME = Arg(("--asset-name",), help="Asset state: the asset's name", me
 ARG_ASSET_URI = Arg(("--asset-uri",), help="Asset state: the asset's URI", metavar="URI")
 ARG_ASSET_ID = _number("--asset-id", "Asset state: the asset's id", 1, metavar="ID")
 SCOPE_ARGS = (ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_ASSET_NAME, ARG_ASSET_URI, ARG_ASSET_ID)
-
-# --- what --------------------------------------------------------------------------------------
 
 ARG_KEY = Arg(("key",), help="The state key", metavar="KEY")
 ARG_VALUE = Arg(
@@ -108,8 +102,6 @@ ARG_ALL_MAP_INDICES = _flag(
     "--all-map-indices", help="Clear the state of every map index of the task, not of one task instance"
 )
 
-# --- export and import ----------------------------------------------------------------------------
-
 ARG_EXPORT_FILE = Arg(("--file",), help="Write to this file instead of stdout ('-': stdout)", metavar="PATH")
 ARG_EXPORT_DAG_ID = Arg(("--dag-id",), help="Only the task state of this DAG's runs", metavar="DAG_ID")
 ARG_EXPORT_RUN_ID = Arg(("--run-id",), help="Only the task state of runs with this run id", metavar="RUN_ID")
@@ -133,8 +125,6 @@ ARG_ACTION_ON_EXISTING_KEY = Arg(
     choices=("overwrite", "fail", "skip"),
     default="overwrite",
 )
-
-# --- clean ------------------------------------------------------------------------------------------
 
 ARG_CLEAN_DRY_RUN = _flag("--dry-run", help="Count the keys that would be removed; remove nothing")
 ARG_BATCH_SIZE = _number(
@@ -187,8 +177,7 @@ STATE_COMMANDS = (
         "Store a value under a key",
         (ARG_KEY, ARG_VALUE, *SCOPE_ARGS, ARG_TTL, ARG_IF_VERSION, ARG_VERBOSE),
         "Store VALUE (JSON, not null, at most \\[state] max_value_bytes) under KEY, replacing any "
-        "value there, and print the key's new version. With --if-version N only if nobody wrote it "
-        "since version N (0: only if it is not set). "
+        "value there, and print the key's new version. "
         "Example: airflow state set job_id '\"app_001\"' --dag-id d --run-id r --task-id t --ttl 7d",
     ),
     _command(
@@ -286,15 +275,13 @@ STATE_DB_GROUP = GroupCommand(
     name="state-db",
     help="Manage the task and asset state tables",
     subcommands=(
-        ActionCommand(
-            name="downgrade",
-            help="Downgrade the task and asset state tables",
-            description=(
-                "Downgrade the schema of the task_state and asset_state tables. "
-                "`--to-revision base` drops both tables and every stored value."
-            ),
-            func=lazy_load_command("airflow.state.cli.commands.downgrade"),
-            args=(ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
+        _command(
+            "downgrade",
+            "commands.downgrade",
+            "Downgrade the task and asset state tables",
+            (ARG_TO_REVISION, ARG_FROM_REVISION, ARG_SHOW_SQL_ONLY, ARG_YES),
+            "Downgrade the schema of the task_state and asset_state tables. "
+            "`--to-revision base` drops both tables and every stored value.",
         ),
     ),
 )

@@ -1,7 +1,6 @@
 """
-How `airflow state` commands run, fail and ask: one line on stderr and exit status 1, never a
-traceback, for what the operator got wrong (``SystemExit(message)``, as Airflow's own commands
-fail); a y/n question unless ``-y``.
+How `airflow state` commands run, fail and ask: what the operator got wrong is one line on stderr
+and exit status 1 (``SystemExit(message)``, as Airflow's own commands fail), never a traceback.
 """
 
 from __future__ import annotations
@@ -22,15 +21,9 @@ from airflow_shared.state import BaseStateBackend, StateCapabilityError, StateCo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Errors every command turns into a one-line exit with their message: a missing dag run, task
-#: instance, asset or key; an unusable backend (``StateError``); a conditional write that lost (the
-#: message names the stored version); a backend asked for what it cannot do (the message says what).
+#: Errors every command turns into a one-line exit: their messages say what the operator needs (a
+#: missing dag run or key, an unusable backend, the stored version, what the backend cannot do).
 OPERATOR_ERRORS = (NotFound, StateError, StateConflictError, StateCapabilityError)
-
-
-def fail(message: str) -> SystemExit:
-    """The error to raise for a refusal: ``raise fail("...")``."""
-    return SystemExit(message)
 
 
 @contextmanager
@@ -38,21 +31,17 @@ def refusing(
     what: str | None = None, errors: tuple[type[Exception], ...] = (ValueError, TypeError)
 ) -> Iterator[None]:
     """
-    Turn *errors* into a one-line exit, prefixed by *what* when given. By default the errors of the
-    shared validators and the codec: only around checks of the operator's input, since elsewhere
-    those errors are bugs and keep their traceback.
+    Turn *errors* into a one-line exit, prefixed by *what*. Only around checks of the operator's
+    input: elsewhere ValueError and TypeError are bugs and keep their traceback.
     """
     try:
         yield
     except errors as error:
-        raise fail(f"{what}: {error}" if what else str(error)) from None
+        raise SystemExit(f"{what}: {error}" if what else str(error)) from None
 
 
 def command(*, writes: bool) -> Callable[[F], F]:
-    """
-    Wrap a command as Airflow wraps its own: a write command with action logging, a read command
-    with no log lines in its output; either exits in one line on :data:`OPERATOR_ERRORS`.
-    """
+    """Wrap a command as Airflow wraps its own: writes are action-logged, reads print no log lines."""
 
     def wrap(function: F) -> F:
         @functools.wraps(function)
@@ -74,9 +63,8 @@ def configured_backend() -> BaseStateBackend:
 
 def confirmed(question: str, *, yes: bool, cancelled: str) -> bool:
     """
-    True when ``-y`` was given or the operator answers yes; otherwise says "Cancelled, *cancelled*."
-    No answer at all (stdin closed, as in a script that forgot ``-y``) is a no, not an endless
-    prompt or a traceback.
+    True with ``-y`` or a yes; otherwise says "Cancelled, *cancelled*." No answer at all (stdin
+    closed, as in a script that forgot ``-y``) is a no, not an endless prompt or a traceback.
     """
     if yes:
         return True

@@ -1,7 +1,6 @@
 """
-``airflow state export``: every stored key, as JSON lines (:mod:`.formats`), from the configured
-backend. Dag runs and each scope's entries are read a page at a time, so memory stays bounded. The
-export is not a snapshot: a task writing meanwhile may or may not be in it.
+``airflow state export``. Dag runs and each scope's entries are read a page at a time, so memory
+stays bounded. The export is not a snapshot: a task writing meanwhile may or may not be in it.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from airflow.state import manage
-from airflow.state.airflow_db.lookups import dag_runs
-from airflow.state.cli.errors import command, configured_backend, fail
+from airflow.state.airflow_db.lookups import dag_runs, matching_assets
+from airflow.state.cli.errors import command, configured_backend
 from airflow.state.cli.formats import count, dump_row, export_row
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, TaskScope
@@ -48,15 +47,15 @@ def _keys_of(written: list[int], holder: str) -> str:
 def _kinds(args: Namespace) -> tuple[bool, bool]:
     """Whether task state and asset state are exported: filters of only one kind export only that kind."""
     if args.tasks_only and args.assets_only:
-        raise fail("give --tasks-only or --assets-only, not both")
+        raise SystemExit("give --tasks-only or --assets-only, not both")
     task_filter = [flag for flag, value in (("--dag-id", args.dag_id), ("--run-id", args.run_id)) if value]
     asset_filter = [
         flag for flag, value in (("--asset-name", args.asset_name), ("--asset-uri", args.asset_uri)) if value
     ]
     if args.tasks_only and asset_filter:
-        raise fail(f"--tasks-only exports no asset state; leave out {', '.join(asset_filter)}")
+        raise SystemExit(f"--tasks-only exports no asset state; leave out {', '.join(asset_filter)}")
     if args.assets_only and task_filter:
-        raise fail(f"--assets-only exports no task state; leave out {', '.join(task_filter)}")
+        raise SystemExit(f"--assets-only exports no task state; leave out {', '.join(task_filter)}")
     with_tasks = not args.assets_only and (bool(task_filter) or not asset_filter)
     with_assets = not args.tasks_only and (bool(asset_filter) or not task_filter)
     return with_tasks, with_assets
@@ -64,10 +63,7 @@ def _kinds(args: Namespace) -> tuple[bool, bool]:
 
 @contextmanager
 def _destination(path: str | None) -> Iterator[TextIO]:
-    """
-    stdout, or *path* written through a temporary file beside it and renamed at the end, so that
-    a failed export never leaves a half file where a whole one is expected.
-    """
+    """stdout, or *path* through a file beside it renamed at the end: a failed export leaves no half file."""
     if path is None:
         yield sys.stdout
         return
@@ -77,7 +73,7 @@ def _destination(path: str | None) -> Iterator[TextIO]:
             yield out
         os.replace(partial, path)
     except OSError as error:
-        raise fail(f"cannot write {path}: {error.strerror}") from None
+        raise SystemExit(f"cannot write {path}: {error.strerror}") from None
     finally:
         if os.path.exists(partial):
             os.remove(partial)
@@ -103,8 +99,7 @@ def _task_scopes_with_state(args: Namespace) -> Iterator[TaskScope]:
                 holding = manage.task_instances_with_state(run_dag_id, run_run_id, session)
             except manage.NotFound:
                 continue  # deleted since it was listed: its state went with it
-        for ti in holding:
-            yield ti.scope
+        yield from (ti.scope for ti in holding)
 
 
 def _assets_with_state(args: Namespace) -> list[manage.AssetInfo]:
@@ -112,7 +107,7 @@ def _assets_with_state(args: Namespace) -> list[manage.AssetInfo]:
     with create_session() as session:
         named = None
         if args.asset_name is not None or args.asset_uri is not None:
-            matching = manage.matching_assets(session, name=args.asset_name, uri=args.asset_uri)
+            matching = matching_assets(session, name=args.asset_name, uri=args.asset_uri)
             named = {asset.asset_id for asset in matching}
         holding = manage.assets_with_state(session)
     return [asset for asset, _ in holding if named is None or asset.asset_id in named]

@@ -1,17 +1,9 @@
 """
-Entries as JSON objects and in the ``-o/--output`` formats of Airflow's CLI.
-
-The lines of ``airflow state export`` and ``import`` are one object per stored key, with the fields
-``airflow state export --help`` lists. Assets are named by name and URI: ids differ between
-deployments. ``updated_at`` is the source's, for the reader. There is no format version field: files
-exported before expiry existed lack ``expires_at`` and ``updated_by`` and still import (never
-expiring, no known writer). Every field but ``scope``, the key, the value and what names the scope
-may be null or left out, and so may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``.
-
-``get`` and ``list`` show the same objects, with the key's version. ``AirflowConsole.print_as``
-turns every scalar into a string (``3`` becomes ``"3"``), so json and yaml go through its
-``print_as_json``/``print_as_yaml`` with the values as they are; table and plain get each value as
-JSON text, which tells ``"3"`` from ``3`` and shows dicts as JSON, not as a Python repr.
+Entries as JSON objects: the lines of ``airflow state export``/``import`` (one per key, with the
+fields ``export --help`` lists) and the rows of ``get``/``list`` (the same, with the key's version).
+There is no format version field: files exported before expiry existed lack ``expires_at`` and
+``updated_by`` and still import. Every field but ``scope``, the key, the value and what names the
+scope may be null or left out, and so may ``map_index`` (-1) and one of ``asset_name``/``asset_uri``.
 """
 
 from __future__ import annotations
@@ -30,9 +22,6 @@ from airflow_shared.state import StateWriter, TaskScope, WriterKind, validate_ke
 
 T = TypeVar("T")
 
-TASK = "task"
-ASSET = "asset"
-
 #: What names a task instance in a task row; with ``try_number``, a task writer in ``updated_by``.
 TASK_FIELDS = ("dag_id", "run_id", "task_id", "map_index")
 WRITER_TASK_FIELDS = (*TASK_FIELDS, "try_number")
@@ -40,8 +29,8 @@ WRITER_TASK_FIELDS = (*TASK_FIELDS, "try_number")
 # updated_by_try is accepted on asset rows when null: a file may give every row the same fields.
 _COMMON_FIELDS = {"scope", "key", "value", "updated_at", "updated_by_try", "expires_at"}
 _FIELDS = {
-    TASK: _COMMON_FIELDS | set(TASK_FIELDS),
-    ASSET: _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"},
+    "task": _COMMON_FIELDS | set(TASK_FIELDS),
+    "asset": _COMMON_FIELDS | {"asset_name", "asset_uri", "updated_by"},
 }
 
 
@@ -58,14 +47,14 @@ def writer_fields(writer: StateWriter | None) -> dict[str, Any] | None:
     return {"kind": writer.kind.value, **{name: getattr(writer, name) for name in fields}}
 
 
-def entry_fields(entry: Entry, *, task: bool) -> dict[str, Any]:
-    """The key, value, when it was written and expires, and who wrote it: the try or the writer."""
-    fields = {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": entry.updated_at_text,
-        "expires_at": entry.expires_at_text,
-    }
+def entry_fields(entry: Entry, *, task: bool, version: bool = False) -> dict[str, Any]:
+    """The key, value, (version,) when it was written and expires, and who wrote it: try or writer."""
+    fields = {"key": entry.key, "value": entry.value}
+    if version:
+        fields["version"] = entry.version
+    for name in ("updated_at", "expires_at"):
+        moment = getattr(entry, name)
+        fields[name] = None if moment is None else moment.isoformat()
     if task:
         fields["updated_by_try"] = entry.updated_by_try
     else:
@@ -76,24 +65,18 @@ def entry_fields(entry: Entry, *, task: bool) -> dict[str, Any]:
 def export_row(owner: TaskScope | AssetInfo, entry: Entry) -> dict[str, Any]:
     """One row of an export file: where the key is, then the entry."""
     if isinstance(owner, TaskScope):
-        where = {"scope": TASK, **{name: getattr(owner, name) for name in TASK_FIELDS}}
+        where = {"scope": "task", **{name: getattr(owner, name) for name in TASK_FIELDS}}
     else:
-        where = {"scope": ASSET, "asset_name": owner.name, "asset_uri": owner.uri}
+        where = {"scope": "asset", "asset_name": owner.name, "asset_uri": owner.uri}
     return {**where, **entry_fields(entry, task=isinstance(owner, TaskScope))}
 
 
 def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> None:
     """Print *entries* as ``airflow ... -o output`` prints its rows: a list, even of one."""
-    # The version third: key, value, version, then the rest as export files have it.
-    rows: Any = [
-        {
-            "key": entry.key,
-            "value": entry.value,
-            "version": entry.version,
-            **entry_fields(entry, task=with_try),
-        }
-        for entry in entries
-    ]
+    rows: Any = [entry_fields(entry, task=with_try, version=True) for entry in entries]
+    # AirflowConsole.print_as turns every scalar into a string (3 becomes "3"): json and yaml go
+    # through print_as_json/print_as_yaml with the values as they are, table and plain get each
+    # value as JSON text, which tells "3" from 3 and shows dicts as JSON rather than a Python repr.
     if output in ("json", "yaml"):
         console = AirflowConsole()
         (console.print_as_json if output == "json" else console.print_as_yaml)(rows)
@@ -101,7 +84,7 @@ def print_entries(entries: Sequence[Entry], output: str, *, with_try: bool) -> N
     for row, entry in zip(rows, entries, strict=True):
         row["value"] = json.dumps(entry.value, ensure_ascii=False)
         if not with_try:
-            row["updated_by"] = entry.writer  # as text: "cli", "dag/run/task try 2"
+            row["updated_by"] = entry.updated_by and str(entry.updated_by)  # "cli", "dag/run/task try 2"
     # Keys and values are data: rich must not read "[red]" as markup or ":smile:" as an emoji.
     AirflowConsole(markup=False, emoji=False, highlight=False).print_as(rows, output)
 
@@ -112,14 +95,10 @@ _LINE_BREAKING = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029"
 
 def dump_row(row: dict[str, Any]) -> str:
     """
-    One line of the file. Non-ASCII stays as it is (the file is UTF-8): readable, and exact. The
-    few characters other readers take for line breaks are escaped, so every reader sees one row per
-    line; they can only occur inside strings, where the escape means the same character.
+    One line of the file, non-ASCII as it is (the file is UTF-8). What other readers take for line
+    breaks is escaped: it can only occur inside strings, where the escape means the same character.
     """
     return json.dumps(row, ensure_ascii=False, allow_nan=False).translate(_LINE_BREAKING)
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 
 class RowError(ValueError):
@@ -156,7 +135,7 @@ def parse_row(text: str) -> ImportRow:
     kind = row.get("scope")
     if kind not in _FIELDS:
         raise RowError(f'"scope" must be "task" or "asset", not {kind!r}')
-    target = _task_target(row) if kind == TASK else _asset_target(row)
+    target = _task_target(row) if kind == "task" else _asset_target(row)
     _refuse_unknown(row, _FIELDS[kind], f"{kind} state")
     _checked(row, "key", validate_key)
     # The codec's checks, the target's [state] max_value_bytes included.
@@ -171,9 +150,12 @@ def parse_row(text: str) -> ImportRow:
     return ImportRow(target, row["key"], value_text, writer, expires_at)
 
 
-def _integer_between(number: object, low: int, high: int) -> bool:
-    # bool is an int subclass, and true is never a map index or a try number.
-    return isinstance(number, int) and not isinstance(number, bool) and low <= number <= high
+def _integer(row: dict[str, Any], name: str, low: int, what: str) -> int | None:
+    number = row.get(name)
+    # type(), not isinstance: bool is an int subclass, and true is never a map index or a try number.
+    if number is None or (type(number) is int and low <= number <= LARGEST_INTEGER):
+        return number
+    raise RowError(f'"{name}" must be {what}, got {number!r}')
 
 
 def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> Any:
@@ -185,12 +167,8 @@ def _text_field(row: dict[str, Any], name: str, *, required: bool = True) -> Any
 
 def _task_target(row: dict[str, Any]) -> TaskScope:
     dag_id, run_id, task_id = (_text_field(row, name) for name in ("dag_id", "run_id", "task_id"))
-    map_index = -1 if row.get("map_index") is None else row["map_index"]
-    if not _integer_between(map_index, -1, LARGEST_INTEGER):
-        raise RowError(
-            f'"map_index" must be -1 (not mapped) or an index from 0 to {LARGEST_INTEGER}, got {map_index!r}'
-        )
-    return TaskScope(dag_id, run_id, task_id, map_index)
+    map_index = _integer(row, "map_index", -1, f"-1 (not mapped) or an index from 0 to {LARGEST_INTEGER}")
+    return TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
 
 
 def _asset_target(row: dict[str, Any]) -> AssetTarget:
@@ -225,39 +203,32 @@ def _timestamp(row: dict[str, Any], name: str, null: str) -> datetime | None:
 
 
 def _task_writer(row: dict[str, Any], target: TaskScope) -> StateWriter | None:
-    try_number = row.get("updated_by_try")
+    try_number = _integer(row, "updated_by_try", 0, f"a try number (0 to {LARGEST_INTEGER}) or null")
     if try_number is None:
         return None
-    if not _integer_between(try_number, 0, LARGEST_INTEGER):
-        raise RowError(
-            f'"updated_by_try" must be a try number (0 to {LARGEST_INTEGER}) or null, got {try_number!r}'
-        )
     return StateWriter.task_try(target.dag_id, target.run_id, target.task_id, target.map_index, try_number)
 
 
 def _asset_writer(row: dict[str, Any]) -> StateWriter | None:
+    """The writer ``updated_by`` names (the inverse of :func:`writer_fields`), ``None`` for null."""
     if row.get("updated_by_try") is not None:
         raise RowError('asset state records no try: "updated_by_try" must be null or left out')
+    fields = row.get("updated_by")
     try:
-        return _writer(row.get("updated_by"))
+        if fields is None:
+            return None
+        if not isinstance(fields, dict):
+            raise RowError(f'must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
+        kinds = [kind.value for kind in WriterKind]
+        kind = fields.get("kind")
+        if kind not in kinds:
+            raise RowError(f'"kind" must be one of {", ".join(kinds)}, not {kind!r}')
+        task = kind == WriterKind.TASK
+        _refuse_unknown(fields, {"kind", *WRITER_TASK_FIELDS} if task else {"kind"}, f"a {kind} writer")
+        values = {name: fields.get(name) for name in WRITER_TASK_FIELDS}
+        if task:
+            values["map_index"] = fields.get("map_index", -1)
+        # StateWriter checks its own fields: what import refuses is what every backend refuses.
+        return StateWriter(WriterKind(kind), **values)
     except (ValueError, TypeError) as error:  # RowError, or what StateWriter refuses
         raise RowError(f'"updated_by": {error}') from None
-
-
-def _writer(fields: object) -> StateWriter | None:
-    """The writer a JSON object names (the inverse of :func:`writer_fields`), ``None`` for null."""
-    if fields is None:
-        return None
-    if not isinstance(fields, dict):
-        raise RowError(f'must be an object such as {{"kind": "cli"}} or null, not {fields!r}')
-    kinds = [kind.value for kind in WriterKind]
-    kind = fields.get("kind")
-    if kind not in kinds:
-        raise RowError(f'"kind" must be one of {", ".join(kinds)}, not {kind!r}')
-    task = kind == WriterKind.TASK
-    _refuse_unknown(fields, {"kind", *WRITER_TASK_FIELDS} if task else {"kind"}, f"a {kind} writer")
-    values = {name: fields.get(name) for name in WRITER_TASK_FIELDS}
-    if task:
-        values["map_index"] = fields.get("map_index", -1)
-    # StateWriter checks its own fields: what import refuses is what every backend refuses.
-    return StateWriter(WriterKind(kind), **values)

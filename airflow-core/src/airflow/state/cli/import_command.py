@@ -1,9 +1,6 @@
 """
-``airflow state import``: the rows of an export (:mod:`.formats`) into the configured
-backend, as its help says: every row checked first, one refused row and nothing is written.
-
-The file is read twice (check, then write) rather than held in memory; stdin is spooled to a
-temporary file for that.
+``airflow state import``, as its help says. The file is read twice (check, then write) rather than
+held in memory; stdin is spooled to a temporary file for that.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from typing import IO
 
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
-from airflow.state.cli.errors import command, configured_backend, confirmed, fail
+from airflow.state.cli.errors import command, configured_backend, confirmed
 from airflow.state.cli.formats import AssetTarget, RowError, count, parse_row
 from airflow.state.cli.scope_options import NamedScope, asset, task_instance
 from airflow.state.configured_backend import unwrap_state_backend
@@ -32,7 +29,6 @@ from sqlalchemy.orm import Session
 #: Refusals listed before "... and N more": enough to see the pattern, not a flood.
 SHOWN_REFUSALS = 50
 
-FAIL, SKIP = "fail", "skip"
 #: What happens to a valid row: written, written over a key that exists, skipped because its key
 #: exists (``-a skip``), or skipped because it had expired by the time of the check.
 WRITE, OVERWRITE, EXISTS, EXPIRED = "write", "overwrite", "exists", "expired"
@@ -76,7 +72,7 @@ def import_state(args: Namespace) -> None:
                 print(f"... and {len(plan.refusals) - SHOWN_REFUSALS} more", file=sys.stderr)
             rows = count(len(plan.refusals) + len(plan.rows), "row")
             dry_run = " (dry run)" if args.dry_run else ""
-            raise fail(f"refused {len(plan.refusals)} of {rows}; nothing was imported{dry_run}")
+            raise SystemExit(f"refused {len(plan.refusals)} of {rows}; nothing was imported{dry_run}")
         if args.dry_run:
             _report_dry_run(plan)
             return
@@ -97,7 +93,7 @@ def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
         return True
     existing = f"{count(overwrites, 'key')} already {'exists' if overwrites == 1 else 'exist'}"
     if args.file == "-":
-        raise fail(
+        raise SystemExit(
             f"{existing}; the rows come from stdin, so there is no one to ask: "
             "pass -y to overwrite them, or -a skip or -a fail"
         )
@@ -119,31 +115,23 @@ def _report_dry_run(plan: Plan) -> None:
     )
 
 
-# --- reading the file -------------------------------------------------------------------------
-
-
 @contextmanager
 def _spooled(path: str) -> Iterator[IO[bytes]]:
     """The file at *path*, or stdin (``-``) spooled to a temporary file, to be read twice."""
     try:
         file = tempfile.TemporaryFile() if path == "-" else open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as error:
-        raise fail(f"cannot read {path}: {error.strerror}") from None
+        raise SystemExit(f"cannot read {path}: {error.strerror}") from None
     with file:
         if path == "-":
-            stdin = getattr(sys.stdin, "buffer", None)
-            if stdin is not None:
-                shutil.copyfileobj(stdin, file)
-            else:  # a text stream without bytes under it (tests replace sys.stdin)
-                file.write(sys.stdin.read().encode("utf-8"))
+            shutil.copyfileobj(sys.stdin.buffer, file)
         yield file
 
 
 def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
     """
     *file* from the start: ``(line number, text)``, the text ``None`` for a line that is not UTF-8.
-    Lines are split on ``\\n`` only (JSON escapes it inside strings), so a hand-made file with a raw
-    U+2028 in a string still reads as one row per line.
+    Split on ``\\n`` only (JSON escapes it in strings): a raw U+2028 in a string is no line break.
     """
     file.seek(0)
     for number, raw in enumerate(file, start=1):
@@ -154,14 +142,8 @@ def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
             yield number, None
 
 
-# --- checking every row -----------------------------------------------------------------------
-
-
 def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
-    """
-    Check every row in order, remembering the scope of each task instance or asset named (or why
-    there is none) and the first line of each key, to refuse it twice.
-    """
+    """Check every row in order, remembering what each target resolved to and each key's first line."""
     plan = Plan()
     resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
     first_line_of: dict[tuple[StateScope, str], int] = {}
@@ -175,9 +157,17 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
             row = parse_row(text)
         except RowError as error:
             return str(error)
-        if row.target not in resolved:
-            resolved[row.target] = _resolve(row.target, session)
-        found = resolved[row.target]
+        target = row.target
+        if target not in resolved:
+            try:
+                resolved[target] = (
+                    task_instance(target.dag_id, target.run_id, target.task_id, target.map_index, session)
+                    if isinstance(target, TaskScope)
+                    else asset(session, name=target.name, uri=target.uri)
+                )
+            except manage.NotFound as missing:
+                resolved[target] = missing.message
+        found = resolved[target]
         if isinstance(found, str):
             return found
         earlier = first_line_of.setdefault((found.scope, row.key), number)
@@ -197,10 +187,10 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
                 )
         if backend.get(found.scope, row.key) is None:
             plan.rows.append(planned(WRITE))
-        elif action == FAIL:
+        elif action == "fail":
             return f"key {row.key!r} of {found.description} already exists (-a fail)"
         else:
-            plan.rows.append(planned(EXISTS if action == SKIP else OVERWRITE))
+            plan.rows.append(planned(EXISTS if action == "skip" else OVERWRITE))
         return None
 
     with create_session() as session:
@@ -210,19 +200,6 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
             if problem:
                 plan.refusals.append(f"line {number}: {problem}")
     return plan
-
-
-def _resolve(target: TaskScope | AssetTarget, session: Session) -> NamedScope | str:
-    """The scope here of what a row names, with its description; or what is missing, as text."""
-    try:
-        if isinstance(target, TaskScope):
-            return task_instance(target.dag_id, target.run_id, target.task_id, target.map_index, session)
-        return asset(session, name=target.name, uri=target.uri)
-    except manage.NotFound as missing:
-        return missing.message
-
-
-# --- writing ----------------------------------------------------------------------------------
 
 
 def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned]) -> None:
@@ -257,4 +234,4 @@ def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned]) ->
         )
         # The first line only: a database error goes on with the statement and its parameters.
         reason = (str(error).splitlines() or [""])[0]
-        raise fail(f"line {number}: writing failed: {type(error).__name__}: {reason}; {kept}") from None
+        raise SystemExit(f"line {number}: writing failed: {type(error).__name__}: {reason}; {kept}") from None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.state import manage
-from airflow.state.cli.errors import configured_backend, fail, refusing
+from airflow.state.cli.errors import configured_backend, refusing
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, StateScope
 
@@ -46,10 +46,7 @@ def asset(session: Session, **named: Any) -> NamedScope:
 
 
 def named_scope(args: Namespace, *, all_map_indices: bool = False) -> NamedScope:
-    """
-    The scope the options of *args* name. Exactly one kind must be named, completely; with
-    *all_map_indices* (``clear --all-map-indices``) the task scope stands for every map index.
-    """
+    """The scope *args* name, exactly one kind, completely; with *all_map_indices*, every map index."""
     configured_backend()  # a misconfigured [state] backend is reported before anything else
     task_given = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is not None]
     # --map-index defaults to None (not -1) so that giving it beside an asset option is noticed.
@@ -57,22 +54,22 @@ def named_scope(args: Namespace, *, all_map_indices: bool = False) -> NamedScope
         task_given.append("--map-index")
     asset_given = [flag for name, flag in ASSET_OPTIONS.items() if getattr(args, name) is not None]
     if task_given and asset_given:
-        raise fail(
+        raise SystemExit(
             f"give either a task instance or an asset, not both ({', '.join(task_given + asset_given)}); "
             "see `airflow state --help`"
         )
     if asset_given and all_map_indices:
-        raise fail("--all-map-indices is for task state; an asset has no map indices")
+        raise SystemExit("--all-map-indices is for task state; an asset has no map indices")
     if not asset_given and not task_given:
-        raise fail(
+        raise SystemExit(
             "name the state: --dag-id, --run-id and --task-id (and --map-index for a mapped task) "
             "for a task instance's, or --asset-name, --asset-uri or --asset-id for an asset's"
         )
     missing = [flag for name, flag in TASK_OPTIONS.items() if getattr(args, name) is None]
     if task_given and missing:
-        raise fail(f"task state needs --dag-id, --run-id and --task-id; missing {', '.join(missing)}")
+        raise SystemExit(f"task state needs --dag-id, --run-id and --task-id; missing {', '.join(missing)}")
     if all_map_indices and args.map_index is not None:
-        raise fail("--all-map-indices clears every map index of the task; leave out --map-index")
+        raise SystemExit("--all-map-indices clears every map index of the task; leave out --map-index")
     with create_session() as session:
         if asset_given:
             return asset(session, asset_id=args.asset_id, name=args.asset_name, uri=args.asset_uri)

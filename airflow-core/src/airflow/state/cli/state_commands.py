@@ -1,7 +1,6 @@
 """
 ``airflow state get|set|increment|delete|list|clear``: one scope's state on the configured backend,
-in this process (like ``airflow variables``, the CLI has the metadata database at hand). Writes are
-the CLI's (``CLI_WRITER``): task state records no try, asset state records ``cli`` as its writer.
+in this process (like ``airflow variables``, the CLI has the metadata database at hand).
 """
 
 from __future__ import annotations
@@ -9,12 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from argparse import Namespace
-from typing import Any
 
 from airflow.state import codec, expiry, manage
 from airflow.state.cli.errors import command, configured_backend, confirmed, refusing
 from airflow.state.cli.formats import count, print_entries
-from airflow.state.cli.scope_options import NamedScope, named_scope
+from airflow.state.cli.scope_options import named_scope
 from airflow.utils.session import create_session
 from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
 
@@ -48,9 +46,15 @@ def list_entries(args: Namespace) -> None:
 @command(writes=True)
 def set_value(args: Namespace) -> None:
     key = _checked_key(args.key)
-    with refusing("invalid value"):
-        # null, NaN, too large: refused before any lookup
-        text = codec.encode(_json_value(args.value))
+    try:
+        value = json.loads(args.value)
+    except json.JSONDecodeError as error:
+        raise SystemExit(
+            "invalid value: the value must be JSON (a string needs quotes: '\"text\"'): "
+            f"{error.msg} at position {error.pos}"
+        ) from None
+    with refusing("invalid value"):  # null, NaN, too large: refused before any lookup
+        text = codec.encode(value)
     ttl = _checked_ttl(args.ttl)
     named = named_scope(args)
     with refusing():  # the value was checked above: what is left is the ttl against the backend
@@ -78,15 +82,6 @@ def _checked_ttl(text: str | None) -> expiry.Ttl:
         return None if text is None else expiry.parse_ttl(text)
 
 
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"the value must be JSON (a string needs quotes: '\"text\"'): {error.msg} at position {error.pos}"
-        ) from None
-
-
 @command(writes=True)
 def delete(args: Namespace) -> None:
     key = _checked_key(args.key)
@@ -103,7 +98,13 @@ def delete(args: Namespace) -> None:
 @command(writes=True)
 def clear(args: Namespace) -> None:
     named = named_scope(args, all_map_indices=args.all_map_indices)
-    keys = _keys_to_clear(named, all_map_indices=args.all_map_indices)
+    scope = named.scope
+    if args.all_map_indices and isinstance(scope, TaskScope):
+        with create_session() as session:
+            holding = manage.task_instances_with_state(scope.dag_id, scope.run_id, session)
+        keys = sum(ti.key_count for ti in holding if ti.scope.task_id == scope.task_id)
+    else:
+        keys = configured_backend().key_counts([scope])[0]
     if not keys:
         print(f"Nothing to clear: no state stored for {named.description}")
         return
@@ -112,13 +113,3 @@ def clear(args: Namespace) -> None:
         return
     manage.clear(named.scope, all_map_indices=args.all_map_indices)
     print(f"Cleared {count(keys, 'key')} of {named.description}")
-
-
-def _keys_to_clear(named: NamedScope, *, all_map_indices: bool) -> int:
-    """How many keys the clear deletes, for the question and the report."""
-    scope = named.scope
-    if all_map_indices and isinstance(scope, TaskScope):
-        with create_session() as session:
-            holding = manage.task_instances_with_state(scope.dag_id, scope.run_id, session)
-        return sum(ti.key_count for ti in holding if ti.scope.task_id == scope.task_id)
-    return configured_backend().key_counts([scope])[0]
