@@ -81,7 +81,7 @@ def wait_until_running(deployment) -> dict:
 def run(args, ti: dict, credential: str) -> None:
     from airflow.state import codec
     from airflow.state.metastore import MetastoreStateBackend
-    from airflow.state.protocol import task_value_path, task_values_path
+    from airflow.state.protocol import TASK_VALUE_PATH, TASK_VALUES_PATH
     from airflow.state.worker import client as state_client
     from airflow_shared.state import TaskScope
 
@@ -92,7 +92,7 @@ def run(args, ti: dict, credential: str) -> None:
     state_client._credentials[(os.getpid(), client.ti_id)] = state_client._Credential(
         credential, renew_at=float("inf"), expires_at=float("inf")
     )
-    value_path = task_value_path(client.ti_id)
+    value_path = TASK_VALUE_PATH.format(task_instance_id=client.ti_id)
     backend = MetastoreStateBackend()
     scope = TaskScope(ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"])
     keys = [f"key_{i % 100}" for i in range(args.ops)]
@@ -123,7 +123,8 @@ def run(args, ti: dict, credential: str) -> None:
         api, direct = by_side["api"], by_side["backend"]
         print(f"{op:<5}{api:>12.0f}{direct:>16.0f}{api / direct:>13.2f}")
 
-    checkpoints(args, client, backend, scope, value_path, task_values_path(client.ti_id))
+    values_path = TASK_VALUES_PATH.format(task_instance_id=client.ti_id)
+    checkpoints(args, client, backend, scope, value_path, values_path)
 
 
 def checkpoints(args, client, backend, scope, value_path: str, values_path: str) -> None:

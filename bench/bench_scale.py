@@ -487,7 +487,7 @@ class Scale:
 
     def measure_api(self) -> dict[str, float]:
         from airflow.state import codec
-        from airflow.state.protocol import task_value_path
+        from airflow.state.protocol import TASK_VALUE_PATH
         from airflow.state.worker import client as state_client
         from airflow_shared.state import TaskScope
 
@@ -497,7 +497,7 @@ class Scale:
         state_client._credentials[(os.getpid(), client.ti_id)] = state_client._Credential(
             self.credential, renew_at=float("inf"), expires_at=float("inf")
         )
-        path = task_value_path(client.ti_id)
+        path = TASK_VALUE_PATH.format(task_instance_id=client.ti_id)
         scope = TaskScope(ti["dag_id"], ti["run_id"], ti["task_id"], ti["map_index"])
         for k in range(KEYS):
             self.backend.set(scope, f"key_{k}", codec.encode(k))

@@ -105,11 +105,3 @@ class Reason(StrEnum):
     NOT_RUNNING = "not_running"
     DATABASE_UNAVAILABLE = "database_unavailable"
     MISCONFIGURED = "misconfigured"
-
-
-def task_value_path(task_instance_id: str) -> str:
-    return TASK_VALUE_PATH.format(task_instance_id=task_instance_id)
-
-
-def task_values_path(task_instance_id: str) -> str:
-    return TASK_VALUES_PATH.format(task_instance_id=task_instance_id)
