@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
+from airflow.state.exceptions import StateConfigurationError
 from airflow.state.manage import NotFound
 from airflow.state.protocol import Reason
-from airflow_shared.state import StateConflictError
+from airflow_shared.state import StateCapabilityError, StateConflictError
 from fastapi import HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 
 
 def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | None = None) -> HTTPException:
@@ -102,12 +104,12 @@ def _answer(code: int, reason: Reason, message: str, **more: Any) -> JSONRespons
     return JSONResponse(jsonable_encoder(body), status_code=code, headers=headers)
 
 
-# The app's exception handlers (see airflow.state.api.app.create_app): any route, the operator
-# API's included, lets these errors propagate.
+# The app's exception handlers (see EXCEPTION_HANDLERS): any route, the operator API's included,
+# lets these errors propagate.
 
 
 async def not_found(request: Request, error: Exception) -> JSONResponse:
-    """What an operator named (a dag run, task instance, asset or key) does not exist: 404 with its reason."""
+    """What an operator named (a dag run, task instance, asset or key) does not exist."""
     assert isinstance(error, NotFound)
     return _answer(status.HTTP_404_NOT_FOUND, error.reason, error.message)
 
@@ -138,25 +140,26 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
 
 
 async def misconfigured(request: Request, error: Exception) -> JSONResponse:
-    """
-    A deployment problem on the API server (no key to sign credentials with, an invalid option):
-    503 ``misconfigured``, which clients do not retry, with the message that says what to set.
-    """
+    """A deployment problem on the API server, which clients do not retry: the message says what to set."""
     return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}")
 
 
 async def version_conflict(request: Request, error: Exception) -> JSONResponse:
-    """
-    A conditional write (``if_version``) found another version stored: 409 ``version_conflict``,
-    with the stored version (0: absent) so the caller can tell what happened without a second read.
-    """
+    """A lost ``if_version`` write, with the version stored (0: absent): no second read needed."""
     assert isinstance(error, StateConflictError)
     return _answer(status.HTTP_409_CONFLICT, Reason.VERSION_CONFLICT, str(error), stored_version=error.stored)
 
 
 async def unsupported(request: Request, error: Exception) -> JSONResponse:
-    """
-    The configured backend lacks what the request needs (versions, expiry, increments): 501
-    ``unsupported``, with the backend's message that names the capability.
-    """
+    """The configured backend lacks what the request needs; its message names the capability."""
     return _answer(status.HTTP_501_NOT_IMPLEMENTED, Reason.UNSUPPORTED, str(error))
+
+
+EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
+    RequestValidationError: validation_error,
+    DBAPIError: database_unavailable,
+    StateConfigurationError: misconfigured,
+    NotFound: not_found,
+    StateConflictError: version_conflict,
+    StateCapabilityError: unsupported,
+}

@@ -119,7 +119,7 @@ def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
 
 @cache
 def _proof_row() -> Select[Any]:
-    """The task instance check's row (see _task_instance_row), and the task instance's rendered fields."""
+    """_task_instance_row, and the task instance's rendered fields."""
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -202,14 +202,9 @@ def check_task_instance(
     claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None, succeeded: bool = False
 ) -> TaskScope:
     """
-    Refuse unless the credential's task instance is still at the credential's try (every try has a
-    task instance id of its own, so a credential of an earlier try names an id that is gone), and,
-    for writes, running: a try that has ended, or a zombie, must not overwrite state. With
-    *succeeded*, the try must have succeeded instead (only the clear-on-success route asks this).
-
-    Return the task instance's scope, with the identity of this incarnation of its dag run (a run
-    deleted and created again under the same run_id gets a new one, so it starts empty). A read
-    trusts a check made in the last ``READ_CHECK_SECONDS``.
+    The credential's task instance's scope (see _scope_of), refused unless it is still at the
+    credential's try (each try has a task instance id of its own) and, for writes, running: an ended
+    try or a zombie must not overwrite state. With *succeeded*, the try must have succeeded instead.
     """
     if path_ti_id is not None and path_ti_id != claims.ti_id:
         raise forbidden(
@@ -245,7 +240,7 @@ def check_task_instance(
 
 
 def _scope_of(row: Any) -> TaskScope:
-    """The scope of a _task_instance_row, with the identity of this incarnation of its dag run."""
+    """A _task_instance_row's scope: a run deleted and created again under its run_id starts empty."""
     dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
     return TaskScope(
         dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
@@ -259,10 +254,7 @@ def _remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
 
 
 def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> int:
-    """
-    The id of the asset named by *name*/*uri*, if the task declares it: as an inlet or outlet to
-    read its state, as an outlet to write or clear it.
-    """
+    """The asset named by *name*/*uri*, declared by the task as an outlet (or, to read, an inlet)."""
     if not name and not uri:
         raise unprocessable(Reason.INVALID_REQUEST, "give the asset's name or uri")
 
@@ -296,22 +288,19 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
     task = f"task {claims.dag_id}.{claims.task_id}"
     if is_outlet or (is_inlet and not write):
         return asset_id
-    if is_inlet:
-        raise forbidden(
-            f"{task} declares asset {described} as an inlet only: it may read the asset's state, and "
-            "writing it needs the asset in the task's outlets",
-            Reason.ASSET_NOT_DECLARED,
-        )
-    raise forbidden(
-        f"{task} does not declare asset {described} as an inlet or outlet", Reason.ASSET_NOT_DECLARED
+    how = (
+        "declares asset {} as an inlet only: it may read the asset's state, and writing it needs the "
+        "asset in the task's outlets"
+        if is_inlet
+        else "does not declare asset {} as an inlet or outlet"
     )
+    raise forbidden(f"{task} {how.format(described)}", Reason.ASSET_NOT_DECLARED)
 
 
 class IssuedCredentialHeaders:
     """
-    ASGI middleware: the answer to a request authenticated by a proof carries the credential it
-    earned, whatever the route answers (a missing key's 404 included: a task's first call is often
-    the read of a job id it has not stored yet).
+    ASGI middleware: the answer to a proof's request carries the credential it earned, whatever the
+    route answers (a 404 too: a task's first call is often the read of a job id it has not stored yet).
     """
 
     def __init__(self, app: Any) -> None:
