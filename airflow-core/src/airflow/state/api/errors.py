@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -11,7 +11,7 @@ from airflow.state.exceptions import StateConfigurationError
 from airflow.state.manage import NotFound
 from airflow.state.protocol import Reason
 from airflow_shared.state import StateCapabilityError, StateConflictError
-from fastapi import HTTPException, Request, status
+from fastapi import HTTPException, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -155,7 +155,7 @@ async def unsupported(request: Request, error: Exception) -> JSONResponse:
     return _answer(status.HTTP_501_NOT_IMPLEMENTED, Reason.UNSUPPORTED, str(error))
 
 
-EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
+EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
     RequestValidationError: validation_error,
     DBAPIError: database_unavailable,
     StateConfigurationError: misconfigured,
