@@ -1,13 +1,7 @@
 """
 What the routes of both HTTP surfaces (the task API and the operators' ``/api/v1``) read from a
-request, with one set of rules: the key, ``if_version``, paging, and the JSON bodies of a write and
-of an increment with their ``ttl``.
-
-A key is never part of the path (see :mod:`airflow.state.protocol`): it is the ``key`` query
-parameter, read strictly from the raw query string. A body is read only after the caller is
-authenticated (each route declares its access dependency first), is refused past its size limit
-before it is parsed, and may hold no field it does not know; a value is encoded once, by the codec
-that stores it.
+request, by one set of rules: the ``key`` query parameter (never the path), ``if_version``, paging,
+and the JSON bodies of writes and increments, read only once the caller is authenticated.
 """
 
 from __future__ import annotations
@@ -66,15 +60,10 @@ def _key_prefix(
 KeyPrefix = Annotated[str | None, Depends(_key_prefix)]
 
 
-# --- the key: one `key` query parameter, valid UTF-8, a valid state key -------------------
-
-
 def _raw_query_values(query_string: bytes, name: str) -> list[str]:
     """
-    Every value of *name* in a raw query string, percent-decoded as strict UTF-8.
-
-    Starlette's own parsing replaces invalid UTF-8 with U+FFFD, which would store a key the caller
-    never wrote; here it raises ``UnicodeDecodeError`` instead.
+    Every value of *name* in a raw query string, percent-decoded as strict UTF-8 (``UnicodeDecodeError``):
+    Starlette's own parsing replaces invalid UTF-8 with U+FFFD, which would store a key never written.
     """
     wanted = name.encode()
     found = []
@@ -103,9 +92,6 @@ async def _valid_key(  # async: no thread pool hop (see security.credential_clai
 
 
 Key = Annotated[str, Depends(_valid_key)]
-
-
-# --- bodies: never read past the size limit, no unknown field ------------------------------------
 
 
 async def body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
@@ -141,9 +127,8 @@ async def json_object(
     empty_is: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """
-    The request body: a JSON object of *fields* only (an unknown field is refused, not ignored),
-    of at most *limit* bytes (default: one value and its envelope; *explanation* says which limit).
-    A body that is not such an object is refused with *reason*; an empty one is *empty_is* if given.
+    The body: a JSON object of *fields* only (else refused with *reason*), of at most *limit* bytes
+    (default: one value and its envelope); an empty one is *empty_is* if given.
     """
     body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
     if empty_is is not None and not body.strip():
@@ -163,10 +148,7 @@ LONGEST_TTL_SECONDS = int(expiry.LONGEST_TTL.total_seconds())
 
 
 def body_ttl(document: dict[str, Any], shape: str) -> expiry.Ttl:
-    """
-    A write body's ``ttl``: a number of seconds (more than 0, at most a century) or ``"never"``;
-    absent: ``None``, the default (:func:`airflow.state.expiry.expires_at_for` applies it).
-    """
+    """A write body's ``ttl``: seconds (more than 0, at most a century), ``"never"``, or None (default)."""
     if TTL_FIELD not in document:
         return None
     ttl = document[TTL_FIELD]

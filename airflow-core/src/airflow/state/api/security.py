@@ -137,24 +137,16 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     its rendered fields hold that proof (only the supervisor of its try can put it there).
     """
     try:
-        uuid = UUID(ti_id)
+        UUID(ti_id)
     except ValueError:
         raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
     if not 32 <= len(verifier) <= 256:
         raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
-    # One statement on the state engine, as every credential check.
-    rows = execute(_proof_row(), {"ti_id": uuid}).rows
-    if not rows:
-        raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
-    *checked, rendered = rows[0]
+    *checked, rendered = _row(_proof_row(), ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = checked[:6]
-    if state != TaskInstanceState.RUNNING:
-        # A process left behind by a finished try keeps what it holds (a credential lives its ten
-        # minutes), but gets nothing new.
-        raise forbidden(
-            f"task instance {ti_id} is {state}: only a running try may obtain a credential",
-            Reason.NOT_RUNNING,
-        )
+    # A process left behind by a finished try keeps what it holds (a credential lives its ten
+    # minutes), but gets nothing new.
+    _refuse_unless_running(ti_id, state, "obtain a credential")
     if isinstance(rendered, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
         rendered = json.loads(rendered)
     found = rendered.get(PROOF_FIELD) if isinstance(rendered, dict) else None
@@ -214,29 +206,38 @@ def check_task_instance(
         recent = _recently_checked.get(claims)
         if recent is not None and time.monotonic() < recent[0]:
             return recent[1]
-    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
-    rows = execute(_task_instance_row(), {"ti_id": UUID(claims.ti_id)}).rows
-    if not rows:
-        raise forbidden(
-            f"task instance {claims.ti_id} does not exist: its try has ended and a newer one started, "
-            "or its dag run was deleted"
-        )
-    dag_id, run_id, task_id, map_index, state, try_number = rows[0][:6]
+    row = _row(_task_instance_row(), claims.ti_id)
+    dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
-    if write and state != TaskInstanceState.RUNNING:
-        raise forbidden(
-            f"task instance {claims.ti_id} is {state}: only a running try may write its state",
-            Reason.NOT_RUNNING,
-        )
+    if write:
+        _refuse_unless_running(claims.ti_id, state, "write its state")
     if succeeded and state != TaskInstanceState.SUCCESS:
         raise forbidden(
             f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
             "clear its state this way (a running task clears it with task_state.clear())"
         )
-    scope = _scope_of(rows[0])
+    scope = _scope_of(row)
     _remember_check(claims, scope)
     return scope
+
+
+def _row(query: Select[Any], ti_id: str) -> Any:
+    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
+    rows = execute(query, {"ti_id": UUID(ti_id)}).rows
+    if not rows:
+        raise forbidden(
+            f"task instance {ti_id} does not exist: its try has ended and a newer one started, "
+            "or its dag run was deleted"
+        )
+    return rows[0]
+
+
+def _refuse_unless_running(ti_id: str, state: str | None, doing: str) -> None:
+    if state != TaskInstanceState.RUNNING:
+        raise forbidden(
+            f"task instance {ti_id} is {state}: only a running try may {doing}", Reason.NOT_RUNNING
+        )
 
 
 def _scope_of(row: Any) -> TaskScope:
