@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from airflow.state import codec, config, expiry
 from airflow.state.api.datamodels import KEYS_BODY, VALUES_BODY, StateValuesResponse, StateVersionsResponse
-from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, unprocessable
+from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
 from airflow.state.api.params import body_ttl, json_object
 from airflow.state.api.routes import ASSET, TASK, Scoped, ScopeKind, writer_of
 from airflow.state.api.security import Claims
@@ -38,14 +38,10 @@ async def _batch(request: Request, fields: frozenset[str], shape: str, reason: R
 
 
 def _valid_keys(keys: list[str] | dict[str, Any]) -> list[str]:
-    try:
+    with refused_as(Reason.INVALID_REQUEST):
         validate_batch_size(len(keys), "a batch")
-    except ValueError as error:
-        raise unprocessable(Reason.INVALID_REQUEST, error) from None
-    try:
+    with refused_as(Reason.INVALID_KEY):
         return validate_many_keys(keys)
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_KEY, error) from None
 
 
 async def _keys_body(request: Request) -> list[str]:
@@ -72,10 +68,8 @@ async def _values_body(request: Request) -> _ValuesBody:
     _valid_keys(values)
     texts = {}
     for key, value in values.items():
-        try:
+        with refused_as(Reason.INVALID_VALUE, f"the value of key {key!r:.60}: "):
             texts[key] = codec.encode(value)
-        except (TypeError, ValueError) as error:
-            raise unprocessable(Reason.INVALID_VALUE, f"the value of key {key!r:.60}: {error}") from None
     return _ValuesBody(texts, body_ttl(document, _VALUES_SHAPE))
 
 

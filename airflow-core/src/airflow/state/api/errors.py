@@ -31,15 +31,12 @@ def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
 
 
 @contextmanager
-def refusing_backend_errors() -> Iterator[None]:
-    """
-    A write the backend refuses after validation passed (a stored value an increment cannot add to,
-    a sum beyond 64 bits): 422 ``invalid_value``, nothing written.
-    """
+def refused_as(reason: Reason, context: str = "") -> Iterator[None]:
+    """A ``TypeError`` or ``ValueError`` raised within answers 422 *reason*, its message after *context*."""
     try:
         yield
     except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_VALUE, error) from None
+        raise unprocessable(reason, f"{context}{error}") from None
 
 
 # The route responses each error documents in the OpenAPI schema.

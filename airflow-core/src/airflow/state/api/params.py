@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from airflow.state import codec, expiry
-from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.api.errors import refusal, refused_as, unprocessable
 from airflow.state.protocol import IF_VERSION_PARAMETER, KEY_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
 from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request, status
@@ -78,16 +78,12 @@ async def _valid_key(  # async: no thread pool hop (see security.credential_clai
     request: Request,
     key: Annotated[str, Query(description="The state key: any text of 1 to 512 characters, without NUL")],
 ) -> str:
-    try:
+    with refused_as(Reason.INVALID_KEY, "state key is not valid UTF-8: "):  # UnicodeDecodeError
         keys = _raw_query_values(request.scope["query_string"], KEY_PARAMETER)
-    except UnicodeDecodeError as error:
-        raise unprocessable(Reason.INVALID_KEY, f"state key is not valid UTF-8: {error}") from None
     if len(keys) != 1:
         raise unprocessable(Reason.INVALID_KEY, f"give the key parameter once, not {len(keys)} times")
-    try:
+    with refused_as(Reason.INVALID_KEY):
         validate_key(keys[0])
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_KEY, error) from None
     return keys[0]
 
 
@@ -188,10 +184,8 @@ async def _write_body(request: Request) -> WriteBody:
         raise unprocessable(
             Reason.INVALID_VALUE, f"request body must be {_VALUE_SHAPE}: no value; to remove a key, DELETE it"
         )
-    try:
+    with refused_as(Reason.INVALID_VALUE):
         text = codec.encode(document["value"])
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_VALUE, error) from None
     return WriteBody(text, body_ttl(document, _VALUE_SHAPE))
 
 
@@ -201,10 +195,8 @@ async def _increment_body(request: Request) -> IncrementBody:
         request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE, Reason.INVALID_REQUEST, empty_is={}
     )
     by = document.get("by", 1)
-    try:
+    with refused_as(Reason.INVALID_REQUEST):
         validate_increment(by)
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_REQUEST, error) from None
     return IncrementBody(by, body_ttl(document, _INCREMENT_SHAPE))
 
 

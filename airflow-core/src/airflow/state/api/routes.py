@@ -25,7 +25,7 @@ from airflow.state.api.errors import (
     DOCUMENTED,
     UNSUPPORTED_DOCUMENTED,
     refusal,
-    refusing_backend_errors,
+    refused_as,
 )
 from airflow.state.api.params import IfVersion, Key, NewIncrement, NewWrite
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
@@ -196,7 +196,7 @@ def _state_routes(kind: ScopeKind) -> None:
     def increment_state(
         scoped: Scope, claims: Claims, key: Key, body: NewIncrement
     ) -> StateIncrementResponse:
-        with refusing_backend_errors():  # not an integer stored, or the sum leaves 64 bits
+        with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
             added = manage.increment(scoped(True), key, body.by, ttl=body.ttl, writer=writer_of(claims))
         return StateIncrementResponse(key=key, value=added.value)
 
