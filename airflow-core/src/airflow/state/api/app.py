@@ -49,12 +49,7 @@ def create_app() -> FastAPI:
 
 
 class LazyStateApp:
-    """
-    An ASGI app that builds the FastAPI app on its first request.
-
-    Airflow imports plugins in every process, task processes included; they should not pay for
-    building routes and schemas they never serve.
-    """
+    """An ASGI app that builds the FastAPI app on its first request: task processes never pay for it."""
 
     def __init__(self) -> None:
         self._app: FastAPI | None = None

@@ -1,11 +1,7 @@
 """
-What the state API signs, and only the state API: the credentials a task process holds once it has
-proven which task instance it runs.
-
-They are JWTs signed with HS256 by a key from :mod:`airflow.state.api.signing_keys`, with an
-audience of their own, so no other token signed with a related key passes for one. The server caps
-their lifetime whatever they claim: a credential whose ``exp`` is further than its lifetime from its
-``iat``, or whose ``iat`` is older than that, is refused even though its signature is good.
+The credentials a task process holds once it has proven which task instance it runs: HS256 JWTs
+with an audience of their own (no token signed with a related key passes for one), whose lifetime
+the server caps whatever their ``exp`` and ``iat`` claim.
 """
 
 from __future__ import annotations

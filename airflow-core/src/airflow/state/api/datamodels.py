@@ -40,7 +40,6 @@ WRITE_BODY = _body(
     },
     ("value",),
 )
-# An empty body adds 1 with the default ttl.
 INCREMENT_BODY = _body(
     "StateIncrementBody",
     {
@@ -102,20 +101,15 @@ class StateIncrementResponse(BaseModel):
 
 
 class StateValuesResponse(BaseModel):
-    # The keys asked for that hold a value; the others are left out.
     values: dict[str, JsonValue]
 
 
 class StateVersionsResponse(BaseModel):
-    # Each key written and its new version; None from a backend without versions.
     versions: dict[str, int | None]
 
 
 class StateKeysResponse(BaseModel):
     keys: list[str]
-
-
-# --- the operators' REST API (/api/v1) ----------------------------------------------------------
 
 
 class _Expires(BaseModel):  # first among the bases: its field comes last

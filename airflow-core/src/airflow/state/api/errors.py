@@ -26,6 +26,10 @@ def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | N
     return HTTPException(code, {"reason": reason.value, "message": message}, headers)
 
 
+def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
+    return refusal(status.HTTP_403_FORBIDDEN, reason, message)
+
+
 def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
     return refusal(status.HTTP_422_UNPROCESSABLE_ENTITY, reason, str(error))
 
@@ -39,56 +43,55 @@ def refused_as(reason: Reason, context: str = "") -> Iterator[None]:
         raise unprocessable(reason, f"{context}{error}") from None
 
 
-# The route responses each error documents in the OpenAPI schema.
-_INVALID_OR_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
-}
-DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing, invalid or expired credential (reason `invalid_token`)"},
-    403: {
-        "description": "The credential's task instance may not do this "
-        "(`forbidden`, `not_running`, `asset_not_declared`)"
-    },
-    413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
-    **_INVALID_OR_UNAVAILABLE,
-}
+def documented(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of routes that can answer these codes, for the OpenAPI schema."""
+    return {code: {"description": text} for code, text in descriptions.items()}
 
+
+_INVALID_OR_UNAVAILABLE = {
+    422: "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)",
+    503: "Metadata database unreachable, or server misconfigured; retry later",
+}
+DOCUMENTED = documented(
+    {
+        401: "Missing, invalid or expired credential (reason `invalid_token`)",
+        403: "The credential's task instance may not do this "
+        "(`forbidden`, `not_running`, `asset_not_declared`)",
+        413: "Request body larger than the value limit allows (`body_too_large`)",
+        **_INVALID_OR_UNAVAILABLE,
+    }
+)
 # What a versioned write (`if_version`) or an operation the configured backend lacks answers: merge
 # into the `responses=` of the routes that can give them (the task routes and the operator API's).
-CONFLICT_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    409: {
-        "description": "The key is not at the version `if_version` names (`version_conflict`); "
+CONFLICT_DOCUMENTED = documented(
+    {
+        409: "The key is not at the version `if_version` names (`version_conflict`); "
         "`detail.stored_version` is the version stored now (0: absent). Read it again and retry"
-    },
-}
-UNSUPPORTED_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    501: {
-        "description": "The configured state backend does not support this (`unsupported`): versions, "
-        "expiry (`ttl`) or increments"
-    },
-}
-
-
-# The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
-OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "No Airflow token, or an expired one (reason `unauthenticated`)"},
-    403: {"description": "Invalid token, or the user lacks the permission the message names (`forbidden`)"},
-    404: {
-        "description": "No such dag run, task instance, asset or key (`dag_run_not_found`, "
-        "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
-    },
-    **_INVALID_OR_UNAVAILABLE,
-}
-
-
-# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
-_NOT_JSON: dict[int | str, dict[str, Any]] = {
-    415: {
-        "description": "Sent with the UI's cookie but without `Content-Type: application/json`, empty "
-        "bodies included (`invalid_request`): pages of other origins can send such requests"
     }
-}
+)
+UNSUPPORTED_DOCUMENTED = documented(
+    {
+        501: "The configured state backend does not support this (`unsupported`): versions, expiry "
+        "(`ttl`) or increments"
+    }
+)
+# The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
+OPERATOR_DOCUMENTED = documented(
+    {
+        401: "No Airflow token, or an expired one (reason `unauthenticated`)",
+        403: "Invalid token, or the user lacks the permission the message names (`forbidden`)",
+        404: "No such dag run, task instance, asset or key (`dag_run_not_found`, "
+        "`task_instance_not_found`, `asset_not_found`, `key_not_found`)",
+        **_INVALID_OR_UNAVAILABLE,
+    }
+)
+# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
+_NOT_JSON = documented(
+    {
+        415: "Sent with the UI's cookie but without `Content-Type: application/json`, empty bodies "
+        "included (`invalid_request`): pages of other origins can send such requests"
+    }
+)
 # What the operator API's write routes document beside OPERATOR_DOCUMENTED.
 WRITE_DOCUMENTED = {**CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED, **_NOT_JSON}
 INCREMENT_DOCUMENTED = {**UNSUPPORTED_DOCUMENTED, **_NOT_JSON}

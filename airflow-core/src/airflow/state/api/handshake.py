@@ -5,11 +5,9 @@ rendered fields (README, "The handshake"; the proof is checked in :mod:`airflow.
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow.state.api.credentials import TaskInstanceClaims, credential_answer
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
-from airflow.state.api.errors import refusal
+from airflow.state.api.errors import documented, refusal
 from airflow.state.api.request_checks import SmallBodyRoute
 from airflow.state.api.security import Claims, check_task_instance, claims_for_proof
 from airflow.state.api.signing_keys import signing_key
@@ -19,15 +17,15 @@ from fastapi import APIRouter, status
 # Every route here answers anyone: its body is bounded before it is read.
 router = APIRouter(tags=["Handshake"], route_class=SmallBodyRoute)
 
-_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Invalid or expired credential (`invalid_token`)"},
-    403: {
-        "description": "No such task instance (`forbidden`), a try that is not running (`not_running`), "
-        "or no proof (`proof_not_found`)"
-    },
-    413: {"description": "A body over 4 KiB (`body_too_large`)"},
-    503: {"description": "The server cannot sign credentials (`misconfigured`); retry later"},
-}
+_DOCUMENTED = documented(
+    {
+        401: "Invalid or expired credential (`invalid_token`)",
+        403: "No such task instance (`forbidden`), a try that is not running (`not_running`), or no "
+        "proof (`proof_not_found`)",
+        413: "A body over 4 KiB (`body_too_large`)",
+        503: "The server cannot sign credentials (`misconfigured`); retry later",
+    }
+)
 
 
 def _credential(claims: TaskInstanceClaims) -> CredentialResponse:

@@ -27,7 +27,7 @@ from airflow.state.api.credentials import (
     issue_credential,
     verify_credential_until,
 )
-from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.api.errors import forbidden, refusal, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.protocol import (
     CREDENTIAL_EXPIRES_HEADER,
@@ -111,10 +111,6 @@ def unauthorized(message: str) -> HTTPException:
 
 
 Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
-
-
-def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
-    return refusal(status.HTTP_403_FORBIDDEN, reason, message)
 
 
 @cache
@@ -286,7 +282,6 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
             f"no asset with {described}" if not matches else f"{described} names several assets",
         )
     ((asset_id, is_inlet, is_outlet),) = matches
-    task = f"task {claims.dag_id}.{claims.task_id}"
     if is_outlet or (is_inlet and not write):
         return asset_id
     how = (
@@ -295,7 +290,9 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
         if is_inlet
         else "does not declare asset {} as an inlet or outlet"
     )
-    raise forbidden(f"{task} {how.format(described)}", Reason.ASSET_NOT_DECLARED)
+    raise forbidden(
+        f"task {claims.dag_id}.{claims.task_id} {how.format(described)}", Reason.ASSET_NOT_DECLARED
+    )
 
 
 class IssuedCredentialHeaders:
@@ -308,10 +305,6 @@ class IssuedCredentialHeaders:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
         async def with_credential(message: dict[str, Any]) -> None:
             issued = scope.get("state", {}).get(ISSUED_CREDENTIAL)
             if message["type"] == "http.response.start" and issued:

@@ -28,7 +28,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_dag,
 )
 from airflow.models.dag import DagModel
-from airflow.state.api.errors import refusal
+from airflow.state.api.errors import forbidden, refusal
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
@@ -53,10 +53,6 @@ def _unauthenticated(airflow_detail: Any) -> HTTPException:
     )
 
 
-def _forbidden(message: str) -> HTTPException:
-    return refusal(status.HTTP_403_FORBIDDEN, Reason.FORBIDDEN, message)
-
-
 async def operator_user(
     request: Request,
     oauth_token: Annotated[str | None, Depends(oauth2_scheme)],
@@ -69,7 +65,7 @@ async def operator_user(
         if error.status_code == status.HTTP_401_UNAUTHORIZED:
             raise _unauthenticated(error.detail) from None
         if error.status_code == status.HTTP_403_FORBIDDEN:
-            raise _forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
+            raise forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
         raise
 
 
@@ -84,7 +80,7 @@ def _access(airflow_check: Any, refused: Callable[[dict[str, Any]], str]) -> Any
             airflow_check(request, user)
         except HTTPException as error:
             if error.status_code == status.HTTP_403_FORBIDDEN:
-                raise _forbidden(refused(request.path_params)) from None
+                raise forbidden(refused(request.path_params)) from None
             raise
 
     return Depends(check)
