@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from airflow.state import config
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 log = logging.getLogger(__name__)
 
@@ -16,26 +16,13 @@ def create_app() -> FastAPI:
     # Imported here, not at the top: plugin.py imports this module in every process, task processes
     # included (for LazyStateApp), and only an API server serving its first request needs the routes.
     from airflow.state.api.batch_routes import router as batch_router
-    from airflow.state.api.errors import (
-        database_unavailable,
-        misconfigured,
-        not_found,
-        unsupported,
-        validation_error,
-        version_conflict,
-    )
+    from airflow.state.api.errors import EXCEPTION_HANDLERS
     from airflow.state.api.handshake import router as handshake_router
     from airflow.state.api.operator.routes import router as operator_router
     from airflow.state.api.request_checks import json_declared, plain_path_parameters
     from airflow.state.api.routes import router
     from airflow.state.api.security import IssuedCredentialHeaders
     from airflow.state.api.ui.static import router as ui_router
-    from airflow.state.exceptions import StateConfigurationError
-    from airflow.state.manage import NotFound
-    from airflow_shared.state import StateCapabilityError, StateConflictError
-    from fastapi import Depends
-    from fastapi.exceptions import RequestValidationError
-    from sqlalchemy.exc import DBAPIError
 
     app = FastAPI(
         title="Airflow task state API",
@@ -48,35 +35,21 @@ def create_app() -> FastAPI:
         version="1",
         # Before every route's own dependencies, Airflow's access checks included.
         dependencies=[Depends(plain_path_parameters), Depends(json_declared)],
+        exception_handlers=EXCEPTION_HANDLERS,
     )
     if config.retired_api_secret_is_set():
         log.warning(
             "[state] api_secret is set but no longer used: task processes now prove their identity "
             "through Airflow's Execution API. Remove it from every worker and API server."
         )
-    app.include_router(handshake_router)
-    app.include_router(router)
-    app.include_router(batch_router)
-    app.include_router(operator_router)
-    app.include_router(ui_router)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(DBAPIError, database_unavailable)
-    app.add_exception_handler(StateConfigurationError, misconfigured)
-    app.add_exception_handler(NotFound, not_found)
-    # A versioned write that lost (409) and a capability the backend lacks (501), from any route.
-    app.add_exception_handler(StateConflictError, version_conflict)
-    app.add_exception_handler(StateCapabilityError, unsupported)
+    for included in (handshake_router, router, batch_router, operator_router, ui_router):
+        app.include_router(included)
     app.add_middleware(IssuedCredentialHeaders)
     return app
 
 
 class LazyStateApp:
-    """
-    An ASGI app that builds the FastAPI app on its first request.
-
-    Airflow imports plugins in every process, task processes included; they should not pay for
-    building routes and schemas they never serve.
-    """
+    """An ASGI app that builds the FastAPI app on its first request: task processes never pay for it."""
 
     def __init__(self) -> None:
         self._app: FastAPI | None = None

@@ -15,13 +15,13 @@ from typing import Annotated, Any
 
 from airflow.state import codec, config, expiry
 from airflow.state.api.datamodels import KEYS_BODY, VALUES_BODY, StateValuesResponse, StateVersionsResponse
-from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, unprocessable
+from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
 from airflow.state.api.params import body_ttl, json_object
 from airflow.state.api.routes import ASSET, TASK, Scoped, ScopeKind, writer_of
 from airflow.state.api.security import Claims
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.protocol import TTL_FIELD, Reason
-from airflow_shared.state import validate_batch_size, validate_key, validate_many_keys
+from airflow_shared.state import validate_batch_size, validate_many_keys
 from fastapi import APIRouter, Depends, Request
 
 router = APIRouter()
@@ -37,23 +37,19 @@ async def _batch(request: Request, fields: frozenset[str], shape: str, reason: R
     )
 
 
+def _valid_keys(keys: list[str] | dict[str, Any]) -> list[str]:
+    with refused_as(Reason.INVALID_REQUEST):
+        validate_batch_size(len(keys), "a batch")
+    with refused_as(Reason.INVALID_KEY):
+        return validate_many_keys(keys)
+
+
 async def _keys_body(request: Request) -> list[str]:
     document = await _batch(request, frozenset({"keys"}), _KEYS_SHAPE, Reason.INVALID_REQUEST)
     keys = document.get("keys")
     if not isinstance(keys, list):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_KEYS_SHAPE}")
-    _checked_size(len(keys))
-    try:
-        return validate_many_keys(keys)
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_KEY, error) from None
-
-
-def _checked_size(count: int) -> None:
-    try:
-        validate_batch_size(count, "a batch")
-    except ValueError as error:
-        raise unprocessable(Reason.INVALID_REQUEST, error) from None
+    return _valid_keys(keys)
 
 
 @dataclass(frozen=True)
@@ -69,17 +65,11 @@ async def _values_body(request: Request) -> _ValuesBody:
     values = document.get("values")
     if not isinstance(values, dict):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_VALUES_SHAPE}")
-    _checked_size(len(values))
+    _valid_keys(values)
     texts = {}
     for key, value in values.items():
-        try:
-            validate_key(key)
-        except ValueError as error:
-            raise unprocessable(Reason.INVALID_KEY, error) from None
-        try:
+        with refused_as(Reason.INVALID_VALUE, f"the value of key {key!r:.60}: "):
             texts[key] = codec.encode(value)
-        except (TypeError, ValueError) as error:
-            raise unprocessable(Reason.INVALID_VALUE, f"the value of key {key!r:.60}: {error}") from None
     return _ValuesBody(texts, body_ttl(document, _VALUES_SHAPE))
 
 

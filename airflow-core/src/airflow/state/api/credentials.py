@@ -1,11 +1,7 @@
 """
-What the state API signs, and only the state API: the credentials a task process holds once it has
-proven which task instance it runs.
-
-They are JWTs signed with HS256 by a key from :mod:`airflow.state.api.signing_keys`, with an
-audience of their own, so no other token signed with a related key passes for one. The server caps
-their lifetime whatever they claim: a credential whose ``exp`` is further than its lifetime from its
-``iat``, or whose ``iat`` is older than that, is refused even though its signature is good.
+The credentials a task process holds once it has proven which task instance it runs: HS256 JWTs
+with an audience of their own (no token signed with a related key passes for one), whose lifetime
+the server caps whatever their ``exp`` and ``iat`` claim.
 """
 
 from __future__ import annotations
@@ -40,22 +36,15 @@ class TaskInstanceClaims:
 
 
 def grant_in_process(ti: Any) -> dict[str, Any]:
-    """
-    A credential for *ti*, under ``dag.test()``, where the state API runs in the task's own process:
-    signed with a key only this process holds, so no proof is exchanged.
-    """
-    claims = TaskInstanceClaims(
-        str(ti.id),
-        ti.dag_id,
-        ti.run_id,
-        ti.task_id,
-        -1 if ti.map_index is None else ti.map_index,
-        ti.try_number,
-    )
-    return {
-        "credential": issue_credential(claims, use_process_key()),
-        "expires_in": CREDENTIAL_LIFETIME_SECONDS,
-    }
+    """A credential for *ti* under ``dag.test()``, signed with a key only this process holds: no proof."""
+    map_index = -1 if ti.map_index is None else ti.map_index
+    claims = TaskInstanceClaims(str(ti.id), ti.dag_id, ti.run_id, ti.task_id, map_index, ti.try_number)
+    return credential_answer(claims, use_process_key())
+
+
+def credential_answer(claims: TaskInstanceClaims, key: bytes) -> dict[str, Any]:
+    """The body that hands a task process its credential (see datamodels.CredentialResponse)."""
+    return {"credential": issue_credential(claims, key), "expires_in": CREDENTIAL_LIFETIME_SECONDS}
 
 
 def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None = None) -> str:
@@ -64,32 +53,11 @@ def issue_credential(claims: TaskInstanceClaims, key: bytes, now: float | None =
     return jwt.encode({**payload, "exp": issued + CREDENTIAL_LIFETIME_SECONDS}, key, algorithm=ALGORITHM)
 
 
-def verify_credential_until(
-    token: str, keys: Sequence[bytes], now: float | None = None
-) -> tuple[TaskInstanceClaims, float]:
+def verify_credential_until(token: str, keys: Sequence[bytes]) -> tuple[TaskInstanceClaims, float]:
     """
     The claims of a valid credential and the time (``time.time()``) until which it is valid;
     ``jwt.InvalidTokenError`` otherwise.
     """
-    payload = _verified_payload(token, keys, time.time() if now is None else now)
-    try:
-        claims = TaskInstanceClaims(
-            ti_id=str(payload["ti_id"]),
-            dag_id=str(payload["dag_id"]),
-            run_id=str(payload["run_id"]),
-            task_id=str(payload["task_id"]),
-            map_index=int(payload["map_index"]),
-            try_number=int(payload["try_number"]),
-        )
-    except (KeyError, TypeError, ValueError) as error:
-        raise jwt.InvalidTokenError(f"credential does not name a task instance: {error}") from None
-    if payload.get("sub") != claims.ti_id:
-        raise jwt.InvalidTokenError("credential's subject is not its task instance")
-    valid_until = min(payload["exp"], payload["iat"] + CREDENTIAL_LIFETIME_SECONDS) + CLOCK_LEEWAY_SECONDS
-    return claims, valid_until
-
-
-def _verified_payload(token: str, keys: Sequence[bytes], now: float) -> dict:
     lifetime = CREDENTIAL_LIFETIME_SECONDS
     payload = None
     for key in keys:
@@ -113,8 +81,22 @@ def _verified_payload(token: str, keys: Sequence[bytes], now: float) -> dict:
         raise jwt.InvalidTokenError("iat and exp must be numbers")
     if expires - issued > lifetime:
         raise jwt.InvalidTokenError(f"lives longer than the {lifetime} s the server allows")
-    if issued > now + CLOCK_LEEWAY_SECONDS:
+    if issued > time.time() + CLOCK_LEEWAY_SECONDS:
         raise jwt.ImmatureSignatureError("issued in the future")
-    if now > min(expires, issued + lifetime) + CLOCK_LEEWAY_SECONDS:
+    valid_until = min(expires, issued + lifetime) + CLOCK_LEEWAY_SECONDS
+    if time.time() > valid_until:
         raise jwt.ExpiredSignatureError("expired")
-    return payload
+    try:
+        claims = TaskInstanceClaims(
+            ti_id=str(payload["ti_id"]),
+            dag_id=str(payload["dag_id"]),
+            run_id=str(payload["run_id"]),
+            task_id=str(payload["task_id"]),
+            map_index=int(payload["map_index"]),
+            try_number=int(payload["try_number"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise jwt.InvalidTokenError(f"credential does not name a task instance: {error}") from None
+    if payload.get("sub") != claims.ti_id:
+        raise jwt.InvalidTokenError("credential's subject is not its task instance")
+    return claims, valid_until

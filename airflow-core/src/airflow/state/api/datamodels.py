@@ -40,7 +40,6 @@ WRITE_BODY = _body(
     },
     ("value",),
 )
-# An empty body adds 1 with the default ttl.
 INCREMENT_BODY = _body(
     "StateIncrementBody",
     {
@@ -72,14 +71,17 @@ VALUES_BODY = _body(
 )
 
 
+_VERSION = (
+    "The key's version (1 when created, one more on every write); null when the backend keeps no versions"
+)
+
+
 class StateValueResponse(BaseModel):
     key: str
     value: JsonValue
-    # The key's version (1 when created, one more on every write); None from a backend without
-    # versions. The key's expiry is left out on purpose: finding it would cost the task's reads a
-    # second lookup on some backends, and task code has no use for it (operators see it in the
-    # operator API, the CLI and the UI).
-    version: int | None = None
+    # No expiry: finding it would cost the task's reads a second lookup on some backends, and task
+    # code has no use for it (operators see it in the operator API, the CLI and the UI).
+    version: int | None = Field(default=None, description=_VERSION)
 
 
 class StateWriteResponse(BaseModel):
@@ -87,9 +89,7 @@ class StateWriteResponse(BaseModel):
 
     key: str = Field(description="The state key")
     version: int | None = Field(
-        description="The key's version after this write (1 when created, one more on every write); "
-        "null when the backend keeps no versions. Give it as `if_version` to write only if nobody "
-        "wrote in between"
+        description=f"{_VERSION}. Give it as `if_version` to write only if nobody wrote in between"
     )
 
 
@@ -101,20 +101,15 @@ class StateIncrementResponse(BaseModel):
 
 
 class StateValuesResponse(BaseModel):
-    # The keys asked for that hold a value; the others are left out.
     values: dict[str, JsonValue]
 
 
 class StateVersionsResponse(BaseModel):
-    # Each key written and its new version; None from a backend without versions.
     versions: dict[str, int | None]
 
 
 class StateKeysResponse(BaseModel):
     keys: list[str]
-
-
-# --- the operators' REST API (/api/v1) ----------------------------------------------------------
 
 
 class _Expires(BaseModel):  # first among the bases: its field comes last
@@ -156,10 +151,7 @@ class StateEntryResponse(BaseModel):
         description="The try of the task instance that last wrote the key; null for asset state and "
         "for writes made by operators (this API, the CLI)"
     )
-    version: int | None = Field(
-        description="The key's version (1 when created, one more on every write); null when the "
-        "backend keeps no versions"
-    )
+    version: int | None = Field(description=_VERSION)
     expires_at: datetime | None = Field(
         description="When the key expires (UTC); null: never. Expired keys are never returned"
     )
@@ -239,12 +231,10 @@ class AssetStateEntriesResponse(_EntryPage):
     """A page of one asset's state."""
 
     entries: list[AssetStateEntryResponse] = Field(description="This page of entries, sorted by key")
-
     asset: AssetResponse = Field(description="The asset whose state this is")
 
 
-# --- the handshake ---------------------------------------------------------------------------
-# Bounded, so an unauthenticated caller cannot make the server hash or parse large bodies.
+# The handshake's: bounded, so an unauthenticated caller cannot make the server hash or parse large bodies.
 
 
 class CredentialRequest(BaseModel):

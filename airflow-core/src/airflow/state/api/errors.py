@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
+from airflow.state.exceptions import StateConfigurationError
 from airflow.state.manage import NotFound
 from airflow.state.protocol import Reason
-from airflow_shared.state import StateConflictError
-from fastapi import HTTPException, Request, status
+from airflow_shared.state import StateCapabilityError, StateConflictError
+from fastapi import HTTPException, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 
 
 def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | None = None) -> HTTPException:
@@ -24,72 +26,72 @@ def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | N
     return HTTPException(code, {"reason": reason.value, "message": message}, headers)
 
 
+def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
+    return refusal(status.HTTP_403_FORBIDDEN, reason, message)
+
+
 def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
     return refusal(status.HTTP_422_UNPROCESSABLE_ENTITY, reason, str(error))
 
 
 @contextmanager
-def refusing_backend_errors() -> Iterator[None]:
-    """
-    A write the backend refuses after validation passed (a stored value an increment cannot add to,
-    a sum beyond 64 bits): 422 ``invalid_value``, nothing written.
-    """
+def refused_as(reason: Reason, context: str = "") -> Iterator[None]:
+    """A ``TypeError`` or ``ValueError`` raised within answers 422 *reason*, its message after *context*."""
     try:
         yield
     except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_VALUE, error) from None
+        raise unprocessable(reason, f"{context}{error}") from None
 
 
-# The route responses each error documents in the OpenAPI schema.
-_INVALID_OR_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    422: {"description": "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)"},
-    503: {"description": "Metadata database unreachable, or server misconfigured; retry later"},
+def documented(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of routes that can answer these codes, for the OpenAPI schema."""
+    return {code: {"description": text} for code, text in descriptions.items()}
+
+
+_INVALID_OR_UNAVAILABLE = {
+    422: "Invalid key, value or request (`invalid_key`, `invalid_value`, `invalid_request`)",
+    503: "Metadata database unreachable, or server misconfigured; retry later",
 }
-DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing, invalid or expired credential (reason `invalid_token`)"},
-    403: {
-        "description": "The credential's task instance may not do this "
-        "(`forbidden`, `not_running`, `asset_not_declared`)"
-    },
-    413: {"description": "Request body larger than the value limit allows (`body_too_large`)"},
-    **_INVALID_OR_UNAVAILABLE,
-}
-
+DOCUMENTED = documented(
+    {
+        401: "Missing, invalid or expired credential (reason `invalid_token`)",
+        403: "The credential's task instance may not do this "
+        "(`forbidden`, `not_running`, `asset_not_declared`)",
+        413: "Request body larger than the value limit allows (`body_too_large`)",
+        **_INVALID_OR_UNAVAILABLE,
+    }
+)
 # What a versioned write (`if_version`) or an operation the configured backend lacks answers: merge
 # into the `responses=` of the routes that can give them (the task routes and the operator API's).
-CONFLICT_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    409: {
-        "description": "The key is not at the version `if_version` names (`version_conflict`); "
+CONFLICT_DOCUMENTED = documented(
+    {
+        409: "The key is not at the version `if_version` names (`version_conflict`); "
         "`detail.stored_version` is the version stored now (0: absent). Read it again and retry"
-    },
-}
-UNSUPPORTED_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    501: {
-        "description": "The configured state backend does not support this (`unsupported`): versions, "
-        "expiry (`ttl`) or increments"
-    },
-}
-
-
-# The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
-OPERATOR_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "No Airflow token, or an expired one (reason `unauthenticated`)"},
-    403: {"description": "Invalid token, or the user lacks the permission the message names (`forbidden`)"},
-    404: {
-        "description": "No such dag run, task instance, asset or key (`dag_run_not_found`, "
-        "`task_instance_not_found`, `asset_not_found`, `key_not_found`)"
-    },
-    **_INVALID_OR_UNAVAILABLE,
-}
-
-
-# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
-_NOT_JSON: dict[int | str, dict[str, Any]] = {
-    415: {
-        "description": "Sent with the UI's cookie but without `Content-Type: application/json`, empty "
-        "bodies included (`invalid_request`): pages of other origins can send such requests"
     }
-}
+)
+UNSUPPORTED_DOCUMENTED = documented(
+    {
+        501: "The configured state backend does not support this (`unsupported`): versions, expiry "
+        "(`ttl`) or increments"
+    }
+)
+# The same for the operators' REST API (/api/v1), authenticated by Airflow's auth manager.
+OPERATOR_DOCUMENTED = documented(
+    {
+        401: "No Airflow token, or an expired one (reason `unauthenticated`)",
+        403: "Invalid token, or the user lacks the permission the message names (`forbidden`)",
+        404: "No such dag run, task instance, asset or key (`dag_run_not_found`, "
+        "`task_instance_not_found`, `asset_not_found`, `key_not_found`)",
+        **_INVALID_OR_UNAVAILABLE,
+    }
+)
+# A body not declared JSON, sent without a bearer token: see airflow.state.api.request_checks.
+_NOT_JSON = documented(
+    {
+        415: "Sent with the UI's cookie but without `Content-Type: application/json`, empty bodies "
+        "included (`invalid_request`): pages of other origins can send such requests"
+    }
+)
 # What the operator API's write routes document beside OPERATOR_DOCUMENTED.
 WRITE_DOCUMENTED = {**CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED, **_NOT_JSON}
 INCREMENT_DOCUMENTED = {**UNSUPPORTED_DOCUMENTED, **_NOT_JSON}
@@ -102,12 +104,12 @@ def _answer(code: int, reason: Reason, message: str, **more: Any) -> JSONRespons
     return JSONResponse(jsonable_encoder(body), status_code=code, headers=headers)
 
 
-# The app's exception handlers (see airflow.state.api.app.create_app): any route, the operator
-# API's included, lets these errors propagate.
+# The app's exception handlers (see EXCEPTION_HANDLERS): any route, the operator API's included,
+# lets these errors propagate.
 
 
 async def not_found(request: Request, error: Exception) -> JSONResponse:
-    """What an operator named (a dag run, task instance, asset or key) does not exist: 404 with its reason."""
+    """What an operator named (a dag run, task instance, asset or key) does not exist."""
     assert isinstance(error, NotFound)
     return _answer(status.HTTP_404_NOT_FOUND, error.reason, error.message)
 
@@ -138,25 +140,26 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
 
 
 async def misconfigured(request: Request, error: Exception) -> JSONResponse:
-    """
-    A deployment problem on the API server (no key to sign credentials with, an invalid option):
-    503 ``misconfigured``, which clients do not retry, with the message that says what to set.
-    """
+    """A deployment problem on the API server, which clients do not retry: the message says what to set."""
     return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.MISCONFIGURED, f"API server: {error}")
 
 
 async def version_conflict(request: Request, error: Exception) -> JSONResponse:
-    """
-    A conditional write (``if_version``) found another version stored: 409 ``version_conflict``,
-    with the stored version (0: absent) so the caller can tell what happened without a second read.
-    """
+    """A lost ``if_version`` write, with the version stored (0: absent): no second read needed."""
     assert isinstance(error, StateConflictError)
     return _answer(status.HTTP_409_CONFLICT, Reason.VERSION_CONFLICT, str(error), stored_version=error.stored)
 
 
 async def unsupported(request: Request, error: Exception) -> JSONResponse:
-    """
-    The configured backend lacks what the request needs (versions, expiry, increments): 501
-    ``unsupported``, with the backend's message that names the capability.
-    """
+    """The configured backend lacks what the request needs; its message names the capability."""
     return _answer(status.HTTP_501_NOT_IMPLEMENTED, Reason.UNSUPPORTED, str(error))
+
+
+EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
+    RequestValidationError: validation_error,
+    DBAPIError: database_unavailable,
+    StateConfigurationError: misconfigured,
+    NotFound: not_found,
+    StateConflictError: version_conflict,
+    StateCapabilityError: unsupported,
+}

@@ -1,34 +1,13 @@
 """
-The handshake: how a task process gets its credential while its worker holds no secret at all.
-
-1. The task process holds a random verifier, one per try (see :mod:`airflow.state.worker.handshake`),
-   and asks its supervisor to store ``proof(task instance id, verifier)`` among the task instance's
-   rendered template fields (``SetRenderedFields``). The supervisor sends it to the Execution API's
-   ``PUT /task-instances/{id}/rtif`` with the try's own token, filling in its own id whatever the task
-   asks, and Airflow checks that the token's subject is that id (the ``ti:self`` scope). So only the
-   supervisor of that very try can put anything there.
-2. The task presents the task instance id and the verifier, and the server reads the task instance
-   and its rendered fields from the database and issues a credential for that task instance and try
-   when the try is running and the proof is there: either on the first state request of the task
-   process itself (``Authorization: StateProof <id>.<verifier>``; the answer carries the credential
-   in headers, see :mod:`airflow.state.api.security`), or with ``POST /credentials``.
-
-Nothing here is a secret but the verifier, which never leaves the try's processes except to this
-server: someone who reads the rendered fields (the UI shows them) cannot redeem the proof, and a
-try that has ended cannot get a credential any more, whatever it still holds.
+The handshake's routes: how a task process redeems the proof its supervisor stored among its try's
+rendered fields (README, "The handshake"; the proof is checked in :mod:`airflow.state.api.security`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from airflow.state.api.credentials import (
-    CREDENTIAL_LIFETIME_SECONDS,
-    TaskInstanceClaims,
-    issue_credential,
-)
+from airflow.state.api.credentials import TaskInstanceClaims, credential_answer
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
-from airflow.state.api.errors import refusal
+from airflow.state.api.errors import documented, refusal
 from airflow.state.api.request_checks import SmallBodyRoute
 from airflow.state.api.security import Claims, check_task_instance, claims_for_proof
 from airflow.state.api.signing_keys import signing_key
@@ -38,21 +17,19 @@ from fastapi import APIRouter, status
 # Every route here answers anyone: its body is bounded before it is read.
 router = APIRouter(tags=["Handshake"], route_class=SmallBodyRoute)
 
-_DOCUMENTED: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Invalid or expired credential (`invalid_token`)"},
-    403: {
-        "description": "No such task instance (`forbidden`), a try that is not running (`not_running`), "
-        "or no proof (`proof_not_found`)"
-    },
-    413: {"description": "A body over 4 KiB (`body_too_large`)"},
-    503: {"description": "The server cannot sign credentials (`misconfigured`); retry later"},
-}
+_DOCUMENTED = documented(
+    {
+        401: "Invalid or expired credential (`invalid_token`)",
+        403: "No such task instance (`forbidden`), a try that is not running (`not_running`), or no "
+        "proof (`proof_not_found`)",
+        413: "A body over 4 KiB (`body_too_large`)",
+        503: "The server cannot sign credentials (`misconfigured`); retry later",
+    }
+)
 
 
 def _credential(claims: TaskInstanceClaims) -> CredentialResponse:
-    return CredentialResponse(
-        credential=issue_credential(claims, signing_key()), expires_in=CREDENTIAL_LIFETIME_SECONDS
-    )
+    return CredentialResponse(**credential_answer(claims, signing_key()))
 
 
 @router.post(CREDENTIALS_PATH, responses=_DOCUMENTED)

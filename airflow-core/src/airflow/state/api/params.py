@@ -1,13 +1,7 @@
 """
 What the routes of both HTTP surfaces (the task API and the operators' ``/api/v1``) read from a
-request, with one set of rules: the key, ``if_version``, paging, and the JSON bodies of a write and
-of an increment with their ``ttl``.
-
-A key is never part of the path (see :mod:`airflow.state.protocol`): it is the ``key`` query
-parameter, read strictly from the raw query string. A body is read only after the caller is
-authenticated (each route declares its access dependency first), is refused past its size limit
-before it is parsed, and may hold no field it does not know; a value is encoded once, by the codec
-that stores it.
+request, by one set of rules: the ``key`` query parameter (never the path), ``if_version``, paging,
+and the JSON bodies of writes and increments, read only once the caller is authenticated.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from airflow.state import codec, expiry
-from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.api.errors import refusal, refused_as, unprocessable
 from airflow.state.protocol import IF_VERSION_PARAMETER, KEY_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
 from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
 from fastapi import Depends, Path, Query, Request, status
@@ -66,15 +60,10 @@ def _key_prefix(
 KeyPrefix = Annotated[str | None, Depends(_key_prefix)]
 
 
-# --- the key: one `key` query parameter, valid UTF-8, a valid state key -------------------
-
-
 def _raw_query_values(query_string: bytes, name: str) -> list[str]:
     """
-    Every value of *name* in a raw query string, percent-decoded as strict UTF-8.
-
-    Starlette's own parsing replaces invalid UTF-8 with U+FFFD, which would store a key the caller
-    never wrote; here it raises ``UnicodeDecodeError`` instead.
+    Every value of *name* in a raw query string, percent-decoded as strict UTF-8 (``UnicodeDecodeError``):
+    Starlette's own parsing replaces invalid UTF-8 with U+FFFD, which would store a key never written.
     """
     wanted = name.encode()
     found = []
@@ -89,23 +78,16 @@ async def _valid_key(  # async: no thread pool hop (see security.credential_clai
     request: Request,
     key: Annotated[str, Query(description="The state key: any text of 1 to 512 characters, without NUL")],
 ) -> str:
-    try:
+    with refused_as(Reason.INVALID_KEY, "state key is not valid UTF-8: "):  # UnicodeDecodeError
         keys = _raw_query_values(request.scope["query_string"], KEY_PARAMETER)
-    except UnicodeDecodeError as error:
-        raise unprocessable(Reason.INVALID_KEY, f"state key is not valid UTF-8: {error}") from None
     if len(keys) != 1:
         raise unprocessable(Reason.INVALID_KEY, f"give the key parameter once, not {len(keys)} times")
-    try:
+    with refused_as(Reason.INVALID_KEY):
         validate_key(keys[0])
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_KEY, error) from None
     return keys[0]
 
 
 Key = Annotated[str, Depends(_valid_key)]
-
-
-# --- bodies: never read past the size limit, no unknown field ------------------------------------
 
 
 async def body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
@@ -141,9 +123,8 @@ async def json_object(
     empty_is: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """
-    The request body: a JSON object of *fields* only (an unknown field is refused, not ignored),
-    of at most *limit* bytes (default: one value and its envelope; *explanation* says which limit).
-    A body that is not such an object is refused with *reason*; an empty one is *empty_is* if given.
+    The body: a JSON object of *fields* only (else refused with *reason*), of at most *limit* bytes
+    (default: one value and its envelope); an empty one is *empty_is* if given.
     """
     body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
     if empty_is is not None and not body.strip():
@@ -163,10 +144,7 @@ LONGEST_TTL_SECONDS = int(expiry.LONGEST_TTL.total_seconds())
 
 
 def body_ttl(document: dict[str, Any], shape: str) -> expiry.Ttl:
-    """
-    A write body's ``ttl``: a number of seconds (more than 0, at most a century) or ``"never"``;
-    absent: ``None``, the default (:func:`airflow.state.expiry.expires_at_for` applies it).
-    """
+    """A write body's ``ttl``: seconds (more than 0, at most a century), ``"never"``, or None (default)."""
     if TTL_FIELD not in document:
         return None
     ttl = document[TTL_FIELD]
@@ -206,10 +184,8 @@ async def _write_body(request: Request) -> WriteBody:
         raise unprocessable(
             Reason.INVALID_VALUE, f"request body must be {_VALUE_SHAPE}: no value; to remove a key, DELETE it"
         )
-    try:
+    with refused_as(Reason.INVALID_VALUE):
         text = codec.encode(document["value"])
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_VALUE, error) from None
     return WriteBody(text, body_ttl(document, _VALUE_SHAPE))
 
 
@@ -219,10 +195,8 @@ async def _increment_body(request: Request) -> IncrementBody:
         request, frozenset({"by", TTL_FIELD}), _INCREMENT_SHAPE, Reason.INVALID_REQUEST, empty_is={}
     )
     by = document.get("by", 1)
-    try:
+    with refused_as(Reason.INVALID_REQUEST):
         validate_increment(by)
-    except (TypeError, ValueError) as error:
-        raise unprocessable(Reason.INVALID_REQUEST, error) from None
     return IncrementBody(by, body_ttl(document, _INCREMENT_SHAPE))
 
 

@@ -1,9 +1,6 @@
 """
 Routes of the task API: the calling task instance's keys, and the state of an asset the task
 declares, each operation written once for both kinds of scope.
-
-A key is never part of the path (see :mod:`airflow.state.protocol`): it is the ``key`` query
-parameter of the ``.../value`` routes (see :mod:`airflow.state.api.params`).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the signatures of the routes built in
@@ -28,7 +25,7 @@ from airflow.state.api.errors import (
     DOCUMENTED,
     UNSUPPORTED_DOCUMENTED,
     refusal,
-    refusing_backend_errors,
+    refused_as,
 )
 from airflow.state.api.params import IfVersion, Key, NewIncrement, NewWrite
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
@@ -137,9 +134,6 @@ def _read(scope: StateScope, key: str) -> StateValueResponse:
     return StateValueResponse(key=key, value=codec.decode(stored), version=version)
 
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such key (`key_not_found`)"}}
-
-
 def _state_routes(kind: ScopeKind) -> None:
     # First in every signature: the credential is verified before the key and the body are read.
     Scope = Annotated[Scoped, Depends(kind.scope)]
@@ -166,7 +160,7 @@ def _state_routes(kind: ScopeKind) -> None:
 
     @router.get(
         kind.value_path,
-        responses={**_NOT_FOUND, **errors},
+        responses={404: {"description": "No such key (`key_not_found`)"}, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
     )
@@ -202,7 +196,7 @@ def _state_routes(kind: ScopeKind) -> None:
     def increment_state(
         scoped: Scope, claims: Claims, key: Key, body: NewIncrement
     ) -> StateIncrementResponse:
-        with refusing_backend_errors():  # not an integer stored, or the sum leaves 64 bits
+        with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
             added = manage.increment(scoped(True), key, body.by, ttl=body.ttl, writer=writer_of(claims))
         return StateIncrementResponse(key=key, value=added.value)
 
@@ -221,12 +215,9 @@ def _state_routes(kind: ScopeKind) -> None:
 @router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)
 def task_instance_succeeded(task_instance_id: str, claims: Claims) -> None:
     """
-    Clear the state of the calling task instance (its own map index) once its try has succeeded.
-
-    The task process calls it after its supervisor reported the success, when `[state]
-    clear_on_success` is on or the task sets `clear_task_state_on_success` (see
-    `airflow.state.worker.listener`). Only the try that succeeded may: any other state of the task
-    instance, or a later try, is refused.
+    Clear the state of the calling task instance (its own map index) once its try has succeeded,
+    with `[state] clear_on_success` or the task's `clear_task_state_on_success`. Only the try that
+    succeeded may: any other state of the task instance, or a later try, is refused.
     """
     get_state_backend().clear(
         check_task_instance(claims, write=False, path_ti_id=task_instance_id, succeeded=True)

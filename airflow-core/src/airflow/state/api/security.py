@@ -27,7 +27,7 @@ from airflow.state.api.credentials import (
     issue_credential,
     verify_credential_until,
 )
-from airflow.state.api.errors import refusal, unprocessable
+from airflow.state.api.errors import forbidden, refusal, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.protocol import (
     CREDENTIAL_EXPIRES_HEADER,
@@ -113,13 +113,9 @@ def unauthorized(message: str) -> HTTPException:
 Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
 
 
-def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
-    return refusal(status.HTTP_403_FORBIDDEN, reason, message)
-
-
 @cache
 def _proof_row() -> Select[Any]:
-    """The task instance check's row (see _task_instance_row), and the task instance's rendered fields."""
+    """_task_instance_row, and the task instance's rendered fields."""
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -137,24 +133,16 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     its rendered fields hold that proof (only the supervisor of its try can put it there).
     """
     try:
-        uuid = UUID(ti_id)
+        UUID(ti_id)
     except ValueError:
         raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
     if not 32 <= len(verifier) <= 256:
         raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
-    # One statement on the state engine, as every credential check.
-    rows = execute(_proof_row(), {"ti_id": uuid}).rows
-    if not rows:
-        raise forbidden(f"task instance {ti_id} does not exist: its try has ended and a newer one started")
-    *checked, rendered = rows[0]
+    *checked, rendered = _row(_proof_row(), ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = checked[:6]
-    if state != TaskInstanceState.RUNNING:
-        # A process left behind by a finished try keeps what it holds (a credential lives its ten
-        # minutes), but gets nothing new.
-        raise forbidden(
-            f"task instance {ti_id} is {state}: only a running try may obtain a credential",
-            Reason.NOT_RUNNING,
-        )
+    # A process left behind by a finished try keeps what it holds (a credential lives its ten
+    # minutes), but gets nothing new.
+    _refuse_unless_running(ti_id, state, "obtain a credential")
     if isinstance(rendered, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
         rendered = json.loads(rendered)
     found = rendered.get(PROOF_FIELD) if isinstance(rendered, dict) else None
@@ -202,14 +190,9 @@ def check_task_instance(
     claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None, succeeded: bool = False
 ) -> TaskScope:
     """
-    Refuse unless the credential's task instance is still at the credential's try (every try has a
-    task instance id of its own, so a credential of an earlier try names an id that is gone), and,
-    for writes, running: a try that has ended, or a zombie, must not overwrite state. With
-    *succeeded*, the try must have succeeded instead (only the clear-on-success route asks this).
-
-    Return the task instance's scope, with the identity of this incarnation of its dag run (a run
-    deleted and created again under the same run_id gets a new one, so it starts empty). A read
-    trusts a check made in the last ``READ_CHECK_SECONDS``.
+    The credential's task instance's scope (see _scope_of), refused unless it is still at the
+    credential's try (each try has a task instance id of its own) and, for writes, running: an ended
+    try or a zombie must not overwrite state. With *succeeded*, the try must have succeeded instead.
     """
     if path_ti_id is not None and path_ti_id != claims.ti_id:
         raise forbidden(
@@ -219,33 +202,42 @@ def check_task_instance(
         recent = _recently_checked.get(claims)
         if recent is not None and time.monotonic() < recent[0]:
             return recent[1]
-    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
-    rows = execute(_task_instance_row(), {"ti_id": UUID(claims.ti_id)}).rows
-    if not rows:
-        raise forbidden(
-            f"task instance {claims.ti_id} does not exist: its try has ended and a newer one started, "
-            "or its dag run was deleted"
-        )
-    dag_id, run_id, task_id, map_index, state, try_number = rows[0][:6]
+    row = _row(_task_instance_row(), claims.ti_id)
+    dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
-    if write and state != TaskInstanceState.RUNNING:
-        raise forbidden(
-            f"task instance {claims.ti_id} is {state}: only a running try may write its state",
-            Reason.NOT_RUNNING,
-        )
+    if write:
+        _refuse_unless_running(claims.ti_id, state, "write its state")
     if succeeded and state != TaskInstanceState.SUCCESS:
         raise forbidden(
             f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
             "clear its state this way (a running task clears it with task_state.clear())"
         )
-    scope = _scope_of(rows[0])
+    scope = _scope_of(row)
     _remember_check(claims, scope)
     return scope
 
 
+def _row(query: Select[Any], ti_id: str) -> Any:
+    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
+    rows = execute(query, {"ti_id": UUID(ti_id)}).rows
+    if not rows:
+        raise forbidden(
+            f"task instance {ti_id} does not exist: its try has ended and a newer one started, "
+            "or its dag run was deleted"
+        )
+    return rows[0]
+
+
+def _refuse_unless_running(ti_id: str, state: str | None, doing: str) -> None:
+    if state != TaskInstanceState.RUNNING:
+        raise forbidden(
+            f"task instance {ti_id} is {state}: only a running try may {doing}", Reason.NOT_RUNNING
+        )
+
+
 def _scope_of(row: Any) -> TaskScope:
-    """The scope of a _task_instance_row, with the identity of this incarnation of its dag run."""
+    """A _task_instance_row's scope: a run deleted and created again under its run_id starts empty."""
     dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
     return TaskScope(
         dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
@@ -259,10 +251,7 @@ def _remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
 
 
 def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | None, *, write: bool) -> int:
-    """
-    The id of the asset named by *name*/*uri*, if the task declares it: as an inlet or outlet to
-    read its state, as an outlet to write or clear it.
-    """
+    """The asset named by *name*/*uri*, declared by the task as an outlet (or, to read, an inlet)."""
     if not name and not uri:
         raise unprocessable(Reason.INVALID_REQUEST, "give the asset's name or uri")
 
@@ -293,35 +282,29 @@ def declared_asset_id(claims: TaskInstanceClaims, name: str | None, uri: str | N
             f"no asset with {described}" if not matches else f"{described} names several assets",
         )
     ((asset_id, is_inlet, is_outlet),) = matches
-    task = f"task {claims.dag_id}.{claims.task_id}"
     if is_outlet or (is_inlet and not write):
         return asset_id
-    if is_inlet:
-        raise forbidden(
-            f"{task} declares asset {described} as an inlet only: it may read the asset's state, and "
-            "writing it needs the asset in the task's outlets",
-            Reason.ASSET_NOT_DECLARED,
-        )
+    how = (
+        "declares asset {} as an inlet only: it may read the asset's state, and writing it needs the "
+        "asset in the task's outlets"
+        if is_inlet
+        else "does not declare asset {} as an inlet or outlet"
+    )
     raise forbidden(
-        f"{task} does not declare asset {described} as an inlet or outlet", Reason.ASSET_NOT_DECLARED
+        f"task {claims.dag_id}.{claims.task_id} {how.format(described)}", Reason.ASSET_NOT_DECLARED
     )
 
 
 class IssuedCredentialHeaders:
     """
-    ASGI middleware: the answer to a request authenticated by a proof carries the credential it
-    earned, whatever the route answers (a missing key's 404 included: a task's first call is often
-    the read of a job id it has not stored yet).
+    ASGI middleware: the answer to a proof's request carries the credential it earned, whatever the
+    route answers (a 404 too: a task's first call is often the read of a job id it has not stored yet).
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
         async def with_credential(message: dict[str, Any]) -> None:
             issued = scope.get("state", {}).get(ISSUED_CREDENTIAL)
             if message["type"] == "http.response.start" and issued:

@@ -1,15 +1,5 @@
 """
-The keys that sign task credentials. Only API servers hold them.
-
-No setting is needed: the key is derived from what an API server already holds to check Airflow's
-own task tokens, the key file at ``[api_auth] jwt_private_key_path``, or else ``[api_auth]
-jwt_secret``. The private key comes first because some workers hold ``jwt_secret``: the Edge
-provider's workers sign their own requests with it, so on Edge the key must come from the private
-key or from ``[state] session_key``. A deployer may set ``[state] session_key`` instead (required when the API
-servers hold neither, e.g. when they check Airflow's tokens against ``trusted_jwks_url``).
-
-Every source goes through HKDF with a label of our own, so a credential key is never Airflow's key
-itself: nothing we sign is an Airflow token, and nothing Airflow signs is one of ours.
+The keys that sign task credentials, held by API servers only, derived as README "The key" says.
 
 Under ``airflow dags test`` the task serves the state API to itself; that process signs with a key
 of its own (:func:`use_process_key`), which no API server ever has.
@@ -65,10 +55,7 @@ _process_key_lock = threading.Lock()
 
 
 def use_process_key() -> bytes:
-    """
-    The key of a process that serves the state API to its own tasks (``dag.test()``): random, made
-    once, known to this process alone. It is accepted only in this process.
-    """
+    """The random key of a process that serves the state API to its own tasks (``dag.test()``)."""
     global _process_key
     with _process_key_lock:
         if _process_key is None:
@@ -78,10 +65,7 @@ def use_process_key() -> bytes:
 
 @cache
 def _configured_keys() -> tuple[bytes | None, tuple[bytes, ...]]:
-    """
-    The signing key (None when nothing to derive it from) and every key accepted for verification.
-    Read once per process, as Airflow reads its own JWT keys: rotating means restarting API servers.
-    """
+    # Read once per process, as Airflow reads its own JWT keys: rotating means restarting API servers.
     material = _configured_material()
     signing = derive(material) if material is not None else None
     previous = config.previous_session_key()
@@ -92,11 +76,6 @@ def _configured_keys() -> tuple[bytes | None, tuple[bytes, ...]]:
 
 
 def signing_key() -> bytes:
-    """
-    The key new credentials are signed with.
-
-    :raises StateConfigurationError: when the API server holds nothing to derive it from.
-    """
     signing, _ = _configured_keys()
     if signing is None:
         raise StateConfigurationError(

@@ -1,15 +1,8 @@
 """
-Who may do what with the operators' REST API: Airflow's own security dependencies, answered in the
-state API's error shape.
-
-Authentication and every decision are Airflow's: the user comes from Airflow's ``get_user`` (the
-bearer token of ``/api/v2``, or the UI's ``_token`` cookie), and access from its
-``requires_access_dag`` and ``requires_access_asset``, so any auth manager (Simple, FAB, Keycloak)
-decides exactly as it does for Airflow's REST API. Those raise ``HTTPException``s whose detail is a
-bare string (``"Not authenticated"``, ``"Forbidden"``); the dependencies here call them and only
-reshape what they raise into ``{"detail": {"reason", "message"}}``, with a message that names the
-permission that is missing. They sit in this module rather than in an exception handler because
-only here is it known which permission a refusal was about.
+Who may do what with the operators' REST API: Airflow's own ``get_user``, ``requires_access_dag``
+and ``requires_access_asset`` decide, as for Airflow's REST API under any auth manager; their bare
+string refusals are reshaped here, where it is known which permission a refusal was about, into
+``{"detail": {"reason", "message"}}`` naming that permission.
 
 ``AuthManagerDep`` is never used: it reads ``request.app.state``, which belongs to Airflow's root
 app, not to this mounted sub-app; ``get_auth_manager()`` is the same process-wide instance.
@@ -35,7 +28,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_dag,
 )
 from airflow.models.dag import DagModel
-from airflow.state.api.errors import refusal
+from airflow.state.api.errors import forbidden, refusal
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
@@ -60,27 +53,19 @@ def _unauthenticated(airflow_detail: Any) -> HTTPException:
     )
 
 
-def _forbidden(message: str) -> HTTPException:
-    return refusal(status.HTTP_403_FORBIDDEN, Reason.FORBIDDEN, message)
-
-
 async def operator_user(
     request: Request,
     oauth_token: Annotated[str | None, Depends(oauth2_scheme)],
     bearer_credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> BaseUser:
-    """
-    The Airflow user making the request, found by Airflow's ``get_user``: 401 ``unauthenticated``
-    without a token or with an expired one, 403 ``forbidden`` for one that is not valid (Airflow's
-    own split between the two).
-    """
+    """The user, by Airflow's ``get_user`` (its 401 for no or an expired token, 403 for an invalid one)."""
     try:
         return await get_user(request, oauth_token, bearer_credentials)
     except HTTPException as error:
         if error.status_code == status.HTTP_401_UNAUTHORIZED:
             raise _unauthenticated(error.detail) from None
         if error.status_code == status.HTTP_403_FORBIDDEN:
-            raise _forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
+            raise forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
         raise
 
 
@@ -88,28 +73,21 @@ OperatorUser = Annotated[BaseUser, Depends(operator_user)]
 
 
 def _access(airflow_check: Any, refused: Callable[[dict[str, Any]], str]) -> Any:
-    """
-    A route dependency that runs one of Airflow's access checks; its 403 becomes ours, saying what
-    was refused (*refused* of the path parameters).
-    """
+    """A dependency running one of Airflow's access checks; its 403 says *refused* of the path parameters."""
 
     def check(request: Request, user: OperatorUser) -> None:
         try:
             airflow_check(request, user)
         except HTTPException as error:
             if error.status_code == status.HTTP_403_FORBIDDEN:
-                raise _forbidden(refused(request.path_params)) from None
+                raise forbidden(refused(request.path_params)) from None
             raise
 
     return Depends(check)
 
 
 def task_state_access(method: Method) -> Any:
-    """
-    The caller may *method* the task instances of the path's ``dag_id``
-    (``requires_access_dag(method, DagAccessEntity.TASK_INSTANCE)``, as Airflow's task instance
-    routes use).
-    """
+    """The caller may *method* the task instances of the path's ``dag_id``, as Airflow's own routes ask."""
     return _access(
         requires_access_dag(method, DagAccessEntity.TASK_INSTANCE),
         lambda path: (
@@ -135,10 +113,7 @@ def asset_state_access(method: Method) -> Any:
 
 
 def task_state_permissions(dag_id: str, user: OperatorUser) -> dict[str, Any]:
-    """
-    ``can_edit`` and ``can_delete``: whether *user* may PUT and DELETE the task instances of
-    *dag_id*, as the write routes will ask. Also a dependency of the routes with ``dag_id`` in the path.
-    """
+    """Whether *user* may PUT and DELETE the task instances of *dag_id* (also a route dependency)."""
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
 
     def may(method: Method) -> bool:

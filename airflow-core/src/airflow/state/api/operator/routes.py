@@ -1,18 +1,13 @@
 """
 The operators' REST API (``/api/v1`` of the state app): task state and asset state, each operation
-written once for both kinds of scope.
-
-A task instance's state is found by ``dag_id``, ``dag_run_id``, ``task_id`` and ``map_index``, with
-Airflow's access to the DAG's task instances; an asset's by ``asset_id``, with Airflow's access to
-assets (GET read, PUT write, DELETE delete). A key is always the ``key`` query parameter
-(``.../stateEntry?key=``, ``.../stateIncrement?key=``), so any key can be named. Operators' writes
-record the writer ``api``.
+written once for both kinds of scope, with Airflow's access to the DAG's task instances or to assets
+(GET read, PUT write, DELETE delete). Operators' writes record the writer ``api``.
 """
 
 # No `from __future__ import annotations`: see airflow.state.api.routes (routes built in a function).
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
 from airflow.state import manage
@@ -35,7 +30,7 @@ from airflow.state.api.errors import (
     INCREMENT_DOCUMENTED,
     OPERATOR_DOCUMENTED,
     WRITE_DOCUMENTED,
-    refusing_backend_errors,
+    refused_as,
 )
 from airflow.state.api.operator.auth import (
     Method,
@@ -56,6 +51,7 @@ from airflow.state.api.params import (
     NewWrite,
     Offset,
 )
+from airflow.state.protocol import Reason
 from airflow.utils.session import create_session
 from airflow_shared.state import API_WRITER, AssetScope, StateScope, TaskScope
 from fastapi import APIRouter, Depends, Query, Response, status
@@ -65,9 +61,6 @@ router = APIRouter(prefix="/api/v1")
 _NO_CONTENT = status.HTTP_204_NO_CONTENT
 
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
-
-
-# --- the two kinds of scope: how a route finds one, and what its listing adds -------------------
 
 
 def _task_scope(dag_id: str, dag_run_id: str, task_id: str, map_index: MapIndex = -1) -> TaskScope:
@@ -107,15 +100,11 @@ def _asset_clear_scope(asset: Asset) -> tuple[StateScope, bool]:
     return AssetScope(asset.asset_id), False
 
 
-def _described(asset: manage.AssetInfo) -> AssetResponse:
-    return AssetResponse(asset_id=asset.asset_id, name=asset.name, uri=asset.uri, group=asset.group)
-
-
 def _asset_page(asset: Asset, user: OperatorUser) -> dict[str, Any]:
     return {
         "can_edit": may_access_asset(user, "PUT", asset.asset_id),
         "can_delete": may_access_asset(user, "DELETE", asset.asset_id),
-        "asset": _described(asset),
+        "asset": AssetResponse(**asdict(asset)),
     }
 
 
@@ -172,8 +161,6 @@ ASSET = _Kind(
     default_ttl="never expires",
 )
 
-
-# --- each operation once, for both kinds ---------------------------------------------------------
 
 _QUERY_FORM = " The key is the `key` query parameter, so any key can be named."
 
@@ -238,15 +225,13 @@ def _state_routes(kind: _Kind) -> None:
         summary=f"Set {a} {the} state key",
         description='Store `{"value": <any JSON but null>, "ttl": <seconds> | "never"}` under the key, as '
         f"an operator ({kind.writer}); `ttl` left out: {kind.default_ttl}. With `if_version=n`, only "
-        "if the key is still at version n (0: only if absent), else 409 `version_conflict` with "
-        "`stored_version`. Returns the key's new version and expiry. 413 `body_too_large`, 422 "
-        "`invalid_value` past the size limit, 501 `unsupported` for a ttl or `if_version` the configured "
-        "backend cannot honour." + _QUERY_FORM,
+        "if the key is still at version n (0: only if absent). Returns the key's new version and expiry."
+        + _QUERY_FORM,
     )
     def put_entry(
         key: Key, body: NewWrite, scope: Scope, if_version: IfVersion = None
     ) -> StateWriteExpiresResponse:
-        with refusing_backend_errors():
+        with refused_as(Reason.INVALID_VALUE):
             written = manage.put(
                 scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=API_WRITER
             )
@@ -276,12 +261,11 @@ def _state_routes(kind: _Kind) -> None:
         description='Add `{"by": <integer, default 1>}` to the integer stored under the key (absent: 0) '
         "in one atomic step, so concurrent increments never lose one another, and return the result. "
         f"Needs the permission of a write; `ttl` as for a write (left out: {kind.default_ttl}). "
-        "An empty body adds 1. 422 `invalid_value` when the key holds something other than an integer "
-        "or the sum leaves 64 bits (nothing is written); 501 `unsupported` when the configured backend "
-        "cannot increment." + _QUERY_FORM,
+        "An empty body adds 1; a key holding anything but an integer, or a sum beyond 64 bits, is "
+        "refused (`invalid_value`) and left as it is." + _QUERY_FORM,
     )
     def increment_entry(key: Key, body: NewIncrement, scope: Scope) -> StateIncrementExpiresResponse:
-        with refusing_backend_errors():
+        with refused_as(Reason.INVALID_VALUE):
             added = manage.increment(scope, key, body.by, ttl=body.ttl, writer=API_WRITER)
         return StateIncrementExpiresResponse(key=key, value=added.value, expires_at=added.expires_at)
 
@@ -297,10 +281,7 @@ def _state_routes(kind: _Kind) -> None:
 def list_task_instances_with_state(
     dag_id: str, dag_run_id: str, user: OperatorUser
 ) -> TaskInstancesWithStateResponse:
-    """
-    The task instances of the dag run whose state holds at least one key, with how many, sorted by
-    task id and map index. 404 `dag_run_not_found` for a dag run that does not exist.
-    """
+    """The task instances of the dag run whose state holds keys, with how many, by task id and map index."""
     with create_session() as session:
         found = manage.task_instances_with_state(dag_id, dag_run_id, session)
     return TaskInstancesWithStateResponse(
@@ -319,16 +300,13 @@ def list_task_instances_with_state(
 def list_assets_with_state(
     user: OperatorUser, limit: Limit = 100, offset: Offset = 0
 ) -> AssetsWithStateResponse:
-    """
-    A page of the assets whose state holds at least one key, with how many, sorted by name and
-    URI. Only assets the caller may read are listed (auth managers may decide per asset).
-    """
+    """A page of the assets the caller may read whose state holds keys, with how many, by name and URI."""
     with create_session() as session:
         found = manage.assets_with_state(session)
     readable = [(asset, count) for asset, count in found if may_access_asset(user, "GET", asset.asset_id)]
     page = readable[offset : offset + limit]
     return AssetsWithStateResponse(
-        assets=[AssetWithState(**_described(asset).model_dump(), key_count=count) for asset, count in page],
+        assets=[AssetWithState(**asdict(asset), key_count=count) for asset, count in page],
         total_entries=len(readable),
         can_edit=may_access_asset(user, "PUT"),
     )

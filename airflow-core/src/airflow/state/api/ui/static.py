@@ -1,10 +1,8 @@
 """
 Serves the UI's JavaScript module and icons from the state API (``/state/ui/...``).
 
-The module is hand-written (no build step): Airflow's UI imports it with ``import(bundle_url)`` and
-it renders with the host page's own React and Chakra UI (see ``state.js``). Module scripts are
-MIME-checked by browsers, so it is answered as ``text/javascript``. The files are read once per
-process; an ETag lets browsers revalidate cheaply and pick up a new version after an upgrade.
+The module is hand-written (no build step, see ``state.js``); module scripts are MIME-checked by
+browsers, so it is answered as ``text/javascript``. An ETag lets browsers revalidate cheaply.
 """
 
 from __future__ import annotations
