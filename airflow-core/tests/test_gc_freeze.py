@@ -7,6 +7,7 @@ import gc
 
 import pytest
 from airflow.state.api import app as state_app
+from airflow.state.plugin import LazyStateApp
 
 
 @pytest.fixture
@@ -17,7 +18,7 @@ def gc_calls(monkeypatch):
     return calls
 
 
-def serve(app: state_app.LazyStateApp, times: int) -> None:
+def serve(app: LazyStateApp, times: int) -> None:
     """*times* requests for a path the state API does not have (answered 404)."""
 
     async def requests() -> None:
@@ -49,13 +50,13 @@ def serve(app: state_app.LazyStateApp, times: int) -> None:
 
 
 def test_off_by_default_the_collector_is_left_alone(gc_calls):
-    serve(state_app.LazyStateApp(), 2)
+    serve(LazyStateApp(), 2)
     assert gc_calls == []
 
 
 def test_on_the_heap_is_collected_then_frozen_once_at_the_first_request(monkeypatch, gc_calls):
     monkeypatch.setenv("AIRFLOW__STATE__FREEZE_GC_AFTER_STARTUP", "True")
-    serve(state_app.LazyStateApp(), 3)
+    serve(LazyStateApp(), 3)
     assert gc_calls == ["collect", "freeze"]
 
 

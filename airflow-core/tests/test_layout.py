@@ -1,4 +1,7 @@
-"""The worker side stays light: task processes load neither the API server's code nor the storage's."""
+"""
+The worker side stays light: task processes load neither the API server's code nor the storage's,
+not even through the plugin, which Airflow loads in every process.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ PROBE = """
 import json, sys
 import airflow.sdk
 before = set(sys.modules)
+import airflow.state.plugin
 import airflow.state.resumable
 import airflow.state.worker.client
 from airflow.state import asset_state, task_state

@@ -12,8 +12,6 @@ from urllib.parse import urlsplit
 import httpx
 from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
-from airflow.state.api.app import LazyStateApp, create_app
-from airflow.state.api.credentials import grant_in_process
 from airflow.state.protocol import URL_PREFIX
 from airflow.state.worker import client
 from airflow.state.worker import listener as try_listener
@@ -51,6 +49,24 @@ def state_react_apps() -> list[dict[str, Any]]:
     ]
 
 
+class LazyStateApp:
+    """
+    An ASGI app that builds the state API on its first request. Airflow loads plugins in every
+    process, task processes included; only API servers serve this app, so only they import the
+    API's modules (FastAPI, the ORM, the routes and their schemas).
+    """
+
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self._app is None:
+            from airflow.state.api.app import serving_app  # on first use: see the class docstring
+
+            self._app = serving_app()
+        await self._app(scope, receive, send)
+
+
 class TaskStatePlugin(AirflowPlugin):
     name = "task_state"
     fastapi_apps = [{"app": LazyStateApp(), "url_prefix": URL_PREFIX, "name": "Task state API"}]
@@ -59,13 +75,20 @@ class TaskStatePlugin(AirflowPlugin):
     listeners = [try_listener]
 
 
+# Only dag.test() serves the state API inside the task's own process: it alone imports the API there.
 def _in_process_transport() -> httpx.BaseTransport:
-    # a2wsgi is imported only by dag.test(), which serves the state API in the task's own process.
     from a2wsgi import ASGIMiddleware
+    from airflow.state.api.app import create_app
 
     # Both are a valid ASGI app and WSGI callable; FastAPI, a2wsgi and httpx each spell the
     # protocol types their own way, and mypy cannot see they agree.
     return httpx.WSGITransport(app=ASGIMiddleware(create_app()))  # type: ignore[arg-type]
 
 
-client.in_process_api = client.InProcessApi(transport=_in_process_transport, credential=grant_in_process)
+def _grant_in_process(ti: Any) -> dict[str, Any]:
+    from airflow.state.api.credentials import grant_in_process
+
+    return grant_in_process(ti)
+
+
+client.in_process_api = client.InProcessApi(transport=_in_process_transport, credential=_grant_in_process)

@@ -1,29 +1,25 @@
-"""The FastAPI app of the state API, and the lazy ASGI wrapper the plugin mounts."""
+"""The FastAPI app of the state API (plugin.py mounts it, built on the first request)."""
 
 from __future__ import annotations
 
 import gc
 import logging
-from typing import Any
 
 from airflow.state import config
+from airflow.state.api.batch_routes import router as batch_router
+from airflow.state.api.errors import EXCEPTION_HANDLERS
+from airflow.state.api.handshake import router as handshake_router
+from airflow.state.api.operator.routes import router as operator_router
+from airflow.state.api.request_checks import json_declared, plain_path_parameters
+from airflow.state.api.routes import router
+from airflow.state.api.security import IssuedCredentialHeaders
+from airflow.state.api.ui.static import router as ui_router
 from fastapi import Depends, FastAPI
 
 log = logging.getLogger(__name__)
 
 
 def create_app() -> FastAPI:
-    # Imported here, not at the top: plugin.py imports this module in every process, task processes
-    # included (for LazyStateApp), and only an API server serving its first request needs the routes.
-    from airflow.state.api.batch_routes import router as batch_router
-    from airflow.state.api.errors import EXCEPTION_HANDLERS
-    from airflow.state.api.handshake import router as handshake_router
-    from airflow.state.api.operator.routes import router as operator_router
-    from airflow.state.api.request_checks import json_declared, plain_path_parameters
-    from airflow.state.api.routes import router
-    from airflow.state.api.security import IssuedCredentialHeaders
-    from airflow.state.api.ui.static import router as ui_router
-
     app = FastAPI(
         title="Airflow task state API",
         description=(
@@ -48,18 +44,12 @@ def create_app() -> FastAPI:
     return app
 
 
-class LazyStateApp:
-    """An ASGI app that builds the FastAPI app on its first request: task processes never pay for it."""
-
-    def __init__(self) -> None:
-        self._app: FastAPI | None = None
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if self._app is None:
-            self._app = create_app()
-            if config.freeze_gc_after_startup():
-                freeze_heap()
-        await self._app(scope, receive, send)
+def serving_app() -> FastAPI:
+    """The app an API server serves: built, then the heap frozen if ``[state] freeze_gc_after_startup``."""
+    app = create_app()
+    if config.freeze_gc_after_startup():
+        freeze_heap()
+    return app
 
 
 def freeze_heap() -> None:
