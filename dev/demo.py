@@ -142,8 +142,9 @@ def operate(deployment: Deployment) -> None:
     # logs to stdout while doing so.
     deleted = deployment.airflow("state", "delete", "remote_job_id", *run_1, "-y").strip().splitlines()[-1]
     say(f"     {deleted}")
-    response = get(path + "/remote_job_id")
-    say(f"   GET .../state/remote_job_id: {response.status_code} {response.json()['detail']['reason']}")
+    response = get(path + "Entry?key=remote_job_id")
+    reason = response.json()["detail"]["reason"]
+    say(f"   GET .../stateEntry?key=remote_job_id: {response.status_code} {reason}")
     say("   (a new try of run_job would now submit a fresh job instead of reconnecting)")
 
 

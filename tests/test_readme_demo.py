@@ -35,4 +35,4 @@ def test_demo_shows_the_crash_the_retry_the_reconnect_and_the_state_kept(db_kind
     for index in (0, 1, 2):
         assert f"process[{index}]: 2 keys" in out
     assert f'remote_job_id = "{job}" (try 1)' in out
-    assert "GET .../state/remote_job_id: 404 key_not_found" in out
+    assert "GET .../stateEntry?key=remote_job_id: 404 key_not_found" in out
