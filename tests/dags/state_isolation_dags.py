@@ -76,6 +76,7 @@ def isolation_hostile():
         from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.comms import SetRenderedFields
         from airflow.state import config, task_state
+        from airflow.state.api.security import READ_CHECK_SECONDS
         from airflow.state.protocol import PROOF_FIELD, proof
         from airflow.state.worker import client as state_client
 
@@ -91,7 +92,8 @@ def isolation_hostile():
         [own] = [c.token for (pid, ti_id), c in state_client._credentials.items() if ti_id == str(ti.id)]
         if ti.try_number == 1:
             # Kept for the next try, and for after the task has ended.
-            (_dir() / "try-1.json").write_text(json.dumps({"credential": own, "ti_id": str(ti.id)}))
+            kept = {"credential": own, "ti_id": str(ti.id), "last_checked": time.time()}
+            (_dir() / "try-1.json").write_text(json.dumps(kept))
             raise RuntimeError("try 1 fails on purpose: try 2 replays its credential")
         (_dir() / "try-2.json").write_text(json.dumps({"credential": own, "ti_id": str(ti.id)}))
 
@@ -207,6 +209,10 @@ def isolation_hostile():
 
         # 6. The credential of its earlier try.
         earlier = json.loads((_dir() / "try-1.json").read_text())
+        # A read trusts a check of its task instance made in the last READ_CHECK_SECONDS (by design:
+        # a try reads the state its task instance shares with every try). Past that window, which
+        # began with try 1's last write, try 1's credential must be refused like any other.
+        time.sleep(max(0.0, earlier["last_checked"] + READ_CHECK_SECONDS + 0.5 - time.time()))
         every_victim_operation("try 1's credential", bearer(earlier["credential"]))
         for operation, response in [
             (
