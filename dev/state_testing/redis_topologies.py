@@ -273,6 +273,23 @@ class SentinelHandle:
             return next(s for s in self.servers if s.port == int(port))
         raise LookupError("no sentinel is running")
 
+    def replicas_follow(self, primary: RedisProcess) -> bool:
+        """Whether every running server but *primary* replicates from it, with its link up."""
+        for server in self.servers:
+            if server is primary or not server.running():
+                continue
+            client = server.client(password=self.password)
+            try:
+                replication = client.info("replication")
+            finally:
+                client.close()
+            if (
+                replication.get("master_port") != primary.port
+                or replication.get("master_link_status") != "up"
+            ):
+                return False
+        return True
+
 
 @contextlib.contextmanager
 def redis_sentinel(replicas: int = 1, password: str | None = None) -> Iterator[SentinelHandle]:
@@ -380,6 +397,17 @@ class WriteStream:
                 self.calls.append((started, time.monotonic(), None))
             time.sleep(0.002)
 
+    def timeline(self, origin: float) -> str:
+        """The refused calls, timed from *origin* (for a failure message)."""
+        return (
+            "\n".join(
+                f"  +{started - origin:.2f}s..+{ended - origin:.2f}s {error!r}"
+                for started, ended, error in list(self.calls)
+                if error is not None
+            )
+            or "  (no call refused)"
+        )
+
     def successes_after(self, moment: float) -> int:
         return sum(1 for started, _, error in self.calls if started > moment and error is None)
 
@@ -397,9 +425,11 @@ class WriteStream:
         }
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
+def wait_for(condition, timeout: float, what: str, explain=None) -> None:
+    """Poll *condition* until true; past *timeout*, fail with *what* and ``explain()`` if given."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
+            detail = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"not within {timeout}s: {what}{detail}")
         time.sleep(0.05)

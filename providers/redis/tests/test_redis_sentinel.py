@@ -110,18 +110,28 @@ def test_sentinel_promotes_a_replica_and_no_acknowledged_write_is_lost(make_sent
         victim.kill()
         wait_for(lambda: sentinel.primary() is not victim, 15, "promotion")
         promoted_at = time.monotonic()
-        wait_for(lambda: stream.successes_after(promoted_at + 0.5) >= 20, 10, "writes after the failover")
+        # The sentinels then point the other replica at the new primary; until it has synced, a
+        # write asking for one replica is (rightly) refused. How long that takes is the sentinels'
+        # business and grows on a loaded machine: wait for it, then expect writes to flow.
+        new_primary = sentinel.primary()
+        wait_for(lambda: sentinel.replicas_follow(new_primary), 30, "the other replica following the new one")
+        followed_at = time.monotonic()
+        wait_for(
+            lambda: stream.successes_after(followed_at) >= 20,
+            10,
+            "writes after the failover",
+            lambda: stream.timeline(killed_at),
+        )
     finally:
         stream.stop.set()
         thread.join()
     assert not stream.missing(), stream.missing()
     print(
-        f"sentinel failover: promoted {promoted_at - killed_at:.1f}s after the kill; "
-        f"{len(stream.calls)} calls, refused: {Counter(type(e).__name__ for e in stream.errors())}"
+        f"sentinel failover: promoted {promoted_at - killed_at:.1f}s after the kill, the other replica "
+        f"followed {followed_at - killed_at:.1f}s after it; {len(stream.calls)} calls, "
+        f"refused: {Counter(type(e).__name__ for e in stream.errors())}"
     )
-    for started, ended, error in stream.calls:
-        if error is not None:
-            print(f"  +{started - killed_at:.2f}s..+{ended - killed_at:.2f}s {error}")
+    print(stream.timeline(killed_at))
     assert all(isinstance(e, (RedisStateConnectionError, StateNotReplicatedError)) for e in stream.errors())
 
 
