@@ -398,15 +398,17 @@ class WriteStream:
             time.sleep(0.002)
 
     def timeline(self, origin: float) -> str:
-        """The refused calls, timed from *origin* (for a failure message)."""
-        return (
-            "\n".join(
-                f"  +{started - origin:.2f}s..+{ended - origin:.2f}s {error!r}"
-                for started, ended, error in list(self.calls)
-                if error is not None
-            )
-            or "  (no call refused)"
-        )
+        """The refused calls and the last call's end, timed from *origin* (for a failure message)."""
+        calls = list(self.calls)
+        if not calls:
+            return "  no call ended"
+        refused = [
+            f"  +{started - origin:.2f}s..+{ended - origin:.2f}s {error!r}"
+            for started, ended, error in calls
+            if error is not None
+        ]
+        last = f"  last call ended at +{calls[-1][1] - origin:.2f}s, now +{time.monotonic() - origin:.2f}s"
+        return "\n".join([*refused, last])
 
     def successes_after(self, moment: float) -> int:
         return sum(1 for started, _, error in self.calls if started > moment and error is None)
