@@ -257,3 +257,105 @@ def test_clear_task_state_on_success_clears_only_the_task_that_asks(dags_test, b
     monkeypatch.setenv("AIRFLOW__STATE__CLEAR_ON_SUCCESS", "True")
     _, run_id = dags_test(TEST_DAGS, "state_clear_on_success")
     assert backend.keys(TaskScope("state_clear_on_success", run_id, "keeps")) == []
+
+
+# --- the deferrable resumable-job mixin, triggers run inline by `airflow dags test` ---------
+
+
+def submitted_jobs(folder: Path) -> list[str]:
+    return sorted(path.stem for path in folder.glob("*.submitted"))
+
+
+def return_value(dag_id: str, run_id: str, task_id: str = "run_job"):
+    """What the task returned (its return_value XCom); a task resumed from deferral logs no "Done." line."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalar(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == "return_value",
+            )
+        )
+        return XComModel.deserialize_value(row)
+
+
+def test_deferrable_job_submits_once_defers_and_completes_from_task_state(dags_test, backend):
+    output, run_id = dags_test(
+        EXAMPLE_DAGS, "example_deferrable_resumable_job", "-c", '{"crash_first_try": false}'
+    )
+    [job] = submitted_jobs(dags_test.jobs)
+    assert f"Submitted job {job} and stored its id in task state" in output, output[-3000:]
+    assert f"Deferring on job {job}" in output
+    # execute_complete ran (same try, after the trigger fired) and found the id in task state.
+    assert f"Resumed after deferral: job {job} (from task state) succeeded" in output
+    assert return_value("example_deferrable_resumable_job", run_id) == f"42 rows processed by {job}"
+    stored = backend.get(TaskScope("example_deferrable_resumable_job", run_id, "run_job"), "remote_job_id")
+    assert stored == f'"{job}"'
+
+
+def test_deferrable_job_resubmits_only_a_failed_job(dags_test, backend):
+    output, run_id = dags_test(TEST_DAGS, "state_deferrable_resubmits_failed_job")
+    first, second = sorted(dags_test.jobs.glob("*.submitted"), key=lambda p: p.stat().st_mtime)
+    assert f"Resumed after deferral: job {first.stem} (from task state) failed" in output, output[-3000:]
+    assert f"Stored job {first.stem} failed; submitting a new one" in output
+    result = return_value("state_deferrable_resubmits_failed_job", run_id)
+    assert result == f"42 rows processed by {second.stem}"
+    scope = TaskScope("state_deferrable_resubmits_failed_job", run_id, "run_job")
+    stored = backend.get(scope, "remote_job_id")
+    assert stored == f'"{second.stem}"'
+
+
+def test_resumable_job_decisions_and_item_keys(dags_test):
+    output, _ = dags_test(TEST_DAGS, "state_deferrable_decisions")
+    out = returned(output)
+    job = out["first_execute"]["job_id"]
+    trigger = "airflow.state.example_dags.simulated_jobs.SimulatedJobTrigger"
+    assert out["empty"] == ["submit", None, "no job stored in task state"]
+    # No job stored: submit, store the id, then defer on a trigger watching that job.
+    assert out["first_execute"] == {"method": "execute_complete", "trigger": trigger, "job_id": job}
+    assert out["stored_after_submit"] == job
+    # Stored and running: defer on the same job, submit nothing.
+    assert out["running"] == ["reconnect", job, f"stored job {job} is running"]
+    assert out["second_execute"] == out["first_execute"]
+    assert out["early_event_refused"] == f"RuntimeError: the trigger fired while job {job} is still running"
+    # Stored and succeeded: the result at once, no deferral.
+    assert out["succeeded"] == ["already_succeeded", job, f"stored job {job} succeeded"]
+    assert out["third_execute"] == {"returned": f"42 rows processed by {job}"}
+    assert out["complete"] == f"42 rows processed by {job}"
+    assert out["failed_event"] == f"RuntimeError: remote job {job} failed"
+    assert out["other_jobs_event"].startswith(
+        f"RuntimeError: the trigger reported on job app_other, but task state now holds job {job}"
+    )
+    assert out["junk_event"].startswith(
+        "ValueError: DeferrableSimulatedJobOperator resumed with event 'done'"
+    )
+    assert out["jobs_so_far"] == [job]
+    # Stored and failed: a new job.
+    assert out["failed"] == ["submit", "app_vanished", "stored job app_vanished failed"]
+    new_job = out["after_failed_execute"]["job_id"]
+    assert new_job not in ("app_vanished", job)
+    assert out["stored_after_resubmit"] == new_job
+    assert "task state has no 'remote_job_id'" in out["complete_without_state"]
+    # Item keys: stored with the id; another item's job is not reconnected to.
+    job_a, job_b = out["item_a_execute"]["job_id"], out["item_b_execute"]["job_id"]
+    assert out["stored_with_item"] == {"job_id": job_a, "job_key": "s3://bucket/a.csv"}
+    assert out["item_a_again"][0] == "reconnect"
+    assert out["item_b"] == [
+        "submit",
+        job_a,
+        f"stored job {job_a} was submitted for item 's3://bucket/a.csv', this try works on 's3://bucket/b.csv'",
+    ]
+    assert job_b != job_a
+    assert out["item_a_after_b"] == "submit"
+    assert out["bad_key"].startswith("TypeError: ItemOperator.job_key returned 3 (int)")
+    assert out["bare_id_with_key"] == "reconnect"
+    # The waiting mixin: the same item-keyed storage, and a succeeded job is not waited on again.
+    sync_job = out["sync_stored"]["job_id"]
+    assert out["sync_stored"] == {"job_id": sync_job, "job_key": "s3://bucket/c.csv"}
+    assert out["sync_returned"] == out["sync_returned_again"] == f"42 rows processed by {sync_job}"
+    assert out["sync_again"] == "already_succeeded"
+    assert out["jobs_total"] == 5

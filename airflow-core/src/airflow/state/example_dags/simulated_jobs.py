@@ -4,17 +4,27 @@ A stand-in for a remote job system (Spark, EMR, Databricks...), made of local pr
 A job is a detached process that outlives the worker that submitted it, like a real cluster job:
 it writes ``<id>.submitted`` at once and ``<id>.result`` when done. Counting ``*.submitted``
 files tells how many jobs were ever submitted.
+
+:class:`SimulatedJobTrigger` watches one such job from the triggerer, for deferrable operators. It
+lives in this installed module, not in a DAG file, because the triggerer imports a trigger by its
+class path and does not load the DAG folder.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from airflow.state.worker.resumable import JobStatus
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 _JOB = """
 import sys, time, pathlib
@@ -58,6 +68,14 @@ def result(job_id: str) -> str:
     return (jobs_folder() / f"{job_id}.result").read_text()
 
 
+def kill(job_id: str) -> None:
+    """Stop a job that is still running, as cancelling it on the cluster would (it then counts as failed)."""
+    pid_file = jobs_folder() / f"{job_id}.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -70,3 +88,28 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return True
+
+
+class SimulatedJobTrigger(BaseTrigger):
+    """
+    Fires once the simulated job *job_id* has finished: ``{"status": "succeeded" | "failed",
+    "job_id": ...}``. It only watches the job (a few file checks per poll, too short to hold up the
+    triggerer's event loop); it never touches task state, for which the triggerer has no credential.
+    """
+
+    def __init__(self, job_id: str, poll_interval: float = 0.5) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job_id": self.job_id,
+            "poll_interval": self.poll_interval,
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while (outcome := status(self.job_id)) is JobStatus.RUNNING:
+            await asyncio.sleep(self.poll_interval)
+        self.log.info("Simulated job %s finished: %s", self.job_id, outcome.value)
+        yield TriggerEvent({"status": outcome.value, "job_id": self.job_id})
