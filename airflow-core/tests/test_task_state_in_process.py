@@ -283,6 +283,7 @@ def return_value(dag_id: str, run_id: str, task_id: str = "run_job"):
         return XComModel.deserialize_value(row)
 
 
+@pytest.mark.any_database
 def test_deferrable_job_submits_once_defers_and_completes_from_task_state(dags_test, backend):
     output, run_id = dags_test(
         EXAMPLE_DAGS, "example_deferrable_resumable_job", "-c", '{"crash_first_try": false}'
@@ -297,6 +298,7 @@ def test_deferrable_job_submits_once_defers_and_completes_from_task_state(dags_t
     assert stored == f'"{job}"'
 
 
+@pytest.mark.any_database
 def test_deferrable_job_resubmits_only_a_failed_job(dags_test, backend):
     output, run_id = dags_test(TEST_DAGS, "state_deferrable_resubmits_failed_job")
     first, second = sorted(dags_test.jobs.glob("*.submitted"), key=lambda p: p.stat().st_mtime)
@@ -309,6 +311,7 @@ def test_deferrable_job_resubmits_only_a_failed_job(dags_test, backend):
     assert stored == f'"{second.stem}"'
 
 
+@pytest.mark.any_database
 def test_resumable_job_decisions_and_item_keys(dags_test):
     output, _ = dags_test(TEST_DAGS, "state_deferrable_decisions")
     out = returned(output)

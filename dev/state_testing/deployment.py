@@ -6,6 +6,9 @@ A real Airflow deployment on this machine, for end-to-end tests.
 LocalExecutor) and ``airflow dag-processor`` as separate processes, the way a deployer would. Tasks
 therefore run in real task processes that talk to the real Execution API.
 
+``airflow_deployment(dags_folder, triggerer=True)`` also runs ``airflow triggerer``, for deferrable
+tasks; it is off by default, so deployments that defer nothing do not pay for it.
+
 ``airflow_deployment(dags_folder, executor="celery")`` is shaped like production instead: the
 scheduler runs the CeleryExecutor with a Redis server of its own as broker and result backend, and
 the tasks run under a real ``airflow celery worker`` whose environment (``Deployment.worker_env``)
@@ -51,6 +54,8 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor")
 # The component the CeleryExecutor adds: `airflow celery worker`, with a home of its own.
 CELERY_WORKER = "celery-worker"
 WORKER_HOME = "worker-home"
+# The optional component that runs deferred tasks' triggers (airflow_deployment(triggerer=True)).
+TRIGGERER = "triggerer"
 # Each component's command line, where it is not `airflow <component name>`.
 COMMANDS = {CELERY_WORKER: ("celery", "worker")}
 # Two cores: two task processes at a time are plenty for the tests.
@@ -214,6 +219,7 @@ class Deployment:
         again with the same arguments, and wait until it answers; return how long it was away.
         """
         process = self.processes[name]
+        last_triggerer_job = self._last_job_id("TriggererJob") if name == TRIGGERER else 0
         stopped_at = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -228,7 +234,20 @@ class Deployment:
             self._wait(lambda: _api_answers(f"{self.api_url}/execution/health"), timeout, "the api-server")
         elif name == CELERY_WORKER:
             self._wait(self.worker_answers, timeout, "the celery worker")
+        elif name == TRIGGERER:
+            # A new triggerer registers a job row of its own, running once it has heartbeated.
+            self._wait(
+                lambda: self._last_job_id("TriggererJob", "running") > last_triggerer_job,
+                timeout,
+                "the triggerer",
+            )
         return time.monotonic() - stopped_at
+
+    def _last_job_id(self, job_type: str, state: str | None = None) -> int:
+        """The highest id of the component jobs (`job` rows) of *job_type* (in *state*); 0 if none."""
+        where = "job_type = :job_type" + ("" if state is None else " AND state = :state")
+        rows = self.query(f"SELECT MAX(id) AS id FROM job WHERE {where}", job_type=job_type, state=state)
+        return int(rows[0]["id"] or 0)
 
     @property
     def worker_home(self) -> Path:
@@ -463,15 +482,21 @@ def _api_answers(url: str) -> bool:
 
 
 def _wait_until_running(deployment: Deployment, timeout: float) -> None:
-    """Wait for the Execution API to answer and for the scheduler and dag processor to heartbeat."""
+    """
+    Wait for the Execution API to answer and for the scheduler and dag processor (and the triggerer,
+    when there is one) to heartbeat.
+    """
+    expected = {"SchedulerJob", "DagProcessorJob"}
+    if TRIGGERER in deployment.processes:
+        expected.add("TriggererJob")
 
     def running() -> bool:
         if not _api_answers(f"{deployment.api_url}/execution/health"):
             return False
         jobs = deployment.query("SELECT DISTINCT job_type FROM job WHERE state = 'running'")
-        return {"SchedulerJob", "DagProcessorJob"} <= {row["job_type"] for row in jobs}
+        return expected <= {row["job_type"] for row in jobs}
 
-    deployment._wait(running, timeout, "the api-server, scheduler and dag-processor to run")
+    deployment._wait(running, timeout, f"the api-server and {', '.join(sorted(expected))} to run")
     if CELERY_WORKER in deployment.processes:
         deployment._wait(deployment.worker_answers, timeout, "the celery worker to answer")
 
@@ -535,6 +560,7 @@ def airflow_deployment(
     executor: str = "local",
     users: dict[str, str] | None = None,
     airflow: Path | None = None,
+    triggerer: bool = False,
 ) -> Iterator[Deployment]:
     """
     Run a database (``postgres``, ``mysql`` or ``sqlite``), ``airflow db migrate``, the API
@@ -548,6 +574,9 @@ def airflow_deployment(
     each gets the password :data:`PASSWORD`, and :meth:`Deployment.token` logs them in.
 
     *airflow* is the ``airflow`` program every component runs (default: this environment's).
+
+    *triggerer* also runs ``airflow triggerer`` (in the environment of the scheduler, as Airflow's
+    own deployments do), which deferred tasks need; the start waits for its first heartbeat.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}: choose {' or '.join(EXECUTORS)}")
@@ -579,6 +608,8 @@ def airflow_deployment(
                 _start(deployment, "api-server", "--host", "127.0.0.1", "--port", str(port))
                 _start(deployment, "scheduler")
                 _start(deployment, "dag-processor")
+                if triggerer:
+                    _start(deployment, TRIGGERER)
                 if worker_env is not None:
                     _start(deployment, CELERY_WORKER, *CELERY_WORKER_ARGUMENTS)
                 _wait_until_running(deployment, start_timeout)

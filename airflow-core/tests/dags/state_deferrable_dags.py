@@ -14,11 +14,14 @@ from airflow.state.example_dags.example_deferrable_resumable_job import Deferrab
 
 
 class FirstJobFailsDeferrableOperator(DeferrableSimulatedJobOperator):
-    """The first job submitted dies without a result, as a cluster job that crashed would."""
+    """The run's first job dies without a result after job_seconds, as a cluster job that crashed would."""
 
     def submit_job(self, context) -> str:
-        first = not any(simulated_jobs.jobs_folder().glob("*.submitted"))
-        return simulated_jobs.submit(-1 if first else self.job_seconds)  # sleep(-1) raises
+        ti = context["ti"]
+        first = not simulated_jobs.submitted(dag_id=ti.dag_id, run_id=ti.run_id)
+        submitted_by = {"dag_id": ti.dag_id, "run_id": ti.run_id, "try_number": ti.try_number}
+        seconds = context["params"]["job_seconds"]
+        return simulated_jobs.submit(seconds, submitted_by, fail=first)
 
 
 with DAG(
@@ -26,10 +29,10 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    params={"crash_first_try": False},
+    params={"crash_first_try": False, "job_seconds": 2.0},
 ):
     FirstJobFailsDeferrableOperator(
-        task_id="run_job", job_seconds=1.0, poll_interval=0.2, retries=1, retry_delay=timedelta(seconds=1)
+        task_id="run_job", poll_interval=0.2, retries=3, retry_delay=timedelta(seconds=1)
     )
 
 

@@ -27,7 +27,10 @@ class DeferrableSimulatedJobOperator(DeferrableResumableJobMixin, BaseOperator):
         self.poll_interval = poll_interval
 
     def submit_job(self, context) -> str:
-        return simulated_jobs.submit(self.job_seconds)
+        ti = context["ti"]
+        # Who submitted it, so that tests can count one task instance's jobs.
+        submitted_by = {"dag_id": ti.dag_id, "run_id": ti.run_id, "try_number": ti.try_number}
+        return simulated_jobs.submit(context["params"].get("job_seconds", self.job_seconds), submitted_by)
 
     def job_status(self, job_id: str, context) -> JobStatus:
         return simulated_jobs.status(job_id)
@@ -49,7 +52,10 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    params={"crash_first_try": Param(True, type="boolean")},
+    params={
+        "crash_first_try": Param(True, type="boolean"),
+        "job_seconds": Param(3.0, type="number", description="how long the simulated job runs"),
+    },
     tags=["example", "task-state"],
 ):
-    DeferrableSimulatedJobOperator(task_id="run_job", retries=2, retry_delay=timedelta(seconds=1))
+    DeferrableSimulatedJobOperator(task_id="run_job", retries=3, retry_delay=timedelta(seconds=1))

@@ -2,8 +2,8 @@
 A stand-in for a remote job system (Spark, EMR, Databricks...), made of local processes.
 
 A job is a detached process that outlives the worker that submitted it, like a real cluster job:
-it writes ``<id>.submitted`` at once and ``<id>.result`` when done. Counting ``*.submitted``
-files tells how many jobs were ever submitted.
+it writes ``<id>.submitted`` at once (holding who submitted it, when the caller says) and
+``<id>.result`` when done. Counting ``*.submitted`` files tells how many jobs were ever submitted.
 
 :class:`SimulatedJobTrigger` watches one such job from the triggerer, for deferrable operators. It
 lives in this installed module, not in a DAG file, because the triggerer imports a trigger by its
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -28,8 +29,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 _JOB = """
 import sys, time, pathlib
-folder, job_id, seconds = pathlib.Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+folder, job_id, seconds, fail = pathlib.Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 time.sleep(seconds)
+if fail == "fail":
+    sys.exit(1)
 (folder / f"{job_id}.result").write_text(f"42 rows processed by {job_id}")
 """
 
@@ -40,11 +43,15 @@ def jobs_folder() -> Path:
     return folder
 
 
-def submit(seconds: float) -> str:
+def submit(seconds: float, submitted_by: dict[str, Any] | None = None, fail: bool = False) -> str:
+    """
+    Start a job that succeeds after *seconds* (or, with *fail*, dies then without a result; a
+    negative *seconds* fails at once); *submitted_by* is kept in its ``.submitted`` file.
+    """
     folder, job_id = jobs_folder(), f"app_{uuid.uuid4().hex[:8]}"
-    (folder / f"{job_id}.submitted").write_text("")
+    (folder / f"{job_id}.submitted").write_text(json.dumps(submitted_by or {}))
     process = subprocess.Popen(
-        [sys.executable, "-c", _JOB, str(folder), job_id, str(seconds)],
+        [sys.executable, "-c", _JOB, str(folder), job_id, str(seconds), "fail" if fail else "succeed"],
         start_new_session=True,  # survives the worker, as a cluster job would
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -62,6 +69,16 @@ def status(job_id: str) -> JobStatus:
     if pid_file.exists() and _alive(int(pid_file.read_text())):
         return JobStatus.RUNNING
     return JobStatus.FAILED
+
+
+def submitted(**submitted_by: Any) -> list[str]:
+    """The ids of the jobs ever submitted whose *submitted_by* holds these items, oldest first."""
+    found = []
+    for path in jobs_folder().glob("*.submitted"):
+        labels = json.loads(path.read_text() or "{}")
+        if all(labels.get(name) == value for name, value in submitted_by.items()):
+            found.append((path.stat().st_mtime_ns, path.stem))
+    return [job_id for _, job_id in sorted(found)]
 
 
 def result(job_id: str) -> str:
