@@ -561,3 +561,119 @@ background_of = """element => {
 def luminance(rgb: list[int]) -> float:
     red, green, blue = (part / 255 for part in rgb)
     return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+# -- following a running task ----------------------------------------------------------------------
+
+LIVE_DAG, LIVE_TASK = "operator_live", "count"
+# As tests/dags/state_operator_dags.py writes them: the counter goes 1..30, one write every 0.5 s.
+LIVE_WRITES = 30
+# The deployment keeps Airflow's default [api] auto_refresh_interval, which the tab follows.
+REFRESH_SECONDS = 3
+
+
+class Requests:
+    """The tab's own reads of one task instance, as the browser sends them, with when they were sent."""
+
+    def __init__(self, page: Any, run_id: str) -> None:
+        self.instance = f"/api/v2/dags/{LIVE_DAG}/dagRuns/{run_id}/taskInstances/{LIVE_TASK}"
+        self.entries = f"/state/api/v1/dags/{LIVE_DAG}/dagRuns/{run_id}/taskInstances/{LIVE_TASK}/state?"
+        self.sent: list[tuple[float, str]] = []
+        page.on("request", self._record)
+
+    def _record(self, request: Any) -> None:
+        import time
+
+        url = request.url
+        # Airflow's own page reads the same task instance; the tab's fetch asks for JSON alone.
+        ours = request.headers.get("accept") == "application/json"
+        if ours and (url.endswith(self.instance) or self.entries in url):
+            self.sent.append((time.monotonic(), "instance" if url.endswith(self.instance) else "entries"))
+
+    def since(self, moment: float) -> list[str]:
+        return [kind for sent, kind in self.sent if sent >= moment]
+
+
+def live_value(page: Any, key: str) -> str:
+    return row(page, key).get_by_test_id("state-value").inner_text()
+
+
+def test_state_tab_follows_a_running_task_and_keeps_an_edit_in_progress(
+    ui: UI, operator_deployment, screenshots: Path
+) -> None:
+    """
+    A task writes a counter every 0.5 s for 15 s: the open tab shows it grow without a reload, an
+    edit started meanwhile keeps its text across refreshes and saves, and once the task instance
+    ends the tab refreshes once more and sends nothing after.
+    """
+    import time
+    import uuid
+
+    from playwright.sync_api import expect
+
+    run_id = f"live-{uuid.uuid4().hex[:8]}"
+    operator_deployment.wait_for_dag(LIVE_DAG, timeout=120)
+    operator_deployment.trigger(LIVE_DAG, run_id)
+    # The run's task instances exist as soon as it is triggered: open the tab before it starts.
+    assert [ti["task_id"] for ti in operator_deployment.task_instances(LIVE_DAG, run_id)] == [LIVE_TASK]
+
+    path = f"/dags/{LIVE_DAG}/runs/{run_id}/tasks/{LIVE_TASK}/{TAB_ROUTE}"
+    with ui.page("editor", path) as page:
+        requests = Requests(page, run_id)
+        expect(page.get_by_test_id("state-live")).to_be_visible()
+        page.evaluate("window.stateTabNotReloaded = true")
+
+        # The counter appears and grows, in the same page.
+        counter = row(page, "counter").get_by_test_id("state-value")
+        expect(counter).to_be_visible(timeout=90_000)
+        first = int(counter.inner_text())
+        expect(counter).not_to_have_text(str(first))
+        assert int(counter.inner_text()) > first
+        expect(page.get_by_test_id("state-updated")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
+        page.screenshot(path=str(screenshots / "state-tab-live.png"))
+
+        # An edit started while it runs: the table behind the dialog refreshes, the typed text stays.
+        row(page, "note").get_by_test_id("state-edit").click()
+        dialog = page.get_by_test_id("state-entry-dialog")
+        typed = '{"typed": "while it runs"}'
+        dialog.get_by_test_id("state-value-input").fill(typed)
+        behind = counter.inner_text()
+        expect(counter).not_to_have_text(behind)
+        expect(dialog.get_by_test_id("state-value-input")).to_have_value(typed)
+        expect(dialog.get_by_test_id("state-value-input")).to_be_focused()
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog).to_have_count(0)
+        expect(row(page, "note").get_by_test_id("state-value")).to_have_text('{\n  "typed": "while it runs"\n}')
+
+        # Editing the key the task keeps writing: the text stays, and the dialog says Save would be refused.
+        row(page, "counter").get_by_test_id("state-edit").click()
+        dialog.get_by_test_id("state-value-input").fill("-1")
+        expect(dialog.get_by_test_id("state-entry-moved")).to_contain_text("Save will be refused")
+        expect(dialog.get_by_test_id("state-value-input")).to_have_value("-1")
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)
+
+        # The end: one last refresh shows the final value, then the tab stops asking.
+        expect(page.get_by_test_id("state-updated")).to_contain_text(
+            "the task instance ended (success), no longer refreshing", timeout=90_000
+        )
+        expect(page.get_by_test_id("state-live")).to_have_count(0)
+        expect(counter).to_have_text(str(LIVE_WRITES))
+        ended = time.monotonic()
+        page.wait_for_timeout(REFRESH_SECONDS * 1000 + 1500)
+        assert requests.since(ended) == [], "the tab still reads the task instance after it ended"
+        assert page.evaluate("window.stateTabNotReloaded") is True
+
+        # One request at a time, one interval apart: the task instance, then its entries.
+        reads = [(sent, kind) for sent, kind in requests.sent if kind == "instance"]
+        assert len(reads) >= 4, requests.sent
+        gaps = [later[0] - earlier[0] for earlier, later in zip(reads, reads[1:])]
+        assert min(gaps) >= REFRESH_SECONDS - 0.5, gaps
+
+    stored = ui.api(
+        "GET",
+        f"/dags/{LIVE_DAG}/dagRuns/{run_id}/taskInstances/{LIVE_TASK}/stateEntry",
+        params={"key": "note"},
+    ).json()
+    assert stored["value"] == {"typed": "while it runs"}
+    assert stored["updated_by_try"] is None

@@ -44,3 +44,29 @@ def _state_dag(dag_id: str, asset: Asset):
 
 _state_dag("operator_alpha", ALPHA_ASSET)
 _state_dag("operator_beta", BETA_ASSET)
+
+
+#: How many times `operator_live`'s task writes its counter, and how long it waits between writes.
+LIVE_WRITES = 30
+LIVE_WRITE_EVERY_SECONDS = 0.5
+
+
+@dag(dag_id="operator_live", schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def writes_while_it_runs():
+    """A task that keeps writing for a while (~15 s), for the State tab to follow; triggered by tests."""
+
+    @task
+    def count() -> None:
+        import time
+
+        from airflow.state import task_state
+
+        task_state.set("note", "written once, as the task starts")
+        for n in range(1, LIVE_WRITES + 1):
+            task_state.set("counter", n)
+            time.sleep(LIVE_WRITE_EVERY_SECONDS)
+
+    count()
+
+
+writes_while_it_runs()
