@@ -218,6 +218,8 @@ function useFollowTaskInstance(instanceUrl, refreshEntries, restartKey) {
   const refreshRef = useRef(refreshEntries);
   refreshRef.current = refreshEntries;
   useEffect(() => {
+    // Another task instance (the host's router reuses the tab) or a restart: nothing known yet.
+    setFollow({ phase: "idle" });
     if (!instanceUrl) return undefined;
     let cancelled = false;
     let wake = null;
