@@ -10,8 +10,11 @@ state), and leave it as they found it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,7 +135,7 @@ class UI:
                 errors.append(f"{message.text} ({url})")
 
         page.on("console", on_console)
-        page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+        page.on("pageerror", lambda error: errors.append(f"page error: {error}\n{error.stack}"))
         try:
             # The assertions wait for what they need: no need to wait for every resource here.
             page.goto(path, wait_until="commit")
@@ -561,3 +564,197 @@ background_of = """element => {
 def luminance(rgb: list[int]) -> float:
     red, green, blue = (part / 255 for part in rgb)
     return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+# -- following a running task ----------------------------------------------------------------------
+
+LIVE_DAG, LIVE_TASK = "operator_live", "count"
+# As tests/dags/state_operator_dags.py writes them: the counter goes 1..30, one write every 0.5 s.
+LIVE_WRITES = 30
+# The deployment keeps Airflow's default [api] auto_refresh_interval, which the tab follows.
+REFRESH_SECONDS = 3
+
+# Hides (true) or shows (false) the page, as switching browser tabs does: headless Chromium's pages
+# are always visible, so the document's visibilityState is replaced, and its event sent.
+SET_HIDDEN = """hidden => {
+    const state = hidden ? "hidden" : "visible";
+    Object.defineProperty(document, "visibilityState", {configurable: true, get: () => state});
+    document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+class TabReads:
+    """The tab's own reads of the live task instance, in the order the browser sent them, and when."""
+
+    def __init__(self, page: Any, run_id: str) -> None:
+        ti = f"/dags/{LIVE_DAG}/dagRuns/{run_id}/taskInstances/{LIVE_TASK}"
+        self.instance = re.compile(re.escape(f"/api/v2{ti}") + "$")
+        self.entries = re.compile(re.escape(f"/state/api/v1{ti}/state") + r"\?")
+        self.sent: list[tuple[float, str]] = []
+        page.on("request", self._record)
+
+    def ours(self, request: Any) -> bool:
+        # Airflow's own page reads the same task instance; the tab's fetch asks for JSON alone.
+        return request.headers.get("accept") == "application/json"
+
+    def _record(self, request: Any) -> None:
+        if not self.ours(request):
+            return
+        if self.instance.search(request.url):
+            self.sent.append((time.monotonic(), "instance"))
+        elif self.entries.search(request.url):
+            self.sent.append((time.monotonic(), "entries"))
+
+    def since(self, moment: float, kind: str | None = None) -> list[float]:
+        return [sent for sent, what in self.sent if sent >= moment and kind in (None, what)]
+
+
+def trigger(ui: UI, dag_id: str, run_id: str) -> None:
+    """Through the REST API: quicker than a CLI process, and its task instances exist at once."""
+    response = httpx.post(
+        f"{ui.base}/api/v2/dags/{dag_id}/dagRuns",
+        headers={"Authorization": f"Bearer {ui.token('admin')}"},
+        json={"dag_run_id": run_id, "logical_date": None},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_state_tab_follows_a_running_task_and_keeps_an_edit_in_progress(
+    ui: UI, operator_deployment, screenshots: Path
+) -> None:
+    """
+    A task writes a counter every 0.5 s for 15 s (from when the test says "go"), watched by three
+    tabs. The first shows it grow without a reload; an edit started meanwhile keeps its text across
+    refreshes and saves; once the task instance ends, one last refresh and nothing after. The
+    second loses the network for a while: it backs off and comes back. The third is hidden (nothing
+    sent), shown again (read at once), then refused (the user's rights withdrawn): it stops and
+    says why.
+    """
+    from playwright.sync_api import expect
+
+    run_id = f"live-{uuid.uuid4().hex[:8]}"
+    operator_deployment.wait_for_dag(LIVE_DAG, timeout=120)
+    trigger(ui, LIVE_DAG, run_id)
+    # Its task instance exists at once: the tabs open on it before it starts (no state yet).
+    assert [ti["task_id"] for ti in operator_deployment.task_instances(LIVE_DAG, run_id)] == [LIVE_TASK]
+    path = f"/dags/{LIVE_DAG}/runs/{run_id}/tasks/{LIVE_TASK}/{TAB_ROUTE}"
+    entry = f"/dags/{LIVE_DAG}/dagRuns/{run_id}/taskInstances/{LIVE_TASK}/stateEntry"
+
+    # Airflow 3.2.1's own page, polling a running task instance, now and then cancels one of its
+    # queries through an AbortController and leaves the rejection unhandled (about one run in ten).
+    # The tab uses no AbortSignal, so this message cannot be its own.
+    host_cancel = "page error: signal is aborted without reason"
+    with contextlib.ExitStack() as stack:
+        page = stack.enter_context(ui.page("editor", path, allowed_errors=host_cancel))
+        offline = stack.enter_context(ui.page("editor", path, allowed_errors=f"ERR_FAILED|{host_cancel}"))
+        refused = stack.enter_context(ui.page("editor", path, allowed_errors=f"status of 403 |{host_cancel}"))
+        reads = {tab: TabReads(tab, run_id) for tab in (page, offline, refused)}
+        for tab in (page, offline, refused):
+            # Three pages loading at once on two busy cores.
+            expect(tab.get_by_test_id("state-live")).to_be_visible(timeout=60_000)
+        page.evaluate("window.stateTabNotReloaded = true")
+        # The task has started (it wrote its note) and waits for the word to count.
+        expect(row(page, "note")).to_be_visible(timeout=90_000)
+        ui.api("PUT", entry, params={"key": "go"}, json={"value": True}).raise_for_status()
+
+        def cut_off(route: Any) -> None:
+            # The tab's reads only: Airflow's page reads the same task instance and must not fail.
+            if reads[offline].ours(route.request):
+                route.abort()
+            else:
+                route.continue_()
+
+        offline.route(reads[offline].entries, cut_off)
+        offline.route(reads[offline].instance, cut_off)
+        offline_since = time.monotonic()
+
+        # The counter appears and grows, in the same page.
+        counter = row(page, "counter").get_by_test_id("state-value")
+        expect(counter).to_be_visible()
+        first = int(counter.inner_text())
+        expect(counter).not_to_have_text(str(first))
+        assert int(counter.inner_text()) > first
+        expect(page.get_by_test_id("state-updated")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
+        page.screenshot(path=str(screenshots / "state-tab-live.png"))
+
+        refused.evaluate(SET_HIDDEN, True)
+        hidden_since = time.monotonic()
+
+        # No network: the failure shows, and the next try waits twice the interval.
+        expect(offline.get_by_test_id("state-refresh-problem")).to_contain_text(
+            re.compile(r"Could not reach the API server .*: trying again in \d+ s")
+        )
+        offline.unroute(reads[offline].entries)
+        offline.unroute(reads[offline].instance)
+        back_online = time.monotonic()
+        failed = reads[offline].since(offline_since, "instance")
+
+        # An edit started while it runs: the table behind the dialog refreshes, the typed text stays.
+        row(page, "note").get_by_test_id("state-edit").click()
+        dialog = page.get_by_test_id("state-entry-dialog")
+        typed = '{"typed": "while it runs"}'
+        dialog.get_by_test_id("state-value-input").fill(typed)
+        behind = counter.inner_text()
+        expect(counter).not_to_have_text(behind)
+        expect(dialog.get_by_test_id("state-value-input")).to_have_value(typed)
+        expect(dialog.get_by_test_id("state-value-input")).to_be_focused()
+        dialog.get_by_test_id("state-save").click()
+        expect(dialog).to_have_count(0)
+        saved = row(page, "note").get_by_test_id("state-value")
+        expect(saved).to_have_text('{\n  "typed": "while it runs"\n}')
+
+        # Editing the key the task keeps writing: the text stays, and the dialog says Save would be refused.
+        row(page, "counter").get_by_test_id("state-edit").click()
+        dialog.get_by_test_id("state-value-input").fill("-1")
+        expect(dialog.get_by_test_id("state-entry-moved")).to_contain_text("Save will be refused")
+        expect(dialog.get_by_test_id("state-value-input")).to_have_value("-1")
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)
+
+        # Hidden: nothing sent (but a read already under way) for longer than an interval. Shown
+        # again: read at once, with rights withdrawn meanwhile (alice may not read this DAG).
+        page.wait_for_timeout(max(0, (hidden_since + REFRESH_SECONDS + 0.5 - time.monotonic()) * 1000))
+        assert reads[refused].since(hidden_since + 0.5) == []
+
+        def as_alice(route: Any) -> None:
+            answer = ui.api("GET", route.request.url.split("/state/api/v1", 1)[1], user="alice")
+            route.fulfill(status=answer.status_code, body=answer.content, content_type="application/json")
+
+        refused.route(reads[refused].entries, as_alice)
+        shown = time.monotonic()
+        refused.evaluate(SET_HIDDEN, False)
+        stopped = refused.get_by_test_id("state-entries").get_by_test_id("state-error")
+        expect(stopped).to_contain_text("Stopped refreshing")
+        expect(stopped).to_contain_text("needs read permission")
+        assert reads[refused].since(shown, "instance")[0] - shown < 1, "not read at once when shown"
+        expect(refused.get_by_test_id("state-live")).to_have_count(0)
+        stopped_at = time.monotonic()
+
+        # The end: one last refresh shows the final value, then the tab stops asking.
+        expect(page.get_by_test_id("state-updated")).to_contain_text(
+            "the task instance ended (success), no longer refreshing", timeout=90_000
+        )
+        expect(page.get_by_test_id("state-live")).to_have_count(0)
+        expect(counter).to_have_text(str(LIVE_WRITES))
+        ended = time.monotonic()
+        page.wait_for_timeout(REFRESH_SECONDS * 1000 + 1000)
+        assert reads[page].since(ended) == [], "the tab still reads the task instance after it ended"
+        assert reads[refused].since(stopped_at) == [], "a refused tab still reads"
+        assert page.evaluate("window.stateTabNotReloaded") is True
+        # One request at a time, one interval apart: the task instance, then its entries.
+        instance_reads = reads[page].since(0, "instance")
+        assert len(instance_reads) >= 4, reads[page].sent
+        gaps = [b - a for a, b in itertools.pairwise(instance_reads)]
+        assert min(gaps) >= REFRESH_SECONDS - 0.5, gaps
+
+        # The network is back: the offline tab catches up, with the final value.
+        expect(offline.get_by_test_id("state-updated")).to_contain_text("ended (success)", timeout=30_000)
+        expect(row(offline, "counter").get_by_test_id("state-value")).to_have_text(str(LIVE_WRITES))
+        tries = reads[offline].since(failed[0], "instance")
+        assert len(tries) >= 2, reads[offline].sent
+        assert tries[1] - tries[0] >= 2 * REFRESH_SECONDS - 0.5, (tries, back_online)
+
+    stored = ui.api("GET", entry, params={"key": "note"}).json()
+    assert stored["value"] == {"typed": "while it runs"}
+    assert stored["updated_by_try"] is None

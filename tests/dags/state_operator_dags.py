@@ -44,3 +44,38 @@ def _state_dag(dag_id: str, asset: Asset):
 
 _state_dag("operator_alpha", ALPHA_ASSET)
 _state_dag("operator_beta", BETA_ASSET)
+
+
+#: How many times `operator_live`'s task writes its counter, and how long it waits between writes.
+LIVE_WRITES = 30
+LIVE_WRITE_EVERY_SECONDS = 0.5
+#: How long it waits for the key "go" before counting anyway.
+LIVE_WAIT_FOR_GO_SECONDS = 120
+
+
+@dag(dag_id="operator_live", schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def writes_while_it_runs():
+    """
+    A task that keeps writing for a while (~15 s), for the State tab to follow; triggered by tests.
+    It starts counting once someone puts the key "go" into its state, so that a test can open its
+    pages first, whatever the time the task takes to start.
+    """
+
+    @task
+    def count() -> None:
+        import time
+
+        from airflow.state import task_state
+
+        task_state.set("note", "written once, as the task starts")
+        deadline = time.monotonic() + LIVE_WAIT_FOR_GO_SECONDS
+        while task_state.get("go") is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for n in range(1, LIVE_WRITES + 1):
+            task_state.set("counter", n)
+            time.sleep(LIVE_WRITE_EVERY_SECONDS)
+
+    count()
+
+
+writes_while_it_runs()

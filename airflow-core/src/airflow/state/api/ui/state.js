@@ -25,7 +25,7 @@ if (!React || !Chakra || !RouterDOM) {
   throw new Error("The State plugin must be loaded by Airflow's UI (React, ChakraUI and ReactRouterDOM globals are missing).");
 }
 
-const { createElement: h, Fragment, useCallback, useEffect, useMemo, useReducer, useState } = React;
+const { createElement: h, Fragment, useCallback, useEffect, useMemo, useReducer, useRef, useState } = React;
 const {
   Alert, Badge, Box, Button, Dialog, Field, Flex, HStack, Heading, Input, Link,
   Portal, Spinner, Stack, Table, Text, Textarea,
@@ -38,6 +38,24 @@ const PAGE_SIZE = 50;
 const MAX_KEY_LENGTH = 512;
 /** The task instance tab's url_route (plugin.py), to link from the State page to the tab. */
 const TASK_TAB_ROUTE = "task-state";
+/**
+ * How often the State tab re-reads a task instance that may still write its state, when Airflow's
+ * own `[api] auto_refresh_interval` (what its grid and task pages use, 3 s by default) is not known.
+ */
+const DEFAULT_REFRESH_SECONDS = 3;
+/** The longest wait between two tries after failed refreshes (the wait doubles from the interval). */
+const MAX_BACKOFF_MS = 60_000;
+/**
+ * Task instance states that no longer change by themselves: Airflow's terminal states. Every other
+ * state (none, scheduled, queued, running, restarting, up_for_retry, up_for_reschedule, deferred, and
+ * any state a later Airflow adds) may still lead to a try that writes state, so the tab follows it.
+ */
+const FINISHED_STATES = new Set(["success", "failed", "skipped", "upstream_failed", "removed"]);
+/**
+ * A task instance found finished when the tab opens may have finished while the tab's first list was
+ * read: re-read once if it ended this recently (by the browser's clock, hence generous).
+ */
+const JUST_ENDED_MS = 60_000;
 
 // ---------------------------------------------------------------------------------------------
 // HTTP
@@ -132,6 +150,165 @@ function useFetch(url) {
   return { ...result, reload };
 }
 
+/**
+ * useFetch, plus `refresh()`: a quiet re-read for following a running task. It shows no spinner,
+ * keeps the data shown when it fails (the caller backs off and says so) and returns a promise, so
+ * that the caller sends one request at a time. Answers apply in the order the requests were sent:
+ * an older answer, or one for a URL no longer shown, never replaces a newer one.
+ */
+function useLiveFetch(url) {
+  const [result, setResult] = useState({ data: null, error: null, loading: true });
+  const [generation, reload] = useReducer((n) => n + 1, 0);
+  const order = useRef({ url, sent: 0, applied: 0 });
+  order.current.url = url;
+  const apply = (requested, sequence, next) => {
+    const current = order.current;
+    if (requested !== current.url || sequence < current.applied) return false;
+    current.applied = sequence;
+    setResult(next);
+    return true;
+  };
+  useEffect(() => {
+    const sequence = ++order.current.sent;
+    setResult((previous) => ({ ...previous, loading: true }));
+    request("GET", url).then(
+      (data) => apply(url, sequence, { data, error: null, loading: false }),
+      (error) => apply(url, sequence, { data: null, error, loading: false }),
+    );
+  }, [url, generation]);
+  const refresh = useCallback(async () => {
+    const requested = order.current.url;
+    const sequence = ++order.current.sent;
+    const data = await request("GET", requested);
+    apply(requested, sequence, { data, error: null, loading: false });
+  }, []);
+  return { ...result, reload, refresh };
+}
+
+/** Airflow's `[api] auto_refresh_interval` in ms, read once per page from its UI config. */
+let refreshInterval = null;
+function refreshIntervalMs() {
+  if (!refreshInterval) {
+    refreshInterval = request("GET", "ui/config").then(
+      (config) => {
+        const seconds = Number(config && config.auto_refresh_interval);
+        // At least a second: a misconfigured 0 must not turn the tab into a request loop.
+        return Math.max(Number.isFinite(seconds) && seconds > 0 ? seconds : DEFAULT_REFRESH_SECONDS, 1) * 1000;
+      },
+      () => DEFAULT_REFRESH_SECONDS * 1000,
+    );
+  }
+  return refreshInterval;
+}
+
+/**
+ * Follow a task instance while it may still write its state: read its state (Airflow's public API,
+ * `instanceUrl`), then call `refreshEntries()`, every refresh interval, one request at a time,
+ * until it reaches a finished state; then refresh once more and stop. Nothing is sent while the
+ * browser tab is hidden (it resumes at once when shown). Failures back off (the interval doubling
+ * up to MAX_BACKOFF_MS); a 401 or 403 stops following, as does a 404 (no such task instance: a
+ * mapped task's page without a map index, say). A change of `restartKey` starts over.
+ *
+ * Returns {phase, tiState, updatedAt, error, retryInMs, intervalMs}, where phase is "idle" (not
+ * followed: finished when opened, or not found), "live", "retrying", "ended" (finished while
+ * followed) or "stopped" (refused).
+ */
+function useFollowTaskInstance(instanceUrl, refreshEntries, restartKey) {
+  const [follow, setFollow] = useState({ phase: "idle" });
+  const refreshRef = useRef(refreshEntries);
+  refreshRef.current = refreshEntries;
+  useEffect(() => {
+    // Another task instance (the host's router reuses the tab) or a restart: nothing known yet.
+    setFollow({ phase: "idle" });
+    if (!instanceUrl) return undefined;
+    let cancelled = false;
+    let wake = null;
+    const wait = (ms) =>
+      new Promise((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    const hidden = () => document.visibilityState === "hidden";
+    const onVisibility = () => !hidden() && wake && wake();
+    document.addEventListener("visibilitychange", onVisibility);
+
+    const run = async () => {
+      let failures = 0;
+      let first = true;
+      let intervalMs = DEFAULT_REFRESH_SECONDS * 1000;
+      while (!cancelled) {
+        if (hidden()) {
+          // Woken by visibilitychange; the long timeout only guards against a missed event.
+          await wait(MAX_BACKOFF_MS);
+          continue;
+        }
+        try {
+          const ti = await request("GET", instanceUrl);
+          if (cancelled) return;
+          const finished = FINISHED_STATES.has(ti.state);
+          if (first && finished) {
+            const endedAt = ti.end_date ? Date.parse(ti.end_date) : NaN;
+            if (Date.now() - endedAt < JUST_ENDED_MS) await refreshRef.current();
+            if (!cancelled) setFollow({ phase: "idle", tiState: ti.state });
+            return;
+          }
+          if (first) {
+            // The tab loaded its entries as it opened: the first re-read is one interval away.
+            intervalMs = await refreshIntervalMs();
+          } else {
+            await refreshRef.current();
+          }
+          if (cancelled) return;
+          first = false;
+          failures = 0;
+          const updatedAt = new Date();
+          if (finished) {
+            setFollow({ phase: "ended", tiState: ti.state, updatedAt, intervalMs });
+            return;
+          }
+          setFollow({ phase: "live", tiState: ti.state, updatedAt, intervalMs });
+          await wait(intervalMs);
+        } catch (error) {
+          if (cancelled) return;
+          if (error.status === 401 || error.status === 403) {
+            setFollow((previous) => ({ ...previous, phase: "stopped", error }));
+            return;
+          }
+          if (error.status === 404) {
+            setFollow({ phase: "idle" });
+            return;
+          }
+          failures += 1;
+          const retryInMs = Math.min(intervalMs * 2 ** failures, MAX_BACKOFF_MS);
+          setFollow((previous) => ({ ...previous, phase: "retrying", error, retryInMs }));
+          await wait(retryInMs);
+        }
+      }
+    };
+    run();
+    return () => {
+      cancelled = true;
+      document.removeEventListener("visibilitychange", onVisibility);
+      if (wake) wake();
+    };
+  }, [instanceUrl, restartKey]);
+  return follow;
+}
+
+/** "17:02:03", in the user's time zone: when the tab last re-read its entries. */
+function formatClock(date) {
+  try {
+    return new Intl.DateTimeFormat("en-GB", {
+      timeZone: selectedTimeZone(), hourCycle: "h23", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    }).format(date);
+  } catch {
+    return date.toLocaleTimeString(); // An unknown time zone name.
+  }
+}
+
 /** `value`, once it has stopped changing for `delay` ms (typing in a filter box). */
 function useDebounced(value, delay) {
   const [settled, setSettled] = useState(value);
@@ -159,6 +336,8 @@ function taskScope(dagId, runId, taskId, mapIndex) {
     listUrl: (params) => `${base}/state${queryString({ map_index, ...params })}`,
     entryUrl: (key, params) => `${base}/stateEntry${queryString({ key, map_index, ...params })}`,
     clearUrl: () => `${base}/state${queryString({ map_index })}`,
+    // Airflow's own record of the task instance (its state), read to follow it while it runs.
+    instanceUrl: `${AIRFLOW_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/taskInstances/${enc(taskId)}${map_index >= 0 ? `/${map_index}` : ""}`,
   };
 }
 
@@ -350,7 +529,7 @@ function ConfirmDialog({ title, message, confirmLabel, action, onDone, onClose }
  * The add/edit dialog. The value is JSON text, validated as the user types: while it is invalid,
  * the reason shows under it and Save stays disabled, so nothing invalid reaches the server.
  */
-function EntryDialog({ scope, entry, onSaved, onClose }) {
+function EntryDialog({ scope, entry, latest, onSaved, onClose }) {
   const adding = !entry;
   const [key, setKey] = useState(adding ? "" : entry.key);
   const [text, setText] = useState(adding ? "" : prettyJson(entry.value));
@@ -362,6 +541,11 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
   const problemOfKey = adding ? keyProblem(key) : null;
   const parsed = parseValue(text);
   const canSave = !busy && !problemOfKey && !parsed.problem;
+  // The table behind the dialog keeps refreshing while its task runs; the text typed here is the
+  // dialog's own and is never replaced. If the key was written meanwhile, say so before Save.
+  const movedTo = !adding && latest && entry.version !== null && entry.version !== undefined && latest.version !== entry.version
+    ? latest.version
+    : null;
 
   const save = async () => {
     setBusy(true);
@@ -418,6 +602,13 @@ function EntryDialog({ scope, entry, onSaved, onClose }) {
           ? h(Field.ErrorText, { "data-testid": "state-value-problem" }, parsed.problem)
           : h(Field.HelperText, null, "Any JSON value but null: a number, \"a string\", true, [1, 2] or {\"a\": 1}."),
       ),
+      movedTo !== null && !error
+        ? h(
+            Text,
+            { fontSize: "sm", color: "fg.warning", "data-testid": "state-entry-moved" },
+            `This key was written while you edit it (now version ${movedTo}, you opened version ${entry.version}): Save will be refused. Copy your text if you need it, then close the dialog and edit again.`,
+          )
+        : null,
       h(ErrorAlert, { error, title: "Not saved" }),
     ),
   );
@@ -503,6 +694,39 @@ function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdi
   );
 }
 
+/**
+ * Whether the entries follow their running task instance: "Live" and when they were last re-read,
+ * a failed refresh and when it is tried again, or that the task instance ended. Nothing when the
+ * task instance was already finished when the tab opened.
+ */
+function LiveIndicator({ live }) {
+  const every = live.intervalMs ? `every ${Math.round(live.intervalMs / 1000)} s` : "every few seconds";
+  const updated = live.updatedAt ? `updated ${formatClock(live.updatedAt)}` : "";
+  if (live.phase === "live") {
+    return h(
+      HStack,
+      { gap: 2, "data-testid": "state-live", title: `Re-read ${every} while the task instance is ${live.tiState || "not started"}` },
+      h(Badge, { colorPalette: "green", variant: "solid" }, "Live"),
+      h(Text, { fontSize: "sm", color: "fg.muted", "data-testid": "state-updated" }, updated),
+    );
+  }
+  if (live.phase === "retrying") {
+    return h(
+      Text,
+      { fontSize: "sm", color: "fg.warning", "data-testid": "state-refresh-problem" },
+      `Refresh failed (${live.error.message}): trying again in ${Math.round(live.retryInMs / 1000)} s.`,
+    );
+  }
+  if (live.phase === "ended") {
+    return h(
+      Text,
+      { fontSize: "sm", color: "fg.muted", "data-testid": "state-updated" },
+      `${updated}: the task instance ended (${live.tiState}), no longer refreshing.`,
+    );
+  }
+  return null;
+}
+
 function Pager({ offset, shown, total, onPage }) {
   if (total <= PAGE_SIZE) return null;
   return h(
@@ -520,7 +744,7 @@ function Pager({ offset, shown, total, onPage }) {
  * the table alone, with no edit controls at all. `renderError(error)` may show something better
  * than the error's message; `onChange()` is called after every change.
  */
-function StateEntries({ scope, onChange, renderError }) {
+function StateEntries({ scope, follow, onChange, renderError }) {
   const [filter, setFilter] = useState("");
   const prefix = useDebounced(filter, 300);
   const [offset, setOffset] = useState(0);
@@ -528,15 +752,23 @@ function StateEntries({ scope, onChange, renderError }) {
   const [notice, setNotice] = useState(null);
   useEffect(() => setOffset(0), [prefix, scope.id]);
 
-  const { data, error, loading, reload } = useFetch(
+  const { data, error, loading, reload, refresh } = useLiveFetch(
     scope.listUrl({ limit: PAGE_SIZE, offset, key_prefix: prefix }),
   );
+  const [followGeneration, followAgain] = useReducer((n) => n + 1, 0);
+  const live = useFollowTaskInstance(follow ? scope.instanceUrl : null, refresh, followGeneration);
   const entries = data ? data.entries : [];
   const total = data ? data.total_entries : 0;
   const editable = Boolean(data && data.can_edit);
   const deletable = Boolean(data && data.can_delete);
 
   const closeDialog = useCallback(() => setDialog(null), []);
+  const refreshNow = () => {
+    setNotice(null);
+    reload();
+    // The task instance may have been cleared or retried since the tab stopped following it.
+    if (follow && (live.phase === "idle" || live.phase === "ended" || live.phase === "stopped")) followAgain();
+  };
   const changed = (message) => {
     setDialog(null);
     setNotice(message);
@@ -551,7 +783,8 @@ function StateEntries({ scope, onChange, renderError }) {
       size: "sm", maxW: "20rem", placeholder: "Filter by key prefix", value: filter, "data-testid": "state-filter",
       onChange: (event) => setFilter(event.target.value),
     }),
-    h(Button, { size: "sm", variant: "outline", onClick: () => { setNotice(null); reload(); }, loading, "data-testid": "state-refresh" }, "Refresh"),
+    h(Button, { size: "sm", variant: "outline", onClick: refreshNow, loading, "data-testid": "state-refresh" }, "Refresh"),
+    h(LiveIndicator, { live }),
     h(Box, { flex: 1 }),
     editable ? h(Button, { size: "sm", colorPalette: "blue", onClick: () => setDialog({ kind: "add" }), "data-testid": "state-add" }, "Add key") : null,
     deletable && total > 0 && !prefix
@@ -585,17 +818,20 @@ function StateEntries({ scope, onChange, renderError }) {
       ? h(Text, { fontSize: "sm", color: "fg.muted", mb: 2, "data-testid": "state-read-only" }, "Read only: your role may view this state but not change it.")
       : null,
     notice ? h(Text, { fontSize: "sm", color: "fg.success", mb: 2, "data-testid": "state-notice" }, notice) : null,
+    live.phase === "stopped" ? h(ErrorAlert, { error: live.error, title: "Stopped refreshing" }) : null,
     body,
-    renderDialog(dialog, scope, total, changed, closeDialog),
+    renderDialog(dialog, scope, entries, total, changed, closeDialog),
   );
 }
 
 /** The open dialog of a StateEntries, if any. */
-function renderDialog(dialog, scope, total, changed, close) {
+function renderDialog(dialog, scope, entries, total, changed, close) {
   if (!dialog) return null;
   if (dialog.kind === "add" || dialog.kind === "edit") {
+    // The key as the table shows it now, which may be newer than when the dialog opened.
+    const latest = dialog.entry ? entries.find((entry) => entry.key === dialog.entry.key) : undefined;
     return h(EntryDialog, {
-      scope, entry: dialog.entry,
+      scope, entry: dialog.entry, latest,
       onClose: (stale) => (stale ? changed(`"${dialog.entry.key}" was written elsewhere: not saved.`) : close()),
       onSaved: (key) => changed(`Saved "${key}".`),
     });
@@ -641,7 +877,7 @@ function TaskInstanceState({ dagId, runId, taskId, mapIndex }) {
       { fontSize: "sm", color: "fg.muted", mb: 3 },
       "What this task instance keeps between tries with task_state: read by its next try, kept until cleared.",
     ),
-    h(StateEntries, { scope, renderError }),
+    h(StateEntries, { scope, follow: true, renderError }),
   );
 }
 
