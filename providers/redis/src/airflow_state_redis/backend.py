@@ -528,17 +528,26 @@ class RedisStateBackend(BaseStateBackend):
                 incremented(write.key, None if current is None else current.value, write.by)
         calls = [
             self._write_call(
-                "write", commit.ledger, commit.writer, commit_record_expiry(self), *self._pair(COMMIT_KEY, record), ""
+                "write",
+                commit.ledger,
+                commit.writer,
+                commit_record_expiry(self),
+                *self._pair(COMMIT_KEY, record),
+                "",
             )
         ]
         for write in commit.in_lock_order():
             if write.op is StagedOp.SET:
                 assert write.value is not None  # checked by StagedWrite
                 pair = self._pair(write.key, write.value)
-                calls.append(self._write_call("write", write.scope, commit.writer, write.expires_at, *pair, ""))
+                calls.append(
+                    self._write_call("write", write.scope, commit.writer, write.expires_at, *pair, "")
+                )
             elif write.op is StagedOp.INCREMENT:
                 args = (_utf8(write.key), str(write.by))
-                calls.append(self._write_call("increment", write.scope, commit.writer, write.expires_at, *args))
+                calls.append(
+                    self._write_call("increment", write.scope, commit.writer, write.expires_at, *args)
+                )
             else:
                 names, map_index = self._scope_keys(write.scope)
                 calls.append(_Script("delete_many", names, [map_index, _utf8(write.key)]))

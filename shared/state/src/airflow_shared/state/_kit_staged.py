@@ -98,7 +98,9 @@ class StagedCommitConformance:
         with pytest.raises(ValueError, match="commit_id"):
             StagedCommit("", ledger, ())
 
-    def test_concurrent_commits_counting_one_asset_all_count(self, backend, make_task_scope, make_asset_scope):
+    def test_concurrent_commits_counting_one_asset_all_count(
+        self, backend, make_task_scope, make_asset_scope
+    ):
         _require_commits(backend)
         asset = make_asset_scope(1)
         ledgers = [make_task_scope(task_id=f"task_{n}") for n in range(4)]

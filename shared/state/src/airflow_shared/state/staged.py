@@ -74,7 +74,8 @@ class StagedCommit:
     def __post_init__(self) -> None:
         if not isinstance(self.commit_id, str) or not 0 < len(self.commit_id) <= MAX_COMMIT_ID_LENGTH:
             raise ValueError(
-                f"commit_id must be a string of 1 to {MAX_COMMIT_ID_LENGTH} characters, got {self.commit_id!r:.60}"
+                f"commit_id must be a string of 1 to {MAX_COMMIT_ID_LENGTH} characters, "
+                f"got {self.commit_id!r:.60}"
             )
         if not isinstance(self.ledger, TaskScope):
             raise TypeError(f"ledger must be a TaskScope, got {type(self.ledger).__name__}")
