@@ -10,7 +10,7 @@ import pytest
 
 from ._kit_support import future, in_threads
 from .staged import COMMIT_KEY, StagedCommit, StagedOp, StagedWrite
-from .writes import StateWriter
+from .writes import StateCapabilityError, StateWriter
 
 
 def _writer(ledger) -> StateWriter:
@@ -29,11 +29,36 @@ def _require_commits(backend) -> None:
 class StagedCommitConformance:
     """A try's staged writes: applied together, once per commit id, or not at all."""
 
+    #: False for a store that applies a commit to the committing task's own scope only (Redis
+    #: Cluster: one transaction, one hash slot); it must refuse a wider commit, writing nothing.
+    commits_span_scopes: bool = True
+
+    def _other_scope(self, ledger, make_asset_scope):
+        """Where a commit's writes beside its ledger go: an asset's scope, where the store allows."""
+        return make_asset_scope(1) if self.commits_span_scopes else ledger
+
+    def test_a_commit_wider_than_the_store_allows_is_refused_whole(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        if self.commits_span_scopes:
+            pytest.skip("this store applies a commit to any scopes")
+        ledger, asset = make_task_scope(), make_asset_scope(1)
+        commit = _commit(
+            ledger,
+            StagedWrite(ledger, "watermark", StagedOp.SET, "1"),
+            StagedWrite(asset, "rows", StagedOp.INCREMENT, by=1),
+        )
+        with pytest.raises(StateCapabilityError):
+            backend.apply_commit(commit)
+        assert backend.get(ledger, "watermark") is None
+        assert backend.get(asset, "rows") is None
+
     def test_a_commit_applies_sets_deletes_and_increments_across_scopes(
         self, backend, make_task_scope, make_asset_scope
     ):
         _require_commits(backend)
-        ledger, asset = make_task_scope(), make_asset_scope(1)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
         backend.set(ledger, "doomed", '"old"')
         backend.set(asset, "rows", "40")
         commit = _commit(
@@ -52,7 +77,8 @@ class StagedCommitConformance:
 
     def test_the_same_commit_applied_again_changes_nothing(self, backend, make_task_scope, make_asset_scope):
         _require_commits(backend)
-        ledger, asset = make_task_scope(), make_asset_scope(1)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
         commit = _commit(
             ledger,
             StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1),
@@ -71,7 +97,8 @@ class StagedCommitConformance:
         self, backend, make_task_scope, make_asset_scope
     ):
         _require_commits(backend)
-        ledger, asset = make_task_scope(), make_asset_scope(1)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
         backend.set(asset, "label", '"not a number"')
         commit = _commit(
             ledger,
@@ -102,8 +129,12 @@ class StagedCommitConformance:
         self, backend, make_task_scope, make_asset_scope
     ):
         _require_commits(backend)
-        asset = make_asset_scope(1)
-        ledgers = [make_task_scope(task_id=f"task_{n}") for n in range(4)]
+        if self.commits_span_scopes:
+            asset = make_asset_scope(1)
+            ledgers = [make_task_scope(task_id=f"task_{n}") for n in range(4)]
+        else:  # one scope: the task's own, committed by four tries at once (distinct commit ids)
+            asset = make_task_scope()
+            ledgers = [asset] * 4
         rounds = 5
 
         def commit_rounds(n: int) -> None:
@@ -133,7 +164,8 @@ class StagedCommitConformance:
     def test_an_atomic_commit_is_never_seen_half_applied(self, backend, make_task_scope, make_asset_scope):
         if not backend.supports_atomic_commit:
             pytest.skip(f"{type(backend).__name__} does not declare atomic commits")
-        ledger, asset = make_task_scope(), make_asset_scope(1)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
         keys = [f"part-{n}" for n in range(6)]
         rounds = 40
         done = threading.Event()
