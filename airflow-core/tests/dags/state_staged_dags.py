@@ -1,4 +1,4 @@
-"""DAGs of the staged-writes tests (writes that count only if the try succeeds), run with `airflow dags test`."""
+"""DAGs of the staged-writes tests , for `airflow dags test`."""
 
 from __future__ import annotations
 
