@@ -1,4 +1,4 @@
-"""DAGs of the staged-writes tests , for `airflow dags test`."""
+"""DAGs of the staged-writes tests, for `airflow dags test`."""
 
 from __future__ import annotations
 
