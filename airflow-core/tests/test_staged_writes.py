@@ -267,3 +267,25 @@ def test_a_commit_larger_than_max_batch_bytes_is_refused(staged_run, api, monkey
     answer = _commit(api, staged_run["claims"], writes)
     assert answer.status_code == 413, answer.text
     assert staged_run["backend"].get(staged_run["task"], "k0") is None
+
+
+def test_a_task_process_that_ends_with_writes_staged_says_they_were_never_committed(tmp_path):
+    """What a deferral or reschedule does (the process ends, no hook runs): the log says so."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ends_with_staged_writes.py"
+    script.write_text(
+        "import logging, os\n"
+        "from airflow.state.worker import staging\n"
+        "from airflow_shared.state import StagedOp\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "held = staging._by_try.setdefault('ti-1', staging._TryWrites(os.getpid()))\n"
+        "held.writes[(None, 'watermark')] = staging.Staged(StagedOp.SET, '7')\n"
+        "staging._warn_at_exit()\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    logged = result.stdout + result.stderr  # wherever Airflow's logging sends it
+    assert "1 staged write(s) were never committed" in logged
+    assert "stage writes after resuming" in logged

@@ -141,6 +141,7 @@ def stage(ti: Any, target: Target, key: str, write: Staged, what: str) -> None:
         first = not held.writes
         held.writes[spot], held.sizes[spot] = merged, size
     if first:
+        _warn_at_exit()
         _hold_credential(ti)
 
 
@@ -183,6 +184,18 @@ def commit(ti: Any) -> int:
     return len(held.writes)
 
 
+_warning_at_exit_in: int | None = None
+
+
+def _warn_at_exit() -> None:
+    # Registered by the process that stages, not at import: Airflow's supervisor clears the atexit
+    # handlers registered before it forked the task process, and runs only those registered after.
+    global _warning_at_exit_in
+    if _warning_at_exit_in != os.getpid():
+        _warning_at_exit_in = os.getpid()
+        atexit.register(_warn_if_never_committed)
+
+
 def _hold_credential(ti: Any) -> None:
     """
     Get the try's credential now and keep it fresh while writes are staged: the commit is sent once
@@ -214,7 +227,6 @@ def _keep_fresh(client: StateClient) -> None:
             log.debug("Could not renew the credential the staged writes' commit needs", exc_info=True)
 
 
-@atexit.register
 def _warn_if_never_committed() -> None:
     # A deferral or a reschedule ends the task process with no listener hook: what was staged is
     # lost, and the task should know. (A SIGKILL runs nothing, and needs no warning: nothing applies.)
