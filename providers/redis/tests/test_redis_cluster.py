@@ -46,6 +46,7 @@ def make_cluster_backend(make_backend, cluster):
 
 
 class TestRedisClusterConformance(StateBackendConformance):
+    commits_span_scopes = False  # a transaction spans one hash slot
     records_writes = True
     records_asset_writers = True
 
@@ -55,6 +56,7 @@ class TestRedisClusterConformance(StateBackendConformance):
 
 
 class TestRedisClusterConformanceWaitingForReplicas(StateBackendConformance):
+    commits_span_scopes = False
     """Every write followed by WAIT on the slot's primary: the same contract still holds."""
 
     records_writes = True

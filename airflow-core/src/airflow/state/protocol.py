@@ -47,6 +47,9 @@ ASSET_VALUES_DELETE_PATH = ASSET_VALUES_PATH + "/delete"
 # Told by the task process once its try succeeded (POST): clears the task instance's state when
 # [state] clear_on_success or the task asks for it (see airflow.state.worker.listener).
 TASK_SUCCEEDED_PATH = "/task-instances/{task_instance_id}/succeeded"
+# Told by the task process once its try succeeded (POST): applies every write the try staged (task
+# and asset state) in one atomic step, once per try (see airflow.state.worker.staging).
+TASK_STAGED_COMMIT_PATH = "/task-instances/{task_instance_id}/staged/commit"
 
 # Query parameter of a conditional write: store only if the key is at this version (0: absent).
 IF_VERSION_PARAMETER = "if_version"

@@ -33,7 +33,7 @@ CLUSTER_RETRIED = (
 )
 
 
-def _check(acknowledged: int, replicas: int, timeout_ms: int, keys: Sequence[str]) -> None:
+def check_replicated(acknowledged: int, replicas: int, timeout_ms: int, keys: Sequence[str]) -> None:
     if acknowledged < replicas:
         raise StateNotReplicatedError(
             f"A state write to {keys[0]!r} was applied on the Redis primary but only {acknowledged} "
@@ -79,7 +79,7 @@ def write_and_wait(
         # One connection for the pipeline; the client's own Retry re-sends both on a broken
         # connection (and a Sentinel pool asks for the primary again when it reconnects).
         reply, acknowledged = _script_then_wait(client, script, keys, args, replicas, timeout_ms)
-        _check(acknowledged, replicas, timeout_ms, keys)
+        check_replicated(acknowledged, replicas, timeout_ms, keys)
         return reply
     # The cluster client's pipeline would re-send a redirected command on another connection,
     # where WAIT would not wait for it: talk to the slot's primary directly, and follow a moved
@@ -101,5 +101,5 @@ def write_and_wait(
             # No node may answer yet: the next attempt tries again.
             with contextlib.suppress(redis.exceptions.RedisError):
                 client.nodes_manager.initialize()
-    _check(acknowledged, replicas, timeout_ms, keys)
+    check_replicated(acknowledged, replicas, timeout_ms, keys)
     return reply

@@ -22,7 +22,11 @@ import redis.client
 import redis.cluster
 import redis.connection
 from airflow_shared.state import (
+    COMMIT_KEY,
     BaseStateBackend,
+    StagedCommit,
+    StagedOp,
+    StateCapabilityError,
     StateConflictError,
     StateEntry,
     StateEntryPage,
@@ -30,6 +34,7 @@ from airflow_shared.state import (
     StateWriter,
     TaskScope,
     VersionedValue,
+    commit_record,
     incremented,
     validate_cleanup,
     validate_increment,
@@ -39,13 +44,14 @@ from airflow_shared.state import (
     validate_value,
     validate_write,
 )
+from airflow_shared.state.backend import commit_record_expiry
 from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
 from redis.commands.core import AsyncScript, Script
 
 from ._clients import async_client, sync_client
 from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
-from ._durable import CLUSTER_RETRIED, write_and_wait
+from ._durable import CLUSTER_RETRIED, check_replicated, write_and_wait
 from ._errors import mask_url, reachable
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
@@ -251,6 +257,8 @@ class RedisStateBackend(BaseStateBackend):
     supports_increment = True
     # Batches are one Lua script (writes) or one MULTI/EXEC (reads): all or nothing, never half seen.
     supports_atomic_many = True
+    # A commit is one MULTI/EXEC of the write scripts, under WATCH (one hash slot in Cluster mode).
+    supports_atomic_commit = True
 
     def __init__(
         self,
@@ -463,6 +471,92 @@ class RedisStateBackend(BaseStateBackend):
                     # A failover between loading the script and running it (see _durable): again.
                     counts = self._pipelined_counts(self._client, scopes, now)
         return [int(count) for count in counts]
+
+    # --- staged writes: one commit, one transaction -----------------------------------------
+
+    def apply_commit(self, commit: StagedCommit, *, session: Any = None) -> bool:
+        """
+        The contract's commit as one MULTI/EXEC: under WATCH of every hash it touches, read the
+        commit's record and the counters it increments (refusing a bad one before any write), then
+        queue the same write scripts single writes use; a concurrent write to a watched hash makes
+        EXEC apply nothing, and the whole commit is read and tried again. Redis Cluster runs a
+        transaction on one hash slot only: a commit that spans several (task state and an asset's
+        state always do) is refused, with nothing written.
+        """
+        if not isinstance(commit, StagedCommit):
+            raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
+        scopes = list(dict.fromkeys([commit.ledger, *(write.scope for write in commit.writes)]))
+        watched = [name for scope in scopes for name in self._scope_keys(scope)[0]]
+        with self._reachable():
+            client = self._client
+            if isinstance(client, redis.cluster.RedisCluster):
+                slots = {client.keyslot(name) for name in watched}
+                if len(slots) > 1:
+                    raise StateCapabilityError(
+                        self,
+                        "a commit of staged writes to several scopes in Redis Cluster mode (task state "
+                        "and each asset's state live in different hash slots, and a transaction spans "
+                        "one); in Cluster mode stage writes of the task's own state only, or use "
+                        "standalone or Sentinel mode",
+                    )
+                client = client.get_redis_connection(client.get_node_from_key(watched[0]))
+            for _attempt in range(100):
+                with client.pipeline(transaction=True) as pipe:
+                    try:
+                        applied = self._commit_watched(pipe, commit, watched)
+                    except redis.exceptions.WatchError:
+                        continue  # another writer came in between: read and try again
+                if applied and self._settings.topology.wait_replicas:
+                    topology = self._settings.topology
+                    acknowledged = client.wait(topology.wait_replicas, topology.wait_timeout_ms)
+                    check_replicated(acknowledged, topology.wait_replicas, topology.wait_timeout_ms, watched)
+                return applied
+        raise StateConflictError(COMMIT_KEY, 0, 0)  # 100 rounds of interleaved writers: give up
+
+    def _commit_watched(self, pipe: Any, commit: StagedCommit, watched: list[str]) -> bool:
+        pipe.watch(*watched)
+        record = commit_record(commit.commit_id)
+        ledger, ledger_meta = self._keys.names(commit.ledger)
+        stored = _visible(pipe.hget(ledger, _utf8(COMMIT_KEY)), pipe.hget(ledger_meta, _utf8(COMMIT_KEY)))
+        if stored is not None and stored.value == record:
+            return False
+        for write in commit.writes:
+            if write.op is StagedOp.INCREMENT:
+                name, meta_name = self._keys.names(write.scope)
+                field = _utf8(write.key)
+                current = _visible(pipe.hget(name, field), pipe.hget(meta_name, field))
+                incremented(write.key, None if current is None else current.value, write.by)
+        calls = [
+            self._write_call(
+                "write",
+                commit.ledger,
+                commit.writer,
+                commit_record_expiry(self),
+                *self._pair(COMMIT_KEY, record),
+                "",
+            )
+        ]
+        for write in commit.in_lock_order():
+            if write.op is StagedOp.SET:
+                assert write.value is not None  # checked by StagedWrite
+                pair = self._pair(write.key, write.value)
+                calls.append(
+                    self._write_call("write", write.scope, commit.writer, write.expires_at, *pair, "")
+                )
+            elif write.op is StagedOp.INCREMENT:
+                args = (_utf8(write.key), str(write.by))
+                calls.append(
+                    self._write_call("increment", write.scope, commit.writer, write.expires_at, *args)
+                )
+            else:
+                names, map_index = self._scope_keys(write.scope)
+                calls.append(_Script("delete_many", names, [map_index, _utf8(write.key)]))
+        pipe.multi()
+        for call in calls:
+            self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+        # Nothing queued can be refused: the reads under WATCH checked every increment.
+        pipe.execute()
+        return True
 
     def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
         """

@@ -13,6 +13,7 @@ from airflow.state.api.operator.routes import router as operator_router
 from airflow.state.api.request_checks import json_declared, plain_path_parameters
 from airflow.state.api.routes import router
 from airflow.state.api.security import IssuedCredentialHeaders
+from airflow.state.api.staged_routes import router as staged_router
 from airflow.state.api.ui.static import router as ui_router
 from fastapi import Depends, FastAPI
 
@@ -38,7 +39,7 @@ def create_app() -> FastAPI:
             "[state] api_secret is set but no longer used: task processes now prove their identity "
             "through Airflow's Execution API. Remove it from every worker and API server."
         )
-    for included in (handshake_router, router, batch_router, operator_router, ui_router):
+    for included in (handshake_router, router, batch_router, staged_router, operator_router, ui_router):
         app.include_router(included)
     app.add_middleware(IssuedCredentialHeaders)
     return app

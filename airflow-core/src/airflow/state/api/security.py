@@ -211,7 +211,8 @@ def check_task_instance(
     if succeeded and state != TaskInstanceState.SUCCESS:
         raise forbidden(
             f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
-            "clear its state this way (a running task clears it with task_state.clear())"
+            "clear its state on success or commit its staged writes (a running task writes its state "
+            "directly, e.g. task_state.clear() or task_state.set())"
         )
     scope = _scope_of(row)
     _remember_check(claims, scope)

@@ -9,7 +9,8 @@ from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import Work, adrive, drive
-from airflow_shared.state import BaseStateBackend
+from airflow.utils.session import create_session
+from airflow_shared.state import BaseStateBackend, StagedCommit
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -58,6 +59,7 @@ class MetastoreStateBackend(BaseStateBackend):
     supports_increment = True
     supports_atomic_many = True
     supports_session_transactions = True
+    supports_atomic_commit = True
 
     get = _sync(op.get_value)
     aget = _async(op.get_value)
@@ -84,6 +86,14 @@ class MetastoreStateBackend(BaseStateBackend):
     aclear = _async(op.clear)
     keys = _sync(op.list_keys)
     akeys = _async(op.list_keys)
+
+    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
+        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
+        if session is not None:
+            return super().apply_commit(commit, session=session)
+        # create_session commits at the end, and rolls everything back when a write raises.
+        with create_session() as own:
+            return super().apply_commit(commit, session=own)
 
     # The listings run as ordinary queries on a session, and the clean-up on sessions of its own
     # per batch, whatever *session* is given: a caller's transaction would hold every batch's

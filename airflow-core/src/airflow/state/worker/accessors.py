@@ -38,9 +38,12 @@ from airflow.state.protocol import (
     VALUE,
     VALUES,
 )
+from airflow.state.worker import staging
 from airflow.state.worker.client import StateClient
 from airflow.state.worker.options import Versioned, ttl_field
 from airflow_shared.state import (
+    COMMIT_KEY,
+    StagedOp,
     validate_batch_size,
     validate_increment,
     validate_key,
@@ -124,9 +127,69 @@ class _StateNamespace:
         return answer
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The value stored under *key*, or *default*."""
+        """The value stored under *key*, or *default*; a write this try staged shows over it."""
+        staged = self._staged().get(key)
+        if staged is not None:
+            return self._read_staged(key, staged, default)
         answer = self._read(key)
         return default if answer is None else answer["value"]
+
+    # --- writes that count only if the try succeeds -------------------------------------------
+
+    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
+        """The running task instance, and where its staged writes to this namespace go."""
+        raise NotImplementedError
+
+    def _staged(self) -> dict[str, staging.Staged]:
+        if not staging.anything_staged():  # the usual case: no lookup of the task instance
+            return {}
+        ti, target = self._staging_target(write=False)
+        return staging.staged_in(ti, target)
+
+    def _read_staged(self, key: str, staged: staging.Staged, default: Any) -> Any:
+        stored = None
+        if staged.op is StagedOp.INCREMENT:
+            answer = self._read(key)
+            stored = None if answer is None else json.dumps(answer["value"])
+        try:
+            text = staged.read_over(key, stored)
+        except ValueError as error:
+            raise ValueError(
+                f"{self._what}.get({key!r:.60}): {error}; the staged increment would be refused"
+            ) from None
+        return default if text is None else codec.decode(text)
+
+    def _stage(self, key: str, write: staging.Staged, call: str) -> None:
+        validate_key(key)
+        ti, target = self._staging_target(write=True)
+        if target is None and key == COMMIT_KEY:
+            raise ValueError(
+                f"{self._what}.{call}: key {COMMIT_KEY!r} is where a commit records itself; use another key"
+            )
+        staging.stage(ti, target, key, write, f"{self._what}.{call}({key!r:.60})")
+
+    def stage(self, key: str, value: Any, *, ttl: Any = None) -> None:
+        """
+        Stage storing *value* under *key*: it is written, with the try's other staged writes, in one
+        atomic step once the try has succeeded, and never if it fails, is killed or cleared. Reads in
+        this try (get, get_many, keys) see it at once. Checked now, as set() checks, so a bad key,
+        value or ttl fails the try, not the commit.
+        """
+        ttl_text = ttl_field(ttl)
+        self._stage(key, staging.Staged(StagedOp.SET, codec.encode(value), ttl=ttl_text), "stage")
+
+    def stage_delete(self, key: str) -> None:
+        """Stage removing *key* (see :meth:`stage`); reads in this try no longer see it."""
+        self._stage(key, staging.Staged(StagedOp.DELETE), "stage_delete")
+
+    def stage_increment(self, key: str, by: int = 1, *, ttl: Any = None) -> None:
+        """
+        Stage adding *by* to the integer under *key* (see :meth:`stage`). Added to what is stored
+        when the commit is applied, so concurrent runs that each add to one counter all count;
+        reads in this try see the stored value plus what is staged.
+        """
+        validate_increment(by)
+        self._stage(key, staging.Staged(StagedOp.INCREMENT, by=by, ttl=ttl_field(ttl)), "stage_increment")
 
     def get_versioned(self, key: str) -> Versioned | None:
         """
@@ -135,6 +198,11 @@ class _StateNamespace:
 
         :raises StateUnsupportedError: when the configured backend keeps no versions.
         """
+        if key in self._staged():
+            raise ValueError(
+                f"{self._what}.get_versioned({key!r:.60}): the key has a write staged in this try, whose "
+                "version is known only once the try succeeds; read it with get()"
+            )
         answer = self._read(key)
         if answer is None:
             return None
@@ -257,14 +325,28 @@ class _StateNamespace:
         Up to 1000 keys per call.
         """
         wanted = validate_many_keys(keys, f"{self._what}.get_many")
-        if not wanted:
-            return {}
-        found = self._many("POST", "/read", json.dumps({"keys": wanted})).json()["values"]
-        if not set(found) <= set(wanted):  # never expected; values must not come back for other keys
-            raise StateUnavailableError(
-                f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
-            )
+        staged = self._staged()
+        # Keys staged to be set or deleted need no read; an increment adds to what is stored.
+        asked = [key for key in wanted if key not in staged or staged[key].op is StagedOp.INCREMENT]
+        found = {}
+        if asked:
+            found = self._many("POST", "/read", json.dumps({"keys": asked})).json()["values"]
+            if not set(found) <= set(asked):  # never expected; values must not come back for other keys
+                raise StateUnavailableError(
+                    f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
+                )
+        for key in wanted:
+            if key in staged:
+                value = self._read_staged_over(key, staged[key], found.get(key, _ABSENT))
+                if value is _ABSENT:
+                    found.pop(key, None)
+                else:
+                    found[key] = value
         return found
+
+    def _read_staged_over(self, key: str, staged: staging.Staged, stored: Any) -> Any:
+        text = staged.read_over(key, None if stored is _ABSENT else json.dumps(stored))
+        return _ABSENT if text is None else codec.decode(text)
 
     def set_many(self, values: Mapping[str, Any], *, ttl: Any = None) -> dict[str, int | None]:
         """
@@ -304,8 +386,13 @@ class _StateNamespace:
         self._request("DELETE", KEYS)
 
     def keys(self) -> list[str]:
-        """The keys stored in this namespace, sorted."""
-        return self._request("GET", KEYS).json()["keys"]
+        """The keys stored in this namespace, sorted, with the writes this try staged applied."""
+        stored = self._request("GET", KEYS).json()["keys"]
+        staged = self._staged()
+        if not staged:
+            return stored
+        deleted = {key for key, write in staged.items() if write.op is StagedOp.DELETE}
+        return sorted((set(stored) | set(staged)) - deleted)
 
     aget = _in_thread(get)
     aget_versioned = _in_thread(get_versioned)
@@ -317,6 +404,13 @@ class _StateNamespace:
     adelete_many = _in_thread(delete_many)
     aclear = _in_thread(clear)
     akeys = _in_thread(keys)
+    # Staging is in memory, but the first staged write of a try obtains its credential.
+    astage = _in_thread(stage)
+    astage_delete = _in_thread(stage_delete)
+    astage_increment = _in_thread(stage_increment)
+
+
+_ABSENT: Any = object()  # a key with no value, where None could be mistaken for one
 
 
 def _document(fields: str, ttl: float | str | None) -> str:
@@ -335,6 +429,9 @@ class TaskState(_StateNamespace):
         client, _ = _client(self._what)
         return client, {}, TASK_PREFIX.format(task_instance_id=client.ti_id)
 
+    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
+        return _client(self._what)[1], None
+
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
 
@@ -351,6 +448,18 @@ class AssetState(_StateNamespace):
         client, ti = _client(self._what)
         name, uri = _declared_asset(ti, self._asset)
         return client, {"name": name, "uri": uri}, ASSET_PREFIX
+
+    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
+        _, ti = _client(self._what)
+        name, uri = _declared_asset(ti, self._asset)
+        if write and not any(
+            isinstance(asset, Asset) and (asset.name, asset.uri) == (name, uri) for asset in ti.task.outlets
+        ):
+            raise StateAccessDeniedError(
+                f"asset_state[{self._asset!r}]: task {ti.task_id!r} declares this asset as an inlet only: "
+                "staging writes to it needs the asset in the task's outlets"
+            )
+        return ti, (name, uri)
 
     def __repr__(self) -> str:
         return f"<asset_state[{self._asset!r}]>"

@@ -245,6 +245,15 @@ class StateClient:
             if self._key not in _credentials:
                 _credentials[self._key] = self._new_credential()
 
+    def renew_credential_if_due(self) -> None:
+        """Renew this process's credential once it is half way through its life (or get one)."""
+        with _credentials_lock:
+            held = _credentials.get(self._key)
+            if held is None or time.monotonic() >= held.expires_at:
+                _credentials[self._key] = self._new_credential()
+            elif time.monotonic() >= held.renew_at:
+                _credentials[self._key] = self._renewed(held)
+
     def _new_credential(self) -> _Credential:
         started = time.monotonic()
         if self.in_process:

@@ -23,7 +23,7 @@ from typing import Any
 import pluggy
 from airflow.state import config
 from airflow.state.protocol import TASK_SUCCEEDED_PATH
-from airflow.state.worker import handshake
+from airflow.state.worker import handshake, staging
 from airflow.state.worker.client import StateClient, start_handshake
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     if not _in_task_process(task_instance):
         return
     try:
+        staging.begin(task_instance)
         handshake.prepare(task_instance)
         clears = wants_clear(task_instance.task)
         if clears or handshake.ACCESSORS_MODULE in sys.modules:
@@ -86,7 +87,12 @@ def _try_ended(task_instance: Any, *, succeeded: bool = False) -> None:
     if not _in_task_process(task_instance):
         return
     if succeeded:
+        # First the staged writes, then the clear a task may ask for: a clear on success empties
+        # the task state the commit wrote too (asset state stays), as if they had been written directly.
+        _commit_staged(task_instance)
         _clear_if_asked(task_instance)
+    else:
+        _drop_staged(task_instance)
     try:
         handshake.withdraw(task_instance)
     except Exception:
@@ -107,3 +113,32 @@ def _clear_if_asked(task_instance: Any) -> None:
             getattr(task_instance, "task_id", task_instance),
             exc_info=True,
         )
+
+
+def _commit_staged(task_instance: Any) -> None:
+    try:
+        count = staging.commit(task_instance)
+        if count:
+            log.info(
+                "Committed %d staged state write(s) of %s after its success", count, task_instance.task_id
+            )
+    except Exception:
+        log.error(
+            "Could not commit the staged state writes of %s after its success: NONE of them was applied "
+            "(the try succeeded all the same; the next run starts from the state as it was)",
+            getattr(task_instance, "task_id", task_instance),
+            exc_info=True,
+        )
+
+
+def _drop_staged(task_instance: Any) -> None:
+    try:
+        count = staging.drop(task_instance)
+        if count:
+            log.info(
+                "Dropped %d staged state write(s) of %s: its try did not succeed, so none is applied",
+                count,
+                task_instance.task_id,
+            )
+    except Exception:
+        log.warning("Could not drop the staged state writes; they are never applied", exc_info=True)

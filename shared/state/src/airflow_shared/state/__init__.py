@@ -7,10 +7,11 @@ backend without installing Airflow's core.
 
 from __future__ import annotations
 
-from .backend import BaseStateBackend, capability_names, contract_methods
+from .backend import BaseStateBackend, capability_names, commit_record, contract_methods
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
+from .staged import COMMIT_KEY, COMMIT_RECORD_SECONDS, StagedCommit, StagedOp, StagedWrite
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 from .writes import (
     API_WRITER,
@@ -34,12 +35,17 @@ from .writes import (
 __all__ = [
     "API_WRITER",
     "CLI_WRITER",
+    "COMMIT_KEY",
+    "COMMIT_RECORD_SECONDS",
     "MAX_COUNTER",
     "MAX_KEY_LENGTH",
     "MAX_MANY_KEYS",
     "MIN_COUNTER",
     "AssetScope",
     "BaseStateBackend",
+    "StagedCommit",
+    "StagedOp",
+    "StagedWrite",
     "StateCapabilityError",
     "StateConflictError",
     "StateEntry",
@@ -50,6 +56,7 @@ __all__ = [
     "VersionedValue",
     "WriterKind",
     "capability_names",
+    "commit_record",
     "contract_methods",
     "counter_value",
     "dag_run_uid",

@@ -21,6 +21,7 @@ import pytest
 from ._memory import MemoryStateBackend
 from .backend import BaseStateBackend, capability_names, contract_methods
 from .scopes import AssetScope, TaskScope
+from .staged import StagedCommit, StagedOp, StagedWrite
 from .writes import StateWriter
 
 _TASK = TaskScope("kit_dag", "kit_run", "kit_task", -1, dag_run_uid="kit-uid")
@@ -45,6 +46,10 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "get_entry": ((_ASSET, "k"), {}),
     "key_counts": (([_TASK, _ASSET],), {}),
     "cleanup": ((), {"now": datetime(2000, 1, 1, tzinfo=UTC), "dry_run": True}),
+    "apply_commit": (
+        (StagedCommit("kit-commit", _TASK, (StagedWrite(_ASSET, "n", StagedOp.INCREMENT),), _WRITER),),
+        {},
+    ),
 }
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import validate_many_keys, validate_many_values
 from .scopes import StateScope
+from .staged import COMMIT_KEY, COMMIT_RECORD_SECONDS, StagedCommit, StagedOp
 from .validation import validate_key, validate_scope
 from .writes import (
     StateCapabilityError,
@@ -61,6 +63,8 @@ class BaseStateBackend(ABC):
     supports_atomic_many: ClassVar[bool] = False
     #: Calls given a caller's ``session`` commit or roll back with it (``airflow state import``).
     supports_session_transactions: ClassVar[bool] = False
+    #: :meth:`apply_commit` applies a commit's writes to every scope as one step, never seen half applied.
+    supports_atomic_commit: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
@@ -185,6 +189,65 @@ class BaseStateBackend(ABC):
                 continue
             return result
 
+    def apply_commit(self, commit: StagedCommit, *, session: Any = None) -> bool:
+        """
+        Apply every write of *commit* (the writes a try staged; see :mod:`.staged`) unless a commit
+        of the same id was applied before; return whether this call applied it. A write no backend
+        can apply (an increment of a key holding no integer) raises ``ValueError`` before any write.
+
+        The default records the commit id in its ledger with a versioned write, then applies the
+        writes one by one with *session*: atomic only when that session's transaction makes it so
+        (pass one of a backend with ``supports_session_transactions``); a backend that declares
+        ``supports_atomic_commit`` overrides it or opens such a transaction itself.
+        """
+        if not isinstance(commit, StagedCommit):
+            raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
+        if not self.supports_versions:
+            raise StateCapabilityError(self, "staged writes (a commit is recorded with a versioned write)")
+        # Every increment is checked first, so a refused one leaves the others unwritten too.
+        for write in commit.writes:
+            if write.op is StagedOp.INCREMENT:
+                incremented(write.key, self.get(write.scope, write.key, session=session), write.by)
+        record = commit_record(commit.commit_id)
+        recorded = self.get_versioned(commit.ledger, COMMIT_KEY, session=session)
+        if recorded is not None and recorded.value == record:
+            return False
+        try:
+            self.write(
+                commit.ledger,
+                COMMIT_KEY,
+                record,
+                writer=commit.writer,
+                expires_at=commit_record_expiry(self),
+                if_version=recorded.version if recorded else 0,
+                session=session,
+            )
+        except StateConflictError:
+            return False  # the same commit, sent again, recorded itself in between
+        for write in commit.in_lock_order():
+            if write.op is StagedOp.SET:
+                assert write.value is not None  # checked by StagedWrite
+                self.write(
+                    write.scope,
+                    write.key,
+                    write.value,
+                    writer=commit.writer,
+                    expires_at=write.expires_at,
+                    session=session,
+                )
+            elif write.op is StagedOp.DELETE:
+                self.delete(write.scope, write.key, session=session)
+            else:
+                self.increment(
+                    write.scope,
+                    write.key,
+                    write.by,
+                    writer=commit.writer,
+                    expires_at=write.expires_at,
+                    session=session,
+                )
+        return True
+
     def cleanup(
         self,
         *,
@@ -269,6 +332,19 @@ class BaseStateBackend(ABC):
     aset_many = _in_thread(set_many)
     adelete_many = _in_thread(delete_many)
     akeys = _in_thread(keys)
+    aapply_commit = _in_thread(apply_commit)
+
+
+def commit_record(commit_id: str) -> str:
+    """What a commit stores under :data:`COMMIT_KEY`: its id, as the JSON string every reader decodes."""
+    return json.dumps(commit_id)
+
+
+def commit_record_expiry(backend: BaseStateBackend) -> datetime | None:
+    """When a commit's record expires (``None`` on a backend without expiry)."""
+    if not backend.supports_expiry:
+        return None
+    return datetime.now(UTC) + timedelta(seconds=COMMIT_RECORD_SECONDS)
 
 
 def _public_members() -> list[tuple[str, Any]]:

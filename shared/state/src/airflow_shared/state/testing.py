@@ -18,6 +18,7 @@ import pytest
 
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
+from ._kit_staged import StagedCommitConformance
 from ._kit_support import BAD_KEYS, BAD_VALUES, in_threads, listed, refused, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
@@ -41,7 +42,7 @@ def _writes(scope: object, key: object, value: object) -> dict[str, Any]:
     }
 
 
-class StateBackendConformance(CapabilityConformance, ManyKeysConformance):
+class StateBackendConformance(CapabilityConformance, ManyKeysConformance, StagedCommitConformance):
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign

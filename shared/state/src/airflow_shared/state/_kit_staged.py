@@ -1,0 +1,199 @@
+"""The conformance kit's tests of :meth:`BaseStateBackend.apply_commit` (staged writes of a try)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import pytest
+
+from ._kit_support import future, in_threads
+from .staged import COMMIT_KEY, StagedCommit, StagedOp, StagedWrite
+from .writes import StateCapabilityError, StateWriter
+
+
+def _writer(ledger) -> StateWriter:
+    return StateWriter.task_try(ledger.dag_id, ledger.run_id, ledger.task_id, ledger.map_index, 1)
+
+
+def _commit(ledger, *writes: StagedWrite, commit_id: str | None = None) -> StagedCommit:
+    return StagedCommit(commit_id or uuid.uuid4().hex, ledger, writes, _writer(ledger))
+
+
+def _require_commits(backend) -> None:
+    if not backend.supports_versions:
+        pytest.skip(f"{type(backend).__name__} keeps no versions: it cannot record a commit")
+
+
+class StagedCommitConformance:
+    """A try's staged writes: applied together, once per commit id, or not at all."""
+
+    #: False for a store that applies a commit to the committing task's own scope only (Redis
+    #: Cluster: one transaction, one hash slot); it must refuse a wider commit, writing nothing.
+    commits_span_scopes: bool = True
+
+    def _other_scope(self, ledger, make_asset_scope):
+        """Where a commit's writes beside its ledger go: an asset's scope, where the store allows."""
+        return make_asset_scope(1) if self.commits_span_scopes else ledger
+
+    def test_a_commit_wider_than_the_store_allows_is_refused_whole(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        if self.commits_span_scopes:
+            pytest.skip("this store applies a commit to any scopes")
+        ledger, asset = make_task_scope(), make_asset_scope(1)
+        commit = _commit(
+            ledger,
+            StagedWrite(ledger, "watermark", StagedOp.SET, "1"),
+            StagedWrite(asset, "rows", StagedOp.INCREMENT, by=1),
+        )
+        with pytest.raises(StateCapabilityError):
+            backend.apply_commit(commit)
+        assert backend.get(ledger, "watermark") is None
+        assert backend.get(asset, "rows") is None
+
+    def test_a_commit_applies_sets_deletes_and_increments_across_scopes(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        backend.set(ledger, "doomed", '"old"')
+        backend.set(asset, "rows", "40")
+        commit = _commit(
+            ledger,
+            StagedWrite(ledger, "watermark", StagedOp.SET, '"2026-12-01"'),
+            StagedWrite(ledger, "doomed", StagedOp.DELETE),
+            StagedWrite(asset, "rows", StagedOp.INCREMENT, by=2),
+            StagedWrite(asset, "fresh", StagedOp.INCREMENT, by=5, expires_at=future()),
+        )
+        assert backend.apply_commit(commit) is True
+        assert backend.get(ledger, "watermark") == '"2026-12-01"'
+        assert backend.get(ledger, "doomed") is None
+        assert backend.get_many(asset, ["rows", "fresh"]) == {"rows": "42", "fresh": "5"}
+        # The commit records itself in its ledger, under the try's id.
+        assert backend.get(ledger, COMMIT_KEY) == f'"{commit.commit_id}"'
+
+    def test_the_same_commit_applied_again_changes_nothing(self, backend, make_task_scope, make_asset_scope):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        commit = _commit(
+            ledger,
+            StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1),
+            StagedWrite(ledger, "seen", StagedOp.SET, "1"),
+        )
+        assert backend.apply_commit(commit) is True
+        backend.set(ledger, "seen", "changed since")
+        assert backend.apply_commit(commit) is False
+        assert backend.get(asset, "runs") == "1"  # not counted twice
+        assert backend.get(ledger, "seen") == "changed since"
+        # The next try's commit has another id: it applies.
+        assert backend.apply_commit(_commit(ledger, StagedWrite(asset, "runs", StagedOp.INCREMENT))) is True
+        assert backend.get(asset, "runs") == "2"
+
+    def test_a_refused_increment_applies_nothing_of_the_commit(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        backend.set(asset, "label", '"not a number"')
+        commit = _commit(
+            ledger,
+            StagedWrite(ledger, "watermark", StagedOp.SET, "7"),
+            StagedWrite(asset, "label", StagedOp.INCREMENT, by=1),
+        )
+        with pytest.raises(ValueError, match="not an integer"):
+            backend.apply_commit(commit)
+        assert backend.get(ledger, "watermark") is None
+        assert backend.get(ledger, COMMIT_KEY) is None
+        assert backend.get(asset, "label") == '"not a number"'
+
+    def test_a_commit_is_checked_whole_before_it_reaches_the_backend(self, make_task_scope):
+        ledger = make_task_scope()
+        twice = [StagedWrite(ledger, "k", StagedOp.SET, "1"), StagedWrite(ledger, "k", StagedOp.DELETE)]
+        with pytest.raises(ValueError, match="twice"):
+            _commit(ledger, *twice)
+        with pytest.raises(ValueError, match="records itself"):
+            _commit(ledger, StagedWrite(ledger, COMMIT_KEY, StagedOp.SET, "1"))
+        with pytest.raises(TypeError):
+            StagedWrite(ledger, "k", StagedOp.SET, None)
+        with pytest.raises(ValueError, match="no value"):
+            StagedWrite(ledger, "k", StagedOp.DELETE, "1")
+        with pytest.raises(ValueError, match="commit_id"):
+            StagedCommit("", ledger, ())
+
+    def test_concurrent_commits_counting_one_asset_all_count(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require_commits(backend)
+        if self.commits_span_scopes:
+            asset = make_asset_scope(1)
+            ledgers = [make_task_scope(task_id=f"task_{n}") for n in range(4)]
+        else:  # one scope: the task's own, committed by four tries at once (distinct commit ids)
+            asset = make_task_scope()
+            ledgers = [asset] * 4
+        rounds = 5
+
+        def commit_rounds(n: int) -> None:
+            for round_ in range(rounds):
+                backend.apply_commit(
+                    _commit(
+                        ledgers[n],
+                        StagedWrite(asset, "total", StagedOp.INCREMENT, by=1),
+                        StagedWrite(asset, f"last_of_{n}", StagedOp.SET, str(round_)),
+                    )
+                )
+
+        in_threads(len(ledgers), commit_rounds)
+        assert backend.get(asset, "total") == str(len(ledgers) * rounds)
+        assert backend.get_many(asset, [f"last_of_{n}" for n in range(4)]) == {
+            f"last_of_{n}": str(rounds - 1) for n in range(4)
+        }
+
+    def test_async_commit_matches_sync(self, backend, make_task_scope):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        commit = _commit(ledger, StagedWrite(ledger, "n", StagedOp.INCREMENT, by=3))
+        assert asyncio.run(backend.aapply_commit(commit)) is True
+        assert asyncio.run(backend.aapply_commit(commit)) is False
+        assert backend.get(ledger, "n") == "3"
+
+    def test_an_atomic_commit_is_never_seen_half_applied(self, backend, make_task_scope, make_asset_scope):
+        if not backend.supports_atomic_commit:
+            pytest.skip(f"{type(backend).__name__} does not declare atomic commits")
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        keys = [f"part-{n}" for n in range(6)]
+        rounds = 40
+        done = threading.Event()
+        torn: list[str] = []
+        reads = 0
+
+        def race(n: int) -> None:  # thread 0 commits rounds, thread 1 reads them meanwhile
+            nonlocal reads
+            if n == 0:
+                try:
+                    for round_ in range(1, rounds + 1):
+                        writes = [StagedWrite(asset, key, StagedOp.SET, str(round_)) for key in keys]
+                        writes.append(StagedWrite(ledger, "round", StagedOp.SET, str(round_)))
+                        backend.apply_commit(_commit(ledger, *writes))
+                finally:
+                    done.set()
+                return
+            while not done.is_set() or reads == 0:
+                # The asset's keys at once, then the task's key: written by the same commits, so
+                # the task's key read afterwards is never behind what the asset showed.
+                seen = backend.get_many(asset, keys)
+                task_round = int(backend.get(ledger, "round") or 0)
+                reads += 1
+                rounds_seen = {int(value) for value in seen.values()}
+                if seen and (len(seen) != len(keys) or len(rounds_seen) != 1):
+                    torn.append(f"asset keys {seen}")
+                elif seen and task_round < min(rounds_seen):
+                    torn.append(f"asset at round {min(rounds_seen)}, task state at {task_round}")
+
+        in_threads(2, race)
+        assert not torn, f"{len(torn)} of {reads} reads saw a commit half applied, e.g. {torn[0]}"

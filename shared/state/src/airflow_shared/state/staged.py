@@ -1,0 +1,97 @@
+"""
+Writes a task try stages and a backend applies together once the try has succeeded (a commit).
+
+A commit is applied at most once per ``commit_id`` (the try's task instance id): it records the id
+under :data:`COMMIT_KEY` in its *ledger*, the committing task instance's own scope, in the same
+atomic step as its writes, so a request retried after its reply was lost applies nothing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from .many import validate_batch_size
+from .scopes import StateScope, TaskScope
+from .validation import validate_key, validate_scope, validate_value
+from .writes import StateWriter, validate_increment, validate_write
+
+#: The task-state key where a commit records its id. Task code cannot stage a write to it.
+COMMIT_KEY = "airflow.staged_commit"
+#: How long that record lives: far longer than any retry of a commit request takes.
+COMMIT_RECORD_SECONDS = 3600
+#: Longest commit id: a UUID is 36 characters.
+MAX_COMMIT_ID_LENGTH = 200
+
+
+class StagedOp(StrEnum):
+    """What a staged write does to its key when the commit is applied."""
+
+    SET = "set"
+    DELETE = "delete"
+    INCREMENT = "increment"
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """One key's write in a commit: store *value*, delete the key, or add *by* to its integer."""
+
+    scope: StateScope
+    key: str
+    op: StagedOp
+    value: str | None = None
+    by: int = 1
+    expires_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        validate_scope(self.scope)
+        validate_key(self.key)
+        object.__setattr__(self, "op", StagedOp(self.op))
+        validate_write(None, self.expires_at)
+        if self.op is StagedOp.SET:
+            validate_value(self.value)
+        elif self.value is not None:
+            raise ValueError(f"a staged {self.op.value} of key {self.key!r:.60} carries no value")
+        if self.op is StagedOp.INCREMENT:
+            validate_increment(self.by)
+        if self.op is StagedOp.DELETE and self.expires_at is not None:
+            raise ValueError(f"a staged delete of key {self.key!r:.60} has no expiry")
+
+
+@dataclass(frozen=True)
+class StagedCommit:
+    """
+    Every write one try staged, applied by :meth:`BaseStateBackend.apply_commit`: at most one write
+    per key of a scope, none to :data:`COMMIT_KEY` in the *ledger* (the try's own task scope).
+    """
+
+    commit_id: str
+    ledger: TaskScope
+    writes: tuple[StagedWrite, ...]
+    writer: StateWriter | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.commit_id, str) or not 0 < len(self.commit_id) <= MAX_COMMIT_ID_LENGTH:
+            raise ValueError(
+                f"commit_id must be a string of 1 to {MAX_COMMIT_ID_LENGTH} characters, "
+                f"got {self.commit_id!r:.60}"
+            )
+        if not isinstance(self.ledger, TaskScope):
+            raise TypeError(f"ledger must be a TaskScope, got {type(self.ledger).__name__}")
+        object.__setattr__(self, "writes", tuple(self.writes))
+        validate_batch_size(len(self.writes), "a commit")
+        validate_write(self.writer, None)
+        seen = set()
+        for write in self.writes:
+            if not isinstance(write, StagedWrite):
+                raise TypeError(f"a commit holds StagedWrite objects, got {type(write).__name__}")
+            if (write.scope, write.key) in seen:
+                raise ValueError(f"a commit writes key {write.key!r:.60} of one scope twice")
+            seen.add((write.scope, write.key))
+            if write.scope == self.ledger and write.key == COMMIT_KEY:
+                raise ValueError(f"key {COMMIT_KEY!r} is where a commit records itself; use another key")
+
+    def in_lock_order(self) -> list[StagedWrite]:
+        """The writes in one order for every commit, so concurrent commits lock shared keys alike."""
+        return sorted(self.writes, key=lambda write: (repr(write.scope), write.key))
