@@ -7,7 +7,7 @@ backend without installing Airflow's core.
 
 from __future__ import annotations
 
-from .backend import BaseStateBackend, capability_names, contract_methods
+from .backend import BaseStateBackend, capability_names, contract_methods, validate_discard
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
@@ -55,6 +55,7 @@ __all__ = [
     "dag_run_uid",
     "incremented",
     "validate_batch_size",
+    "validate_discard",
     "validate_cleanup",
     "validate_increment",
     "validate_key",
