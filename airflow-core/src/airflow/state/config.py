@@ -87,7 +87,8 @@ def keep_task_state() -> KeepTaskState:
     """``[state] keep_task_state``: what a cleared task instance's next try keeps, unless the task chooses."""
     text = _state_option("keep_task_state")
     try:
-        return parse_keep_choice(_BOOLEAN_SPELLINGS.get(text.strip().lower(), text), "[state] keep_task_state")
+        value = _BOOLEAN_SPELLINGS.get(text.strip().lower(), text)
+        return parse_keep_choice(value, "[state] keep_task_state")
     except ValueError as error:
         raise StateConfigurationError(str(error)) from None
 

@@ -298,7 +298,7 @@ class BaseStateBackend(ABC):
 
 
 def validate_discard(scope: object, try_number: object) -> None:
-    """Raise ``TypeError``/``ValueError`` unless :meth:`~BaseStateBackend.discard_written_through_try` may run."""
+    """Raise ``TypeError``/``ValueError`` unless ``discard_written_through_try`` may run with these."""
     validate_scope(scope)
     if not isinstance(scope, TaskScope):
         raise TypeError(f"only task state records the try that wrote it, got {type(scope).__name__}")
