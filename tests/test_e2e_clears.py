@@ -135,7 +135,7 @@ def test_a_task_that_keeps_its_state_always_reconnects_after_success(deployment,
 
 
 @pytest.mark.parametrize(("dag_id", "jobs_after"), [("clear_e2e_failure", 1), ("clear_e2e_failure_never", 2)])
-def test_a_clear_after_failure_reconnects_unless_the_task_never_keeps(deployment, api, jobs, dag_id, jobs_after):
+def test_a_clear_after_failure_reconnects_unless_never_kept(deployment, api, jobs, dag_id, jobs_after):
     first_job = stored_job(deployment, dag_id)
     assert first_job is not None and job_count(jobs, dag_id) == 1
     clear_task_instances(api, dag_id, only_failed=True)  # the UI's default
