@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -27,24 +28,45 @@ from state_testing.airflow_cli import run_airflow
 from test_state_api import TEST_DAGS
 
 DAG_ID = "state_clear_cases"
+TASKS = 24  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t23
 VERIFIER = "c" * 43
 backend = MetastoreStateBackend()
 
 
 @pytest.fixture(scope="module")
 def run_id() -> str:
-    """One run of the DAG, every task instance at try 1 and successful."""
-    from airflow.models.dagrun import DagRun
+    """
+    One run of the DAG, created as the scheduler creates it (``create_dagrun``), every task
+    instance's try 1 scheduled by ``DagRun.schedule_tis`` and then successful.
+    """
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
         run_airflow("dags", "reserialize")
-        run_airflow("dags", "test", DAG_ID)
+    run_id = f"clears_{uuid.uuid4().hex[:8]}"
     with create_session() as session:
-        return session.scalars(
-            select(DagRun.run_id).where(DagRun.dag_id == DAG_ID).order_by(DagRun.id.desc())
-        ).first()
+        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+        dag_run = dag.create_dagrun(
+            run_id=run_id,
+            run_after=timezone.utcnow(),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+        instances = dag_run.get_task_instances(session=session)
+        for ti in instances:
+            ti.task = dag.get_task(ti.task_id)
+        assert dag_run.schedule_tis(instances, session=session) == len(instances) == TASKS + 4
+    with create_session() as session:
+        session.execute(update(TI).where(TI.dag_id == DAG_ID, TI.run_id == run_id).values(state="success"))
+    return run_id
 
 
 _fresh = itertools.count()
@@ -178,7 +200,7 @@ def _session():
 def instance(run_id) -> Instance:
     """A task instance no other test touches, at try 1, successful."""
     n = next(_fresh)
-    assert n < 24, "add tasks to state_clear_cases"
+    assert n < TASKS, "add tasks to state_clear_cases"
     return Instance(run_id, f"t{n}")
 
 
@@ -215,6 +237,18 @@ def test_a_clear_after_success_starts_afresh_but_keeps_what_operators_wrote(inst
     # Each later process of the try (a deferral resume, a reschedule poke) decides again: nothing more goes.
     instance.first_touch()
     assert instance.keys() == ["new_job", "operator_note"]
+
+
+def test_airflow_tasks_clear_archives_the_success_the_next_try_discards(run_id):
+    instance = Instance(run_id, "by_cli")
+    instance.write("job")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
+        # Airflow 3.2 matches --task-regex as a substring of the task id.
+        run_airflow("tasks", "clear", DAG_ID, "--task-regex", "by_cli", "--yes")
+    assert instance.history() == [(1, "success")]
+    instance.next_try_starts()
+    assert instance.keys() == []
 
 
 def test_a_clear_after_failure_keeps_state(instance):

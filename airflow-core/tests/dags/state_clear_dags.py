@@ -26,5 +26,12 @@ def state_clear_cases():
 
     mapped.expand(item=[1, 2, 3])
 
+    # Cleared with `airflow tasks clear --task-regex`, which Airflow 3.2 matches as a substring.
+    @task(retries=1, retry_delay=timedelta(seconds=0))
+    def by_cli() -> None:
+        return None
+
+    by_cli()
+
 
 state_clear_cases()
