@@ -86,7 +86,7 @@ def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
         if held.stage == _WITHDRAWN:  # a process still busy after its try ended (it gets nothing new)
             raise StateUnavailableError(f"the try of task instance {ti.id} has ended: no new credential")
         if rewrite or held.stage == _NOT_WRITTEN:
-            fields = {**_rendered_fields(ti), **keep_choice_field(ti.task)}
+            fields = {**_rendered_fields(ti), **keep_choice_field(getattr(ti, "task", None))}
             _send(ti, {**fields, PROOF_FIELD: proof(str(ti.id), held.verifier)})
             held.stage = _WRITTEN
     return held.verifier
@@ -103,7 +103,7 @@ def withdraw(ti: Any) -> None:
             # templates instead, and has no task there): a task without any keeps the field, emptied.
             # The task's choice stays: operators' views read it once the try has ended.
             try:
-                kept = keep_choice_field(ti.task)
+                kept = keep_choice_field(getattr(ti, "task", None))
             except StateConfigurationError:  # changed since the proof was written: the default, then
                 kept = {}
             _send(ti, {**_rendered_fields(ti), **kept} or {PROOF_FIELD: ""})
