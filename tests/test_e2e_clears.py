@@ -87,15 +87,17 @@ def clear_task_instances(api: httpx.Client, dag_id: str, **body) -> None:
 
 
 def rerun(deployment: Deployment, dag_id: str) -> dict:
-    """Wait for the cleared run to finish; the job task instance as it ended."""
-    assert deployment.wait_for_run(dag_id, RUN, timeout=180) == "success", deployment.logs()
-    [job] = [ti for ti in deployment.task_instances(dag_id, RUN) if ti["task_id"] == "job"]
-    return job
+    """Wait for the job task's try 2 to finish (a CLI clear may return after it did); return the instance."""
 
+    def job() -> dict:
+        [found] = [ti for ti in deployment.task_instances(dag_id, RUN) if ti["task_id"] == "job"]
+        return found
 
-def cleared_run_started(deployment: Deployment, dag_id: str) -> None:
-    """Wait until the clear reached the dag run (queued again), so waiting for its end means the rerun."""
-    deployment._wait(lambda: deployment.run_state(dag_id, RUN) not in ("success", "failed"), 30, "the clear")
+    deployment._wait(
+        lambda: job()["try_number"] >= 2 and job()["state"] in ("success", "failed"), 180, f"{dag_id}'s rerun"
+    )
+    assert deployment.wait_for_run(dag_id, RUN, timeout=60) == "success", deployment.logs()
+    return job()
 
 
 def test_a_retry_reconnects_to_its_job(deployment, jobs):
@@ -119,7 +121,6 @@ def test_a_clear_after_success_submits_a_new_job(deployment, api, jobs, way):
         deployment.airflow("tasks", "clear", dag_id, "--task-regex", "job", "--yes")
     else:  # the upstream task cleared, the job task with it as its downstream
         clear_task_instances(api, dag_id, task_ids=["start"], include_downstream=True)
-    cleared_run_started(deployment, dag_id)
     job = rerun(deployment, dag_id)
     assert job["try_number"] == 2
     assert job_count(jobs, dag_id) == 2, deployment.logs()
@@ -130,7 +131,6 @@ def test_a_task_that_keeps_its_state_always_reconnects_after_success(deployment,
     dag_id = "clear_e2e_keep_always"
     first_job = stored_job(deployment, dag_id)
     clear_task_instances(api, dag_id)
-    cleared_run_started(deployment, dag_id)
     assert rerun(deployment, dag_id)["try_number"] == 2
     assert job_count(jobs, dag_id) == 1 and stored_job(deployment, dag_id) == first_job
 
@@ -140,7 +140,6 @@ def test_a_clear_after_failure_reconnects_unless_never_kept(deployment, api, job
     first_job = stored_job(deployment, dag_id)
     assert first_job is not None and job_count(jobs, dag_id) == 1
     clear_task_instances(api, dag_id, only_failed=True)  # the UI's default
-    cleared_run_started(deployment, dag_id)
     assert rerun(deployment, dag_id)["try_number"] == 2
     assert job_count(jobs, dag_id) == jobs_after, deployment.logs()
     assert (stored_job(deployment, dag_id) == first_job) == (jobs_after == 1)
