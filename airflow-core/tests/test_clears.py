@@ -28,7 +28,7 @@ from state_testing.airflow_cli import run_airflow
 from test_state_api import TEST_DAGS
 
 DAG_ID = "state_clear_cases"
-TASKS = 24  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t23
+TASKS = 26  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t25
 VERIFIER = "c" * 43
 backend = MetastoreStateBackend()
 
@@ -302,6 +302,21 @@ def test_map_indexes_are_decided_each_on_its_own_tries(run_id):
         instance.cleared()
         instance.next_try_starts()
     assert succeeded.keys() == [] and failed.keys() == ["job_of_index_1"]
+
+
+@pytest.mark.parametrize(("chosen", "kept"), [({}, []), ({KEEP_FIELD: "always"}, ["job"])])
+def test_under_dag_test_the_in_process_credential_discards_the_same(instance, chosen, kept):
+    from airflow.state.api.security import discard_for_in_process_try
+    from airflow.utils.session import create_session
+
+    instance.write("job")
+    instance.cleared()
+    instance.scheduled()
+    instance.running()
+    with create_session() as session:
+        ti_id = str(instance._ti(session).id)
+    discard_for_in_process_try(ti_id, chosen)  # what the plugin does before it grants the credential
+    assert instance.keys() == kept
 
 
 # --- the choices ----------------------------------------------------------------------------------

@@ -176,6 +176,18 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     return claims
 
 
+def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
+    """
+    What a proof exchange discards, for a try whose credential needs no proof: under ``dag.test()``
+    the task runs in this very process. *chosen*: the task's choice, as the handshake records it.
+    """
+    *checked, rendered, max_tries, succeeded_try = _row(_proof_row(), ti_id)
+    if isinstance(rendered, str | bytes):
+        rendered = json.loads(rendered)
+    try_number = checked[5]
+    _discard_what_a_clear_left(_scope_of(checked), try_number, max_tries, succeeded_try, chosen or rendered)
+
+
 def _discard_what_a_clear_left(
     scope: TaskScope, try_number: int, max_tries: int | None, succeeded_try: int | None, rendered: Any
 ) -> None:
