@@ -15,6 +15,7 @@ from datetime import timedelta
 from airflow.configuration import conf
 from airflow.state.durations import parse_duration
 from airflow.state.exceptions import StateConfigurationError
+from airflow.state.keep_choice import KeepTaskState, parse_keep_choice
 from airflow.state.protocol import URL_PREFIX
 from airflow.state.provider_info import STATE_OPTIONS
 
@@ -80,6 +81,20 @@ def _boolean(option: str) -> bool:
 def clear_on_success() -> bool:
     """``[state] clear_on_success``: clear every task instance's state when it succeeds."""
     return _boolean("clear_on_success")
+
+
+def keep_task_state() -> KeepTaskState:
+    """``[state] keep_task_state``: what a cleared task instance's next try keeps, unless the task chooses."""
+    text = _state_option("keep_task_state")
+    try:
+        value = _BOOLEAN_SPELLINGS.get(text.strip().lower(), text)
+        return parse_keep_choice(value, "[state] keep_task_state")
+    except ValueError as error:
+        raise StateConfigurationError(str(error)) from None
+
+
+# Configuration is text: True and False as Airflow spells booleans.
+_BOOLEAN_SPELLINGS = {"true": True, "false": False}
 
 
 def freeze_gc_after_startup() -> bool:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.state import codec
+from airflow.state.airflow_db.clears import pending_boundaries
 from airflow.state.airflow_db.lookups import (
     AssetInfo,
     NotFound,
@@ -24,7 +25,16 @@ from airflow.state.airflow_db.lookups import (
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.expiry import Ttl, expires_at_for
 from airflow.state.protocol import Reason
-from airflow_shared.state import AssetScope, StateEntry, StateScope, StateWriter, TaskScope, validate_key
+from airflow_shared.state import (
+    AssetScope,
+    StateEntry,
+    StateEntryPage,
+    StateScope,
+    StateWriter,
+    TaskScope,
+    validate_key,
+    validate_listing,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -78,14 +88,21 @@ def entries(
     scope: StateScope, *, key_prefix: str | None = None, offset: int = 0, limit: int | None = None
 ) -> tuple[list[Entry], int]:
     """A page of the scope's entries (values decoded), and how many keys matched in all."""
-    page = get_state_backend().entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
+    boundary = _discard_boundary(scope)
+    if boundary is None:
+        page = get_state_backend().entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
+    else:  # the whole listing, less what the try a clear started will discard, then the page
+        validate_listing(key_prefix, offset, limit)
+        page = get_state_backend().entries(scope, key_prefix=key_prefix)
+        live = [entry for entry in page.entries if not _discarded(entry, boundary)]
+        page = StateEntryPage(live[offset : None if limit is None else offset + limit], len(live))
     return [Entry.of(entry) for entry in page.entries], page.total
 
 
 def entry(scope: StateScope, key: str) -> Entry:
     """One entry, with what the backend records of its last write; :class:`NotFound` when missing."""
     found = get_state_backend().get_entry(scope, key)  # one key read, not a listing of the scope
-    if found is not None:
+    if found is not None and not _discarded(found, _discard_boundary(scope)):
         return Entry.of(found)
     raise NotFound(Reason.KEY_NOT_FOUND, f"no state stored under key {key!r}")
 
@@ -93,8 +110,42 @@ def entry(scope: StateScope, key: str) -> Entry:
 def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> list[TaskInstanceState]:
     """The task instances of the run that hold state, sorted by task id and map index."""
     scopes = task_scopes_of_run(dag_id, run_id, session)
-    counts = get_state_backend().key_counts(scopes)
+    state = get_state_backend()
+    counts = state.key_counts(scopes)
+    for position, boundary in _boundaries_of_counted(scopes, counts, session):
+        listed = state.entries(scopes[position]).entries
+        counts[position] = sum(not _discarded(entry, boundary) for entry in listed)
     return [TaskInstanceState(scope, count) for scope, count in zip(scopes, counts, strict=True) if count]
+
+
+# --- what a clear discards, not shown as if it were live ---------------------------------------
+# A clear leaves the keys in place until the task instance's next try first touches state (see
+# airflow_db/clears.py); until then operators see the task instance's state as that try will.
+
+
+def _discard_boundary(scope: StateScope) -> int | None:
+    if not isinstance(scope, TaskScope):
+        return None
+    found = pending_boundaries(scope.dag_id, scope.run_id, task_id=scope.task_id, map_index=scope.map_index)
+    return found.get((scope.task_id, scope.map_index))
+
+
+def _boundaries_of_counted(
+    scopes: list[TaskScope], counts: list[int], session: Session
+) -> list[tuple[int, int]]:
+    """(position, boundary) of each scope of one run that holds keys and has some to discard."""
+    if not any(counts):
+        return []
+    boundaries = pending_boundaries(scopes[0].dag_id, scopes[0].run_id, session)
+    return [
+        (position, boundaries[(scope.task_id, scope.map_index)])
+        for position, (scope, count) in enumerate(zip(scopes, counts, strict=True))
+        if count and (scope.task_id, scope.map_index) in boundaries
+    ]
+
+
+def _discarded(entry: StateEntry, boundary: int | None) -> bool:
+    return boundary is not None and entry.updated_by_try is not None and entry.updated_by_try <= boundary
 
 
 def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:

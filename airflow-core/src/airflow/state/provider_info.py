@@ -111,6 +111,18 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         kind="boolean",
         default="False",
     ),
+    "keep_task_state": _option(
+        "What a task instance's next try finds after someone clears it (from the UI, the REST\n"
+        "API, ``airflow tasks clear``, a dag run clear or as a downstream task), for every task\n"
+        "that does not set ``keep_task_state`` itself. ``after_failure``: the state of a try that\n"
+        "failed is kept (the next try reconnects to the job it stored), the state written by a\n"
+        "try that succeeded is discarded (the next try starts afresh). ``always``: kept on every\n"
+        "clear. ``never``: discarded on every clear. Retries always keep it; keys written by\n"
+        "operators (UI, CLI, REST API) are never discarded.\n",
+        since="0.6.0",
+        default="after_failure",
+        example="never",
+    ),
 }
 
 _STATE_CONFIG: dict[str, Any] = {

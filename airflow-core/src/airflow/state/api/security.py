@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import time
 from dataclasses import astuple
 from functools import cache
@@ -19,6 +20,12 @@ from airflow.models.asset import AssetModel, TaskInletAssetReference, TaskOutlet
 from airflow.models.dagrun import DagRun
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.taskinstance import TaskInstance
+from airflow.state.airflow_db.clears import (
+    choice_of,
+    discard_boundary,
+    highest_success_before_current_try,
+    history_of,
+)
 from airflow.state.airflow_db.engine import execute
 from airflow.state.airflow_db.run_identity import dag_run_uid
 from airflow.state.api.credentials import (
@@ -29,6 +36,8 @@ from airflow.state.api.credentials import (
 )
 from airflow.state.api.errors import forbidden, refusal, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
+from airflow.state.configured_backend import get_state_backend
+from airflow.state.keep_choice import KeepTaskState
 from airflow.state.protocol import (
     CREDENTIAL_EXPIRES_HEADER,
     CREDENTIAL_HEADER,
@@ -45,6 +54,8 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, and_, bindparam, exists, select
+
+log = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -115,7 +126,10 @@ Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
 
 @cache
 def _proof_row() -> Select[Any]:
-    """_task_instance_row, and the task instance's rendered fields."""
+    """
+    _task_instance_row, the task instance's rendered fields, its max_tries and the highest earlier
+    try archived in success (what a clear of that success discards, see _discard_what_a_clear_left).
+    """
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -123,7 +137,7 @@ def _proof_row() -> Select[Any]:
     return (
         _task_instance_row()
         .outerjoin_from(ti, rendered, same_task_instance)
-        .add_columns(rendered.c.rendered_fields)
+        .add_columns(rendered.c.rendered_fields, ti.c.max_tries, highest_success_before_current_try(ti))
     )
 
 
@@ -138,7 +152,7 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
         raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
     if not 32 <= len(verifier) <= 256:
         raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
-    *checked, rendered = _row(_proof_row(), ti_id)
+    *checked, rendered, max_tries, succeeded_try = _row(_proof_row(), ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = checked[:6]
     # A process left behind by a finished try keeps what it holds (a credential lives its ten
     # minutes), but gets nothing new.
@@ -154,9 +168,60 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
             Reason.PROOF_NOT_FOUND,
         )
     claims = TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
+    scope = _scope_of(checked)
+    # Before the credential exists: no request of this process reads what a clear left behind.
+    _discard_what_a_clear_left(scope, try_number, max_tries, succeeded_try, rendered)
     # Checked as check_task_instance checks a read: the request this proof came with need not ask again.
-    _remember_check(claims, _scope_of(checked))
+    _remember_check(claims, scope)
     return claims
+
+
+def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
+    """
+    What a proof exchange discards, for a try whose credential needs no proof: under ``dag.test()``
+    the task runs in this very process. *chosen*: the task's choice, as the handshake records it.
+    """
+    *checked, rendered, max_tries, succeeded_try = _row(_proof_row(), ti_id)
+    if isinstance(rendered, str | bytes):
+        rendered = json.loads(rendered)
+    try_number = checked[5]
+    _discard_what_a_clear_left(_scope_of(checked), try_number, max_tries, succeeded_try, chosen or rendered)
+
+
+def _discard_what_a_clear_left(
+    scope: TaskScope, try_number: int, max_tries: int | None, succeeded_try: int | None, rendered: Any
+) -> None:
+    """
+    The first touch of state by each process of a try: remove the keys that earlier tries wrote when
+    the task instance was cleared since, as the task chose (see airflow.state.airflow_db.clears).
+    Every process of the try does it (deferral resumes, reschedule pokes): keys written by this try
+    are never among them, so the second time removes nothing. A failure refuses the credential:
+    the try must not read a job id that its clear meant to forget.
+    """
+    choice = choice_of(rendered, f"{scope.dag_id}.{scope.task_id}")
+    if choice is KeepTaskState.ALWAYS:
+        return
+    boundary = succeeded_try  # after_failure: computed in the proof's own query
+    if choice is KeepTaskState.NEVER:
+        with create_session() as session:
+            history = history_of(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, session)
+        boundary = discard_boundary(choice, try_number, max_tries, history)
+    if boundary is None:
+        return
+    removed = get_state_backend().discard_written_through_try(scope, boundary)
+    if removed:
+        log.info(
+            "Discarded %d key(s) of task instance %s/%s/%s[%d] written by tries up to %d: it was cleared "
+            "since (keep_task_state=%s); try %d starts afresh",
+            removed,
+            scope.dag_id,
+            scope.run_id,
+            scope.task_id,
+            scope.map_index,
+            boundary,
+            choice.value,
+            try_number,
+        )
 
 
 @cache

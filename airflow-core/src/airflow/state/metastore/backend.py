@@ -84,6 +84,7 @@ class MetastoreStateBackend(BaseStateBackend):
     adelete = _async(op.delete_key)
     clear = _sync(op.clear)
     aclear = _async(op.clear)
+    discard_written_through_try = _sync(op.discard_written_through_try)
     keys = _sync(op.list_keys)
     akeys = _async(op.list_keys)
 

@@ -31,6 +31,7 @@ from airflow_shared.state import (
     TaskScope,
     VersionedValue,
     incremented,
+    validate_discard,
     validate_increment,
     validate_key,
     validate_many_keys,
@@ -267,6 +268,13 @@ def delete_key(scope: StateScope, key: str) -> Operation[None]:
 
 def clear(scope: StateScope, all_map_indices: bool = False) -> Operation[None]:
     return _simple("clear_all_map_indices" if all_map_indices else "clear", _ignored, scope)
+
+
+def discard_written_through_try(scope: TaskScope, try_number: int) -> Operation[int]:
+    """One DELETE of the scope's keys written by tries up to *try_number*: atomic, idempotent."""
+    validate_discard(scope, try_number)
+    values = statements.params(scope) | {"through_try": try_number}
+    return Operation(statements.DISCARD_WRITTEN_THROUGH_TRY, values, lambda outcome: outcome.rowcount)
 
 
 # --- batches: flows of one statement, or of none for no keys -------------------------------

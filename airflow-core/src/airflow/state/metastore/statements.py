@@ -449,6 +449,14 @@ def _statements(scope: _ScopeTable) -> Statements:
     )
 
 
+#: Delete every key of a task scope last written by try ``:through_try`` or an earlier one (not
+#: those written outside a try, whose ``updated_by_try`` is NULL).
+DISCARD_WRITTEN_THROUGH_TRY = delete(_task).where(
+    *_TASK_SCOPE.scope_filter,
+    _task.c.updated_by_try.is_not(None),
+    _task.c.updated_by_try <= bindparam("through_try", type_=Integer()),
+)
+
 _SCOPE_TABLES = {"task": _TASK_SCOPE, "asset": _ASSET_SCOPE}
 _STATEMENTS = {kind: _statements(scope_table) for kind, scope_table in _SCOPE_TABLES.items()}
 

@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from airflow.state.exceptions import StateUnavailableError
+from airflow.state.exceptions import StateConfigurationError, StateUnavailableError
+from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, parse_keep_choice
 from airflow.state.protocol import PROOF_FIELD, proof
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
         if held.stage == _WITHDRAWN:  # a process still busy after its try ended (it gets nothing new)
             raise StateUnavailableError(f"the try of task instance {ti.id} has ended: no new credential")
         if rewrite or held.stage == _NOT_WRITTEN:
-            _send(ti, {**_rendered_fields(ti), PROOF_FIELD: proof(str(ti.id), held.verifier)})
+            fields = {**_rendered_fields(ti), **keep_choice_field(getattr(ti, "task", None))}
+            _send(ti, {**fields, PROOF_FIELD: proof(str(ti.id), held.verifier)})
             held.stage = _WRITTEN
     return held.verifier
 
@@ -99,8 +101,29 @@ def withdraw(ti: Any) -> None:
         if held.stage == _WRITTEN:
             # Airflow's Execution API cannot store empty rendered fields (it would render the task's
             # templates instead, and has no task there): a task without any keeps the field, emptied.
-            _send(ti, _rendered_fields(ti) or {PROOF_FIELD: ""})
+            # The task's choice stays: operators' views read it once the try has ended.
+            try:
+                kept = keep_choice_field(getattr(ti, "task", None))
+            except StateConfigurationError:  # changed since the proof was written: the default, then
+                kept = {}
+            _send(ti, {**_rendered_fields(ti), **kept} or {PROOF_FIELD: ""})
         held.stage = _WITHDRAWN
+
+
+def keep_choice_field(task: Any) -> dict[str, str]:
+    """
+    The task's ``keep_task_state``, as the rendered field the API server reads it from with the
+    proof (none when the task does not set it: the deployment's default applies). A value that is
+    no choice refuses the handshake, so the task's first state call says what to set instead.
+    """
+    chosen = getattr(task, TASK_ATTRIBUTE, None)
+    if chosen is None:
+        return {}
+    try:
+        where = f"{getattr(task, 'task_id', task)}.{TASK_ATTRIBUTE}"
+        return {KEEP_FIELD: parse_keep_choice(chosen, where).value}
+    except ValueError as error:
+        raise StateConfigurationError(str(error)) from None
 
 
 def _proof_of(ti_id: str) -> _TryProof:

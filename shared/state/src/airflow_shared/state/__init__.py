@@ -7,7 +7,7 @@ backend without installing Airflow's core.
 
 from __future__ import annotations
 
-from .backend import BaseStateBackend, capability_names, commit_record, contract_methods
+from .backend import BaseStateBackend, capability_names, commit_record, contract_methods, validate_discard
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
@@ -63,6 +63,7 @@ __all__ = [
     "incremented",
     "validate_batch_size",
     "validate_cleanup",
+    "validate_discard",
     "validate_increment",
     "validate_key",
     "validate_listing",

@@ -45,6 +45,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "entries": ((_TASK,), {"key_prefix": "k", "limit": 1}),
     "get_entry": ((_ASSET, "k"), {}),
     "key_counts": (([_TASK, _ASSET],), {}),
+    "discard_written_through_try": ((_TASK, 1), {}),
     "cleanup": ((), {"now": datetime(2000, 1, 1, tzinfo=UTC), "dry_run": True}),
     "apply_commit": (
         (StagedCommit("kit-commit", _TASK, (StagedWrite(_ASSET, "n", StagedOp.INCREMENT),), _WRITER),),

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
-from .many import validate_many_keys, validate_many_values
-from .scopes import StateScope
+from .many import MAX_MANY_KEYS, validate_many_keys, validate_many_values
+from .scopes import StateScope, TaskScope
 from .staged import COMMIT_KEY, COMMIT_RECORD_SECONDS, StagedCommit, StagedOp
 from .validation import validate_key, validate_scope
 from .writes import (
@@ -266,6 +266,32 @@ class BaseStateBackend(ABC):
             raise StateCapabilityError(self, "removing keys by age (cleanup with updated_before)")
         return 0
 
+    def discard_written_through_try(self, scope: TaskScope, try_number: int, *, session: Any = None) -> int:
+        """
+        Remove every key of the task *scope* last written by a try numbered *try_number* or lower;
+        return how many. Keys written outside a try (``updated_by_try`` ``None``: an operator's,
+        through the UI, CLI or API) stay. What a task instance's new try calls when an earlier try
+        it follows was cleared after success, so that a clear starts the task afresh: running it
+        again removes nothing more, and a later try's keys never go.
+
+        The default lists the scope with :meth:`entries` and deletes with :meth:`delete_many`: it is
+        not atomic, so a key that a newer try rewrites between the two steps can be lost; a backend
+        that can do it in one step should. A backend whose listing records no try removes nothing.
+        """
+        validate_discard(scope, try_number)
+        try:
+            listed = self.entries(scope, session=session).entries
+        except NotImplementedError:  # listing is optional: nothing records which try wrote a key
+            return 0
+        doomed = [
+            entry.key
+            for entry in listed
+            if entry.updated_by_try is not None and entry.updated_by_try <= try_number
+        ]
+        for start in range(0, len(doomed), MAX_MANY_KEYS):
+            self.delete_many(scope, doomed[start : start + MAX_MANY_KEYS], session=session)
+        return len(doomed)
+
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
         """Return the keys stored in *scope*, sorted. Optional: the default raises ``NotImplementedError``."""
         raise NotImplementedError(f"{type(self).__name__} does not support listing state keys")
@@ -345,6 +371,17 @@ def commit_record_expiry(backend: BaseStateBackend) -> datetime | None:
     if not backend.supports_expiry:
         return None
     return datetime.now(UTC) + timedelta(seconds=COMMIT_RECORD_SECONDS)
+
+
+def validate_discard(scope: object, try_number: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``discard_written_through_try`` may run with these."""
+    validate_scope(scope)
+    if not isinstance(scope, TaskScope):
+        raise TypeError(f"only task state records the try that wrote it, got {type(scope).__name__}")
+    if not isinstance(try_number, int) or isinstance(try_number, bool):
+        raise TypeError(f"try_number must be an int, got {type(try_number).__name__}: {try_number!r}")
+    if try_number < 0:
+        raise ValueError(f"try_number must not be negative, got {try_number}")
 
 
 def _public_members() -> list[tuple[str, Any]]:

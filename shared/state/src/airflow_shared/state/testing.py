@@ -281,6 +281,48 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
         assert listed(backend.keys, scope) in (None, ["from_outside_a_task", "k"])
         assert backend.get(make_task_scope(map_index=1), "k") is None
 
+    def test_discard_written_through_try_removes_only_those_tries_keys(self, backend, make_task_scope):
+        # What a try does as it starts after a clear of a try that had succeeded (see the README).
+        if not self.records_writes:
+            pytest.skip(f"{type(backend).__name__} does not record which try wrote a key")
+        scope, other_index, other_run = (
+            make_task_scope(map_index=0),
+            make_task_scope(map_index=1),
+            make_task_scope(run_id="run_2", map_index=0),
+        )
+        for try_number in (1, 2, 3):
+            backend.set_by_try(scope, f"by_try_{try_number}", "v", try_number=try_number)
+        backend.set(scope, "by_an_operator", "v")
+        backend.set_by_try(scope, "rewritten_by_try_3", "old", try_number=1)
+        backend.set_by_try(scope, "rewritten_by_try_3", "new", try_number=3)
+        for elsewhere in (other_index, other_run):
+            backend.set_by_try(elsewhere, "by_try_1", "v", try_number=1)
+        assert backend.discard_written_through_try(scope, 0) == 0
+        assert backend.discard_written_through_try(scope, 2) == 2
+        assert backend.get(scope, "by_try_1") is backend.get(scope, "by_try_2") is None
+        assert backend.get_many(scope, ["by_try_3", "by_an_operator", "rewritten_by_try_3"]) == {
+            "by_try_3": "v",
+            "by_an_operator": "v",
+            "rewritten_by_try_3": "new",
+        }
+        # Run again (every process of the try does, as it starts): nothing more goes.
+        assert backend.discard_written_through_try(scope, 2) == 0
+        assert backend.get(other_index, "by_try_1") == backend.get(other_run, "by_try_1") == "v"
+
+    @pytest.mark.parametrize(
+        ("try_number", "error"), [(-1, ValueError), (True, TypeError), ("1", TypeError), (None, TypeError)]
+    )
+    def test_discard_written_through_try_refuses_bad_input(
+        self, backend, make_task_scope, make_asset_scope, try_number, error
+    ):
+        scope = make_task_scope()
+        backend.set_by_try(scope, "k", "v", try_number=1)
+        with pytest.raises(error):
+            backend.discard_written_through_try(scope, try_number)
+        with pytest.raises(TypeError):
+            backend.discard_written_through_try(make_asset_scope(1), 1)
+        assert backend.get(scope, "k") == "v"
+
     # --- listing: keys, entries, counts (optional; what operators see) ---------------------
 
     def test_keys_and_entries_list_exactly_this_scope_sorted(

@@ -1,0 +1,203 @@
+"""
+What a clear discards: the one place that reads Airflow's try history to tell a clear from a retry.
+
+Airflow 3.2 has no hook on clear. Every way of clearing (the UI and ``clearTaskInstances``, the dag
+run clear, ``airflow tasks clear``, a downstream clear, mark success or failed) ends in
+``clear_task_instances``, which archives the cleared try in ``task_instance_history`` with the
+state it had. So the decision is made when the next try first touches state (its handshake), from
+the history of earlier tries of the same task instance (dag id, run id, task id, map index):
+
+- a history row in state ``success`` comes only from clearing a task instance that was in success
+  (a retry, a heartbeat timeout or an orphan reset archive a running try, as ``failed``): the
+  keys written by that try and the earlier ones belong to a finished piece of work;
+- a clear sets ``max_tries`` to ``try_number + retries``, which nothing else but a clear of a
+  running try does (when its process ends), while a retry keeps it: so a clear came after try *k*
+  when the ``max_tries`` archived with try *k* differs from the next try's.
+
+The *discard boundary* of a try is the highest earlier try whose keys go (keys written by it and by
+the tries before it), or ``None``: what :meth:`BaseStateBackend.discard_written_through_try` takes.
+Keys written by later tries, or by operators (no try), always stay, so deciding again (every process
+of a try does: deferral resumes, sensor pokes) changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from airflow.state import config
+from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+SUCCESS = "success"
+
+
+class ArchivedTry(NamedTuple):
+    """A row of ``task_instance_history``: the try, the state it was archived in, its ``max_tries``."""
+
+    try_number: int
+    state: str | None
+    max_tries: int | None
+
+
+def discard_boundary(
+    choice: KeepTaskState, current_try: int, current_max_tries: int | None, history: Iterable[ArchivedTry]
+) -> int | None:
+    """
+    The highest try whose keys *current_try* discards under *choice*, or ``None``: with
+    ``after_failure``, the last earlier try that was cleared in success; with ``never``, that or
+    the last earlier try followed by any clear; with ``always``, none.
+    """
+    if choice is KeepTaskState.ALWAYS:
+        return None
+    earlier = sorted((archived for archived in history if archived.try_number < current_try), reverse=True)
+    boundary = next((archived.try_number for archived in earlier if archived.state == SUCCESS), None)
+    if choice is KeepTaskState.NEVER:
+        following_max_tries = current_max_tries
+        for archived in earlier:  # the latest first: the first clear found is the last one
+            if archived.max_tries != following_max_tries:
+                return max(archived.try_number, boundary or 0)
+            following_max_tries = archived.max_tries
+    return boundary
+
+
+def choice_of(rendered_fields: Any, task: str) -> KeepTaskState:
+    """
+    The task's choice as its try recorded it among *rendered_fields* (written by the try's
+    supervisor, so by the DAG's code), else ``[state] keep_task_state``. A value that is not a
+    choice is the deployment's default: a DAG cannot break the API server with it.
+    """
+    if isinstance(rendered_fields, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
+        try:
+            rendered_fields = json.loads(rendered_fields)
+        except ValueError:
+            rendered_fields = None
+    recorded = rendered_fields.get(KEEP_FIELD) if isinstance(rendered_fields, dict) else None
+    if recorded is not None:
+        try:
+            return parse_keep_choice(recorded, f"{task}.{TASK_ATTRIBUTE}")
+        except ValueError as error:
+            log.warning("%s; following [state] keep_task_state instead", error)
+    return config.keep_task_state()
+
+
+# --- reading Airflow's tables ----------------------------------------------------------------
+
+
+def highest_success_before_current_try(ti: Any) -> Any:
+    """
+    A scalar subquery for a query on ``task_instance`` *ti*: the highest try of that task instance
+    before its current one archived in success (``None``: none), what ``after_failure`` discards.
+    """
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from sqlalchemy import String, func, literal_column, select
+
+    tih = TaskInstanceHistory.__table__
+    # A literal, not a bound parameter: the proof's query runs on the autocommit engine, which
+    # binds only the parameters it is given.
+    success = literal_column(f"'{SUCCESS}'", String())
+    return (
+        select(func.max(tih.c.try_number))
+        .where(
+            *(tih.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index")),
+            tih.c.try_number < ti.c.try_number,
+            tih.c.state == success,
+        )
+        .scalar_subquery()
+    )
+
+
+def _history_query() -> Any:
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from sqlalchemy import select
+
+    tih = TaskInstanceHistory.__table__
+    return select(tih.c.task_id, tih.c.map_index, tih.c.try_number, tih.c.state, tih.c.max_tries)
+
+
+def history_of(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> list[ArchivedTry]:
+    """Every archived try of one task instance."""
+    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+
+    rows = session.execute(
+        _history_query().where(
+            TIH.dag_id == dag_id, TIH.run_id == run_id, TIH.task_id == task_id, TIH.map_index == map_index
+        )
+    )
+    return [ArchivedTry(row.try_number, row.state, row.max_tries) for row in rows]
+
+
+def pending_boundaries(
+    dag_id: str,
+    run_id: str,
+    session: Session | None = None,
+    *,
+    task_id: str | None = None,
+    map_index: int | None = None,
+) -> dict[tuple[str, int], int]:
+    """
+    What operators must not see as live: for each task instance of the run (or the one named) whose
+    current try, or the try a clear has it waiting for, discards keys, its discard boundary, by
+    ``(task_id, map_index)``. The keys are still stored until that try first touches state; an
+    instance missing here discards nothing. Three queries at most, whatever the run's size.
+    """
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    def narrowed(query: Any, model: Any) -> Any:
+        query = query.where(model.dag_id == dag_id, model.run_id == run_id)
+        if task_id is not None:
+            query = query.where(model.task_id == task_id)
+        if map_index is not None:
+            query = query.where(model.map_index == map_index)
+        return query
+
+    with create_session() if session is None else nullcontext(session) as db:
+        history: dict[tuple[str, int], list[ArchivedTry]] = {}
+        for row in db.execute(narrowed(_history_query(), TIH)):
+            history.setdefault((row.task_id, row.map_index), []).append(
+                ArchivedTry(row.try_number, row.state, row.max_tries)
+            )
+        if not history:  # never cleared nor retried: the common case costs one query
+            return {}
+        instances = db.execute(
+            narrowed(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI)
+        ).all()
+        fields = {
+            (row.task_id, row.map_index): row.rendered_fields
+            for row in db.execute(narrowed(select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields), RTIF))
+            if (row.task_id, row.map_index) in history
+        }
+    boundaries = {}
+    for instance in instances:
+        archived = history.get((instance.task_id, instance.map_index))
+        if not archived:
+            continue
+        boundary = discard_boundary(
+            choice_of(fields.get((instance.task_id, instance.map_index)), instance.task_id),
+            pending_try(instance.try_number, archived),
+            instance.max_tries,
+            archived,
+        )
+        if boundary is not None:
+            boundaries[(instance.task_id, instance.map_index)] = boundary
+    return boundaries
+
+
+def pending_try(try_number: int, history: Sequence[ArchivedTry]) -> int:
+    """
+    The try a task instance at *try_number* is at or waiting for: the next one once its current try
+    is archived (cleared, or failed with retries left, and not scheduled again yet: the number goes
+    up only when it is), else that one (running, finished, or scheduled after a clear).
+    """
+    return try_number + 1 if any(archived.try_number == try_number for archived in history) else try_number

@@ -1,0 +1,475 @@
+"""
+A clear after success starts afresh, a clear after failure keeps state, a retry always keeps it:
+decided at a try's first touch of state (its handshake's proof exchange) from Airflow's own try
+history. The task instances are real (an `airflow dags test` run); their tries are archived,
+cleared and scheduled again by Airflow's own functions (``prepare_db_for_next_try``,
+``clear_task_instances``, ``DagRun.schedule_tis``), as the execution API and the scheduler do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass
+from uuid import UUID
+
+import pytest
+from airflow.state import manage
+from airflow.state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
+from airflow.state.api.security import claims_for_proof
+from airflow.state.exceptions import StateConfigurationError
+from airflow.state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
+from airflow.state.metastore import MetastoreStateBackend
+from airflow.state.protocol import PROOF_FIELD, proof
+from airflow_shared.state import TaskScope
+from sqlalchemy import select, update
+from state_testing.airflow_cli import run_airflow
+from test_state_api import TEST_DAGS
+
+DAG_ID = "state_clear_cases"
+TASKS = 26  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t25
+VERIFIER = "c" * 43
+backend = MetastoreStateBackend()
+
+
+@pytest.fixture(scope="module")
+def run_id() -> str:
+    """
+    One run of the DAG, created as the scheduler creates it (``create_dagrun``), every task
+    instance's try 1 scheduled by ``DagRun.schedule_tis`` and then successful.
+    """
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
+        run_airflow("dags", "reserialize")
+    run_id = f"clears_{uuid.uuid4().hex[:8]}"
+    with create_session() as session:
+        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+        dag_run = dag.create_dagrun(
+            run_id=run_id,
+            run_after=timezone.utcnow(),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+        instances = dag_run.get_task_instances(session=session)
+        for ti in instances:
+            ti.task = dag.get_task(ti.task_id)
+        assert dag_run.schedule_tis(instances, session=session) == len(instances) == TASKS + 4
+    with create_session() as session:
+        session.execute(update(TI).where(TI.dag_id == DAG_ID, TI.run_id == run_id).values(state="success"))
+    return run_id
+
+
+_fresh = itertools.count()
+
+
+@dataclass
+class Instance:
+    """One task instance of the run, driven through its tries as Airflow drives them."""
+
+    run_id: str
+    task_id: str
+    map_index: int = -1
+
+    def _ti(self, session):
+        from airflow.models.taskinstance import TaskInstance as TI
+
+        return session.scalar(
+            select(TI).where(
+                TI.dag_id == DAG_ID,
+                TI.run_id == self.run_id,
+                TI.task_id == self.task_id,
+                TI.map_index == self.map_index,
+            )
+        )
+
+    def _set(self, **values) -> None:
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            session.execute(update(TI).where(TI.id == self._ti(session).id).values(**values))
+
+    @property
+    def scope(self) -> TaskScope:
+        return manage.task_scope(DAG_ID, self.run_id, self.task_id, self.map_index, _session())
+
+    @property
+    def try_number(self) -> int:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return self._ti(session).try_number
+
+    def write(self, key: str, *, by_operator: bool = False) -> None:
+        backend.set_by_try(self.scope, key, "v", try_number=None if by_operator else self.try_number)
+
+    def keys(self) -> list[str]:
+        return backend.keys(self.scope)
+
+    def running(self) -> None:
+        """The current try runs (still running: ti_run set it so)."""
+        self._set(state="running")
+
+    def ends(self, state: str) -> None:
+        """The try ends in *state* (success, failed: no retries left), or is marked so by a user."""
+        self._set(state=state)
+
+    def fails_with_retry(self) -> None:
+        """What the execution API does when a running try fails with retries left."""
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            ti = self._ti(session)
+            assert ti.state == "running"
+            ti.prepare_db_for_next_try(session)
+            ti.state = "up_for_retry"
+
+    def cleared(self) -> None:
+        """A clear, by whichever path: they all end in clear_task_instances."""
+        from airflow.models.taskinstance import clear_task_instances
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            clear_task_instances([self._ti(session)], session)
+
+    def scheduled(self) -> None:
+        """The scheduler takes the next try (try_number goes up here)."""
+        from airflow.models.dagbag import DBDagBag
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            ti = self._ti(session)
+            dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+            ti.task = dag.get_task(self.task_id)
+            assert ti.dag_run.schedule_tis([ti], session=session) == 1
+
+    def next_try_starts(self, keep: object = None) -> None:
+        """The next try is scheduled, runs, and its process first touches state (the proof exchange)."""
+        self.scheduled()
+        self.running()
+        self.first_touch(keep)
+
+    def first_touch(self, keep: object = None) -> None:
+        """A process of the running try redeems its proof, the task's choice recorded beside it."""
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            ti = self._ti(session)
+            ti_id = str(ti.id)
+            fields = {PROOF_FIELD: proof(ti_id, VERIFIER)}
+            if keep is not None:
+                fields[KEEP_FIELD] = keep
+            session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session)
+        claims = claims_for_proof(ti_id, VERIFIER)
+        assert claims.try_number == self.try_number
+
+    def history(self) -> list[tuple[int, str]]:
+        from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return [
+                tuple(row)
+                for row in session.execute(
+                    select(TIH.try_number, TIH.state)
+                    .where(TIH.dag_id == DAG_ID, TIH.run_id == self.run_id, TIH.task_id == self.task_id)
+                    .where(TIH.map_index == self.map_index)
+                    .order_by(TIH.try_number)
+                )
+            ]
+
+
+def _session():
+    from airflow.settings import Session
+
+    return Session()
+
+
+@pytest.fixture
+def instance(run_id) -> Instance:
+    """A task instance no other test touches, at try 1, successful."""
+    n = next(_fresh)
+    assert n < TASKS, "add tasks to state_clear_cases"
+    return Instance(run_id, f"t{n}")
+
+
+@pytest.fixture
+def keep_by_default(monkeypatch):
+    def configure(choice: str) -> None:
+        monkeypatch.setenv("AIRFLOW__STATE__KEEP_TASK_STATE", choice)
+
+    return configure
+
+
+# --- the rule, try by try -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("default", ["after_failure", "never"])
+def test_a_retry_keeps_state_whatever_the_choice(instance, keep_by_default, default):
+    keep_by_default(default)
+    instance.running()
+    instance.write("job")
+    instance.fails_with_retry()
+    instance.next_try_starts()
+    assert instance.try_number == 2 and instance.history() == [(1, "failed")]
+    assert instance.keys() == ["job"]
+
+
+def test_a_clear_after_success_starts_afresh_but_keeps_what_operators_wrote(instance):
+    instance.write("job")  # by try 1, which succeeded
+    instance.write("operator_note", by_operator=True)
+    instance.cleared()
+    assert instance.history() == [(1, "success")]
+    instance.next_try_starts()
+    assert instance.keys() == ["operator_note"]
+    instance.write("new_job")  # by try 2
+    # Each later process of the try (a deferral resume, a reschedule poke) decides again: nothing more goes.
+    instance.first_touch()
+    assert instance.keys() == ["new_job", "operator_note"]
+
+
+def test_airflow_tasks_clear_archives_the_success_the_next_try_discards(run_id):
+    instance = Instance(run_id, "by_cli")
+    instance.write("job")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
+        # Airflow 3.2 matches --task-regex as a substring of the task id.
+        run_airflow("tasks", "clear", DAG_ID, "--task-regex", "by_cli", "--yes")
+    assert instance.history() == [(1, "success")]
+    instance.next_try_starts()
+    assert instance.keys() == []
+
+
+def test_a_clear_after_failure_keeps_state(instance):
+    instance.running()
+    instance.write("job")
+    instance.ends("failed")  # no retries left: the job may still run
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.history() == [(1, "failed")] and instance.keys() == ["job"]
+
+
+def test_cleared_twice_before_the_new_try_ran_still_starts_afresh(instance):
+    instance.write("job")
+    instance.cleared()
+    instance.scheduled()  # try 2 queued...
+    instance.cleared()  # ...and cleared again before it ran: archived as a failed try 2
+    instance.next_try_starts()
+    assert instance.try_number == 3 and instance.history() == [(1, "success"), (2, "failed")]
+    assert instance.keys() == []
+
+
+def test_a_success_cleared_then_a_failure_cleared_keeps_the_failed_tries_state(instance):
+    instance.write("old_job")
+    instance.cleared()
+    instance.next_try_starts()
+    instance.write("job")  # by try 2, which fails with no retries left
+    instance.ends("failed")
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.keys() == ["job"]
+
+
+def test_marked_success_then_cleared_starts_afresh_marked_failed_keeps(run_id):
+    marked_success, marked_failed = (Instance(run_id, f"t{next(_fresh)}") for _ in range(2))
+    for instance, marked in ((marked_success, "success"), (marked_failed, "failed")):
+        instance.running()
+        instance.write("job")
+        instance.ends(marked)  # by a user, while it ran or after
+        instance.cleared()
+        instance.next_try_starts()
+    assert marked_success.keys() == [] and marked_failed.keys() == ["job"]
+
+
+def test_map_indexes_are_decided_each_on_its_own_tries(run_id):
+    succeeded, failed = Instance(run_id, "mapped", 0), Instance(run_id, "mapped", 1)
+    succeeded.write("job_of_index_0")
+    failed.running()
+    failed.write("job_of_index_1")
+    failed.ends("failed")
+    for instance in (succeeded, failed):
+        instance.cleared()
+        instance.next_try_starts()
+    assert succeeded.keys() == [] and failed.keys() == ["job_of_index_1"]
+
+
+@pytest.mark.parametrize(("chosen", "kept"), [({}, []), ({KEEP_FIELD: "always"}, ["job"])])
+def test_under_dag_test_the_in_process_credential_discards_the_same(instance, chosen, kept):
+    from airflow.state.api.security import discard_for_in_process_try
+    from airflow.utils.session import create_session
+
+    instance.write("job")
+    instance.cleared()
+    instance.scheduled()
+    instance.running()
+    with create_session() as session:
+        ti_id = str(instance._ti(session).id)
+    discard_for_in_process_try(ti_id, chosen)  # what the plugin does before it grants the credential
+    assert instance.keys() == kept
+
+
+# --- the choices ----------------------------------------------------------------------------------
+
+
+def test_never_discards_on_a_clear_after_failure_not_on_a_retry(instance, keep_by_default):
+    keep_by_default("never")
+    instance.running()
+    instance.write("job")
+    instance.ends("failed")
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.keys() == []
+    instance.write("job_of_try_2")
+    instance.fails_with_retry()  # a retry after the clear: try 2's state is kept
+    instance.next_try_starts()
+    assert instance.try_number == 3 and instance.keys() == ["job_of_try_2"]
+
+
+def test_always_keeps_on_a_clear_after_success(instance, keep_by_default):
+    keep_by_default("always")
+    instance.write("job")
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.keys() == ["job"]
+
+
+@pytest.mark.parametrize(
+    ("default", "task_choice", "kept"),
+    [("never", "always", True), ("always", "after_failure", False), ("after_failure", "never", False)],
+)
+def test_the_tasks_choice_wins_over_the_deployments(instance, keep_by_default, default, task_choice, kept):
+    keep_by_default(default)
+    instance.write("job")
+    instance.cleared()
+    instance.next_try_starts(keep=task_choice)
+    assert instance.keys() == (["job"] if kept else [])
+
+
+@pytest.mark.parametrize("recorded", ["bogus", 7, ["always"], {"x": 1}])
+def test_a_recorded_choice_that_is_no_choice_follows_the_default_and_breaks_nothing(
+    instance, keep_by_default, caplog, recorded
+):
+    keep_by_default("always")
+    instance.write("job")
+    instance.cleared()
+    with caplog.at_level(logging.WARNING):
+        instance.next_try_starts(keep=recorded)  # the credential is still issued
+    assert instance.keys() == ["job"]
+    assert "keep_task_state" in caplog.text
+
+
+def test_a_misconfigured_default_says_what_to_set(keep_by_default):
+    from airflow.state import config
+
+    keep_by_default("sometimes")
+    with pytest.raises(StateConfigurationError, match=r"\[state\] keep_task_state is 'sometimes'.*'never'"):
+        config.keep_task_state()
+    for spelled, choice in (("True", "always"), ("false", "never"), (" NEVER ", "never"), ("", None)):
+        keep_by_default(spelled)
+        if choice is None:
+            with pytest.raises(StateConfigurationError):
+                config.keep_task_state()
+        else:
+            assert config.keep_task_state() == choice
+
+
+def test_a_tasks_attribute_travels_as_a_rendered_field_and_a_bad_one_is_refused():
+    from airflow.sdk.bases.operator import BaseOperator
+    from airflow.state.worker.handshake import keep_choice_field
+
+    class Resumable(BaseOperator):
+        keep_task_state = "never"
+
+    assert keep_choice_field(Resumable(task_id="a")) == {KEEP_FIELD: "never"}
+    plain = BaseOperator(task_id="b")
+    assert keep_choice_field(plain) == {}
+    for chosen, recorded in ((True, "always"), (False, "never"), ("always", "always")):
+        plain.keep_task_state = chosen
+        assert keep_choice_field(plain) == {KEEP_FIELD: recorded}
+    plain.keep_task_state = "sometimes"
+    with pytest.raises(StateConfigurationError, match=r"b.keep_task_state is 'sometimes'"):
+        keep_choice_field(plain)
+
+
+# --- what operators see between the clear and the next try ---------------------------------------
+
+
+def test_operators_do_not_see_what_the_next_try_will_discard(instance):
+    from airflow.utils.session import create_session
+
+    instance.write("job")
+    instance.write("job_meta")
+    instance.write("operator_note", by_operator=True)
+    instance.cleared()
+    scope = instance.scope
+    assert backend.keys(scope) == ["job", "job_meta", "operator_note"]  # still stored...
+    entries, total = manage.entries(scope)
+    assert ([entry.key for entry in entries], total) == (["operator_note"], 1)  # ...but not live
+    assert manage.entries(scope, key_prefix="job") == ([], 0)
+    with pytest.raises(manage.NotFound):
+        manage.entry(scope, "job")
+    assert manage.entry(scope, "operator_note").value == "v"
+    with create_session() as session:
+        counts = {
+            held.scope.task_id: held.key_count
+            for held in manage.task_instances_with_state(DAG_ID, instance.run_id, session)
+        }
+    assert counts[instance.task_id] == 1
+    instance.next_try_starts()
+    instance.write("new_job")
+    entries, total = manage.entries(scope, limit=1)
+    assert ([entry.key for entry in entries], total) == (["new_job"], 2)
+
+
+# --- the rule itself, on histories Airflow can leave ------------------------------------------------
+
+
+def archived(*tries: tuple[int, str, int]) -> list[ArchivedTry]:
+    return [ArchivedTry(*row) for row in tries]
+
+
+@pytest.mark.parametrize(
+    ("choice", "current", "max_tries", "history", "boundary"),
+    [
+        # Nothing archived: a first try.
+        ("after_failure", 1, 1, [], None),
+        ("never", 1, 1, [], None),
+        # Retries (max_tries kept): nothing goes, whatever the choice.
+        ("never", 3, 2, [(1, "failed", 2), (2, "failed", 2)], None),
+        # A success cleared, then a retry of the try after it: only the success's keys go.
+        ("after_failure", 3, 3, [(1, "success", 1), (2, "failed", 3)], 1),
+        ("never", 3, 3, [(1, "success", 1), (2, "failed", 3)], 1),
+        # An executor failure while queued leaves no row for try 2: the success of try 1 still counts.
+        ("after_failure", 3, 2, [(1, "success", 1)], 1),
+        # A clear after failure: never discards up to it, after_failure keeps.
+        ("never", 2, 1, [(1, "failed", 0)], 1),
+        ("after_failure", 2, 1, [(1, "failed", 0)], None),
+        # Rows of the current try or later (a try archived while its process still ran) do not count.
+        ("after_failure", 2, 2, [(1, "failed", 2), (2, "success", 2)], None),
+        ("always", 2, 2, [(1, "success", 1)], None),
+    ],
+)
+def test_discard_boundary(choice, current, max_tries, history, boundary):
+    assert discard_boundary(KeepTaskState(choice), current, max_tries, archived(*history)) == boundary
+
+
+def test_the_pending_try_is_the_next_once_the_current_is_archived():
+    assert pending_try(1, archived((1, "success", 1))) == 2
+    assert pending_try(2, archived((1, "success", 1))) == 2
+
+
+@pytest.mark.parametrize("value", [None, 1, "", "yes", ["never"]])
+def test_parse_keep_choice_refuses_what_is_no_choice(value):
+    with pytest.raises(ValueError, match="set it to one of 'after_failure', 'always', 'never'"):
+        parse_keep_choice(value, "t.keep_task_state")
