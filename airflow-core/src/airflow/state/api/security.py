@@ -181,7 +181,10 @@ def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
     What a proof exchange discards, for a try whose credential needs no proof: under ``dag.test()``
     the task runs in this very process. *chosen*: the task's choice, as the handshake records it.
     """
-    *checked, rendered, max_tries, succeeded_try = _row(_proof_row(), ti_id)
+    rows = execute(_proof_row(), {"ti_id": UUID(ti_id)}).rows
+    if not rows:  # the try's own requests are refused, each saying why
+        return
+    *checked, rendered, max_tries, succeeded_try = rows[0]
     if isinstance(rendered, str | bytes):
         rendered = json.loads(rendered)
     try_number = checked[5]
