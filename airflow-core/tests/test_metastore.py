@@ -742,7 +742,11 @@ def test_an_operator_reading_one_key_sends_one_statement_in_a_scope_of_10000_key
             entry = manage.entry(target, "key/04321")
         assert (entry.key, entry.value, entry.version) == ("key/04321", "4321", 1 if target is scope else 2)
         assert entry.updated_at is not None
-        assert listed == [], "the key was found by listing the scope"
+        assert not [s for s in listed if "task_state" in s or "asset_state" in s], (
+            "found by listing the scope"
+        )
+        # A task scope also asks Airflow's try history whether a clear discarded the key: one read.
+        assert len(listed) == (1 if target is scope else 0), listed
         assert len(sent) == 1, sent
         assert "LIMIT" not in sent[0].upper() and "ORDER BY" not in sent[0].upper()
     assert entry.updated_by is not None and entry.updated_by.kind == "cli"
