@@ -24,13 +24,24 @@ def deployment(db_kind: str, tmp_path_factory) -> Iterator[Deployment]:
     folder = tmp_path_factory.mktemp("staged-dags")
     shutil.copy(STAGED_DAGS, folder / STAGED_DAGS.name)
     with airflow_deployment(folder) as running:
+        # Every run is triggered at once: they overlap, and each test waits for its own.
+        for dag_id, run_id in RUNS:
+            running.wait_for_dag(dag_id, timeout=90)
+            running.trigger(dag_id, run_id)
         yield running
 
 
+CONCURRENT_RUNS = [f"concurrent_{n}" for n in range(4)]
+RUNS = [
+    ("staged_killed", "killed_1"),
+    ("staged_raised", "raised_1"),
+    ("staged_succeeded", "succeeded_1"),
+    *(("staged_concurrent", run_id) for run_id in CONCURRENT_RUNS),
+]
+
+
 def run_to_end(deployment: Deployment, dag_id: str, run_id: str) -> str:
-    deployment.wait_for_dag(dag_id, timeout=90)
-    deployment.trigger(dag_id, run_id)
-    return deployment.wait_for_run(dag_id, run_id, timeout=120)
+    return deployment.wait_for_run(dag_id, run_id, timeout=240)
 
 
 def asset_state(deployment: Deployment, name: str) -> dict:
@@ -80,14 +91,9 @@ def test_a_try_that_succeeds_applies_everything(deployment):
 
 
 def test_concurrent_runs_advancing_one_asset_all_count(deployment):
-    run_ids = [f"concurrent_{n}" for n in range(4)]
-    deployment.wait_for_dag("staged_concurrent", timeout=90)
+    run_ids = CONCURRENT_RUNS
     for run_id in run_ids:
-        deployment.trigger("staged_concurrent", run_id)
-    for run_id in run_ids:
-        assert deployment.wait_for_run("staged_concurrent", run_id, timeout=180) == "success", (
-            deployment.logs()
-        )
+        assert run_to_end(deployment, "staged_concurrent", run_id) == "success", deployment.logs()
     stored = asset_state(deployment, "staged_e2e_shared")
     # 4 runs of 4 mapped task instances, each adding 1 (and its part) in its own commit.
     assert stored["total"] == 16
