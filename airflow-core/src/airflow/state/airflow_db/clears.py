@@ -28,8 +28,13 @@ from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+from airflow.models.taskinstance import TaskInstance as TI
+from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 from airflow.state import config
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
+from airflow.utils.session import create_session
+from sqlalchemy import String, func, literal_column, select
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -96,10 +101,7 @@ def highest_success_before_current_try(ti: Any) -> Any:
     A scalar subquery for a query on ``task_instance`` *ti*: the highest try of that task instance
     before its current one archived in success (``None``: none), what ``after_failure`` discards.
     """
-    from airflow.models.taskinstancehistory import TaskInstanceHistory
-    from sqlalchemy import String, func, literal_column, select
-
-    tih = TaskInstanceHistory.__table__
+    tih = TIH.__table__
     # A literal, not a bound parameter: the proof's query runs on the autocommit engine, which
     # binds only the parameters it is given.
     success = literal_column(f"'{SUCCESS}'", String())
@@ -115,17 +117,12 @@ def highest_success_before_current_try(ti: Any) -> Any:
 
 
 def _history_query() -> Any:
-    from airflow.models.taskinstancehistory import TaskInstanceHistory
-    from sqlalchemy import select
-
-    tih = TaskInstanceHistory.__table__
+    tih = TIH.__table__
     return select(tih.c.task_id, tih.c.map_index, tih.c.try_number, tih.c.state, tih.c.max_tries)
 
 
 def history_of(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> list[ArchivedTry]:
     """Every archived try of one task instance."""
-    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
-
     rows = session.execute(
         _history_query().where(
             TIH.dag_id == dag_id, TIH.run_id == run_id, TIH.task_id == task_id, TIH.map_index == map_index
@@ -148,11 +145,6 @@ def pending_boundaries(
     ``(task_id, map_index)``. The keys are still stored until that try first touches state; an
     instance missing here discards nothing. Three queries at most, whatever the run's size.
     """
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
     def narrowed(query: Any, model: Any) -> Any:
         query = query.where(model.dag_id == dag_id, model.run_id == run_id)
