@@ -184,11 +184,8 @@ def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
     rows = execute(_proof_row(), {"ti_id": UUID(ti_id)}).rows
     if not rows:  # the try's own requests are refused, each saying why
         return
-    *checked, rendered, max_tries, succeeded_try = rows[0]
-    if isinstance(rendered, str | bytes):
-        rendered = json.loads(rendered)
-    try_number = checked[5]
-    _discard_what_a_clear_left(_scope_of(checked), try_number, max_tries, succeeded_try, chosen or rendered)
+    *checked, rendered, max_tries, succeeded_try = rows[0]  # choice_of decodes the rendered fields
+    _discard_what_a_clear_left(_scope_of(checked), checked[5], max_tries, succeeded_try, chosen or rendered)
 
 
 def _discard_what_a_clear_left(
