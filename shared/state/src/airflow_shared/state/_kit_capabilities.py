@@ -328,8 +328,7 @@ class CapabilityConformance:
     # --- what operators see: version, expiry, writer -----------------------------------------
 
     def test_entries_carry_version_and_expiry(self, backend, scope):
-        if not self.records_writes:
-            pytest.skip(f"{type(backend).__name__} does not record writes in entries()")
+        require(self.records_writes, backend, "recording writes in entries()")
         expires_at = future()
         backend.set(scope, "plain", "v")
         backend.set(scope, "plain", "v2")
@@ -347,8 +346,7 @@ class CapabilityConformance:
                 assert entries["expiring"].version == 1
 
     def test_entries_name_the_writer_of_asset_state(self, backend, make_task_scope, make_asset_scope):
-        if not self.records_asset_writers:
-            pytest.skip(f"{type(backend).__name__} does not record the writer of asset state")
+        require(self.records_asset_writers, backend, "recording the writer of asset state")
         asset, task = make_asset_scope(1), make_task_scope()
         by_task = StateWriter.task_try("etl", "manual__2026", "load", 3, 2)
         backend.write(asset, "by_task", "1", writer=by_task)

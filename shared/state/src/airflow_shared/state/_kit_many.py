@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
-from ._kit_support import BAD_KEYS, BAD_VALUES, future, in_threads, past
+from ._kit_support import BAD_KEYS, BAD_VALUES, future, past, race_reader, require
 from .many import MAX_MANY_KEYS
 from .validation import MAX_KEY_LENGTH
 from .writes import StateCapabilityError, StateWriter, VersionedValue
@@ -163,31 +162,19 @@ class ManyKeysConformance:
         assert backend.get_many(scope, ["a", "b"]) == {"b": "2"}
 
     def test_atomic_batches_are_never_seen_half_applied(self, backend, make_task_scope):
-        if not backend.supports_atomic_many:
-            pytest.skip(f"{type(backend).__name__} does not declare atomic batches")
+        require(backend.supports_atomic_many, backend, "atomic batches")
         scope = make_task_scope()
         keys = [f"part-{n}" for n in range(8)]
-        rounds = 60
-        done = threading.Event()
-        torn: list[dict[str, str]] = []
-        reads = 0
 
-        def race(n: int) -> None:  # thread 0 writes batches, thread 1 reads them meanwhile
-            nonlocal reads
-            if n == 0:
-                try:
-                    for round_ in range(rounds):
-                        backend.set_many(scope, dict.fromkeys(keys, str(round_)))
-                        if round_ % 3 == 2:
-                            backend.delete_many(scope, keys)
-                finally:
-                    done.set()
-                return
-            while not done.is_set() or reads == 0:
-                seen = backend.get_many(scope, keys)
-                reads += 1
-                if seen and (len(seen) != len(keys) or len(set(seen.values())) != 1):
-                    torn.append(seen)
+        def write() -> None:
+            for round_ in range(60):
+                backend.set_many(scope, dict.fromkeys(keys, str(round_)))
+                if round_ % 3 == 2:
+                    backend.delete_many(scope, keys)
 
-        in_threads(2, race)
-        assert not torn, f"{len(torn)} of {reads} reads saw a batch half applied, e.g. {torn[0]}"
+        def read() -> str | None:
+            seen = backend.get_many(scope, keys)
+            whole = not seen or (len(seen) == len(keys) and len(set(seen.values())) == 1)
+            return None if whole else str(seen)
+
+        race_reader("a batch", write, read)

@@ -97,3 +97,29 @@ def in_threads(count: int, work: Callable[[int], None]) -> None:
         thread.join()
     if errors:
         raise errors[0]
+
+
+def race_reader(what: str, write: Callable[[], None], read: Callable[[], str | None]) -> None:
+    """
+    Run *write* in one thread while another calls *read* until it is done (at least once); fail if
+    *read* ever describes what it saw as half applied (a string; ``None``: seen whole).
+    """
+    done = threading.Event()
+    torn: list[str] = []
+    reads = 0
+
+    def race(n: int) -> None:  # thread 0 writes, thread 1 reads meanwhile
+        nonlocal reads
+        if n == 0:
+            try:
+                write()
+            finally:
+                done.set()
+            return
+        while not done.is_set() or reads == 0:
+            reads += 1
+            if (seen := read()) is not None:
+                torn.append(seen)
+
+    in_threads(2, race)
+    assert not torn, f"{len(torn)} of {reads} reads saw {what} half applied, e.g. {torn[0]}"

@@ -12,28 +12,20 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_shared.state import (
-    AssetScope,
-    BaseStateBackend,
+from .backend import BaseStateBackend
+from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
+from .many import validate_many_keys, validate_many_values
+from .scopes import StateScope, TaskScope
+from .validation import validate_key, validate_scope, validate_value
+from .writes import (
     StateConflictError,
-    StateEntry,
-    StateEntryPage,
-    StateScope,
     StateWriter,
-    TaskScope,
     VersionedValue,
     incremented,
     validate_cleanup,
     validate_increment,
-    validate_key,
-    validate_listing,
-    validate_many_keys,
-    validate_many_values,
-    validate_scope,
-    validate_value,
     validate_write,
 )
-from airflow_shared.state.entries import page_of_keys
 
 
 def _check(scope: object) -> None:
@@ -242,9 +234,12 @@ class MemoryStateBackend(BaseStateBackend):
     def clear(self, scope: StateScope, *, all_map_indices: bool = False, session: Any = None) -> None:
         _check(scope)
         with self._lock:
-            for stored_scope, key in list(self._data):
-                if self._covers(scope, stored_scope, all_map_indices):
-                    del self._data[(stored_scope, key)]
+            for slot in list(self._data):
+                stored = slot[0]
+                if all_map_indices and isinstance(scope, TaskScope) and isinstance(stored, TaskScope):
+                    stored = dataclasses.replace(stored, map_index=scope.map_index)
+                if stored == scope:
+                    del self._data[slot]
 
     def cleanup(
         self,
@@ -281,11 +276,3 @@ class MemoryStateBackend(BaseStateBackend):
                         del self._data[slot]
                         removed += 1
         return removed
-
-    @staticmethod
-    def _covers(scope: StateScope, stored: StateScope, all_map_indices: bool) -> bool:
-        if isinstance(scope, AssetScope) or not all_map_indices:
-            return stored == scope
-        return (
-            isinstance(stored, TaskScope) and dataclasses.replace(stored, map_index=scope.map_index) == scope
-        )

@@ -45,12 +45,9 @@ class BaseStateBackend(ABC):
     """
     Storage for task and asset state; "Writing a backend" in the README is the guide.
 
-    Implement the four abstract sync methods, routing on the scope's type and validating input
-    before any I/O; the async ``a*`` twins run the sync method in a worker thread unless
-    overridden. Every method takes a keyword-only ``session``: SQLAlchemy backends join the
-    caller's session (leaving the commit to it), others ignore it. An undeclared capability raises
-    :class:`StateCapabilityError`, never a silent fallback. A key whose ``expires_at`` has passed is
-    gone for every read, for ``if_version=0`` and for ``increment``, even before :meth:`cleanup`.
+    ``session``: SQLAlchemy backends join the caller's session (leaving the commit to it), others
+    ignore it. A key whose ``expires_at`` has passed is gone for every read, for ``if_version=0``
+    and for ``increment``, even before :meth:`cleanup`.
     """
 
     #: :meth:`get_versioned`, ``if_version`` and a version on every stored key.
@@ -191,14 +188,11 @@ class BaseStateBackend(ABC):
 
     def apply_commit(self, commit: StagedCommit, *, session: Any = None) -> bool:
         """
-        Apply every write of *commit* (the writes a try staged; see :mod:`.staged`) unless a commit
-        of the same id was applied before; return whether this call applied it. A write no backend
-        can apply (an increment of a key holding no integer) raises ``ValueError`` before any write.
-
-        The default records the commit id in its ledger with a versioned write, then applies the
-        writes one by one with *session*: atomic only when that session's transaction makes it so
-        (pass one of a backend with ``supports_session_transactions``); a backend that declares
-        ``supports_atomic_commit`` overrides it or opens such a transaction itself.
+        Apply every write of *commit* unless a commit of the same id was applied before; return
+        whether this call applied it. A write no backend can apply (an increment of a key holding no
+        integer) raises ``ValueError`` before any write. The default records the commit id with a
+        versioned write, then applies the writes one by one with *session*: atomic only when that
+        session's transaction makes it so.
         """
         if not isinstance(commit, StagedCommit):
             raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
@@ -225,27 +219,15 @@ class BaseStateBackend(ABC):
         except StateConflictError:
             return False  # the same commit, sent again, recorded itself in between
         for write in commit.in_lock_order():
+            if write.op is StagedOp.DELETE:
+                self.delete(write.scope, write.key, session=session)
+                continue
+            options: dict[str, Any] = {"writer": commit.writer, "expires_at": write.expires_at}
             if write.op is StagedOp.SET:
                 assert write.value is not None  # checked by StagedWrite
-                self.write(
-                    write.scope,
-                    write.key,
-                    write.value,
-                    writer=commit.writer,
-                    expires_at=write.expires_at,
-                    session=session,
-                )
-            elif write.op is StagedOp.DELETE:
-                self.delete(write.scope, write.key, session=session)
+                self.write(write.scope, write.key, write.value, **options, session=session)
             else:
-                self.increment(
-                    write.scope,
-                    write.key,
-                    write.by,
-                    writer=commit.writer,
-                    expires_at=write.expires_at,
-                    session=session,
-                )
+                self.increment(write.scope, write.key, write.by, **options, session=session)
         return True
 
     def cleanup(
@@ -268,15 +250,12 @@ class BaseStateBackend(ABC):
 
     def discard_written_through_try(self, scope: TaskScope, try_number: int, *, session: Any = None) -> int:
         """
-        Remove every key of the task *scope* last written by a try numbered *try_number* or lower;
-        return how many. Keys written outside a try (``updated_by_try`` ``None``: an operator's,
-        through the UI, CLI or API) stay. What a task instance's new try calls when an earlier try
-        it follows was cleared after success, so that a clear starts the task afresh: running it
-        again removes nothing more, and a later try's keys never go.
+        Remove every key of the task *scope* last written by a try numbered *try_number* or lower
+        (keys written outside a try stay); return how many. A new try calls it when a try it follows
+        was cleared after success, so the clear starts the task afresh; again, it removes nothing more.
 
-        The default lists the scope with :meth:`entries` and deletes with :meth:`delete_many`: it is
-        not atomic, so a key that a newer try rewrites between the two steps can be lost; a backend
-        that can do it in one step should. A backend whose listing records no try removes nothing.
+        The default lists with :meth:`entries`, then deletes: not atomic, so a key that a newer try
+        rewrites between the two steps can be lost; a backend that can do it in one step should.
         """
         validate_discard(scope, try_number)
         try:

@@ -19,7 +19,7 @@ import pytest
 from ._kit_capabilities import CapabilityConformance
 from ._kit_many import ManyKeysConformance
 from ._kit_staged import StagedCommitConformance
-from ._kit_support import BAD_KEYS, BAD_VALUES, in_threads, listed, refused, require_listing
+from ._kit_support import BAD_KEYS, BAD_VALUES, in_threads, listed, refused, require, require_listing
 from ._kit_wrapper import StateBackendWrapperConformance as StateBackendWrapperConformance
 from ._memory import MemoryStateBackend as MemoryStateBackend
 from .backend import BaseStateBackend
@@ -283,8 +283,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
 
     def test_discard_written_through_try_removes_only_those_tries_keys(self, backend, make_task_scope):
         # What a try does as it starts after a clear of a try that had succeeded (see the README).
-        if not self.records_writes:
-            pytest.skip(f"{type(backend).__name__} does not record which try wrote a key")
+        require(self.records_writes, backend, "recording writes in entries()")
         scope, other_index, other_run = (
             make_task_scope(map_index=0),
             make_task_scope(map_index=1),
@@ -391,8 +390,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
             backend.entries(make_task_scope(), **arguments)
 
     def test_entries_report_when_and_by_which_try(self, backend, make_task_scope, make_asset_scope):
-        if not self.records_writes:
-            pytest.skip(f"{type(backend).__name__} does not record who wrote a key, or when")
+        require(self.records_writes, backend, "recording writes in entries()")
         task, asset = make_task_scope(), make_asset_scope(1)
         before = datetime.now(UTC) - timedelta(seconds=5)
         backend.set_by_try(task, "by_try_2", "v", try_number=2)
