@@ -27,10 +27,6 @@ from .entries import StateEntryPage
 from .scopes import AssetScope, StateScope, TaskScope
 from .validation import MAX_KEY_LENGTH
 
-MakeTaskScope = Callable[..., TaskScope]
-MakeAssetScope = Callable[[int], AssetScope]
-RecreateDagRun = Callable[[TaskScope], TaskScope]
-
 
 def _writes(scope: object, key: object, value: object) -> dict[str, Any]:
     """The arguments of each single-key write (each has an async twin) storing *value* under *key*."""
@@ -46,9 +42,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
     """The behaviour a DAG author relies on, whichever backend stores the state."""
 
     #: True only when the store deletes task state together with the ``dag_run`` row (a foreign
-    #: key, as in the metastore); such a backend may ignore ``TaskScope.dag_run_uid``, and the kit
-    #: skips the tests that require keying on it. Every other backend must key task state on it and
-    #: refuse a ``TaskScope`` without one.
+    #: key, as in the metastore): the kit then skips the tests that require keying on ``dag_run_uid``.
     task_state_cascades_with_dag_run: bool = False
 
     @pytest.fixture
@@ -56,7 +50,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
         raise NotImplementedError("provide a `backend` fixture returning the backend under test")
 
     @pytest.fixture
-    def make_task_scope(self) -> MakeTaskScope:
+    def make_task_scope(self) -> Callable[..., TaskScope]:
         """``make(run_id, task_id, map_index) -> TaskScope``; override it to create the run first."""
 
         def make(run_id: str = "run_1", task_id: str = "task_1", map_index: int = -1) -> TaskScope:
@@ -65,7 +59,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
         return make
 
     @pytest.fixture
-    def recreate_dag_run(self) -> RecreateDagRun:
+    def recreate_dag_run(self) -> Callable[[TaskScope], TaskScope]:
         """
         ``recreate(scope) -> TaskScope``: the scope in the dag run deleted and created again with the
         same ids. The default only gives it a new ``dag_run_uid``, all a store without foreign keys sees.
@@ -77,7 +71,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
         return recreate
 
     @pytest.fixture
-    def make_asset_scope(self) -> MakeAssetScope:
+    def make_asset_scope(self) -> Callable[[int], AssetScope]:
         """Return ``make(n) -> AssetScope`` for the n-th (1, 2, ...) distinct asset."""
         return AssetScope
 
