@@ -45,9 +45,10 @@ class BaseStateBackend(ABC):
     """
     Storage for task and asset state; "Writing a backend" in the README is the guide.
 
-    ``session``: SQLAlchemy backends join the caller's session (leaving the commit to it), others
-    ignore it. A key whose ``expires_at`` has passed is gone for every read, for ``if_version=0``
-    and for ``increment``, even before :meth:`cleanup`.
+    Every method takes a keyword-only ``session``: SQLAlchemy backends join the caller's session
+    (leaving the commit to it), others ignore it. An undeclared capability raises
+    :class:`StateCapabilityError`, never a silent fallback. A key whose ``expires_at`` has passed is
+    gone for every read, for ``if_version=0`` and for ``increment``, even before :meth:`cleanup`.
     """
 
     #: :meth:`get_versioned`, ``if_version`` and a version on every stored key.
@@ -252,7 +253,7 @@ class BaseStateBackend(ABC):
         """
         Remove every key of the task *scope* last written by a try numbered *try_number* or lower
         (keys written outside a try stay); return how many. A new try calls it when a try it follows
-        was cleared after success, so the clear starts the task afresh; again, it removes nothing more.
+        was cleared after success, so the clear starts the task afresh; a second call removes nothing.
 
         The default lists with :meth:`entries`, then deletes: not atomic, so a key that a newer try
         rewrites between the two steps can be lost; a backend that can do it in one step should.
