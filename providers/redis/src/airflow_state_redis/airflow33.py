@@ -81,11 +81,7 @@ def _task_scope(scope: Any, row: Any, required: bool) -> TaskScope | None:
 
 
 class RedisStoreBackend(airflow33_state.BaseStoreBackend):
-    """
-    Airflow 3.3's ``[state_store] backend`` on the Redis keys of :class:`RedisStateBackend` (which
-    gets its arguments). A task scope whose dag run does not exist reads as empty, and a write to it
-    raises ``ValueError`` (as 3.3's own backend does).
-    """
+    """A dag run that does not exist reads as empty and refuses writes (``ValueError``), as in 3.3's own."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.redis = RedisStateBackend(*args, **kwargs)

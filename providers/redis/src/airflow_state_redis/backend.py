@@ -49,7 +49,7 @@ from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
 from redis.commands.core import AsyncScript, Script
 
-from ._clients import async_client, sync_client
+from ._clients import build_client
 from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
 from ._durable import CLUSTER_RETRIED, check_replicated, write_and_wait
 from ._errors import mask_url, reachable
@@ -695,7 +695,7 @@ class RedisStateBackend(BaseStateBackend):
             with self._sync_lock:
                 if self._sync_state is None:
                     try:
-                        client = sync_client(self._settings)
+                        client = build_client(self._settings, sync=True)
                     except redis.exceptions.RedisClusterException as error:
                         # "cannot be connected" (no seed answers) and the like: a connection problem
                         # for every caller, so _reachable words it for the deployer.
@@ -706,7 +706,7 @@ class RedisStateBackend(BaseStateBackend):
         return state
 
     def _connect_async(self) -> _AsyncConnection:
-        client = async_client(self._settings)
+        client = build_client(self._settings, sync=False)
         return _AsyncConnection(
             client, {name: client.register_script(text) for name, text in SCRIPTS.items()}
         )
