@@ -144,13 +144,12 @@ def url_from_connection(conn: Any) -> str:
 def _resolve_url(url: str | None, mode: str = "standalone") -> tuple[str, str]:
     if url is not None:
         return url, "the url argument"
-    # The option in Airflow's configuration wins over the connection, and that over the environment.
-    if (found := _lookup("url")) is not None and found[1] != env_name("url"):
-        return found
+    if (value := _airflow_option("url")) is not None:
+        return value, f"[{SECTION}] url"
     if (conn_id := _airflow_option("redis_conn_id")) is not None:
         return url_from_connection(_fetch_connection(conn_id)), f"Airflow connection {conn_id!r}"
-    if found is not None:
-        return found
+    if (value := _clean(os.environ.get(env_name("url")))) is not None:
+        return value, env_name("url")
     if mode == "sentinel":
         # The sentinels say where the primary is; a URL would only add credentials, TLS, database.
         return "redis://", "the default for mode=sentinel"

@@ -141,11 +141,6 @@ def _field_text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
-def _validate_try_number(try_number: object) -> None:
-    if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
-        raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
-
-
 def _visible(raw: bytes | None, raw_meta: bytes | None) -> VersionedValue | None:
     """A value read with its metadata, or ``None`` when it is absent or has expired."""
     if raw is None:
@@ -296,8 +291,7 @@ class RedisStateBackend(BaseStateBackend):
             f"key_prefix={self._settings.key_prefix!r}, mode={self._settings.topology.mode!r})"
         )
 
-    # --- the contract: each operation is written once, as a generator (see _Op), and runs with
-    # the sync client (_sync) or this event loop's asyncio client (_async, no thread) ----------
+    # --- the contract: each operation an _Op, run by _sync and _async ---------------------------
 
     def _op_get(self, scope: StateScope, key: str, *, session: Any = None) -> _Op[str | None]:
         found = yield from self._op_get_versioned(scope, key)
@@ -318,7 +312,10 @@ class RedisStateBackend(BaseStateBackend):
     def _op_set_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> _Op[None]:
-        _validate_try_number(try_number)
+        if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
+            raise TypeError(
+                f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}"
+            )
         yield self._write_call("write", scope, None, None, *self._pair(key, value), "", try_number=try_number)
 
     def _op_write(
@@ -593,7 +590,7 @@ class RedisStateBackend(BaseStateBackend):
         """
         validate_cleanup(now, updated_before, batch_size)
         now_micros = micros(now)
-        before = "" if updated_before is None else str(micros(updated_before))
+        before = None if updated_before is None else micros(updated_before)
         removed = 0
         with self._reachable():
             for keys, map_index in self._metadata_hashes(batch_size):
@@ -626,7 +623,6 @@ class RedisStateBackend(BaseStateBackend):
                 return done.value  # type: ignore[no-any-return]
 
     async def _arun(self, op: _Op[T]) -> T:
-        """Run an operation with this event loop's asyncio client (no thread, see :meth:`_asend`)."""
         with self._reachable():
             try:
                 request = next(op)
@@ -780,20 +776,17 @@ class RedisStateBackend(BaseStateBackend):
                 yield self._keys.clean_keys(name)
 
     def _clean_hash(
-        self, keys: list[str], map_index: str, now: int, before: str, batch_size: int, dry_run: bool
+        self, keys: list[str], map_index: str, now: int, before: int | None, batch_size: int, dry_run: bool
     ) -> int:
-        before_micros = int(before) if before else None
         due: dict[bytes, None] = {}  # HSCAN may return a field twice; a dry run must not count it twice
         for field, raw_meta in self._client.hscan_iter(keys[1], count=batch_size):
             meta = parse_meta(raw_meta, is_task=False)
             if meta.expired(now) or (
-                before_micros is not None
-                and meta.updated_at is not None
-                and micros(meta.updated_at) < before_micros
+                before is not None and meta.updated_at is not None and micros(meta.updated_at) < before
             ):
                 due[field] = None
         fields = list(due)
-        flags = [now, before, "1" if dry_run else "0", map_index]
+        flags = [now, "" if before is None else before, "1" if dry_run else "0", map_index]
         return sum(
             int(self._apply(_Script("clean", keys, [*flags, *fields[i : i + batch_size]])))
             for i in range(0, len(fields), batch_size)
