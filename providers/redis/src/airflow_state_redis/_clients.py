@@ -94,8 +94,8 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
     return primary, sentinel
 
 
-def _client(settings: RedisSettings, *, sync: bool) -> Any:
-    """The client for *settings*; no I/O (every client connects lazily)."""
+def build_client(settings: RedisSettings, *, sync: bool) -> Any:
+    """The sync or asyncio client for *settings*; no I/O (every client connects lazily)."""
     topology = settings.topology
     retry_class = redis.retry.Retry if sync else redis.asyncio.retry.Retry
     retry = retry_class(_backoff(), topology.retries, supported_errors=_RETRIED)
@@ -111,12 +111,3 @@ def _client(settings: RedisSettings, *, sync: bool) -> Any:
     return (redis.Redis if sync else redis.asyncio.Redis).from_url(
         settings.url, retry=retry, **CLIENT_OPTIONS
     )
-
-
-def sync_client(settings: RedisSettings) -> redis.Redis | redis.cluster.RedisCluster:
-    return _client(settings, sync=True)  # type: ignore[no-any-return]
-
-
-def async_client(settings: RedisSettings) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
-    """The asyncio client for *settings* (one per event loop, see :mod:`._loops`)."""
-    return _client(settings, sync=False)  # type: ignore[no-any-return]

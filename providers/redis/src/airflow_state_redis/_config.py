@@ -85,10 +85,6 @@ def _airflow_option(option: str) -> str | None:
     return _clean(conf.get(SECTION, option, fallback=None))
 
 
-def _env_option(option: str) -> str | None:
-    return _clean(os.environ.get(env_name(option)))
-
-
 def _clean(value: object) -> str | None:
     if value is None:
         return None
@@ -101,10 +97,8 @@ def _lookup(option: str) -> tuple[str, str] | None:
     value = _airflow_option(option)
     if value is not None:
         return value, f"[{SECTION}] {option}"
-    value = _env_option(option)
-    if value is not None:
-        return value, env_name(option)
-    return None
+    value = _clean(os.environ.get(env_name(option)))
+    return None if value is None else (value, env_name(option))
 
 
 def _fetch_connection(conn_id: str) -> Any:
@@ -150,14 +144,11 @@ def url_from_connection(conn: Any) -> str:
 def _resolve_url(url: str | None, mode: str = "standalone") -> tuple[str, str]:
     if url is not None:
         return url, "the url argument"
-    value = _airflow_option("url")
-    if value is not None:
+    if (value := _airflow_option("url")) is not None:
         return value, f"[{SECTION}] url"
-    conn_id = _airflow_option("redis_conn_id")
-    if conn_id is not None:
+    if (conn_id := _airflow_option("redis_conn_id")) is not None:
         return url_from_connection(_fetch_connection(conn_id)), f"Airflow connection {conn_id!r}"
-    value = _env_option("url")
-    if value is not None:
+    if (value := _clean(os.environ.get(env_name("url")))) is not None:
         return value, env_name("url")
     if mode == "sentinel":
         # The sentinels say where the primary is; a URL would only add credentials, TLS, database.
@@ -280,7 +271,6 @@ def parse_sentinels(text: str, source: str) -> tuple[tuple[str, int], ...]:
 
 def resolve_topology() -> Topology:
     """The ``[state_redis]`` options about the servers' layout (Airflow, then environment)."""
-
     mode_found = _lookup("mode")
     mode = mode_found[0].lower() if mode_found else "standalone"
     if mode not in MODES:
@@ -289,21 +279,15 @@ def resolve_topology() -> Topology:
     sentinels: tuple[tuple[str, int], ...] = ()
     if (found := _lookup("sentinels")) is not None:
         sentinels = parse_sentinels(*found)
-    master = _lookup("sentinel_master")
-    user = _lookup("sentinel_username")
-    password = _lookup("sentinel_password")
-    counts = {
+    texts: dict[str, Any] = {
+        name: found[0] if (found := _lookup(name)) else None
+        for name in ("sentinel_master", "sentinel_username", "sentinel_password")
+    }
+    counts: dict[str, Any] = {
         name: _parse_count(*found, minimum=least) if (found := _lookup(name)) else getattr(Topology, name)
         for name, least in _COUNTS.items()
     }
-    return Topology(
-        mode=mode,
-        sentinel_master=master[0] if master else None,
-        sentinels=sentinels,
-        sentinel_username=user[0] if user else None,
-        sentinel_password=password[0] if password else None,
-        **counts,
-    )
+    return Topology(mode=mode, sentinels=sentinels, **texts, **counts)
 
 
 def check_topology(topology: Topology) -> None:

@@ -20,10 +20,6 @@ MAP_INDEXES_SUFFIX = "map-indexes"
 META_SUFFIX = ":meta"
 
 
-def _encode(part: str) -> str:
-    return quote(part, safe="")
-
-
 def _glob_escape(text: str) -> str:
     """*text* as a literal in a SCAN MATCH pattern."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
@@ -61,7 +57,7 @@ class KeyLayout:
     def task_base(self, scope: TaskScope) -> str:
         """The part shared by every key of a task in one incarnation of a run (hashes and index set)."""
         parts = (scope.dag_id, scope.run_id, require_dag_run_uid(scope), scope.task_id)
-        tag = ":".join(_encode(part) for part in parts)
+        tag = ":".join(quote(part, safe="") for part in parts)
         return f"{self.prefix}:task:{{{tag}}}"
 
     def task_hash(self, scope: TaskScope) -> str:

@@ -13,8 +13,7 @@ a run deleted and created again with the same run_id starts empty, as on 3.2.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,25 +45,6 @@ def _dag_run_query(scope: Any) -> Any:
     return select(DagRun.id, DagRun.created_at, DagRun.run_after).where(
         DagRun.dag_id == scope.dag_id, DagRun.run_id == scope.run_id
     )
-
-
-@contextmanager
-def _sync_session(session: Any) -> Iterator[Any]:
-    """The session 3.3 passed, or a new one for the lookup."""
-    if session is not None:
-        yield session
-        return
-    with create_session() as own:
-        yield own
-
-
-@asynccontextmanager
-async def _async_session(session: Any) -> AsyncIterator[Any]:
-    if session is not None:
-        yield session
-        return
-    async with create_session_async() as own:
-        yield own
 
 
 def _utc(expires_at: datetime | None) -> datetime | None:
@@ -101,11 +81,7 @@ def _task_scope(scope: Any, row: Any, required: bool) -> TaskScope | None:
 
 
 class RedisStoreBackend(airflow33_state.BaseStoreBackend):
-    """
-    Airflow 3.3's ``[state_store] backend`` on the Redis keys of :class:`RedisStateBackend` (which
-    gets its arguments). A task scope whose dag run does not exist reads as empty, and a write to it
-    raises ``ValueError`` (as 3.3's own backend does).
-    """
+    """A dag run that does not exist reads as empty and refuses writes (``ValueError``), as in 3.3's own."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.redis = RedisStateBackend(*args, **kwargs)
@@ -117,13 +93,14 @@ class RedisStoreBackend(airflow33_state.BaseStoreBackend):
         """Our scope for 3.3's, or ``None`` for a task scope whose dag run does not exist."""
         if (asset := _asset_scope(scope)) is not None:
             return asset
-        with _sync_session(session) as active:
+        # The session 3.3 passed, or one of our own for the lookup.
+        with nullcontext(session) if session is not None else create_session() as active:
             return _task_scope(scope, active.execute(_dag_run_query(scope)).one_or_none(), required)
 
     async def _ascope(self, scope: Any, session: Any, required: bool = False) -> StateScope | None:
         if (asset := _asset_scope(scope)) is not None:
             return asset
-        async with _async_session(session) as active:
+        async with nullcontext(session) if session is not None else create_session_async() as active:
             result = await active.execute(_dag_run_query(scope))
             return _task_scope(scope, result.one_or_none(), required)
 

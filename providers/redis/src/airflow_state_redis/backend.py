@@ -49,7 +49,7 @@ from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
 from redis.commands.core import AsyncScript, Script
 
-from ._clients import async_client, sync_client
+from ._clients import build_client
 from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
 from ._durable import CLUSTER_RETRIED, check_replicated, write_and_wait
 from ._errors import mask_url, reachable
@@ -139,11 +139,6 @@ def _validate_scope(scope: object) -> None:
 def _field_text(raw: bytes | str) -> str:
     # The clients are built without decode_responses, so replies are bytes; str is only typing.
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
-
-
-def _validate_try_number(try_number: object) -> None:
-    if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
-        raise TypeError(f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}")
 
 
 def _visible(raw: bytes | None, raw_meta: bytes | None) -> VersionedValue | None:
@@ -296,8 +291,7 @@ class RedisStateBackend(BaseStateBackend):
             f"key_prefix={self._settings.key_prefix!r}, mode={self._settings.topology.mode!r})"
         )
 
-    # --- the contract: each operation is written once, as a generator (see _Op), and runs with
-    # the sync client (_sync) or this event loop's asyncio client (_async, no thread) ----------
+    # --- the contract: each operation an _Op, run by _sync and _async ---------------------------
 
     def _op_get(self, scope: StateScope, key: str, *, session: Any = None) -> _Op[str | None]:
         found = yield from self._op_get_versioned(scope, key)
@@ -309,7 +303,6 @@ class RedisStateBackend(BaseStateBackend):
         return _visible(*(yield self._value_and_meta(scope, key)))
 
     def _op_get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> _Op[StateEntry | None]:
-        """The key's value and metadata: one MULTI/EXEC, as :meth:`get_versioned`, no listing."""
         raw, raw_meta = yield self._value_and_meta(scope, key)
         return _entry(key, raw, raw_meta, isinstance(scope, TaskScope), _now_micros())
 
@@ -319,7 +312,10 @@ class RedisStateBackend(BaseStateBackend):
     def _op_set_by_try(
         self, scope: StateScope, key: str, value: str, *, try_number: int | None, session: Any = None
     ) -> _Op[None]:
-        _validate_try_number(try_number)
+        if try_number is not None and (not isinstance(try_number, int) or isinstance(try_number, bool)):
+            raise TypeError(
+                f"try_number must be an int or None, got {type(try_number).__name__}: {try_number!r}"
+            )
         yield self._write_call("write", scope, None, None, *self._pair(key, value), "", try_number=try_number)
 
     def _op_write(
@@ -462,26 +458,22 @@ class RedisStateBackend(BaseStateBackend):
             return []
         now = _now_micros()
         with self._reachable():
-            if isinstance(self._client, redis.cluster.RedisCluster):
-                counts = self._cluster_counts(scopes, now)
-            else:
-                try:
-                    counts = self._pipelined_counts(self._client, scopes, now)
-                except redis.exceptions.NoScriptError:
-                    # A failover between loading the script and running it (see _durable): again.
-                    counts = self._pipelined_counts(self._client, scopes, now)
-        return [int(count) for count in counts]
+            client = self._client
+            if isinstance(client, redis.cluster.RedisCluster):
+                return self._cluster_counts(client, scopes, now)
+            try:
+                return self._pipelined_counts(client, scopes, now)
+            except redis.exceptions.NoScriptError:
+                # A failover between loading the script and running it (see _durable): again.
+                return self._pipelined_counts(client, scopes, now)
 
     # --- staged writes: one commit, one transaction -----------------------------------------
 
     def apply_commit(self, commit: StagedCommit, *, session: Any = None) -> bool:
         """
-        The contract's commit as one MULTI/EXEC: under WATCH of every hash it touches, read the
-        commit's record and the counters it increments (refusing a bad one before any write), then
-        queue the same write scripts single writes use; a concurrent write to a watched hash makes
-        EXEC apply nothing, and the whole commit is read and tried again. Redis Cluster runs a
-        transaction on one hash slot only: a commit that spans several (task state and an asset's
-        state always do) is refused, with nothing written.
+        One MULTI/EXEC under WATCH of every hash the commit touches: a concurrent write to one makes
+        EXEC apply nothing, and the commit is read and tried again. Redis Cluster runs a transaction
+        on one hash slot only, so a commit spanning several (task and asset state do) is refused.
         """
         if not isinstance(commit, StagedCommit):
             raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
@@ -514,80 +506,74 @@ class RedisStateBackend(BaseStateBackend):
         raise StateConflictError(COMMIT_KEY, 0, 0)  # 100 rounds of interleaved writers: give up
 
     def _commit_watched(self, pipe: Any, commit: StagedCommit, watched: list[str]) -> bool:
-        pipe.watch(*watched)
+        pipe.watch(*watched)  # until MULTI, the pipeline runs each command at once
+
+        def stored(scope: StateScope, key: str) -> VersionedValue | None:
+            name, meta_name = self._keys.names(scope)
+            return _visible(pipe.hget(name, _utf8(key)), pipe.hget(meta_name, _utf8(key)))
+
         record = commit_record(commit.commit_id)
-        ledger, ledger_meta = self._keys.names(commit.ledger)
-        stored = _visible(pipe.hget(ledger, _utf8(COMMIT_KEY)), pipe.hget(ledger_meta, _utf8(COMMIT_KEY)))
-        if stored is not None and stored.value == record:
+        recorded = stored(commit.ledger, COMMIT_KEY)
+        if recorded is not None and recorded.value == record:
             return False
         for write in commit.writes:
             if write.op is StagedOp.INCREMENT:
-                name, meta_name = self._keys.names(write.scope)
-                field = _utf8(write.key)
-                current = _visible(pipe.hget(name, field), pipe.hget(meta_name, field))
+                current = stored(write.scope, write.key)
                 incremented(write.key, None if current is None else current.value, write.by)
-        calls = [
-            self._write_call(
-                "write",
-                commit.ledger,
-                commit.writer,
-                commit_record_expiry(self),
-                *self._pair(COMMIT_KEY, record),
-                "",
-            )
+        expiry = commit_record_expiry(self)
+        ops: list[_Op[Any]] = [
+            self._op_write(commit.ledger, COMMIT_KEY, record, writer=commit.writer, expires_at=expiry)
         ]
         for write in commit.in_lock_order():
+            written: dict[str, Any] = {"writer": commit.writer, "expires_at": write.expires_at}
             if write.op is StagedOp.SET:
                 assert write.value is not None  # checked by StagedWrite
-                pair = self._pair(write.key, write.value)
-                calls.append(
-                    self._write_call("write", write.scope, commit.writer, write.expires_at, *pair, "")
-                )
+                ops.append(self._op_write(write.scope, write.key, write.value, **written))
             elif write.op is StagedOp.INCREMENT:
-                args = (_utf8(write.key), str(write.by))
-                calls.append(
-                    self._write_call("increment", write.scope, commit.writer, write.expires_at, *args)
-                )
+                ops.append(self._op_increment(write.scope, write.key, write.by, **written))
             else:
-                names, map_index = self._scope_keys(write.scope)
-                calls.append(_Script("delete_many", names, [map_index, _utf8(write.key)]))
+                ops.append(self._op_delete(write.scope, write.key))
+        # Each operation's first request is its script call: queued here, as a single write sends it.
+        calls = [next(op) for op in ops]
         pipe.multi()
         for call in calls:
+            assert isinstance(call, _Script)
             self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
         # Nothing queued can be refused: the reads under WATCH checked every increment.
         pipe.execute()
         return True
 
-    def _cluster_counts(self, scopes: list[StateScope], now: int) -> list[Any]:
+    def _cluster_counts(
+        self, client: redis.cluster.RedisCluster, scopes: list[StateScope], now: int
+    ) -> list[int]:
         """
         COUNT_LIVE per scope, in one pipeline per primary (the cluster pipeline refuses scripts); on
         a stale slot map, again one scope at a time through the cluster client (counting is harmless).
         """
-        assert isinstance(self._client, redis.cluster.RedisCluster)
         by_node: dict[str, list[int]] = {}
         try:
             nodes = {}
             for i, scope in enumerate(scopes):
-                node = self._client.get_node_from_key(self._keys.names(scope)[0])
+                node = client.get_node_from_key(self._keys.names(scope)[0])
                 nodes[node.name] = node
                 by_node.setdefault(node.name, []).append(i)
-            counts: list[Any] = [None] * len(scopes)
+            counts = [0] * len(scopes)
             for name, positions in by_node.items():
-                node_client = self._client.get_redis_connection(nodes[name])
+                node_client = client.get_redis_connection(nodes[name])
                 found = self._pipelined_counts(node_client, [scopes[i] for i in positions], now)
                 for i, count in zip(positions, found, strict=True):
                     counts[i] = count
             return counts
         except (*CLUSTER_RETRIED, redis.exceptions.NoScriptError):
             count_live = self._scripts["count_live"]
-            return [count_live(keys=self._keys.names(scope), args=[now]) for scope in scopes]
+            return [int(count_live(keys=self._keys.names(scope), args=[now])) for scope in scopes]
 
-    def _pipelined_counts(self, client: redis.Redis, scopes: list[StateScope], now: int) -> list[Any]:
+    def _pipelined_counts(self, client: redis.Redis, scopes: list[StateScope], now: int) -> list[int]:
         # Counts only, no writes: a plain pipeline (one round trip) needs no MULTI.
         with client.pipeline(transaction=False) as pipe:
             for scope in scopes:
                 self._scripts["count_live"](keys=self._keys.names(scope), args=[now], client=pipe)
-            return pipe.execute()
+            return [int(count) for count in pipe.execute()]
 
     def cleanup(
         self,
@@ -604,7 +590,7 @@ class RedisStateBackend(BaseStateBackend):
         """
         validate_cleanup(now, updated_before, batch_size)
         now_micros = micros(now)
-        before = "" if updated_before is None else str(micros(updated_before))
+        before = None if updated_before is None else micros(updated_before)
         removed = 0
         with self._reachable():
             for keys, map_index in self._metadata_hashes(batch_size):
@@ -637,7 +623,6 @@ class RedisStateBackend(BaseStateBackend):
                 return done.value  # type: ignore[no-any-return]
 
     async def _arun(self, op: _Op[T]) -> T:
-        """Run an operation with this event loop's asyncio client (no thread, see :meth:`_asend`)."""
         with self._reachable():
             try:
                 request = next(op)
@@ -706,7 +691,7 @@ class RedisStateBackend(BaseStateBackend):
             with self._sync_lock:
                 if self._sync_state is None:
                     try:
-                        client = sync_client(self._settings)
+                        client = build_client(self._settings, sync=True)
                     except redis.exceptions.RedisClusterException as error:
                         # "cannot be connected" (no seed answers) and the like: a connection problem
                         # for every caller, so _reachable words it for the deployer.
@@ -717,7 +702,7 @@ class RedisStateBackend(BaseStateBackend):
         return state
 
     def _connect_async(self) -> _AsyncConnection:
-        client = async_client(self._settings)
+        client = build_client(self._settings, sync=False)
         return _AsyncConnection(
             client, {name: client.register_script(text) for name, text in SCRIPTS.items()}
         )
@@ -791,20 +776,17 @@ class RedisStateBackend(BaseStateBackend):
                 yield self._keys.clean_keys(name)
 
     def _clean_hash(
-        self, keys: list[str], map_index: str, now: int, before: str, batch_size: int, dry_run: bool
+        self, keys: list[str], map_index: str, now: int, before: int | None, batch_size: int, dry_run: bool
     ) -> int:
-        before_micros = int(before) if before else None
         due: dict[bytes, None] = {}  # HSCAN may return a field twice; a dry run must not count it twice
         for field, raw_meta in self._client.hscan_iter(keys[1], count=batch_size):
             meta = parse_meta(raw_meta, is_task=False)
             if meta.expired(now) or (
-                before_micros is not None
-                and meta.updated_at is not None
-                and micros(meta.updated_at) < before_micros
+                before is not None and meta.updated_at is not None and micros(meta.updated_at) < before
             ):
                 due[field] = None
         fields = list(due)
-        flags = [now, before, "1" if dry_run else "0", map_index]
+        flags = [now, "" if before is None else before, "1" if dry_run else "0", map_index]
         return sum(
             int(self._apply(_Script("clean", keys, [*flags, *fields[i : i + batch_size]])))
             for i in range(0, len(fields), batch_size)
