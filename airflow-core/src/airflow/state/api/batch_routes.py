@@ -13,7 +13,7 @@ with one bad entry is refused whole, naming the entry, and writes nothing.
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow.state import codec, config, expiry
+from airflow.state import codec, expiry
 from airflow.state.api.datamodels import KEYS_BODY, VALUES_BODY, StateValuesResponse, StateVersionsResponse
 from airflow.state.api.errors import UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
 from airflow.state.api.params import body_ttl, json_object
@@ -31,12 +31,6 @@ _VALUES_SHAPE = '{"values": {<key>: <any JSON but null>, ...}, "ttl": <seconds> 
 _BATCH_LIMIT = "batches are limited by [state] max_batch_bytes; split the batch"
 
 
-async def _batch(request: Request, fields: frozenset[str], shape: str, reason: Reason) -> dict[str, Any]:
-    return await json_object(
-        request, fields, shape, reason, limit=config.max_batch_bytes(), explanation=_BATCH_LIMIT
-    )
-
-
 def _valid_keys(keys: list[str] | dict[str, Any]) -> list[str]:
     with refused_as(Reason.INVALID_REQUEST):
         validate_batch_size(len(keys), "a batch")
@@ -45,7 +39,9 @@ def _valid_keys(keys: list[str] | dict[str, Any]) -> list[str]:
 
 
 async def _keys_body(request: Request) -> list[str]:
-    document = await _batch(request, frozenset({"keys"}), _KEYS_SHAPE, Reason.INVALID_REQUEST)
+    document = await json_object(
+        request, frozenset({"keys"}), _KEYS_SHAPE, Reason.INVALID_REQUEST, batch=_BATCH_LIMIT
+    )
     keys = document.get("keys")
     if not isinstance(keys, list):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_KEYS_SHAPE}")
@@ -61,7 +57,8 @@ class _ValuesBody:
 
 
 async def _values_body(request: Request) -> _ValuesBody:
-    document = await _batch(request, frozenset({"values", TTL_FIELD}), _VALUES_SHAPE, Reason.INVALID_VALUE)
+    fields = frozenset({"values", TTL_FIELD})
+    document = await json_object(request, fields, _VALUES_SHAPE, Reason.INVALID_VALUE, batch=_BATCH_LIMIT)
     values = document.get("values")
     if not isinstance(values, dict):
         raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_VALUES_SHAPE}")

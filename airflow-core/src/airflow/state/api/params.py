@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec, expiry
+from airflow.state import codec, config, expiry
 from airflow.state.api.errors import refusal, refused_as, unprocessable
 from airflow.state.protocol import IF_VERSION_PARAMETER, KEY_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
 from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
@@ -118,25 +118,31 @@ async def json_object(
     shape: str,
     reason: Reason,
     *,
-    limit: int | None = None,
-    explanation: str | None = None,
+    batch: str | None = None,
     empty_is: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """
-    The body: a JSON object of *fields* only (else refused with *reason*), of at most *limit* bytes
-    (default: one value and its envelope); an empty one is *empty_is* if given.
+    The body: a JSON object of *fields* only (else refused with *reason*), of at most one value and
+    its envelope, or for a *batch* (what to do past it), ``[state] max_batch_bytes``; an empty one
+    is *empty_is* if given.
     """
-    body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
+    limit = config.max_batch_bytes() if batch else codec.max_value_bytes() + BODY_ENVELOPE_BYTES
+    body = await body_within(request, limit, batch)
     if empty_is is not None and not body.strip():
         return empty_is
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
         raise unprocessable(reason, f"request body is not JSON: {error}") from None
+    return fields_only(document, fields, f"request body must be {shape}", reason)
+
+
+def fields_only(document: Any, fields: frozenset[str], refused: str, reason: Reason) -> dict[str, Any]:
+    """*document*, refused (*reason*, message *refused*) unless it is a JSON object of *fields* only."""
     if not isinstance(document, dict) or not fields.issuperset(document):
         unknown = sorted(set(document) - fields) if isinstance(document, dict) else []
         named = f" (unknown: {', '.join(unknown)})" if unknown else ""
-        raise unprocessable(reason, f"request body must be {shape}{named}")
+        raise unprocessable(reason, f"{refused}{named}")
     return document
 
 

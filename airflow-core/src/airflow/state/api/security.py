@@ -214,10 +214,7 @@ def _discard_what_a_clear_left(
             "Discarded %d key(s) of task instance %s/%s/%s[%d] written by tries up to %d: it was cleared "
             "since (keep_task_state=%s); try %d starts afresh",
             removed,
-            scope.dag_id,
-            scope.run_id,
-            scope.task_id,
-            scope.map_index,
+            *astuple(scope)[:4],  # dag_id, run_id, task_id, map_index
             boundary,
             choice.value,
             try_number,

@@ -54,11 +54,10 @@ from airflow.state.api.params import (
 from airflow.state.protocol import Reason
 from airflow.utils.session import create_session
 from airflow_shared.state import API_WRITER, AssetScope, StateScope, TaskScope
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 router = APIRouter(prefix="/api/v1")
-_NO_CONTENT = status.HTTP_204_NO_CONTENT
 
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 
@@ -194,14 +193,13 @@ def _state_routes(kind: _Kind) -> None:
         kind.path + "/state",
         methods=["DELETE"],
         dependencies=[delete],
-        status_code=_NO_CONTENT,
+        status_code=204,
         name=f"clear_{the}_state",
         summary=f"Clear {the} state",
         description=f"Remove every key of {kind.state}{kind.cleared}",
     )
-    def clear_state(cleared: Cleared) -> Response:
+    def clear_state(cleared: Cleared) -> None:
         manage.clear(cleared[0], all_map_indices=cleared[1])
-        return Response(status_code=_NO_CONTENT)
 
     @route(
         entry,
@@ -241,14 +239,13 @@ def _state_routes(kind: _Kind) -> None:
         entry,
         methods=["DELETE"],
         dependencies=[delete],
-        status_code=_NO_CONTENT,
+        status_code=204,
         name=f"delete_{the}_state_entry",
         summary=f"Delete {a} {the} state key",
         description=f"Remove the key from {kind.state}; not an error when it is not there." + _QUERY_FORM,
     )
-    def delete_entry(key: Key, scope: Scope) -> Response:
+    def delete_entry(key: Key, scope: Scope) -> None:
         manage.delete(scope, key)
-        return Response(status_code=_NO_CONTENT)
 
     @route(
         kind.path + "/stateIncrement",
