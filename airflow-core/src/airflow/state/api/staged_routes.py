@@ -103,11 +103,14 @@ def _write_of(position: int, document: Any) -> _Write:
 async def _commit_body(request: Request) -> list[_Write]:
     explanation = "a commit is limited by [state] max_batch_bytes; stage fewer or smaller writes"
     document = await json_object(
-        request, frozenset({"writes"}), _COMMIT_SHAPE, Reason.INVALID_REQUEST, batch=explanation
+        request,
+        frozenset({"writes"}),
+        _COMMIT_SHAPE,
+        Reason.INVALID_REQUEST,
+        batch=explanation,
+        holding=("writes", list),
     )
-    writes = document.get("writes")
-    if not isinstance(writes, list):
-        raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_COMMIT_SHAPE}")
+    writes = document["writes"]
     with refused_as(Reason.INVALID_REQUEST):
         validate_batch_size(len(writes), "a commit")
     return [_write_of(position, write) for position, write in enumerate(writes)]

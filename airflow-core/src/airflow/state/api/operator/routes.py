@@ -170,12 +170,11 @@ def _state_routes(kind: _Kind) -> None:
     Scope = Annotated[StateScope, Depends(kind.scope)]
     Cleared = Annotated[tuple[StateScope, bool], Depends(kind.clear_scope)]
     PageFields = Annotated[dict[str, Any], Depends(kind.page_fields)]
-    route, the, a = kind.router.api_route, kind.name, "an" if kind.name == "asset" else "a"
+    the, a = kind.name, "an" if kind.name == "asset" else "a"
     entry = kind.path + "/stateEntry"
 
-    @route(
+    @kind.router.get(
         kind.path + "/state",
-        methods=["GET"],
         dependencies=[read],
         response_model=kind.page,
         name=f"list_{the}_state",
@@ -189,9 +188,8 @@ def _state_routes(kind: _Kind) -> None:
         entries, total = manage.entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
         return kind.page(entries=[kind.entry.of(e) for e in entries], total_entries=total, **page_fields)
 
-    @route(
+    @kind.router.delete(
         kind.path + "/state",
-        methods=["DELETE"],
         dependencies=[delete],
         status_code=204,
         name=f"clear_{the}_state",
@@ -201,9 +199,8 @@ def _state_routes(kind: _Kind) -> None:
     def clear_state(cleared: Cleared) -> None:
         manage.clear(cleared[0], all_map_indices=cleared[1])
 
-    @route(
+    @kind.router.get(
         entry,
-        methods=["GET"],
         dependencies=[read],
         response_model=kind.entry,
         name=f"get_{the}_state_entry",
@@ -213,9 +210,8 @@ def _state_routes(kind: _Kind) -> None:
     def get_entry(key: Key, scope: Scope) -> Any:
         return kind.entry.of(manage.entry(scope, key))
 
-    @route(
+    @kind.router.put(
         entry,
-        methods=["PUT"],
         dependencies=[write],
         openapi_extra=WRITE_BODY,
         responses=WRITE_DOCUMENTED,
@@ -235,9 +231,8 @@ def _state_routes(kind: _Kind) -> None:
             )
         return StateWriteExpiresResponse(key=key, version=written.version, expires_at=written.expires_at)
 
-    @route(
+    @kind.router.delete(
         entry,
-        methods=["DELETE"],
         dependencies=[delete],
         status_code=204,
         name=f"delete_{the}_state_entry",
@@ -247,9 +242,8 @@ def _state_routes(kind: _Kind) -> None:
     def delete_entry(key: Key, scope: Scope) -> None:
         manage.delete(scope, key)
 
-    @route(
+    @kind.router.post(
         kind.path + "/stateIncrement",
-        methods=["POST"],
         dependencies=[write],
         openapi_extra=INCREMENT_BODY,
         responses=INCREMENT_DOCUMENTED,
