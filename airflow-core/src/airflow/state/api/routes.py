@@ -113,20 +113,6 @@ def writer_of(claims: TaskInstanceClaims) -> StateWriter:
     )
 
 
-def _read(scope: StateScope, key: str) -> StateValueResponse:
-    # One backend call on this hot path: the versioned read where the backend keeps versions.
-    backend = get_state_backend()
-    version = None
-    if backend.supports_versions:
-        versioned = backend.get_versioned(scope, key)
-        stored, version = (versioned.value, versioned.version) if versioned else (None, None)
-    else:
-        stored = backend.get(scope, key)
-    if stored is None:
-        raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-    return StateValueResponse(key=key, value=codec.decode(stored), version=version)
-
-
 def _state_routes(kind: ScopeKind) -> None:
     # First in every signature: the credential is verified before the key and the body are read.
     Scope = Annotated[Scoped, Depends(kind.scope)]
@@ -158,7 +144,17 @@ def _state_routes(kind: ScopeKind) -> None:
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
     )
     def get_state(scoped: Scope, key: Key) -> StateValueResponse:
-        return _read(scoped(False), key)
+        # One backend call on this hot path: the versioned read where the backend keeps versions.
+        scope, backend = scoped(False), get_state_backend()
+        version = None
+        if backend.supports_versions:
+            versioned = backend.get_versioned(scope, key)
+            stored, version = (versioned.value, versioned.version) if versioned else (None, None)
+        else:
+            stored = backend.get(scope, key)
+        if stored is None:
+            raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
+        return StateValueResponse(key=key, value=codec.decode(stored), version=version)
 
     @router.put(
         kind.prefix + VALUE,

@@ -34,7 +34,7 @@ from airflow.state.api.credentials import (
     issue_credential,
     verify_credential_until,
 )
-from airflow.state.api.errors import forbidden, refusal, unprocessable
+from airflow.state.api.errors import forbidden, refusal, unauthorized, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.keep_choice import KeepTaskState
@@ -50,7 +50,7 @@ from airflow.state.protocol import (
 from airflow.utils.session import create_session
 from airflow.utils.state import TaskInstanceState
 from airflow_shared.state import TaskScope
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, and_, bindparam, exists, select
@@ -113,12 +113,6 @@ def _verified_claims(token: str) -> TaskInstanceClaims:
         _verified.clear()
     _verified[token] = (claims, valid_until)
     return claims
-
-
-def unauthorized(message: str) -> HTTPException:
-    return refusal(
-        status.HTTP_401_UNAUTHORIZED, Reason.INVALID_TOKEN, message, {"WWW-Authenticate": "Bearer"}
-    )
 
 
 Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
