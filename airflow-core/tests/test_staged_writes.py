@@ -239,6 +239,8 @@ def test_a_commit_to_an_asset_that_is_not_an_outlet_writes_nothing(staged_run, a
         ({"scope": "task", "key": "k", "op": "rename"}, "op must be"),
         ({"scope": "task", "key": "k", "op": "increment", "by": 1.5}, "by must be an int"),
         ({"scope": "task", "key": "k", "op": "delete", "ttl": 5}, "no ttl"),
+        ({"scope": "task", "key": "k", "op": "set", "value": 1, "by": 2}, "a set carries no by"),
+        ({"scope": "asset", "name": 5, "key": "k", "op": "set", "value": 1}, "names the asset"),
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "ttl": -1}, "ttl must be"),
         ({"scope": "task", "key": COMMIT_KEY, "op": "set", "value": 1}, "records itself"),
         ({"scope": "dag", "key": "k", "op": "set", "value": 1}, "scope must be"),

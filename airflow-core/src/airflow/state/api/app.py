@@ -6,7 +6,6 @@ import gc
 import logging
 
 from airflow.state import config
-from airflow.state.api.batch_routes import router as batch_router
 from airflow.state.api.errors import EXCEPTION_HANDLERS
 from airflow.state.api.handshake import router as handshake_router
 from airflow.state.api.operator.routes import router as operator_router
@@ -39,7 +38,7 @@ def create_app() -> FastAPI:
             "[state] api_secret is set but no longer used: task processes now prove their identity "
             "through Airflow's Execution API. Remove it from every worker and API server."
         )
-    for included in (handshake_router, router, batch_router, staged_router, operator_router, ui_router):
+    for included in (handshake_router, router, staged_router, operator_router, ui_router):
         app.include_router(included)
     app.add_middleware(IssuedCredentialHeaders)
     return app

@@ -26,6 +26,10 @@ def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | N
     return HTTPException(code, {"reason": reason.value, "message": message}, headers)
 
 
+def unauthorized(message: str, reason: Reason = Reason.INVALID_TOKEN) -> HTTPException:
+    return refusal(status.HTTP_401_UNAUTHORIZED, reason, message, {"WWW-Authenticate": "Bearer"})
+
+
 def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
     return refusal(status.HTTP_403_FORBIDDEN, reason, message)
 

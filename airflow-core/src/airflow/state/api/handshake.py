@@ -5,7 +5,9 @@ rendered fields (README, "The handshake"; the proof is checked in :mod:`airflow.
 
 from __future__ import annotations
 
-from airflow.state.api.credentials import TaskInstanceClaims, credential_answer
+from typing import Any
+
+from airflow.state.api.credentials import credential_answer
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
 from airflow.state.api.errors import documented, refusal
 from airflow.state.api.request_checks import SmallBodyRoute
@@ -28,21 +30,17 @@ _DOCUMENTED = documented(
 )
 
 
-def _credential(claims: TaskInstanceClaims) -> CredentialResponse:
-    return CredentialResponse(**credential_answer(claims, signing_key()))
-
-
-@router.post(CREDENTIALS_PATH, responses=_DOCUMENTED)
-def redeem_proof(body: CredentialRequest) -> CredentialResponse:
+@router.post(CREDENTIALS_PATH, responses=_DOCUMENTED, response_model=CredentialResponse)
+def redeem_proof(body: CredentialRequest) -> dict[str, Any]:
     """A credential for the running try whose rendered fields hold the proof of this verifier."""
-    return _credential(claims_for_proof(str(body.task_instance_id), body.verifier))
+    return credential_answer(claims_for_proof(str(body.task_instance_id), body.verifier), signing_key())
 
 
-@router.post(CREDENTIAL_RENEWAL_PATH, responses=_DOCUMENTED)
-def renew_credential(claims: Claims) -> CredentialResponse:
+@router.post(CREDENTIAL_RENEWAL_PATH, responses=_DOCUMENTED, response_model=CredentialResponse)
+def renew_credential(claims: Claims) -> dict[str, Any]:
     """A fresh credential for the same try, while it is running: no new handshake needed."""
     check_task_instance(claims, write=True)
-    return _credential(claims)
+    return credential_answer(claims, signing_key())
 
 
 @router.post(RETIRED_CHALLENGES_PATH, status_code=status.HTTP_410_GONE, include_in_schema=False)

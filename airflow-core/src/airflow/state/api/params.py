@@ -1,7 +1,7 @@
 """
 What the routes of both HTTP surfaces (the task API and the operators' ``/api/v1``) read from a
 request, by one set of rules: the ``key`` query parameter (never the path), ``if_version``, paging,
-and the JSON bodies of writes and increments, read only once the caller is authenticated.
+and the JSON bodies of writes, increments and batches, read only once the caller is authenticated.
 """
 
 from __future__ import annotations
@@ -12,10 +12,16 @@ from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from airflow.state import codec, expiry
+from airflow.state import codec, config, expiry
 from airflow.state.api.errors import refusal, refused_as, unprocessable
 from airflow.state.protocol import IF_VERSION_PARAMETER, KEY_PARAMETER, NEVER_EXPIRES, TTL_FIELD, Reason
-from airflow_shared.state import MAX_COUNTER, validate_increment, validate_key
+from airflow_shared.state import (
+    MAX_COUNTER,
+    validate_batch_size,
+    validate_increment,
+    validate_key,
+    validate_many_keys,
+)
 from fastapi import Depends, Path, Query, Request, status
 
 # Airflow's map_index and asset id columns are 32-bit integers: a larger number names nothing, and
@@ -118,26 +124,35 @@ async def json_object(
     shape: str,
     reason: Reason,
     *,
-    limit: int | None = None,
-    explanation: str | None = None,
+    batch: str | None = None,
     empty_is: dict[str, Any] | None = None,
+    holding: tuple[str, type] | None = None,
 ) -> dict[str, Any]:
     """
-    The body: a JSON object of *fields* only (else refused with *reason*), of at most *limit* bytes
-    (default: one value and its envelope); an empty one is *empty_is* if given.
+    The body: a JSON object of *fields* only (else refused with *reason*), of at most one value and
+    its envelope, or for a *batch* (what to do past it), ``[state] max_batch_bytes``; an empty one
+    is *empty_is* if given. *holding*: a field it must have, and of what type.
     """
-    body = await body_within(request, limit or codec.max_value_bytes() + BODY_ENVELOPE_BYTES, explanation)
+    limit = config.max_batch_bytes() if batch else codec.max_value_bytes() + BODY_ENVELOPE_BYTES
+    body = await body_within(request, limit, batch)
     if empty_is is not None and not body.strip():
         return empty_is
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as error:
         raise unprocessable(reason, f"request body is not JSON: {error}") from None
+    fields_only(document, fields, f"request body must be {shape}", reason)
+    if holding is not None and not isinstance(document.get(holding[0]), holding[1]):
+        raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {shape}")
+    return document
+
+
+def fields_only(document: Any, fields: frozenset[str], refused: str, reason: Reason) -> None:
+    """Refuse (*reason*, message *refused*) a *document* that is not a JSON object of *fields* only."""
     if not isinstance(document, dict) or not fields.issuperset(document):
         unknown = sorted(set(document) - fields) if isinstance(document, dict) else []
         named = f" (unknown: {', '.join(unknown)})" if unknown else ""
-        raise unprocessable(reason, f"request body must be {shape}{named}")
-    return document
+        raise unprocessable(reason, f"{refused}{named}")
 
 
 LONGEST_TTL_SECONDS = int(expiry.LONGEST_TTL.total_seconds())
@@ -202,3 +217,53 @@ async def _increment_body(request: Request) -> IncrementBody:
 
 NewWrite = Annotated[WriteBody, Depends(_write_body)]
 NewIncrement = Annotated[IncrementBody, Depends(_increment_body)]
+
+
+# Batches: every key and value is checked before the backend is called.
+_KEYS_SHAPE = '{"keys": [<key>, ...]}'
+_VALUES_SHAPE = '{"values": {<key>: <any JSON but null>, ...}, "ttl": <seconds> | "never" (optional)}'
+_BATCH = "batches are limited by [state] max_batch_bytes; split the batch"
+
+
+def _valid_keys(keys: list[str] | dict[str, Any]) -> list[str]:
+    with refused_as(Reason.INVALID_REQUEST):
+        validate_batch_size(len(keys), "a batch")
+    with refused_as(Reason.INVALID_KEY):
+        return validate_many_keys(keys)
+
+
+async def _keys_body(request: Request) -> list[str]:
+    document = await json_object(
+        request,
+        frozenset({"keys"}),
+        _KEYS_SHAPE,
+        Reason.INVALID_REQUEST,
+        batch=_BATCH,
+        holding=("keys", list),
+    )
+    return _valid_keys(document["keys"])
+
+
+@dataclass(frozen=True)
+class ValuesBody:
+    """A batch write's body: each key's value as stored text, and the batch's ``ttl``."""
+
+    texts: dict[str, str]
+    ttl: expiry.Ttl
+
+
+async def _values_body(request: Request) -> ValuesBody:
+    fields = frozenset({"values", TTL_FIELD})
+    document = await json_object(
+        request, fields, _VALUES_SHAPE, Reason.INVALID_VALUE, batch=_BATCH, holding=("values", dict)
+    )
+    _valid_keys(document["values"])
+    texts = {}
+    for key, value in document["values"].items():
+        with refused_as(Reason.INVALID_VALUE, f"the value of key {key!r:.60}: "):
+            texts[key] = codec.encode(value)
+    return ValuesBody(texts, body_ttl(document, _VALUES_SHAPE))
+
+
+KeysBody = Annotated[list[str], Depends(_keys_body)]
+NewValues = Annotated[ValuesBody, Depends(_values_body)]

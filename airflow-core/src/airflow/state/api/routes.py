@@ -1,6 +1,6 @@
 """
 Routes of the task API: the calling task instance's keys, and the state of an asset the task
-declares, each operation written once for both kinds of scope.
+declares, one key or a batch at a time, each operation written once for both kinds of scope.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the signatures of the routes built in
@@ -10,14 +10,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow.state import codec, manage
+from airflow.state import codec, expiry, manage
 from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import (
     INCREMENT_BODY,
+    KEYS_BODY,
+    VALUES_BODY,
     WRITE_BODY,
     StateIncrementResponse,
     StateKeysResponse,
     StateValueResponse,
+    StateValuesResponse,
+    StateVersionsResponse,
     StateWriteResponse,
 )
 from airflow.state.api.errors import (
@@ -27,19 +31,17 @@ from airflow.state.api.errors import (
     refusal,
     refused_as,
 )
-from airflow.state.api.params import IfVersion, Key, NewIncrement, NewWrite
+from airflow.state.api.params import IfVersion, Key, KeysBody, NewIncrement, NewValues, NewWrite
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.protocol import (
-    ASSET_INCREMENT_PATH,
-    ASSET_KEYS_PATH,
-    ASSET_VALUE_PATH,
-    ASSET_VALUES_PATH,
-    TASK_INCREMENT_PATH,
-    TASK_KEYS_PATH,
+    ASSET_PREFIX,
+    INCREMENT,
+    KEYS,
+    TASK_PREFIX,
     TASK_SUCCEEDED_PATH,
-    TASK_VALUE_PATH,
-    TASK_VALUES_PATH,
+    VALUE,
+    VALUES,
     Reason,
 )
 from airflow_shared.state import AssetScope, StateScope, StateWriter
@@ -73,10 +75,7 @@ class ScopeKind:
     """One kind of scope the task API serves: its paths, how it is found, what the routes say of it."""
 
     name: str  # in route names: "task", "asset"
-    keys_path: str
-    value_path: str
-    increment_path: str
-    values_path: str  # the batch routes' (see airflow.state.api.batch_routes)
+    prefix: str  # the paths of its operations: prefix + KEYS, VALUE, INCREMENT, VALUES
     scope: Callable[..., Awaitable[Scoped]]
     errors: dict[int | str, dict[str, Any]]
     # For the descriptions: whose state, who may read and write it, and a write's default ttl.
@@ -88,10 +87,7 @@ class ScopeKind:
 
 TASK = ScopeKind(
     name="task",
-    keys_path=TASK_KEYS_PATH,
-    value_path=TASK_VALUE_PATH,
-    increment_path=TASK_INCREMENT_PATH,
-    values_path=TASK_VALUES_PATH,
+    prefix=TASK_PREFIX,
     scope=_task_instance,
     errors=DOCUMENTED,
     state="the calling task instance's state (its own map index)",
@@ -101,10 +97,7 @@ TASK = ScopeKind(
 )
 ASSET = ScopeKind(
     name="asset",
-    keys_path=ASSET_KEYS_PATH,
-    value_path=ASSET_VALUE_PATH,
-    increment_path=ASSET_INCREMENT_PATH,
-    values_path=ASSET_VALUES_PATH,
+    prefix=ASSET_PREFIX,
     scope=_asset,
     errors={**DOCUMENTED, 404: {"description": "No such asset (`asset_not_found`) or key"}},
     state="an asset's state",
@@ -120,27 +113,13 @@ def writer_of(claims: TaskInstanceClaims) -> StateWriter:
     )
 
 
-def _read(scope: StateScope, key: str) -> StateValueResponse:
-    # One backend call on this hot path: the versioned read where the backend keeps versions.
-    backend = get_state_backend()
-    version = None
-    if backend.supports_versions:
-        versioned = backend.get_versioned(scope, key)
-        stored, version = (versioned.value, versioned.version) if versioned else (None, None)
-    else:
-        stored = backend.get(scope, key)
-    if stored is None:
-        raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-    return StateValueResponse(key=key, value=codec.decode(stored), version=version)
-
-
 def _state_routes(kind: ScopeKind) -> None:
     # First in every signature: the credential is verified before the key and the body are read.
     Scope = Annotated[Scoped, Depends(kind.scope)]
     the, state, errors = kind.name, kind.state, kind.errors
 
     @router.get(
-        kind.keys_path,
+        kind.prefix + KEYS,
         responses=errors,
         name=f"list_{the}_keys",
         description=f"The keys of {state}, sorted{kind.reads}.",
@@ -149,7 +128,7 @@ def _state_routes(kind: ScopeKind) -> None:
         return StateKeysResponse(keys=get_state_backend().keys(scoped(False)))
 
     @router.delete(
-        kind.keys_path,
+        kind.prefix + KEYS,
         status_code=204,
         responses=errors,
         name=f"clear_{the}_state",
@@ -159,16 +138,26 @@ def _state_routes(kind: ScopeKind) -> None:
         manage.clear(scoped(True))
 
     @router.get(
-        kind.value_path,
+        kind.prefix + VALUE,
         responses={404: {"description": "No such key (`key_not_found`)"}, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
     )
     def get_state(scoped: Scope, key: Key) -> StateValueResponse:
-        return _read(scoped(False), key)
+        # One backend call on this hot path: the versioned read where the backend keeps versions.
+        scope, backend = scoped(False), get_state_backend()
+        version = None
+        if backend.supports_versions:
+            versioned = backend.get_versioned(scope, key)
+            stored, version = (versioned.value, versioned.version) if versioned else (None, None)
+        else:
+            stored = backend.get(scope, key)
+        if stored is None:
+            raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
+        return StateValueResponse(key=key, value=codec.decode(stored), version=version)
 
     @router.put(
-        kind.value_path,
+        kind.prefix + VALUE,
         responses={**errors, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=WRITE_BODY,
         name=f"set_{the}_state",
@@ -185,7 +174,7 @@ def _state_routes(kind: ScopeKind) -> None:
         return StateWriteResponse(key=key, version=written.version)
 
     @router.post(
-        kind.increment_path,
+        kind.prefix + INCREMENT,
         responses={**errors, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=INCREMENT_BODY,
         name=f"increment_{the}_state",
@@ -201,7 +190,7 @@ def _state_routes(kind: ScopeKind) -> None:
         return StateIncrementResponse(key=key, value=added.value)
 
     @router.delete(
-        kind.value_path,
+        kind.prefix + VALUE,
         status_code=204,
         responses=errors,
         name=f"delete_{the}_state",
@@ -210,6 +199,43 @@ def _state_routes(kind: ScopeKind) -> None:
     )
     def delete_state(scoped: Scope, key: Key) -> None:
         manage.delete(scoped(True), key)
+
+    @router.post(
+        kind.prefix + VALUES + "/read",
+        responses=errors,
+        openapi_extra=KEYS_BODY,
+        name=f"get_{the}_state_many",
+        description=f"The values of those of `keys` that {state} holds (others are left out){kind.reads}.",
+    )
+    def get_many(scoped: Scope, keys: KeysBody) -> StateValuesResponse:
+        stored = get_state_backend().get_many(scoped(False), keys)
+        return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
+
+    @router.put(
+        kind.prefix + VALUES,
+        responses={**errors, **UNSUPPORTED_DOCUMENTED},
+        openapi_extra=VALUES_BODY,
+        name=f"set_{the}_state_many",
+        description=f"Store every key-value pair of `values` in {state} and answer each key's new "
+        f"version{kind.writes}. Atomic where the backend is (the metastore and Redis backends are).",
+    )
+    def set_many(scoped: Scope, claims: Claims, body: NewValues) -> StateVersionsResponse:
+        scope, backend = scoped(True), get_state_backend()
+        expires_at = expiry.expires_at_for(scope, body.ttl, backend)
+        versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
+        return StateVersionsResponse(versions=versions)
+
+    @router.post(
+        kind.prefix + VALUES + "/delete",
+        status_code=204,
+        responses=errors,
+        openapi_extra=KEYS_BODY,
+        name=f"delete_{the}_state_many",
+        description=f"Remove each of `keys` from {state}{kind.writes}; keys that are not there are not "
+        "an error.",
+    )
+    def delete_many(scoped: Scope, keys: KeysBody) -> None:
+        get_state_backend().delete_many(scoped(True), keys)
 
 
 @router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)

@@ -34,7 +34,7 @@ from airflow.state.api.credentials import (
     issue_credential,
     verify_credential_until,
 )
-from airflow.state.api.errors import forbidden, refusal, unprocessable
+from airflow.state.api.errors import forbidden, refusal, unauthorized, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.keep_choice import KeepTaskState
@@ -50,7 +50,7 @@ from airflow.state.protocol import (
 from airflow.utils.session import create_session
 from airflow.utils.state import TaskInstanceState
 from airflow_shared.state import TaskScope
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, and_, bindparam, exists, select
@@ -115,21 +115,12 @@ def _verified_claims(token: str) -> TaskInstanceClaims:
     return claims
 
 
-def unauthorized(message: str) -> HTTPException:
-    return refusal(
-        status.HTTP_401_UNAUTHORIZED, Reason.INVALID_TOKEN, message, {"WWW-Authenticate": "Bearer"}
-    )
-
-
 Claims = Annotated[TaskInstanceClaims, Depends(credential_claims)]
 
 
 @cache
 def _proof_row() -> Select[Any]:
-    """
-    _task_instance_row, the task instance's rendered fields, its max_tries and the highest earlier
-    try archived in success (what a clear of that success discards, see _discard_what_a_clear_left).
-    """
+    """_task_instance_row with the rendered fields, max_tries and the highest earlier try in success."""
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -152,11 +143,12 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
         raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
     if not 32 <= len(verifier) <= 256:
         raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
-    *checked, rendered, max_tries, succeeded_try = _row(_proof_row(), ti_id)
-    dag_id, run_id, task_id, map_index, state, try_number = checked[:6]
+    row = _row(_proof_row(), ti_id)
+    dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     # A process left behind by a finished try keeps what it holds (a credential lives its ten
     # minutes), but gets nothing new.
     _refuse_unless_running(ti_id, state, "obtain a credential")
+    rendered = row[-3]  # see _proof_row
     if isinstance(rendered, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
         rendered = json.loads(rendered)
     found = rendered.get(PROOF_FIELD) if isinstance(rendered, dict) else None
@@ -168,9 +160,9 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
             Reason.PROOF_NOT_FOUND,
         )
     claims = TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
-    scope = _scope_of(checked)
+    scope = _scope_of(row)
     # Before the credential exists: no request of this process reads what a clear left behind.
-    _discard_what_a_clear_left(scope, try_number, max_tries, succeeded_try, rendered)
+    _discard_what_a_clear_left(scope, row, rendered)
     # Checked as check_task_instance checks a read: the request this proof came with need not ask again.
     _remember_check(claims, scope)
     return claims
@@ -182,23 +174,22 @@ def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
     the task runs in this very process. *chosen*: the task's choice, as the handshake records it.
     """
     rows = execute(_proof_row(), {"ti_id": UUID(ti_id)}).rows
-    if not rows:  # the try's own requests are refused, each saying why
-        return
-    *checked, rendered, max_tries, succeeded_try = rows[0]  # choice_of decodes the rendered fields
-    _discard_what_a_clear_left(_scope_of(checked), checked[5], max_tries, succeeded_try, chosen or rendered)
+    if rows:  # else the try's own requests are refused, each saying why
+        _discard_what_a_clear_left(_scope_of(rows[0]), rows[0], chosen)
 
 
-def _discard_what_a_clear_left(
-    scope: TaskScope, try_number: int, max_tries: int | None, succeeded_try: int | None, rendered: Any
-) -> None:
+def _discard_what_a_clear_left(scope: TaskScope, row: Any, chosen: Any) -> None:
     """
-    The first touch of state by each process of a try: remove the keys that earlier tries wrote when
-    the task instance was cleared since, as the task chose (see airflow.state.airflow_db.clears).
-    Every process of the try does it (deferral resumes, reschedule pokes): keys written by this try
-    are never among them, so the second time removes nothing. A failure refuses the credential:
-    the try must not read a job id that its clear meant to forget.
+    The first touch of state by each process of a try (*row*: its _proof_row): remove the keys that
+    earlier tries wrote when the task instance was cleared since, as the task chose (*chosen*, or
+    among the row's rendered fields; see airflow.state.airflow_db.clears). Every process of the try
+    does it (deferral resumes, reschedule pokes): keys written by this try are never among them, so
+    the second time removes nothing. A failure refuses the credential: the try must not read a job
+    id that its clear meant to forget.
     """
-    choice = choice_of(rendered, f"{scope.dag_id}.{scope.task_id}")
+    *_, rendered, max_tries, succeeded_try = row
+    try_number = row[5]
+    choice = choice_of(chosen or rendered, f"{scope.dag_id}.{scope.task_id}")
     if choice is KeepTaskState.ALWAYS:
         return
     boundary = succeeded_try  # after_failure: computed in the proof's own query
@@ -214,10 +205,7 @@ def _discard_what_a_clear_left(
             "Discarded %d key(s) of task instance %s/%s/%s[%d] written by tries up to %d: it was cleared "
             "since (keep_task_state=%s); try %d starts afresh",
             removed,
-            scope.dag_id,
-            scope.run_id,
-            scope.task_id,
-            scope.map_index,
+            *astuple(scope)[:4],  # dag_id, run_id, task_id, map_index
             boundary,
             choice.value,
             try_number,

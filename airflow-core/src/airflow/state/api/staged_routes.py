@@ -1,23 +1,18 @@
 """
-The commit of a try's staged writes: once the try has succeeded, its task process sends every write
-it staged (task state and the state of assets it declares as outlets) in one request, and the
-backend applies them in one atomic step, at most once per try.
-
-Everything is checked before anything is written: the try must be in ``success`` (so a failed,
-killed or cleared try commits nothing, whatever its process sends), every asset must be an outlet
-of the task, and every key, value, increment and ttl must be valid; the body is bounded by
-``[state] max_batch_bytes``. The commit's id is the try's task instance id, taken from the
-credential, never from the body: a retried request (its reply lost) applies nothing twice.
+The commit of a try's staged writes, sent once the try has succeeded and applied in one atomic step.
+Its id is the try's task instance id, taken from the credential, never from the body: a retried
+request (its reply lost) applies nothing twice.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route signatures at runtime.
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any
 
-from airflow.state import codec, config, expiry
+from airflow.state import codec, expiry
 from airflow.state.api.errors import DOCUMENTED, UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
-from airflow.state.api.params import body_ttl, json_object
+from airflow.state.api.params import body_ttl, fields_only, json_object
 from airflow.state.api.routes import writer_of
 from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
 from airflow.state.configured_backend import get_state_backend
@@ -44,7 +39,14 @@ _WRITE_SHAPE = (
     '"by": <integer> (increment), "ttl": <seconds> | "never" (optional, not for delete)}'
 )
 _COMMIT_SHAPE = '{"writes": [' + _WRITE_SHAPE + ", ...]}"
-_WRITE_FIELDS = frozenset({"scope", "name", "uri", "key", "op", "value", "by", TTL_FIELD})
+# The fields of every write, and those of each op.
+_COMMON_FIELDS = frozenset({"scope", "name", "uri", "key", "op"})
+_OP_FIELDS = {
+    StagedOp.SET: {"value", TTL_FIELD},
+    StagedOp.INCREMENT: {"by", TTL_FIELD},
+    StagedOp.DELETE: set(),
+}
+_WRITE_FIELDS = _COMMON_FIELDS.union(*_OP_FIELDS.values())
 
 
 @dataclass(frozen=True)
@@ -61,60 +63,54 @@ class _Write:
 
 def _write_of(position: int, document: Any) -> _Write:
     where = f"writes[{position}]: "
-    if not isinstance(document, dict) or not _WRITE_FIELDS.issuperset(document):
-        unknown = sorted(set(document) - _WRITE_FIELDS) if isinstance(document, dict) else []
-        named = f" (unknown: {', '.join(unknown)})" if unknown else ""
-        raise unprocessable(Reason.INVALID_REQUEST, f"{where}each write must be {_WRITE_SHAPE}{named}")
-    scope = document.get("scope")
+    fields_only(document, _WRITE_FIELDS, f"{where}each write must be {_WRITE_SHAPE}", Reason.INVALID_REQUEST)
     asset: tuple[str | None, str | None] | None = None
-    if scope == "asset":
-        name, uri = document.get("name"), document.get("uri")
-        if not (isinstance(name, str) and name) and not (isinstance(uri, str) and uri):
+    if document.get("scope") == "asset":
+        asset = (document.get("name") or None, document.get("uri") or None)
+        if asset == (None, None) or not all(isinstance(part, str | None) for part in asset):
             raise unprocessable(
                 Reason.INVALID_REQUEST, f"{where}an asset write names the asset (name or uri)"
             )
-        asset = (name or None, uri or None)
-    elif scope != "task" or "name" in document or "uri" in document:
+    elif document.get("scope") != "task" or "name" in document or "uri" in document:
         raise unprocessable(Reason.INVALID_REQUEST, f'{where}scope must be "task" or "asset" (with name/uri)')
     key = document.get("key")
     with refused_as(Reason.INVALID_KEY, where):
         validate_key(key)
     assert isinstance(key, str)
+    if asset is None and key == COMMIT_KEY:
+        raise unprocessable(
+            Reason.INVALID_KEY, f"{where}task state key {COMMIT_KEY!r} is where a commit records itself"
+        )
     try:
         op = StagedOp(str(document.get("op")))
     except ValueError:
         raise unprocessable(Reason.INVALID_REQUEST, f"{where}op must be set, delete or increment") from None
-    text, by = None, 1
+    extra = sorted(set(document) - _COMMON_FIELDS - _OP_FIELDS[op])
+    if extra:
+        raise unprocessable(Reason.INVALID_REQUEST, f"{where}a {op} carries no {' or '.join(extra)}")
+    text = None
     if op is StagedOp.SET:
         if document.get("value") is None:
             raise unprocessable(Reason.INVALID_VALUE, f"{where}a set carries a value (any JSON but null)")
         with refused_as(Reason.INVALID_VALUE, f"{where}the value of key {key!r:.60}: "):
             text = codec.encode(document["value"])
-    elif "value" in document:
-        raise unprocessable(Reason.INVALID_REQUEST, f"{where}only a set carries a value")
-    if op is StagedOp.INCREMENT:
-        by = document.get("by", 1)
-        with refused_as(Reason.INVALID_REQUEST, where):
-            validate_increment(by)
-    elif "by" in document:
-        raise unprocessable(Reason.INVALID_REQUEST, f"{where}only an increment carries by")
-    if op is StagedOp.DELETE and TTL_FIELD in document:
-        raise unprocessable(Reason.INVALID_REQUEST, f"{where}a delete carries no ttl")
+    by = document.get("by", 1)
+    with refused_as(Reason.INVALID_REQUEST, where):
+        validate_increment(by)
     return _Write(asset, key, op, text, by, body_ttl(document, _WRITE_SHAPE))
 
 
 async def _commit_body(request: Request) -> list[_Write]:
+    explanation = "a commit is limited by [state] max_batch_bytes; stage fewer or smaller writes"
     document = await json_object(
         request,
         frozenset({"writes"}),
         _COMMIT_SHAPE,
         Reason.INVALID_REQUEST,
-        limit=config.max_batch_bytes(),
-        explanation="a commit is limited by [state] max_batch_bytes; stage fewer or smaller writes",
+        batch=explanation,
+        holding=("writes", list),
     )
-    writes = document.get("writes")
-    if not isinstance(writes, list):
-        raise unprocessable(Reason.INVALID_REQUEST, f"request body must be {_COMMIT_SHAPE}")
+    writes = document["writes"]
     with refused_as(Reason.INVALID_REQUEST):
         validate_batch_size(len(writes), "a commit")
     return [_write_of(position, write) for position, write in enumerate(writes)]
@@ -148,18 +144,14 @@ def commit_staged_writes(task_instance_id: str, claims: Claims, body: CommitBody
     """
     ledger = check_task_instance(claims, write=False, path_ti_id=task_instance_id, succeeded=True)
     backend = get_state_backend()
-    assets: dict[tuple[str | None, str | None], AssetScope] = {}
+
+    @cache
+    def asset_scope(name: str | None, uri: str | None) -> AssetScope:
+        return AssetScope(declared_asset_id(claims, name, uri, write=True))
+
     writes = []
     for write in body:
-        scope: StateScope = ledger
-        if write.asset is not None:
-            if write.asset not in assets:
-                assets[write.asset] = AssetScope(declared_asset_id(claims, *write.asset, write=True))
-            scope = assets[write.asset]
-        elif write.key == COMMIT_KEY:
-            raise unprocessable(
-                Reason.INVALID_KEY, f"task state key {COMMIT_KEY!r} is where a commit records itself"
-            )
+        scope: StateScope = ledger if write.asset is None else asset_scope(*write.asset)
         expires_at = None if write.op is StagedOp.DELETE else expiry.expires_at_for(scope, write.ttl, backend)
         writes.append(StagedWrite(scope, write.key, write.op, write.text, write.by, expires_at))
     with refused_as(Reason.INVALID_VALUE):  # a key written twice; an increment of a non-integer

@@ -28,7 +28,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_dag,
 )
 from airflow.models.dag import DagModel
-from airflow.state.api.errors import forbidden, refusal
+from airflow.state.api.errors import forbidden, unauthorized
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
@@ -43,16 +43,6 @@ _LOG_IN = (
 )
 
 
-def _unauthenticated(airflow_detail: Any) -> HTTPException:
-    # Airflow answers 401 for no token at all ("Not authenticated") and for an expired one.
-    return refusal(
-        status.HTTP_401_UNAUTHORIZED,
-        Reason.UNAUTHENTICATED,
-        f"{airflow_detail}: {_LOG_IN}",
-        {"WWW-Authenticate": "Bearer"},
-    )
-
-
 async def operator_user(
     request: Request,
     oauth_token: Annotated[str | None, Depends(oauth2_scheme)],
@@ -62,8 +52,9 @@ async def operator_user(
     try:
         return await get_user(request, oauth_token, bearer_credentials)
     except HTTPException as error:
+        # Airflow answers 401 for no token at all ("Not authenticated") and for an expired one.
         if error.status_code == status.HTTP_401_UNAUTHORIZED:
-            raise _unauthenticated(error.detail) from None
+            raise unauthorized(f"{error.detail}: {_LOG_IN}", Reason.UNAUTHENTICATED) from None
         if error.status_code == status.HTTP_403_FORBIDDEN:
             raise forbidden(f"the Airflow token is not valid ({error.detail}): {_LOG_IN}") from None
         raise

@@ -54,11 +54,10 @@ from airflow.state.api.params import (
 from airflow.state.protocol import Reason
 from airflow.utils.session import create_session
 from airflow_shared.state import API_WRITER, AssetScope, StateScope, TaskScope
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 router = APIRouter(prefix="/api/v1")
-_NO_CONTENT = status.HTTP_204_NO_CONTENT
 
 RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 
@@ -171,12 +170,11 @@ def _state_routes(kind: _Kind) -> None:
     Scope = Annotated[StateScope, Depends(kind.scope)]
     Cleared = Annotated[tuple[StateScope, bool], Depends(kind.clear_scope)]
     PageFields = Annotated[dict[str, Any], Depends(kind.page_fields)]
-    route, the, a = kind.router.api_route, kind.name, "an" if kind.name == "asset" else "a"
+    the, a = kind.name, "an" if kind.name == "asset" else "a"
     entry = kind.path + "/stateEntry"
 
-    @route(
+    @kind.router.get(
         kind.path + "/state",
-        methods=["GET"],
         dependencies=[read],
         response_model=kind.page,
         name=f"list_{the}_state",
@@ -190,22 +188,19 @@ def _state_routes(kind: _Kind) -> None:
         entries, total = manage.entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
         return kind.page(entries=[kind.entry.of(e) for e in entries], total_entries=total, **page_fields)
 
-    @route(
+    @kind.router.delete(
         kind.path + "/state",
-        methods=["DELETE"],
         dependencies=[delete],
-        status_code=_NO_CONTENT,
+        status_code=204,
         name=f"clear_{the}_state",
         summary=f"Clear {the} state",
         description=f"Remove every key of {kind.state}{kind.cleared}",
     )
-    def clear_state(cleared: Cleared) -> Response:
+    def clear_state(cleared: Cleared) -> None:
         manage.clear(cleared[0], all_map_indices=cleared[1])
-        return Response(status_code=_NO_CONTENT)
 
-    @route(
+    @kind.router.get(
         entry,
-        methods=["GET"],
         dependencies=[read],
         response_model=kind.entry,
         name=f"get_{the}_state_entry",
@@ -215,9 +210,8 @@ def _state_routes(kind: _Kind) -> None:
     def get_entry(key: Key, scope: Scope) -> Any:
         return kind.entry.of(manage.entry(scope, key))
 
-    @route(
+    @kind.router.put(
         entry,
-        methods=["PUT"],
         dependencies=[write],
         openapi_extra=WRITE_BODY,
         responses=WRITE_DOCUMENTED,
@@ -237,22 +231,19 @@ def _state_routes(kind: _Kind) -> None:
             )
         return StateWriteExpiresResponse(key=key, version=written.version, expires_at=written.expires_at)
 
-    @route(
+    @kind.router.delete(
         entry,
-        methods=["DELETE"],
         dependencies=[delete],
-        status_code=_NO_CONTENT,
+        status_code=204,
         name=f"delete_{the}_state_entry",
         summary=f"Delete {a} {the} state key",
         description=f"Remove the key from {kind.state}; not an error when it is not there." + _QUERY_FORM,
     )
-    def delete_entry(key: Key, scope: Scope) -> Response:
+    def delete_entry(key: Key, scope: Scope) -> None:
         manage.delete(scope, key)
-        return Response(status_code=_NO_CONTENT)
 
-    @route(
+    @kind.router.post(
         kind.path + "/stateIncrement",
-        methods=["POST"],
         dependencies=[write],
         openapi_extra=INCREMENT_BODY,
         responses=INCREMENT_DOCUMENTED,
