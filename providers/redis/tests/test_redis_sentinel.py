@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from airflow_shared.state import StagedCommit, StagedOp, StagedWrite, TaskScope
-from airflow_shared.state.testing import StateBackendConformance, in_threads
+from airflow_shared.state import TaskScope
+from airflow_shared.state.testing import StateBackendConformance
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError, StateNotReplicatedError
 from airflow_state_redis._config import Topology
 from state_testing.redis_topologies import (
@@ -81,46 +80,10 @@ def test_writes_wait_for_the_replicas_asked_for(make_sentinel_backend, sentinel)
     assert backend.get(scope, "k") == "w"
 
 
-def test_a_commit_waits_on_the_connection_that_ran_it(make_sentinel_backend, sentinel, monkeypatch):
-    """
-    WAIT counts the writes of its own connection only: under threads sharing the client's pool,
-    each commit's WAIT must still go out on the connection that ran its EXEC, or it may report
-    replicas that never got the commit. MONITOR on the primary names each command's connection:
-    on every connection, the EXECs and WAITs alternate, starting with an EXEC.
-    """
+def test_a_commit_waits_on_the_connection_that_ran_it(make_sentinel_backend, sentinel, commits_from_threads):
     backend = make_sentinel_backend(topology=_topology(sentinel, wait_replicas=1, wait_timeout_ms=2000))
-    threads, rounds = 8, 25
-    # Let other threads run each time a connection goes back to the pool: the GIL seldom lets one
-    # in between two lines of Python, where a WAIT sent after the hand-back would meet it.
-    pool = backend._client.connection_pool
-    release = pool.release
-    monkeypatch.setattr(pool, "release", lambda connection: (release(connection), time.sleep(0.001)))
-    monitor_client = sentinel.primary().client(password=PASSWORD)
-    marker = f"end-of-commits-{uuid.uuid4().hex}"
-    with monitor_client.monitor() as monitor:
-
-        def commits(thread: int) -> None:
-            ledger = TaskScope("waitfix", "run", f"task{thread}", dag_run_uid="1.1")
-            for n in range(rounds):
-                write = StagedWrite(ledger, f"k{n % 3}", StagedOp.SET, str(n))
-                assert backend.apply_commit(StagedCommit(uuid.uuid4().hex, ledger, (write,))) is True
-
-        in_threads(threads, commits)
-        backend._client.echo(marker)
-        by_connection: dict[str, list[str]] = {}
-        while marker not in (event := monitor.next_command())["command"]:
-            name = event["command"].split(" ", 1)[0].upper()
-            if name in ("EXEC", "WAIT"):
-                address = f"{event['client_address']}:{event['client_port']}"
-                by_connection.setdefault(address, []).append(name)
-    monitor_client.close()
-    assert sum(names.count("WAIT") for names in by_connection.values()) == threads * rounds
-    mismatched = {
-        address: names
-        for address, names in by_connection.items()
-        if names != ["EXEC", "WAIT"] * (len(names) // 2)
-    }
-    assert not mismatched, f"a WAIT on a connection that did not just run the EXEC: {mismatched}"
+    ledgers = [TaskScope("waitfix", "run", f"task{n}", dag_run_uid="1.1") for n in range(8)]
+    commits_from_threads(backend, backend._client, sentinel.primary().client(password=PASSWORD), ledgers)
 
 
 def test_a_wrong_password_is_a_clear_error_without_the_password(make_sentinel_backend, sentinel):
