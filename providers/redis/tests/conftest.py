@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+from airflow_shared.state import StagedCommit, StagedOp, StagedWrite, TaskScope
+from airflow_shared.state.testing import in_threads
 from airflow_state_redis import RedisStateBackend
 from state_testing.dbservers import have_redis_server, redis_server
 
@@ -74,3 +77,55 @@ def make_backend(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Redi
     yield make
     for backend in created:
         backend.close()
+
+
+@pytest.fixture
+def commits_from_threads(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """
+    ``run(backend, node_client, monitor_client, ledgers)``: 25 commits in each ledger's thread at
+    once, *backend* waiting for a replica, then check with MONITOR on the primary (*monitor_client*)
+    that each commit's WAIT went out on the connection that ran its EXEC, as WAIT counts the writes
+    of its own connection only: on every connection, EXECs and WAITs alternate. *node_client*
+    (a ``redis.Redis``) holds the pool of the backend's connections to that primary. The ledgers
+    share no key, so no EXEC is aborted (MONITOR shows one as any other, with no WAIT after it).
+    """
+
+    def run(
+        backend: RedisStateBackend,
+        node_client: redis.Redis,
+        monitor_client: redis.Redis,
+        ledgers: list[TaskScope],
+    ) -> None:
+        rounds = 25
+        # Let other threads run each time a connection goes back to the pool: the GIL seldom lets
+        # one in between two lines of Python, where a WAIT sent after the hand-back would meet it.
+        pool = node_client.connection_pool
+        release = pool.release
+        monkeypatch.setattr(pool, "release", lambda connection: (release(connection), time.sleep(0.001)))
+
+        def commits(thread: int) -> None:
+            ledger = ledgers[thread]
+            for n in range(rounds):
+                write = StagedWrite(ledger, f"k{n % 3}", StagedOp.SET, str(n))
+                assert backend.apply_commit(StagedCommit(uuid.uuid4().hex, ledger, (write,))) is True
+
+        marker = f"end-of-commits-{uuid.uuid4().hex}"
+        by_connection: dict[str, list[str]] = {}
+        with monitor_client.monitor() as monitor:
+            in_threads(len(ledgers), commits)
+            node_client.echo(marker)
+            while marker not in (event := monitor.next_command())["command"]:
+                name = event["command"].split(" ", 1)[0].upper()
+                if name in ("EXEC", "WAIT"):
+                    address = f"{event['client_address']}:{event['client_port']}"
+                    by_connection.setdefault(address, []).append(name)
+        monitor_client.close()
+        assert sum(names.count("WAIT") for names in by_connection.values()) == len(ledgers) * rounds
+        mismatched = {
+            address: names
+            for address, names in by_connection.items()
+            if names != ["EXEC", "WAIT"] * (len(names) // 2)
+        }
+        assert not mismatched, f"a WAIT on a connection that did not just run the EXEC: {mismatched}"
+
+    return run

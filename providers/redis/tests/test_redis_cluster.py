@@ -127,6 +127,17 @@ def test_concurrent_first_async_calls_on_a_new_backend_all_succeed(make_cluster_
         assert asyncio.run(first_calls()) == [f"v{i}" for i in range(5)]
 
 
+def test_a_commit_waits_on_the_connection_that_ran_it(make_cluster_backend, cluster, commits_from_threads):
+    backend = make_cluster_backend(topology=Topology(mode="cluster", wait_replicas=1, wait_timeout_ms=2000))
+    # Tasks whose slots one primary serves: every commit goes through that node's pool.
+    client = backend._client
+    tasks = [TaskScope("waitfix", "run", f"task{n}", dag_run_uid="1.1") for n in range(60)]
+    node = client.get_node_from_key(backend._keys.task_hash(tasks[0]))
+    ledgers = [task for task in tasks if client.get_node_from_key(backend._keys.task_hash(task)) == node][:8]
+    primary = cluster.primary_of(backend._keys.task_hash(ledgers[0]))
+    commits_from_threads(backend, client.get_redis_connection(node), primary.client(), ledgers)
+
+
 def test_the_slot_map_follows_a_failover_and_no_acknowledged_write_is_lost(make_cluster_backend, cluster):
     """
     SIGKILL the primary of a task's slot under a stream of writes: the client rides through the

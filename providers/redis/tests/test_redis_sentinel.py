@@ -80,6 +80,12 @@ def test_writes_wait_for_the_replicas_asked_for(make_sentinel_backend, sentinel)
     assert backend.get(scope, "k") == "w"
 
 
+def test_a_commit_waits_on_the_connection_that_ran_it(make_sentinel_backend, sentinel, commits_from_threads):
+    backend = make_sentinel_backend(topology=_topology(sentinel, wait_replicas=1, wait_timeout_ms=2000))
+    ledgers = [TaskScope("waitfix", "run", f"task{n}", dag_run_uid="1.1") for n in range(8)]
+    commits_from_threads(backend, backend._client, sentinel.primary().client(password=PASSWORD), ledgers)
+
+
 def test_a_wrong_password_is_a_clear_error_without_the_password(make_sentinel_backend, sentinel):
     backend = RedisStateBackend(
         "redis://:not-the-password@/0", key_prefix="x", topology=_topology(sentinel, retries=0)

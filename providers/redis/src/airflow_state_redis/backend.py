@@ -495,14 +495,9 @@ class RedisStateBackend(BaseStateBackend):
             for _attempt in range(100):
                 with client.pipeline(transaction=True) as pipe:
                     try:
-                        applied = self._commit_watched(pipe, commit, watched)
+                        return self._commit_watched(pipe, commit, watched)
                     except redis.exceptions.WatchError:
                         continue  # another writer came in between: read and try again
-                if applied and self._settings.topology.wait_replicas:
-                    topology = self._settings.topology
-                    acknowledged = client.wait(topology.wait_replicas, topology.wait_timeout_ms)
-                    check_replicated(acknowledged, topology.wait_replicas, topology.wait_timeout_ms, watched)
-                return applied
         raise StateConflictError(COMMIT_KEY, 0, 0)  # 100 rounds of interleaved writers: give up
 
     def _commit_watched(self, pipe: Any, commit: StagedCommit, watched: list[str]) -> bool:
@@ -533,14 +528,40 @@ class RedisStateBackend(BaseStateBackend):
                 ops.append(self._op_increment(write.scope, write.key, write.by, **written))
             else:
                 ops.append(self._op_delete(write.scope, write.key))
-        # Each operation's first request is its script call: queued here, as a single write sends it.
+        # Each operation's first request is its script call, sent here as a single write sends it.
         calls = [next(op) for op in ops]
-        pipe.multi()
-        for call in calls:
-            assert isinstance(call, _Script)
-            self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+        # WAIT counts only the writes of its own connection, and pipe.execute() hands the connection
+        # back to the pool (another thread's) before a WAIT could follow: so MULTI, the scripts, EXEC
+        # and WAIT go out one by one on the connection WATCH took, which the pipeline keeps until reset.
+        connection = pipe.connection
+        try:
+            pipe.immediate_execute_command("MULTI")
+            for call in calls:
+                assert isinstance(call, _Script)
+                # EVAL, not EVALSHA: a script missing on the server would show only at EXEC.
+                pipe.immediate_execute_command(
+                    "EVAL", SCRIPTS[call.name], len(call.keys), *call.keys, *call.args
+                )
+            replies = pipe.immediate_execute_command("EXEC")
+        except BaseException:
+            # Left inside MULTI, it must not go back to the pool as it is (a broken connection
+            # already went back, disconnected, with the WatchError that retries the commit).
+            if pipe.connection is connection:
+                connection.disconnect()
+            raise
+        if replies is None:
+            raise redis.exceptions.WatchError("a watched hash changed: EXEC applied nothing")
         # Nothing queued can be refused: the reads under WATCH checked every increment.
-        pipe.execute()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        topology = self._settings.topology
+        if topology.wait_replicas:
+            # On the connection itself: through the pipeline a broken connection would become a
+            # WatchError, and the retry would find the commit applied and return False unconfirmed.
+            connection.send_command("WAIT", topology.wait_replicas, topology.wait_timeout_ms)
+            acknowledged = connection.read_response()
+            check_replicated(int(acknowledged), topology.wait_replicas, topology.wait_timeout_ms, watched)
         return True
 
     def _cluster_counts(
