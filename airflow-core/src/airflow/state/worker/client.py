@@ -206,21 +206,29 @@ class StateClient:
         Concurrent first calls of a process wait for that one, then use its credential.
         """
         with _credentials_lock:
-            held = _credentials.get(self._key)
-            now = time.monotonic()
-            if held is not None and now < held.expires_at:
-                if now >= held.renew_at:
-                    held = _credentials[self._key] = self._renewed(held)
-            elif self.in_process:
+            held = self._fresh_credential()
+            if held is None and self.in_process:
                 held = _credentials[self._key] = self._new_credential()
-            else:
+            elif held is None:
+                started = time.monotonic()
                 response = self._send_proving(method, path, **kwargs)
                 granted = response.headers.get(CREDENTIAL_HEADER)
                 if granted:
                     expires_in = response.headers[CREDENTIAL_EXPIRES_HEADER]
-                    _credentials[self._key] = _held({"credential": granted, "expires_in": expires_in}, now)
+                    _credentials[self._key] = _held(
+                        {"credential": granted, "expires_in": expires_in}, started
+                    )
                 return response
         return self._send(method, path, headers=_bearer(held.token), **kwargs)
+
+    def _fresh_credential(self) -> _Credential | None:
+        """The credential held (call under the lock), renewed when due; None if none is or it expired."""
+        held = _credentials.get(self._key)
+        if held is None or time.monotonic() >= held.expires_at:
+            return None
+        if time.monotonic() >= held.renew_at:
+            held = _credentials[self._key] = self._renewed(held)
+        return held
 
     def _send_proving(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # The HTTP client first: made while the handshake's head start may still be writing the proof.
@@ -239,20 +247,11 @@ class StateClient:
             response = send(verifier_with_proof(self.ti, rewrite=True))
         return response
 
-    def obtain_credential(self) -> None:
-        """Redeem the try's proof for a credential now (a try that must clear its state on success)."""
+    def hold_credential(self) -> None:
+        """Get a credential for this process now, or renew the one held once half its life is gone."""
         with _credentials_lock:
-            if self._key not in _credentials:
+            if self._fresh_credential() is None:
                 _credentials[self._key] = self._new_credential()
-
-    def renew_credential_if_due(self) -> None:
-        """Renew this process's credential once it is half way through its life (or get one)."""
-        with _credentials_lock:
-            held = _credentials.get(self._key)
-            if held is None or time.monotonic() >= held.expires_at:
-                _credentials[self._key] = self._new_credential()
-            elif time.monotonic() >= held.renew_at:
-                _credentials[self._key] = self._renewed(held)
 
     def _new_credential(self) -> _Credential:
         started = time.monotonic()
@@ -295,7 +294,7 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
         try:
             verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
             if credential:
-                client.obtain_credential()
+                client.hold_credential()
         except Exception:
             log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
 
