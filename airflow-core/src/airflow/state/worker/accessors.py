@@ -249,8 +249,12 @@ class _StateNamespace:
         for attempt in range(attempts):
             current = self.get_versioned(key)
             new = fn(default if current is None else current.value)
-            if self._set_unless_changed(key, new, current, ttl_text, last=attempt + 1 == attempts):
+            try:
+                self.set(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
                 return new
+            except StateConflictError:
+                if attempt + 1 == attempts:
+                    raise
             time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
 
@@ -264,29 +268,15 @@ class _StateNamespace:
         max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
     ) -> Any:
         """:meth:`update` for async code; *fn* may be a plain function or a coroutine function."""
-        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
-        for attempt in range(attempts):
-            current = await self.aget_versioned(key)
-            new = fn(default if current is None else current.value)
-            if inspect.isawaitable(new):
-                new = await new
-            last = attempt + 1 == attempts
-            if await asyncio.to_thread(self._set_unless_changed, key, new, current, ttl_text, last=last):
-                return new
-            await asyncio.sleep(_backoff(attempt))
-        raise AssertionError("unreachable")
+        loop = asyncio.get_running_loop()
 
-    def _set_unless_changed(
-        self, key: str, new: Any, current: Versioned | None, ttl: float | str | None, *, last: bool
-    ) -> bool:
-        """One write of update(): whether it was stored; a conflict is raised only on the *last* attempt."""
-        try:
-            self.set(key, new, ttl=ttl, if_version=0 if current is None else current.version)
-        except StateConflictError:
-            if last:
-                raise
-            return False
-        return True
+        def computed(current: Any) -> Any:  # called in update()'s thread; a coroutine runs on this loop
+            new = fn(current)
+            return asyncio.run_coroutine_threadsafe(new, loop).result() if inspect.iscoroutine(new) else new
+
+        return await asyncio.to_thread(
+            self.update, key, computed, default, ttl=ttl, max_attempts=max_attempts
+        )
 
     def increment(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
         """

@@ -1,21 +1,16 @@
 """
 How task code reaches the state API: an HTTP client that speaks for one task instance.
 
-The first call of a task process proves which task instance it runs (the handshake: see
-:mod:`airflow.state.worker.handshake`) and gets a credential for that try, which every later call of
-the process sends; a running try renews it before it expires, and a credential the server no
-longer accepts (its key was rotated) is replaced by a new handshake.
+The first call of a task process proves which task instance it runs (see
+:mod:`airflow.state.worker.handshake`) and gets a credential for that try, which later calls send
+and renew. Connection errors and 5xx answers are retried as Airflow retries its Execution API calls
+(the ``[workers] execution_api_retr*`` options), so a state call survives an API server restart;
+an increment or a conditional write only when it surely never reached the server (applied twice, a
+counter counts twice, a conditional write conflicts with itself), otherwise ``StateUnavailableError``
+says the outcome is unknown. Other errors fail at once, dispatched on the ``reason`` the server
+gives, never on message text.
 
-Connection errors and 5xx answers are retried as Airflow retries its Execution API calls (the
-``[workers] execution_api_retr*`` options), so a state call survives what Airflow's own task calls
-survive (an API server restart, a database failover). That is safe for GET, PUT of a value and
-DELETE, not for an increment or a conditional write: applied twice, a counter counts twice and a
-conditional write conflicts with itself. Those are retried only when the request surely never
-reached the server; otherwise ``StateUnavailableError`` says the outcome is unknown. Other errors
-fail at once, dispatched on the ``reason`` the server gives, never on message text.
-
-Under ``dag.test()`` tasks run inside the test process, and the client serves the same app
-in-process instead (no API server, no handshake, no configuration needed).
+Under ``dag.test()`` the client serves the same app in-process (no API server, no handshake).
 """
 
 from __future__ import annotations
@@ -69,9 +64,8 @@ def _in_process() -> bool:
 @dataclass(frozen=True)
 class InProcessApi:
     """
-    The state API served inside the task's own process, under ``dag.test()``. The worker never
-    imports the API server's code: the plugin (:mod:`airflow.state.plugin`), which wires both
-    sides, sets :data:`in_process_api`.
+    The state API served inside the task's own process, under ``dag.test()``: set by the plugin,
+    which wires both sides, so that the worker never imports the API server's code.
     """
 
     #: Builds an HTTP transport that hands requests to the state API's app in this process.
@@ -99,9 +93,8 @@ _clients: dict[tuple[int, str, bool], httpx.Client] = {}
 
 def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
     """
-    One pooled HTTP client per process and API: a task that reads and writes state in a loop
-    reuses its connection instead of opening one per call. Keyed by pid, so a forked child never
-    shares its parent's sockets.
+    One pooled HTTP client per process and API, so a task calling in a loop reuses its connection;
+    keyed by pid, so a forked child never shares its parent's sockets.
     """
     key = (os.getpid(), base_url, in_process)
     with _clients_lock:
@@ -156,9 +149,8 @@ class StateClient:
 
     def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         """
-        Send one request with this task instance's credential; return the answer (a 404 only when
-        the key is missing) or raise the error it stands for. With *idempotent* ``False`` (an
-        increment, a conditional write), it is retried only when it surely never reached the server.
+        Send one request as this task instance; return the answer (a 404 only for a missing key) or
+        raise the error it stands for. Not *idempotent*: retried only if it never reached the server.
         """
         response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
         if response.status_code == 401:
@@ -280,11 +272,10 @@ class StateClient:
 
 def start_handshake(ti: Any, *, credential: bool = False) -> None:
     """
-    Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: the
-    proof is written through the supervisor, so the first state call waits only for what is left
-    of that write, then carries the proof. With *credential*, the proof is redeemed too: a try that
-    must clear its state when it succeeds needs one then, and once a try has ended it gets none.
-    A failure here is left for the first call to meet again, and to report.
+    Begin the handshake of *ti*'s task process in a thread as the try starts, so the first state
+    call waits only for what is left of it. With *credential*, the proof is redeemed too: a try that
+    clears its state on success needs one then, when an ended try gets none. A failure here is left
+    for the first call to meet again, and to report.
     """
     client = StateClient(ti)
     if client.in_process:

@@ -126,7 +126,7 @@ class ResumableJobBase:
         if decision.action is not ResumeAction.SUBMIT:
             return decision.job_id, decision.action
         if decision.job_id is not None:
-            self.log.info("%s; submitting a new one", _capitalized(decision.reason))
+            self.log.info("%s; submitting a new one", decision.reason[:1].upper() + decision.reason[1:])
         item = self._checked_job_key(context)
         job_id = self.submit_job(context)
         if job_id is None:
@@ -206,18 +206,11 @@ class ResumableJobMixin(ResumableJobBase):
 
 class DeferrableResumableJobMixin(ResumableJobBase):
     """
-    The deferrable form: the wait runs in the triggerer, not in a worker slot. Implement
-    :meth:`submit_job`, :meth:`job_status`, :meth:`job_trigger` and :meth:`job_result`::
-
-        class EmrStepOperator(DeferrableResumableJobMixin, BaseOperator):
-            def submit_job(self, context): return emr.add_step(self.step)
-            def job_status(self, job_id, context): return JobStatus(emr.status(job_id))
-            def job_trigger(self, job_id, context): return EmrStepTrigger(job_id=job_id)
-            def job_result(self, job_id, context): return emr.output(job_id)
-
-    The job id goes to task state *before* the task defers; ``execute_complete`` reads it back. The
-    trigger yields one ``TriggerEvent({"status": "succeeded" | "failed", ...})`` and never uses task
-    state (the triggerer has no credential); the triggerer imports it from an installed package.
+    The deferrable form: the wait runs in the triggerer, not in a worker slot. Implement what
+    :class:`ResumableJobMixin` needs, and :meth:`job_trigger`. The job id goes to task state *before*
+    the task defers; ``execute_complete`` reads it back. The trigger yields one
+    ``TriggerEvent({"status": "succeeded" | "failed", ...})`` and never uses task state (the
+    triggerer has no credential); the triggerer imports it from an installed package.
     """
 
     #: How long the task may stay deferred before it fails (None: no limit).
@@ -272,7 +265,3 @@ class DeferrableResumableJobMixin(ResumableJobBase):
         if status is JobStatus.RUNNING:
             raise RuntimeError(f"the trigger fired while job {job_id} is still running")
         return self._result(job_id, status, context)
-
-
-def _capitalized(text: str) -> str:
-    return text[:1].upper() + text[1:]
