@@ -70,12 +70,6 @@ def _running_ti(what: str) -> Any:
 DEFAULT_UPDATE_ATTEMPTS = 20
 
 
-def _checked_attempts(max_attempts: Any) -> int:
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-        raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
-    return max_attempts
-
-
 def _backoff(attempt: int) -> float:
     """Seconds to wait after the *attempt*-th conflict: a few ms, growing, at random so writers spread."""
     return random.uniform(0, min(0.005 * 2**attempt, 0.25))
@@ -245,15 +239,17 @@ class _StateNamespace:
         *fn* may run several times, so it must only compute (no side effects), and must not
         return None. Gives up with ``StateConflictError`` after *max_attempts* reads.
         """
-        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
-        for attempt in range(attempts):
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
+        ttl_text = ttl_field(ttl)
+        for attempt in range(max_attempts):
             current = self.get_versioned(key)
             new = fn(default if current is None else current.value)
             try:
                 self.set(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
                 return new
             except StateConflictError:
-                if attempt + 1 == attempts:
+                if attempt + 1 == max_attempts:
                     raise
             time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
