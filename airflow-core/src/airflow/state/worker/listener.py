@@ -119,10 +119,10 @@ def _try_ended(task_instance: Any, *, succeeded: bool = False) -> None:
                     count,
                     task_id,
                 )
-    with _logged_if_failing(
-        logging.WARNING, "Could not remove the state handshake's proof from the rendered fields"
-    ):
+    try:
         handshake.withdraw(task_instance)
+    except Exception:
+        log.warning("Could not remove the state handshake's proof from the rendered fields", exc_info=True)
 
 
 @contextlib.contextmanager

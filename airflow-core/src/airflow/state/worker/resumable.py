@@ -139,12 +139,6 @@ class ResumableJobBase:
         self.job_stored(job_id, context)
         return job_id, ResumeAction.SUBMIT
 
-    def _result(self, job_id: Any, status: JobStatus, context: Any) -> Any:
-        """What the task returns for a job that has finished with *status*."""
-        if status is JobStatus.FAILED:
-            raise RuntimeError(f"remote job {job_id} failed")
-        return self.job_result(job_id, context)
-
     def _checked_job_key(self, context: Any) -> str | None:
         item = self.job_key(context)
         if item is not None and not isinstance(item, str):
@@ -201,7 +195,9 @@ class ResumableJobMixin(ResumableJobBase):
             self.log.info("Reconnecting to job %s (running) from an earlier try", job_id)
         while (status := self._status(job_id, context)) is JobStatus.RUNNING:
             time.sleep(self.poll_interval)
-        return self._result(job_id, status, context)
+        if status is JobStatus.FAILED:
+            raise RuntimeError(f"remote job {job_id} failed")
+        return self.job_result(job_id, context)
 
 
 class DeferrableResumableJobMixin(ResumableJobBase):
@@ -262,6 +258,8 @@ class DeferrableResumableJobMixin(ResumableJobBase):
                 "the next try decides from task state"
             )
         self.log.info("Resumed after deferral: job %s (from task state) %s", job_id, status.value)
+        if status is JobStatus.FAILED:
+            raise RuntimeError(f"remote job {job_id} failed")
         if status is JobStatus.RUNNING:
             raise RuntimeError(f"the trigger fired while job {job_id} is still running")
-        return self._result(job_id, status, context)
+        return self.job_result(job_id, context)
