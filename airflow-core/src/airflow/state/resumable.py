@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-from airflow.state.worker.resumable import (
-    DeferrableResumableJobMixin,
-    JobStatus,
-    ResumableJobBase,
-    ResumableJobMixin,
-    ResumeAction,
-    ResumeDecision,
-)
-
-__all__ = [
-    "DeferrableResumableJobMixin",
-    "JobStatus",
-    "ResumableJobBase",
-    "ResumableJobMixin",
-    "ResumeAction",
-    "ResumeDecision",
-]
+from airflow.state.worker.resumable import DeferrableResumableJobMixin as DeferrableResumableJobMixin
+from airflow.state.worker.resumable import JobStatus as JobStatus
+from airflow.state.worker.resumable import ResumableJobBase as ResumableJobBase
+from airflow.state.worker.resumable import ResumableJobMixin as ResumableJobMixin
+from airflow.state.worker.resumable import ResumeAction as ResumeAction
+from airflow.state.worker.resumable import ResumeDecision as ResumeDecision

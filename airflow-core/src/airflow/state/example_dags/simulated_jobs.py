@@ -44,10 +44,7 @@ def jobs_folder() -> Path:
 
 
 def submit(seconds: float, submitted_by: dict[str, Any] | None = None, fail: bool = False) -> str:
-    """
-    Start a job that succeeds after *seconds* (or, with *fail*, dies then without a result; a
-    negative *seconds* fails at once); *submitted_by* is kept in its ``.submitted`` file.
-    """
+    """A job that succeeds after *seconds* (with *fail*, or *seconds* < 0, it dies with no result)."""
     folder, job_id = jobs_folder(), f"app_{uuid.uuid4().hex[:8]}"
     (folder / f"{job_id}.submitted").write_text(json.dumps(submitted_by or {}))
     process = subprocess.Popen(
@@ -109,9 +106,8 @@ def _alive(pid: int) -> bool:
 
 class SimulatedJobTrigger(BaseTrigger):
     """
-    Fires once the simulated job *job_id* has finished: ``{"status": "succeeded" | "failed",
-    "job_id": ...}``. It only watches the job (a few file checks per poll, too short to hold up the
-    triggerer's event loop); it never touches task state, for which the triggerer has no credential.
+    Fires ``{"status": "succeeded" | "failed", "job_id": ...}`` once the job has finished. A poll is a
+    few file checks, too short to hold up the triggerer's event loop; it never touches task state.
     """
 
     def __init__(self, job_id: str, poll_interval: float = 0.5) -> None:

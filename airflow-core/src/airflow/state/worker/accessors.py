@@ -56,26 +56,18 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _client(what: str) -> tuple[StateClient, Any]:
-    """A client for the running task instance, and the task instance."""
+def _running_ti(what: str) -> Any:
     try:
-        ti = get_current_context()["ti"]
+        return get_current_context()["ti"]
     except (RuntimeError, KeyError):
         raise RuntimeError(
             f"{what} can only be used inside a running Airflow task: in an operator's execute(), a @task "
             "function, or code they call (including under `airflow dags test` / dag.test())."
         ) from None
-    return StateClient(ti), ti
 
 
 #: How many times update() reads and tries to write before it gives up.
 DEFAULT_UPDATE_ATTEMPTS = 20
-
-
-def _checked_attempts(max_attempts: Any) -> int:
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-        raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
-    return max_attempts
 
 
 def _backoff(attempt: int) -> float:
@@ -103,14 +95,18 @@ class _StateNamespace:
 
     _what = "state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str]:
-        """The client, the query parameters that name the namespace, and the prefix of its paths."""
+    def _scope(self, *, staging_write: bool = False) -> tuple[Any, staging.Target]:
+        """The running task instance, and the asset ``(name, uri)`` this namespace is (None: task state)."""
         raise NotImplementedError
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        client, params, prefix = self._target()
-        params = {**params, **kwargs.pop("params", {})}
-        return client.request(method, prefix + path, params=params, **kwargs)
+        ti, asset = self._scope()
+        client = StateClient(ti)
+        if asset is None:
+            path, params = TASK_PREFIX.format(task_instance_id=client.ti_id) + path, {}
+        else:
+            path, params = ASSET_PREFIX + path, {"name": asset[0], "uri": asset[1]}
+        return client.request(method, path, params={**params, **kwargs.pop("params", {})}, **kwargs)
 
     def _one_key(self, method: str, key: str, path: str = VALUE, **kwargs: Any) -> httpx.Response:
         # Checked here too, so a bad key fails in the task with the full message and no round trip.
@@ -129,51 +125,45 @@ class _StateNamespace:
     def get(self, key: str, default: Any = None) -> Any:
         """The value stored under *key*, or *default*; a write this try staged shows over it."""
         staged = self._staged().get(key)
+        answer = None
+        if staged is None or staged.op is StagedOp.INCREMENT:  # a staged set or delete hides the stored
+            answer = self._read(key)
+        value = _ABSENT if answer is None else answer["value"]
         if staged is not None:
-            return self._read_staged(key, staged, default)
-        answer = self._read(key)
-        return default if answer is None else answer["value"]
+            value = self._overlay(key, staged, value, "get")
+        return default if value is _ABSENT else value
 
     # --- writes that count only if the try succeeds -------------------------------------------
-
-    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
-        """The running task instance, and where its staged writes to this namespace go."""
-        raise NotImplementedError
 
     def _staged(self) -> dict[str, staging.Staged]:
         if not staging.anything_staged():  # the usual case: no lookup of the task instance
             return {}
-        ti, target = self._staging_target(write=False)
-        return staging.staged_in(ti, target)
+        return staging.staged_in(*self._scope())
 
-    def _read_staged(self, key: str, staged: staging.Staged, default: Any) -> Any:
-        stored = None
-        if staged.op is StagedOp.INCREMENT:
-            answer = self._read(key)
-            stored = None if answer is None else json.dumps(answer["value"])
+    def _overlay(self, key: str, staged: staging.Staged, stored: Any, call: str) -> Any:
+        """What a read in this try sees of *key*: *staged* over *stored* (both may be ``_ABSENT``)."""
         try:
-            text = staged.read_over(key, stored)
+            text = staged.read_over(key, None if stored is _ABSENT else json.dumps(stored))
         except ValueError as error:
             raise ValueError(
-                f"{self._what}.get({key!r:.60}): {error}; the staged increment would be refused"
+                f"{self._what}.{call}({key!r:.60}): {error}; the staged increment would be refused"
             ) from None
-        return default if text is None else codec.decode(text)
+        return _ABSENT if text is None else codec.decode(text)
 
     def _stage(self, key: str, write: staging.Staged, call: str) -> None:
         validate_key(key)
-        ti, target = self._staging_target(write=True)
-        if target is None and key == COMMIT_KEY:
+        ti, asset = self._scope(staging_write=True)
+        if asset is None and key == COMMIT_KEY:
             raise ValueError(
                 f"{self._what}.{call}: key {COMMIT_KEY!r} is where a commit records itself; use another key"
             )
-        staging.stage(ti, target, key, write, f"{self._what}.{call}({key!r:.60})")
+        staging.stage(ti, asset, key, write, f"{self._what}.{call}({key!r:.60})")
 
     def stage(self, key: str, value: Any, *, ttl: Any = None) -> None:
         """
-        Stage storing *value* under *key*: it is written, with the try's other staged writes, in one
-        atomic step once the try has succeeded, and never if it fails, is killed or cleared. Reads in
-        this try (get, get_many, keys) see it at once. Checked now, as set() checks, so a bad key,
-        value or ttl fails the try, not the commit.
+        Stage storing *value* under *key*: written with the try's other staged writes, in one atomic
+        step, once the try has succeeded; never if it fails, is killed or cleared. Reads in this try
+        see it at once. Checked now, as set() checks, so a bad key, value or ttl fails the try.
         """
         ttl_text = ttl_field(ttl)
         self._stage(key, staging.Staged(StagedOp.SET, codec.encode(value), ttl=ttl_text), "stage")
@@ -184,9 +174,8 @@ class _StateNamespace:
 
     def stage_increment(self, key: str, by: int = 1, *, ttl: Any = None) -> None:
         """
-        Stage adding *by* to the integer under *key* (see :meth:`stage`). Added to what is stored
-        when the commit is applied, so concurrent runs that each add to one counter all count;
-        reads in this try see the stored value plus what is staged.
+        Stage adding *by* to the integer under *key* (see :meth:`stage`), added to what is stored
+        when the commit is applied, so concurrent runs adding to one counter all count.
         """
         validate_increment(by)
         self._stage(key, staging.Staged(StagedOp.INCREMENT, by=by, ttl=ttl_field(ttl)), "stage_increment")
@@ -250,12 +239,18 @@ class _StateNamespace:
         *fn* may run several times, so it must only compute (no side effects), and must not
         return None. Gives up with ``StateConflictError`` after *max_attempts* reads.
         """
-        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
-        for attempt in range(attempts):
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
+        ttl_text = ttl_field(ttl)
+        for attempt in range(max_attempts):
             current = self.get_versioned(key)
             new = fn(default if current is None else current.value)
-            if self._set_unless_changed(key, new, current, ttl_text, last=attempt + 1 == attempts):
+            try:
+                self.set(key, new, ttl=ttl_text, if_version=0 if current is None else current.version)
                 return new
+            except StateConflictError:
+                if attempt + 1 == max_attempts:
+                    raise
             time.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
 
@@ -269,29 +264,15 @@ class _StateNamespace:
         max_attempts: int = DEFAULT_UPDATE_ATTEMPTS,
     ) -> Any:
         """:meth:`update` for async code; *fn* may be a plain function or a coroutine function."""
-        ttl_text, attempts = ttl_field(ttl), _checked_attempts(max_attempts)
-        for attempt in range(attempts):
-            current = await self.aget_versioned(key)
-            new = fn(default if current is None else current.value)
-            if inspect.isawaitable(new):
-                new = await new
-            last = attempt + 1 == attempts
-            if await asyncio.to_thread(self._set_unless_changed, key, new, current, ttl_text, last=last):
-                return new
-            await asyncio.sleep(_backoff(attempt))
-        raise AssertionError("unreachable")
+        loop = asyncio.get_running_loop()
 
-    def _set_unless_changed(
-        self, key: str, new: Any, current: Versioned | None, ttl: float | str | None, *, last: bool
-    ) -> bool:
-        """One write of update(): whether it was stored; a conflict is raised only on the *last* attempt."""
-        try:
-            self.set(key, new, ttl=ttl, if_version=0 if current is None else current.version)
-        except StateConflictError:
-            if last:
-                raise
-            return False
-        return True
+        def computed(current: Any) -> Any:  # called in update()'s thread; a coroutine runs on this loop
+            new = fn(current)
+            return asyncio.run_coroutine_threadsafe(new, loop).result() if inspect.iscoroutine(new) else new
+
+        return await asyncio.to_thread(
+            self.update, key, computed, default, ttl=ttl, max_attempts=max_attempts
+        )
 
     def increment(self, key: str, by: int = 1, *, ttl: Any = None) -> int:
         """
@@ -335,18 +316,9 @@ class _StateNamespace:
                 raise StateUnavailableError(
                     f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
                 )
-        for key in wanted:
-            if key in staged:
-                value = self._read_staged_over(key, staged[key], found.get(key, _ABSENT))
-                if value is _ABSENT:
-                    found.pop(key, None)
-                else:
-                    found[key] = value
-        return found
-
-    def _read_staged_over(self, key: str, staged: staging.Staged, stored: Any) -> Any:
-        text = staged.read_over(key, None if stored is _ABSENT else json.dumps(stored))
-        return _ABSENT if text is None else codec.decode(text)
+        for key in staged.keys() & set(wanted):
+            found[key] = self._overlay(key, staged[key], found.get(key, _ABSENT), "get_many")
+        return {key: value for key, value in found.items() if value is not _ABSENT}
 
     def set_many(self, values: Mapping[str, Any], *, ttl: Any = None) -> dict[str, int | None]:
         """
@@ -425,12 +397,8 @@ class TaskState(_StateNamespace):
 
     _what = "task_state"
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str]:
-        client, _ = _client(self._what)
-        return client, {}, TASK_PREFIX.format(task_instance_id=client.ti_id)
-
-    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
-        return _client(self._what)[1], None
+    def _scope(self, *, staging_write: bool = False) -> tuple[Any, staging.Target]:
+        return _running_ti(self._what), None
 
     def __repr__(self) -> str:
         return "<task_state: the running task instance's state>"
@@ -444,15 +412,10 @@ class AssetState(_StateNamespace):
     def __init__(self, asset: Any) -> None:
         self._asset = asset
 
-    def _target(self) -> tuple[StateClient, dict[str, str], str]:
-        client, ti = _client(self._what)
+    def _scope(self, *, staging_write: bool = False) -> tuple[Any, staging.Target]:
+        ti = _running_ti(self._what)
         name, uri = _declared_asset(ti, self._asset)
-        return client, {"name": name, "uri": uri}, ASSET_PREFIX
-
-    def _staging_target(self, *, write: bool) -> tuple[Any, staging.Target]:
-        _, ti = _client(self._what)
-        name, uri = _declared_asset(ti, self._asset)
-        if write and not any(
+        if staging_write and not any(
             isinstance(asset, Asset) and (asset.name, asset.uri) == (name, uri) for asset in ti.task.outlets
         ):
             raise StateAccessDeniedError(

@@ -1,21 +1,16 @@
 """
 How task code reaches the state API: an HTTP client that speaks for one task instance.
 
-The first call of a task process proves which task instance it runs (the handshake: see
-:mod:`airflow.state.worker.handshake`) and gets a credential for that try, which every later call of
-the process sends; a running try renews it before it expires, and a credential the server no
-longer accepts (its key was rotated) is replaced by a new handshake.
+The first call of a task process proves which task instance it runs (see
+:mod:`airflow.state.worker.handshake`) and gets a credential for that try, which later calls send
+and renew. Connection errors and 5xx answers are retried as Airflow retries its Execution API calls
+(the ``[workers] execution_api_retr*`` options), so a state call survives an API server restart;
+an increment or a conditional write only when it surely never reached the server (applied twice, a
+counter counts twice, a conditional write conflicts with itself), otherwise ``StateUnavailableError``
+says the outcome is unknown. Other errors fail at once, dispatched on the ``reason`` the server
+gives, never on message text.
 
-Connection errors and 5xx answers are retried as Airflow retries its Execution API calls (the
-``[workers] execution_api_retr*`` options), so a state call survives what Airflow's own task calls
-survive (an API server restart, a database failover). That is safe for GET, PUT of a value and
-DELETE, not for an increment or a conditional write: applied twice, a counter counts twice and a
-conditional write conflicts with itself. Those are retried only when the request surely never
-reached the server; otherwise ``StateUnavailableError`` says the outcome is unknown. Other errors
-fail at once, dispatched on the ``reason`` the server gives, never on message text.
-
-Under ``dag.test()`` tasks run inside the test process, and the client serves the same app
-in-process instead (no API server, no handshake, no configuration needed).
+Under ``dag.test()`` the client serves the same app in-process (no API server, no handshake).
 """
 
 from __future__ import annotations
@@ -69,9 +64,8 @@ def _in_process() -> bool:
 @dataclass(frozen=True)
 class InProcessApi:
     """
-    The state API served inside the task's own process, under ``dag.test()``. The worker never
-    imports the API server's code: the plugin (:mod:`airflow.state.plugin`), which wires both
-    sides, sets :data:`in_process_api`.
+    The state API served inside the task's own process, under ``dag.test()``: set by the plugin,
+    which wires both sides, so that the worker never imports the API server's code.
     """
 
     #: Builds an HTTP transport that hands requests to the state API's app in this process.
@@ -99,9 +93,8 @@ _clients: dict[tuple[int, str, bool], httpx.Client] = {}
 
 def _sync_client(base_url: str, in_process: bool) -> httpx.Client:
     """
-    One pooled HTTP client per process and API: a task that reads and writes state in a loop
-    reuses its connection instead of opening one per call. Keyed by pid, so a forked child never
-    shares its parent's sockets.
+    One pooled HTTP client per process and API, so a task calling in a loop reuses its connection;
+    keyed by pid, so a forked child never shares its parent's sockets.
     """
     key = (os.getpid(), base_url, in_process)
     with _clients_lock:
@@ -156,9 +149,8 @@ class StateClient:
 
     def request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         """
-        Send one request with this task instance's credential; return the answer (a 404 only when
-        the key is missing) or raise the error it stands for. With *idempotent* ``False`` (an
-        increment, a conditional write), it is retried only when it surely never reached the server.
+        Send one request as this task instance; return the answer (a 404 only for a missing key) or
+        raise the error it stands for. Not *idempotent*: retried only if it never reached the server.
         """
         response = self._send_as_this_try(method, path, idempotent=idempotent, **kwargs)
         if response.status_code == 401:
@@ -206,21 +198,29 @@ class StateClient:
         Concurrent first calls of a process wait for that one, then use its credential.
         """
         with _credentials_lock:
-            held = _credentials.get(self._key)
-            now = time.monotonic()
-            if held is not None and now < held.expires_at:
-                if now >= held.renew_at:
-                    held = _credentials[self._key] = self._renewed(held)
-            elif self.in_process:
+            held = self._fresh_credential()
+            if held is None and self.in_process:
                 held = _credentials[self._key] = self._new_credential()
-            else:
+            elif held is None:
+                started = time.monotonic()
                 response = self._send_proving(method, path, **kwargs)
                 granted = response.headers.get(CREDENTIAL_HEADER)
                 if granted:
                     expires_in = response.headers[CREDENTIAL_EXPIRES_HEADER]
-                    _credentials[self._key] = _held({"credential": granted, "expires_in": expires_in}, now)
+                    _credentials[self._key] = _held(
+                        {"credential": granted, "expires_in": expires_in}, started
+                    )
                 return response
         return self._send(method, path, headers=_bearer(held.token), **kwargs)
+
+    def _fresh_credential(self) -> _Credential | None:
+        """The credential held (call under the lock), renewed when due; None if none is or it expired."""
+        held = _credentials.get(self._key)
+        if held is None or time.monotonic() >= held.expires_at:
+            return None
+        if time.monotonic() >= held.renew_at:
+            held = _credentials[self._key] = self._renewed(held)
+        return held
 
     def _send_proving(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # The HTTP client first: made while the handshake's head start may still be writing the proof.
@@ -239,20 +239,11 @@ class StateClient:
             response = send(verifier_with_proof(self.ti, rewrite=True))
         return response
 
-    def obtain_credential(self) -> None:
-        """Redeem the try's proof for a credential now (a try that must clear its state on success)."""
+    def hold_credential(self) -> None:
+        """Get a credential for this process now, or renew the one held once half its life is gone."""
         with _credentials_lock:
-            if self._key not in _credentials:
+            if self._fresh_credential() is None:
                 _credentials[self._key] = self._new_credential()
-
-    def renew_credential_if_due(self) -> None:
-        """Renew this process's credential once it is half way through its life (or get one)."""
-        with _credentials_lock:
-            held = _credentials.get(self._key)
-            if held is None or time.monotonic() >= held.expires_at:
-                _credentials[self._key] = self._new_credential()
-            elif time.monotonic() >= held.renew_at:
-                _credentials[self._key] = self._renewed(held)
 
     def _new_credential(self) -> _Credential:
         started = time.monotonic()
@@ -281,11 +272,10 @@ class StateClient:
 
 def start_handshake(ti: Any, *, credential: bool = False) -> None:
     """
-    Begin the handshake of *ti*'s task process in a thread of its own, as the try starts: the
-    proof is written through the supervisor, so the first state call waits only for what is left
-    of that write, then carries the proof. With *credential*, the proof is redeemed too: a try that
-    must clear its state when it succeeds needs one then, and once a try has ended it gets none.
-    A failure here is left for the first call to meet again, and to report.
+    Begin the handshake of *ti*'s task process in a thread as the try starts, so the first state
+    call waits only for what is left of it. With *credential*, the proof is redeemed too: a try that
+    clears its state on success needs one then, when an ended try gets none. A failure here is left
+    for the first call to meet again, and to report.
     """
     client = StateClient(ti)
     if client.in_process:
@@ -295,7 +285,7 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
         try:
             verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
             if credential:
-                client.obtain_credential()
+                client.hold_credential()
         except Exception:
             log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
 

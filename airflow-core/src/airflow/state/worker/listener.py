@@ -2,22 +2,23 @@
 The task process's side of a try starting and ending: an Airflow listener, registered by the state
 plugin, whose hooks Airflow 3.2's task runner calls in the task process itself.
 
-As the try starts (before the task's code runs) it draws the try's handshake verifier, so that the
-processes the task forks share it, and starts the handshake in the background when the task will
-need a credential. As the try ends it takes the proof out of the rendered fields; when the try
-succeeds, it first clears the task instance's state if ``[state] clear_on_success`` or the task's
-``clear_task_state_on_success`` (which wins) asks for it. That hook runs after the supervisor has
-reported the success, so the API server clears the state, under every executor, only because the
-try has succeeded; Airflow also calls it in the API server when someone marks a task instance
-successful by hand, which is not a try succeeding: nothing is cleared then.
+As the try starts it draws the try's handshake verifier (so that the processes the task forks share
+it) and starts the handshake in the background when the task will need a credential. As the try
+ends it commits (success) or drops the staged writes, clears the task's state on success if asked,
+and takes the proof out of the rendered fields. The success hook runs after the supervisor has
+reported the success, so the API server commits and clears only because the try has succeeded;
+Airflow also calls it in the API server when a task instance is marked successful by hand, which is
+not a try succeeding: nothing is done then.
 
 A listener must never fail the task: anything that goes wrong is logged, and the state stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pluggy
@@ -58,14 +59,14 @@ def _in_task_process(task_instance: Any) -> bool:
 def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     if not _in_task_process(task_instance):
         return
-    try:
+    with _logged_if_failing(
+        logging.WARNING, "Could not prepare the state handshake; the first state call will"
+    ):
         staging.begin(task_instance)
         handshake.prepare(task_instance)
         clears = wants_clear(task_instance.task)
         if clears or handshake.ACCESSORS_MODULE in sys.modules:
             start_handshake(task_instance, credential=clears)
-    except Exception:
-        log.warning("Could not prepare the state handshake; the first state call will", exc_info=True)
 
 
 @hookimpl
@@ -86,59 +87,47 @@ def on_task_instance_skipped(previous_state: Any, task_instance: Any) -> None:
 def _try_ended(task_instance: Any, *, succeeded: bool = False) -> None:
     if not _in_task_process(task_instance):
         return
+    task_id = getattr(task_instance, "task_id", task_instance)
     if succeeded:
         # First the staged writes, then the clear a task may ask for: a clear on success empties
         # the task state the commit wrote too (asset state stays), as if they had been written directly.
-        _commit_staged(task_instance)
-        _clear_if_asked(task_instance)
+        with _logged_if_failing(
+            logging.ERROR,
+            "Could not commit the staged state writes of %s after its success: NONE of them was applied "
+            "(the try succeeded all the same; the next run starts from the state as it was)",
+            task_id,
+        ):
+            if count := staging.commit(task_instance):
+                log.info("Committed %d staged state write(s) of %s after its success", count, task_id)
+        with _logged_if_failing(
+            logging.WARNING,
+            "Could not clear the task state of %s after its success; the task succeeded all the same, "
+            "and its state stays (remove it with `airflow state clear`)",
+            task_id,
+        ):
+            if wants_clear(task_instance.task):
+                client = StateClient(task_instance)
+                client.request("POST", TASK_SUCCEEDED_PATH.format(task_instance_id=client.ti_id))
+                log.info("Cleared the task state of %s after its success", task_id)
     else:
-        _drop_staged(task_instance)
+        with _logged_if_failing(
+            logging.WARNING, "Could not drop the staged state writes; they are never applied"
+        ):
+            if count := staging.drop(task_instance):
+                log.info(
+                    "Dropped %d staged state write(s) of %s: its try did not succeed, so none is applied",
+                    count,
+                    task_id,
+                )
     try:
         handshake.withdraw(task_instance)
     except Exception:
         log.warning("Could not remove the state handshake's proof from the rendered fields", exc_info=True)
 
 
-def _clear_if_asked(task_instance: Any) -> None:
+@contextlib.contextmanager
+def _logged_if_failing(level: int, message: str, *args: Any) -> Iterator[None]:
     try:
-        if not wants_clear(task_instance.task):
-            return
-        client = StateClient(task_instance)
-        client.request("POST", TASK_SUCCEEDED_PATH.format(task_instance_id=client.ti_id))
-        log.info("Cleared the task state of %s after its success", task_instance.task_id)
+        yield
     except Exception:
-        log.warning(
-            "Could not clear the task state of %s after its success; the task succeeded all the same, "
-            "and its state stays (remove it with `airflow state clear`)",
-            getattr(task_instance, "task_id", task_instance),
-            exc_info=True,
-        )
-
-
-def _commit_staged(task_instance: Any) -> None:
-    try:
-        count = staging.commit(task_instance)
-        if count:
-            log.info(
-                "Committed %d staged state write(s) of %s after its success", count, task_instance.task_id
-            )
-    except Exception:
-        log.error(
-            "Could not commit the staged state writes of %s after its success: NONE of them was applied "
-            "(the try succeeded all the same; the next run starts from the state as it was)",
-            getattr(task_instance, "task_id", task_instance),
-            exc_info=True,
-        )
-
-
-def _drop_staged(task_instance: Any) -> None:
-    try:
-        count = staging.drop(task_instance)
-        if count:
-            log.info(
-                "Dropped %d staged state write(s) of %s: its try did not succeed, so none is applied",
-                count,
-                task_instance.task_id,
-            )
-    except Exception:
-        log.warning("Could not drop the staged state writes; they are never applied", exc_info=True)
+        log.log(level, message, *args, exc_info=True)

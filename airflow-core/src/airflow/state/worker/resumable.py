@@ -1,13 +1,8 @@
 """
-Mixins for operators that submit one long-running remote job and must not submit it twice.
-
-Try 1 submits the job and stores its id in task state before waiting on it. If the worker dies,
-try 2 finds the id, asks the remote system how the job is doing, and reconnects to it; only a job
-that failed terminally is submitted again. The result is the same either way.
-
-:class:`ResumableJobMixin` waits in the worker (a polling loop); :class:`DeferrableResumableJobMixin`
-hands the wait to the triggerer (``self.defer``) and frees the worker slot. Both take the same
-decision at the start of a try, :meth:`ResumableJobBase.resume_decision`.
+Mixins for operators that submit one long-running remote job and must not submit it twice: try 1
+stores the job's id in task state before waiting on it, and a retry reconnects to that job unless it
+failed. :class:`ResumableJobMixin` waits in the worker, :class:`DeferrableResumableJobMixin` in the
+triggerer; both take the same decision at the start of a try (:meth:`ResumableJobBase.resume_decision`).
 """
 
 from __future__ import annotations
@@ -88,13 +83,9 @@ class ResumableJobBase:
 
     def job_key(self, context: Any) -> str | None:
         """
-        A stable key for the item this task instance works on, or None (the default).
-
-        Mapped task instances are told apart by their index, and a clear that re-expands the task
-        over another list gives index N another item. With a key, the job id is stored together
-        with it, and a try whose item differs from the stored job's submits its own job instead of
-        reconnecting to the other item's. Return something that names the item, e.g. the file or
-        partition the instance processes, not the map index.
+        A stable key naming the item this task instance works on (a file, a partition; not the map
+        index), or None: the job id is stored with it, and a try whose item differs from the stored
+        job's submits its own job, as when a clear re-expands a mapped task over another list.
         """
         return None
 
@@ -129,8 +120,13 @@ class ResumableJobBase:
         stored = task_state.get(self.job_id_key)
         return None if stored is None else self._unpack(stored)[0]
 
-    def _submit_and_store(self, context: Any) -> Any:
-        """Submit a job, put its id in task state, then call :meth:`job_stored`."""
+    def _job_to_follow(self, context: Any) -> tuple[Any, ResumeAction]:
+        """The job this try follows: the stored one (see :meth:`resume_decision`), or one submitted now."""
+        decision = self.resume_decision(context)
+        if decision.action is not ResumeAction.SUBMIT:
+            return decision.job_id, decision.action
+        if decision.job_id is not None:
+            self.log.info("%s; submitting a new one", decision.reason[:1].upper() + decision.reason[1:])
         item = self._checked_job_key(context)
         job_id = self.submit_job(context)
         if job_id is None:
@@ -141,7 +137,7 @@ class ResumableJobBase:
         )
         self.log.info("Submitted job %s and stored its id in task state", job_id)
         self.job_stored(job_id, context)
-        return job_id
+        return job_id, ResumeAction.SUBMIT
 
     def _checked_job_key(self, context: Any) -> str | None:
         item = self.job_key(context)
@@ -191,20 +187,12 @@ class ResumableJobMixin(ResumableJobBase):
     poll_interval: float = 1.0
 
     def execute(self, context: Any) -> Any:
-        decision = self.resume_decision(context)
-        if decision.action is ResumeAction.SUBMIT:
-            if decision.job_id is not None:
-                self.log.info("%s; submitting a new one", _capitalized(decision.reason))
-            job_id = self._submit_and_store(context)
-        else:
-            job_id = decision.job_id
-            status = "running" if decision.action is ResumeAction.RECONNECT else "succeeded"
-            self.log.info("Reconnecting to job %s (%s) from an earlier try", job_id, status)
-            if decision.action is ResumeAction.ALREADY_SUCCEEDED:
-                return self.job_result(job_id, context)
-        return self._wait(job_id, context)
-
-    def _wait(self, job_id: Any, context: Any) -> Any:
+        job_id, action = self._job_to_follow(context)
+        if action is ResumeAction.ALREADY_SUCCEEDED:
+            self.log.info("Reconnecting to job %s (succeeded) from an earlier try", job_id)
+            return self.job_result(job_id, context)
+        if action is ResumeAction.RECONNECT:
+            self.log.info("Reconnecting to job %s (running) from an earlier try", job_id)
         while (status := self._status(job_id, context)) is JobStatus.RUNNING:
             time.sleep(self.poll_interval)
         if status is JobStatus.FAILED:
@@ -214,23 +202,11 @@ class ResumableJobMixin(ResumableJobBase):
 
 class DeferrableResumableJobMixin(ResumableJobBase):
     """
-    The deferrable form: the wait runs in the triggerer, not in a worker slot. Implement
-    :meth:`submit_job`, :meth:`job_status`, :meth:`job_trigger` and :meth:`job_result`::
-
-        class EmrStepOperator(DeferrableResumableJobMixin, BaseOperator):
-            def submit_job(self, context): return emr.add_step(self.step)
-            def job_status(self, job_id, context): return JobStatus(emr.status(job_id))
-            def job_trigger(self, job_id, context): return EmrStepTrigger(job_id=job_id)
-            def job_result(self, job_id, context): return emr.output(job_id)
-
-    ``execute`` takes :meth:`resume_decision`: a stored job that succeeded gives its result at once,
-    one still running is deferred on again, and only when there is none (or it failed) is a job
-    submitted; its id goes to task state *before* the task defers. ``execute_complete`` runs when
-    the trigger fires, in the same try, and reads the job id back from task state.
-
-    The trigger runs in the triggerer, which has no task-state credential: it watches the job and
-    yields one ``TriggerEvent({"status": "succeeded" | "failed", ...})``; it never uses task state.
-    Its class must be importable by the triggerer (an installed package, not the DAG folder).
+    The deferrable form: the wait runs in the triggerer, not in a worker slot. Implement what
+    :class:`ResumableJobMixin` needs, and :meth:`job_trigger`. The job id goes to task state *before*
+    the task defers; ``execute_complete`` reads it back. The trigger yields one
+    ``TriggerEvent({"status": "succeeded" | "failed", ...})`` and never uses task state (the
+    triggerer has no credential); the triggerer imports it from an installed package.
     """
 
     #: How long the task may stay deferred before it fails (None: no limit).
@@ -255,17 +231,12 @@ class DeferrableResumableJobMixin(ResumableJobBase):
         return event["status"]  # type: ignore[no-any-return]
 
     def execute(self, context: Any) -> Any:
-        decision = self.resume_decision(context)
-        if decision.action is ResumeAction.ALREADY_SUCCEEDED:
-            self.log.info("Job %s from an earlier try has succeeded; not deferring", decision.job_id)
-            return self.job_result(decision.job_id, context)
-        if decision.action is ResumeAction.RECONNECT:
-            self.log.info("Reconnecting to job %s (running) from an earlier try; deferring", decision.job_id)
-            job_id = decision.job_id
-        else:
-            if decision.job_id is not None:
-                self.log.info("%s; submitting a new one", _capitalized(decision.reason))
-            job_id = self._submit_and_store(context)
+        job_id, action = self._job_to_follow(context)
+        if action is ResumeAction.ALREADY_SUCCEEDED:
+            self.log.info("Job %s from an earlier try has succeeded; not deferring", job_id)
+            return self.job_result(job_id, context)
+        if action is ResumeAction.RECONNECT:
+            self.log.info("Reconnecting to job %s (running) from an earlier try; deferring", job_id)
         self.log.info("Deferring on job %s", job_id)
         self.defer(
             trigger=self.job_trigger(job_id, context),
@@ -292,7 +263,3 @@ class DeferrableResumableJobMixin(ResumableJobBase):
         if status is JobStatus.RUNNING:
             raise RuntimeError(f"the trigger fired while job {job_id} is still running")
         return self.job_result(job_id, context)
-
-
-def _capitalized(text: str) -> str:
-    return text[:1].upper() + text[1:]

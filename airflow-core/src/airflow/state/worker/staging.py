@@ -1,15 +1,12 @@
 """
-Writes that count only if the try succeeds: what ``task_state.stage(...)`` and
-``asset_state[a].stage(...)`` keep in the task process's memory until the try ends.
+Writes that count only if the try succeeds: what ``stage(...)`` keeps in the task process's memory.
 
-When the try succeeds, the task process's ``on_task_instance_success`` listener hook sends them all
-in one request (:func:`commit`), and the API server applies them in one atomic step, only because
-the try is in ``success`` and at most once per try. When the try fails, the failure hook drops them;
-when the process is killed, or the try is cleared or defers, they vanish with the process.
-
-Forked processes (multiprocessing, executors) inherit a copy of what was staged before the fork and
-read it, but only the task process commits: staging in a forked process raises, so that no write
-is silently lost.
+When the try succeeds, the ``on_task_instance_success`` listener hook sends them all in one request
+(:func:`commit`), which the API server applies in one atomic step, only because the try is in
+``success`` and at most once per try. A failed try's hook drops them; when the process is killed, or
+the try is cleared or defers, they vanish with the process. Forked processes read what was staged
+before the fork, but only the task process commits: staging in a forked one raises, so that no
+write is silently lost.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from typing import Any
 from airflow.state import config
 from airflow.state.protocol import TASK_STAGED_COMMIT_PATH, TTL_FIELD
 from airflow.state.worker.client import StateClient
-from airflow_shared.state import COMMIT_KEY, MAX_MANY_KEYS, StagedOp, incremented
+from airflow_shared.state import MAX_MANY_KEYS, StagedOp, incremented
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +151,11 @@ def staged_in(ti: Any, target: Target) -> dict[str, Staged]:
         return {key: write for (where, key), write in held.writes.items() if where == target}
 
 
+def anything_staged() -> bool:
+    """Whether any try of this process has staged a write (reads skip the overlay otherwise)."""
+    return any(held.writes for held in _by_try.values())
+
+
 def drop(ti: Any) -> int:
     """Forget the try's staged writes (the try failed); return how many there were."""
     with _lock:
@@ -205,7 +207,7 @@ def _hold_credential(ti: Any) -> None:
     client = StateClient(ti)
     if client.in_process:
         return
-    client.obtain_credential()
+    client.hold_credential()
     with _lock:
         if _keeper is not None and _keeper.is_alive():
             return
@@ -222,7 +224,7 @@ def _keep_fresh(client: StateClient) -> None:
             if client.ti_id not in _by_try:
                 return
         try:
-            client.renew_credential_if_due()
+            client.hold_credential()
         except Exception:
             log.debug("Could not renew the credential the staged writes' commit needs", exc_info=True)
 
@@ -239,11 +241,3 @@ def _warn_if_never_committed() -> None:
                 ti_id,
                 len(held.writes),
             )
-
-
-__all__ = ["COMMIT_KEY", "Staged", "Target", "begin", "commit", "drop", "stage", "staged_in"]
-
-
-def anything_staged() -> bool:
-    """Whether any try of this process has staged a write (reads skip the overlay otherwise)."""
-    return bool(_by_try) and any(held.writes for held in _by_try.values())
