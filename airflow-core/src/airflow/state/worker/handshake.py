@@ -106,8 +106,21 @@ def withdraw(ti: Any) -> None:
                 kept = keep_choice_field(getattr(ti, "task", None))
             except StateConfigurationError:  # changed since the proof was written: the default, then
                 kept = {}
-            _send(ti, {**_rendered_fields(ti), **kept} or {PROOF_FIELD: ""})
+            try:
+                _send(ti, {**_rendered_fields(ti), **kept} or {PROOF_FIELD: ""})
+            except StateUnavailableError as error:
+                # A failed try that will be retried: Airflow gave the task instance its next try's id
+                # before the listener ran (404). The proof names an id that no longer exists, so it
+                # cannot be redeemed, and the next try writes its own rendered fields.
+                if _status_code(error.__cause__) != 404:
+                    raise
         held.stage = _WITHDRAWN
+
+
+def _status_code(error: BaseException | None) -> Any:
+    """The Execution API's HTTP status in an error the task supervisor answered with."""
+    detail = getattr(getattr(error, "error", None), "detail", None)
+    return detail.get("status_code") if isinstance(detail, dict) else None
 
 
 def keep_choice_field(task: Any) -> dict[str, str]:
