@@ -1,24 +1,14 @@
 """
-The SQL behind MetastoreStateBackend: the statements of each scope type, built once at import with
-bound parameters only, so that SQLAlchemy (and the autocommit engine) compile each once per dialect.
+The SQL behind MetastoreStateBackend (the README's "The metastore backend" says why each call is
+one statement): the statements of each scope type, built once at import with bound parameters only,
+so that SQLAlchemy (and the autocommit engine) compile each once per dialect.
 
-Every write is one statement: the upsert finds the dag run (or asset) in a SELECT inside the
-INSERT, so there is no extra round trip, no window between lookup and write, and a missing dag
-run shows up as no row written. Each write adds one to the key's ``version`` and returns it
-(``RETURNING``: PostgreSQL, SQLite 3.35+ and MariaDB 10.5+ all have it on ``INSERT``).
-
-Conditional writes stay one statement too:
-
-- ``if_version=n``: an ``UPDATE`` whose ``WHERE`` asks for version *n* on a live row.
-- ``if_version=0`` and ``increment``: an upsert whose update applies only under a condition (the
-  stored row expired; the stored value is an integer that stays in range). PostgreSQL and SQLite
-  say so with ``DO UPDATE ... WHERE`` and return no row when it does not hold. MariaDB has no
-  ``WHERE`` there: each assignment keeps the stored value unless the condition holds, the first
-  one records the condition in a session variable, and ``RETURNING`` reports it (NULL: inserted,
-  1: updated, 0: left as it was). The source ``SELECT`` resets the variable, so a value left by an
-  earlier statement on the connection is never read.
-
-Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
+A guarded upsert (``if_version=0``, ``increment``) returns no row on PostgreSQL and SQLite when its
+condition does not hold (``DO UPDATE ... WHERE``). MariaDB has no ``WHERE`` there: each assignment
+keeps the stored value unless the condition holds, the first one records the condition in a session
+variable, and ``RETURNING`` reports it (NULL: inserted, 1: updated, 0: left as it was). The source
+``SELECT`` resets the variable, so a value left by an earlier statement on the connection is never
+read. Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
 
 This module only builds SQL; :mod:`airflow.state.metastore.operations` says what each call sends
 and how to read the answer, and runs it.
