@@ -7,6 +7,7 @@ README's "Metrics" section lists the names.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import inspect
 import time
@@ -38,15 +39,6 @@ def ensure_stats_configured() -> None:
 
 # Why input was refused, by the error's class; NotImplementedError: a capability or listing not offered.
 _REFUSALS = ((NotImplementedError, "unsupported"), (ValueError, "invalid_value"), (TypeError, "invalid_type"))
-
-
-def _value_bytes(value: object) -> int | None:
-    if not isinstance(value, str):
-        return None  # refused by the backend: counted under state.refused, not measured
-    try:
-        return len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None
 
 
 class _Measurement:
@@ -155,9 +147,9 @@ class MeasuredStateBackend(BaseStateBackend):
         else:  # set, set_by_try and write take (scope, key, value, ...)
             values = [kwargs["value"] if "value" in kwargs else args[2]]
         for value in values:
-            size = _value_bytes(value)
-            if size is not None:
-                Stats.timing("state.value_bytes", size, tags=self._backend_tags)
+            if isinstance(value, str):  # anything else was refused: counted under state.refused
+                with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: refused too
+                    Stats.timing("state.value_bytes", len(value.encode("utf-8")), tags=self._backend_tags)
         return result
 
 

@@ -30,6 +30,7 @@ from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
 from airflow.models.taskinstance import TaskInstance as TI
 from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 from airflow.state import config
+from airflow.state.airflow_db.lookups import of_run
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
 from airflow.utils.session import create_session
 from sqlalchemy import String, func, literal_column, select
@@ -114,21 +115,11 @@ def highest_success_before_current_try(ti: Any) -> Any:
     )
 
 
-def _of(query: Any, model: Any, dag_id: str, run_id: str, task_id: str | None, map_index: int | None) -> Any:
-    """*query* narrowed to *model*'s rows of the run (of one task, and one map index, when named)."""
-    query = query.where(model.dag_id == dag_id, model.run_id == run_id)
-    if task_id is not None:
-        query = query.where(model.task_id == task_id)
-    if map_index is not None:
-        query = query.where(model.map_index == map_index)
-    return query
-
-
 def _archived(db: Session, *identity: Any) -> dict[tuple[str, int], list[ArchivedTry]]:
-    """The archived tries of the task instances :func:`_of` *identity*, by ``(task_id, map_index)``."""
+    """The archived tries of the task instances *identity* names (as ``of_run``), by task id and map index."""
     query = select(TIH.task_id, TIH.map_index, TIH.try_number, TIH.state, TIH.max_tries)
     history: dict[tuple[str, int], list[ArchivedTry]] = {}
-    for task_id, map_index, *archived in db.execute(_of(query, TIH, *identity)):
+    for task_id, map_index, *archived in db.execute(of_run(query, TIH, *identity)):
         history.setdefault((task_id, map_index), []).append(ArchivedTry(*archived))
     return history
 
@@ -158,12 +149,12 @@ def pending_boundaries(
         if not history:  # never cleared nor retried: the common case costs one query
             return {}
         instances = db.execute(
-            _of(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI, *identity)
+            of_run(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI, *identity)
         ).all()
         rendered = select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields)
         fields = {
             (row.task_id, row.map_index): row.rendered_fields
-            for row in db.execute(_of(rendered, RTIF, *identity))
+            for row in db.execute(of_run(rendered, RTIF, *identity))
         }
         boundaries = {}
         for task, index, try_number, max_tries in instances:

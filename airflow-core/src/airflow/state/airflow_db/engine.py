@@ -275,10 +275,8 @@ def autocommit_engine() -> Engine:
 
 def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
     """
-    Run *statement* with *values* as one autocommitted statement, once more if the connection was
-    dead and that is safe (with ``idempotent=False``, only if it surely never reached the server:
-    see the module's docstring). *statement* is compiled on first use and kept: pass statements
-    built once, not per call.
+    Run *statement* with *values* as one autocommitted statement (see the module's docstring). It is
+    compiled on first use and kept: pass statements built once, not per call.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
 

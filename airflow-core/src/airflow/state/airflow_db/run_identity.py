@@ -42,13 +42,8 @@ def task_scope(
     dag_id: str, run_id: str, task_id: str, map_index: int = -1, *, session: Session | None = None
 ) -> TaskScope:
     """
-    Return the complete ``TaskScope`` of a task instance, ``dag_run_uid`` included.
-
-    Use it in Airflow server processes (the scheduler, the API server, CLI commands) to address
-    task state directly through a backend: backends other than the metastore refuse a scope
-    without ``dag_run_uid``. Raises ``ValueError`` when the dag run does not exist.
-
-    :param session: a SQLAlchemy session to read the dag run with; a new one when omitted.
+    The complete ``TaskScope`` of a task instance, ``dag_run_uid`` included (``ValueError`` without
+    the dag run), for server processes that address task state through a backend directly.
     """
     uid = uid_of_run(dag_id, run_id, session)
     if uid is None:
