@@ -85,22 +85,19 @@ def _measured_method(method: str) -> Callable[..., Any]:
     operation = _operation(method)
     # Only these report more than their count and time, once they returned.
     after = operation in ("set", "write", "set_many", "cleanup")
-    if inspect.iscoroutinefunction(getattr(BaseStateBackend, method)):
 
-        async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with _Measurement(*self._measurements[operation]):
-                result = await getattr(self.wrapped, method)(*args, **kwargs)
-            return self._returned(operation, args, kwargs, result) if after else result
+    def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+        with _Measurement(*self._measurements[operation]):
+            result = getattr(self.wrapped, method)(*args, **kwargs)
+        return self._returned(operation, args, kwargs, result) if after else result
 
-        call: Callable[..., Any] = measured_async
-    else:
+    async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+        with _Measurement(*self._measurements[operation]):
+            result = await getattr(self.wrapped, method)(*args, **kwargs)
+        return self._returned(operation, args, kwargs, result) if after else result
 
-        def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with _Measurement(*self._measurements[operation]):
-                result = getattr(self.wrapped, method)(*args, **kwargs)
-            return self._returned(operation, args, kwargs, result) if after else result
-
-        call = measured_sync
+    is_async = inspect.iscoroutinefunction(getattr(BaseStateBackend, method))
+    call: Callable[..., Any] = measured_async if is_async else measured_sync
     call.__name__ = method
     call.__qualname__ = f"MeasuredStateBackend.{method}"
     call.__doc__ = f"The wrapped backend's ``{method}``, counted and timed as ``state.{operation}``."

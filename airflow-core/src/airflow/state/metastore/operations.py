@@ -1,12 +1,7 @@
 """
-Every metastore operation, defined once, and the two ways of running one.
-
-An :class:`Operation` is one statement of :mod:`~airflow.state.metastore.statements`, its
-parameters, and how to read its :class:`~airflow.state.airflow_db.engine.Outcome`; a call that may
-need more than one statement is a :data:`Flow` of them. Their builders validate the input first,
-so bad input never reaches a database. :func:`drive` runs them on a caller's ``Session`` or, on
-the hot path, as autocommitted statements (:func:`~airflow.state.airflow_db.engine.execute`);
-:func:`adrive` on a caller's ``AsyncSession`` or a session of its own.
+Every metastore operation, defined once (a statement, its parameters and how to read the answer;
+validated first, so bad input never reaches a database), and the two ways of running one: sync
+(:func:`drive`) and async (:func:`adrive`).
 """
 
 from __future__ import annotations
