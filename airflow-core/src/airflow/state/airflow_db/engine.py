@@ -235,11 +235,7 @@ def _build() -> Engine:
     # Nothing to roll back on return: no transaction is ever open. MySQL drivers would otherwise
     # send a ROLLBACK each time.
     engine_args["pool_reset_on_return"] = None
-    connect_args = (
-        conf.getimport("database", "sql_alchemy_connect_args")
-        if conf.has_option("database", "sql_alchemy_connect_args")
-        else {}
-    )
+    connect_args = conf.getimport("database", "sql_alchemy_connect_args", fallback=None) or {}
     url = settings.SQL_ALCHEMY_CONN
     if url is None:
         raise RuntimeError("[database] sql_alchemy_conn is not configured")
