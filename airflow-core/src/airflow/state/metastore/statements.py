@@ -69,8 +69,7 @@ class Statements(NamedTuple):
     #: Every live key of the scope (``now``).
     select_keys: Select[Any]
     #: What a listing shows of every live key (``now``): ``key``, ``value``, ``updated_at``,
-    #: ``version``, ``expires_at``, then the writer's columns (the try for task state,
-    #: :data:`ASSET_WRITER_COLUMNS` for asset state).
+    #: ``version``, ``expires_at``, then the writer's columns (:func:`.listing.entry` reads them).
     select_entries: Select[Any]
     #: :attr:`select_entries` of ``:key`` alone.
     select_entry: Select[Any]
@@ -86,12 +85,10 @@ class Statements(NamedTuple):
     #: expired key becomes); returns the new version and value, or nothing (outcome 0 on MariaDB)
     #: when the stored value is no integer or the sum leaves 64 bits.
     increment: Executable
-    #: Delete ``:key``.
     delete_key: Delete
     #: Delete every key of the scope (of its own map index, for a task scope).
     clear: Delete
-    #: Delete every key of the task in the run, whatever the map index (the same as ``clear``
-    #: for asset scopes, which have no map index).
+    #: Delete every key of the task in the run, whatever the map index (``clear`` for asset scopes).
     clear_all_map_indices: Delete
 
 
