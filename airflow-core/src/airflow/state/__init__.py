@@ -1,17 +1,7 @@
 """
-Durable task and asset state for Apache Airflow (AIP-103).
-
-Folders say who runs the code: ``worker/`` runs in task processes (the accessors, the HTTP
-client, the resumable-job mixin; it imports neither FastAPI nor the ORM), ``api/`` on the API
-server (the task API and its handshake, the operators' REST API in ``api/operator/``, the UI in
-``api/ui/``), ``cli/`` the ``airflow state`` and ``airflow state-db`` commands. ``metastore/`` is
-the default storage, one backend among others; ``airflow_db/`` is Airflow's own metadata database
-as the rest reads it (its engine, a dag run's identity). ``manage`` is what operators do to state,
-shared by the REST API and the CLI; ``plugin`` wires the API server and task processes together.
-The other modules beside this file are the floor every part shares: ``protocol`` (paths and error
-reasons, the handshake's proof), ``codec`` (values as JSON text), ``expiry``, ``configured_backend``,
-``config`` (every setting read, defaults in ``provider_info``) and ``exceptions``.
-``tests/test_import_graph.py`` keeps the imports flowing one way.
+Durable task and asset state for Apache Airflow (AIP-103). The README's "Layout" says what each
+folder and module is and where it runs; ``tests/test_import_graph.py`` keeps the imports flowing
+one way.
 """
 
 from __future__ import annotations

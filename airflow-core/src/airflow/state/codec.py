@@ -12,12 +12,7 @@ __all__ = ["decode", "encode", "max_value_bytes"]
 
 
 def encode(value: Any, limit: int | None = None) -> str:
-    """
-    Return *value* as JSON text, or raise ``ValueError``/``TypeError`` saying what is wrong.
-
-    ``None`` is refused (absence of a key is how "no value" is said; call delete()), and so are
-    NaN and Infinity, which are not JSON and would not survive the round trip.
-    """
+    """*value* as JSON text, or ``ValueError``/``TypeError`` saying what is wrong (``None``, NaN...)."""
     if value is None:
         raise ValueError("state values cannot be None; to remove a key call delete()")
     try:

@@ -45,22 +45,19 @@ def _positive_int(option: str) -> int:
 
 
 def max_value_bytes() -> int:
-    """``[state] max_value_bytes``: the largest value, as UTF-8 JSON text."""
     return _positive_int("max_value_bytes")
 
 
 def max_batch_bytes() -> int:
-    """``[state] max_batch_bytes``: the largest request body of a batch write."""
     return _positive_int("max_batch_bytes")
 
 
 def database_pool_size() -> int:
-    """``[state] database_pool_size``: connections the state engine keeps open per process."""
     return _positive_int("database_pool_size")
 
 
 def default_task_retention() -> timedelta | None:
-    """``[state] default_task_retention``: how long task state lives after a write; ``None``: forever."""
+    """``[state] default_task_retention``; ``None``: forever."""
     text = _state_option("default_task_retention").strip()
     try:
         retention = parse_duration(text, bare_unit="d")
@@ -79,26 +76,20 @@ def _boolean(option: str) -> bool:
 
 
 def clear_on_success() -> bool:
-    """``[state] clear_on_success``: clear every task instance's state when it succeeds."""
     return _boolean("clear_on_success")
 
 
 def keep_task_state() -> KeepTaskState:
-    """``[state] keep_task_state``: what a cleared task instance's next try keeps, unless the task chooses."""
     text = _state_option("keep_task_state")
+    # Configuration is text: True and False as Airflow spells booleans.
+    value = {"true": True, "false": False}.get(text.strip().lower(), text)
     try:
-        value = _BOOLEAN_SPELLINGS.get(text.strip().lower(), text)
         return parse_keep_choice(value, "[state] keep_task_state")
     except ValueError as error:
         raise StateConfigurationError(str(error)) from None
 
 
-# Configuration is text: True and False as Airflow spells booleans.
-_BOOLEAN_SPELLINGS = {"true": True, "false": False}
-
-
 def freeze_gc_after_startup() -> bool:
-    """``[state] freeze_gc_after_startup``: ``gc.freeze()`` the API server at the first state request."""
     return _boolean("freeze_gc_after_startup")
 
 
@@ -111,7 +102,6 @@ def session_key() -> str:
 
 
 def previous_session_key() -> str:
-    """``[state] previous_session_key``: the key being rotated out, still accepted for verification."""
     return _state_option("previous_session_key")
 
 
@@ -124,13 +114,7 @@ def retired_api_secret_is_set() -> bool:
 
 
 def api_url() -> str:
-    """
-    Where workers reach the state API (see ``[state] api_url``'s description): that option, else
-    ``[core] execution_api_server_url`` with ``/state`` for ``/execution``, else ``[api] base_url``
-    plus ``/state`` (``http://localhost:8080`` in front of a relative one, as Airflow's executors do).
-
-    :raises StateConfigurationError: when none of them is set.
-    """
+    """Where workers reach the state API: as ``[state] api_url``'s description says."""
     configured = _state_option("api_url").strip()
     if configured:
         return configured.rstrip("/")

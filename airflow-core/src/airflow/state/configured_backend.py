@@ -15,13 +15,7 @@ _instance: BaseStateBackend | None = None
 
 
 def resolve_state_backend() -> type[BaseStateBackend]:
-    """
-    Return the class named by ``[state] backend``.
-
-    :raises ValueError: when the option is empty.
-    :raises ImportError: when the class cannot be imported.
-    :raises TypeError: when it is not a subclass of ``BaseStateBackend``.
-    """
+    """The class ``[state] backend`` names; ``ValueError``, ``ImportError`` or ``TypeError`` say why not."""
     path = config.backend_path()
     if not path:
         raise ValueError(

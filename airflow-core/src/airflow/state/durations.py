@@ -11,10 +11,8 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 
 def parse_duration(text: str, *, bare_unit: str = "s") -> timedelta:
     """
-    ``<number><unit>`` with unit ``s``, ``m``, ``h``, ``d`` or ``w`` (a bare number is in
-    *bare_unit*) as a timedelta; ``0`` is a zero timedelta, which callers read as "no expiry".
-
-    :raises ValueError: with what is accepted, for anything else (negative numbers included).
+    ``<number><unit>`` (a bare number is in *bare_unit*) as a timedelta; ``0`` is a zero timedelta,
+    which callers read as "no expiry". ``ValueError`` saying what is accepted for anything else.
     """
     match = _DURATION.fullmatch(text.strip().lower())
     if match is None:

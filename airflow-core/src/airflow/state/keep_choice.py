@@ -36,16 +36,11 @@ def parse_keep_choice(value: object, where: str) -> KeepTaskState:
     *value* as a choice: one of the names, ``True`` (keep always) or ``False`` (never keep);
     ``ValueError`` naming *where* it was set and what to set instead for anything else.
     """
-    if value is True:
-        return KeepTaskState.ALWAYS
-    if value is False:
-        return KeepTaskState.NEVER
-    if isinstance(value, str):
-        text = value.strip().lower()
-        try:
-            return KeepTaskState(text)
-        except ValueError:
-            pass
+    if isinstance(value, bool):
+        return KeepTaskState.ALWAYS if value else KeepTaskState.NEVER
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in {choice.value for choice in KeepTaskState}:
+        return KeepTaskState(text)
     raise ValueError(
         f"{where} is {value!r:.80}: set it to one of {_SPELLINGS} (or True for 'always', False for 'never')"
     )

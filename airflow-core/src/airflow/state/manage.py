@@ -112,9 +112,11 @@ def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> lis
     scopes = task_scopes_of_run(dag_id, run_id, session)
     state = get_state_backend()
     counts = state.key_counts(scopes)
-    for position, boundary in _boundaries_of_counted(scopes, counts, session):
-        listed = state.entries(scopes[position]).entries
-        counts[position] = sum(not _discarded(entry, boundary) for entry in listed)
+    boundaries = pending_boundaries(dag_id, run_id, session) if any(counts) else {}
+    for position, scope in enumerate(scopes):
+        boundary = boundaries.get((scope.task_id, scope.map_index))
+        if counts[position] and boundary is not None:  # counted again, less what a clear discards
+            counts[position] = sum(not _discarded(entry, boundary) for entry in state.entries(scope).entries)
     return [TaskInstanceState(scope, count) for scope, count in zip(scopes, counts, strict=True) if count]
 
 
@@ -128,20 +130,6 @@ def _discard_boundary(scope: StateScope) -> int | None:
         return None
     found = pending_boundaries(scope.dag_id, scope.run_id, task_id=scope.task_id, map_index=scope.map_index)
     return found.get((scope.task_id, scope.map_index))
-
-
-def _boundaries_of_counted(
-    scopes: list[TaskScope], counts: list[int], session: Session
-) -> list[tuple[int, int]]:
-    """(position, boundary) of each scope of one run that holds keys and has some to discard."""
-    if not any(counts):
-        return []
-    boundaries = pending_boundaries(scopes[0].dag_id, scopes[0].run_id, session)
-    return [
-        (position, boundaries[(scope.task_id, scope.map_index)])
-        for position, (scope, count) in enumerate(zip(scopes, counts, strict=True))
-        if count and (scope.task_id, scope.map_index) in boundaries
-    ]
 
 
 def _discarded(entry: StateEntry, boundary: int | None) -> bool:

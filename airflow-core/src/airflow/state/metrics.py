@@ -7,6 +7,7 @@ README's "Metrics" section lists the names.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import inspect
 import time
@@ -38,15 +39,6 @@ def ensure_stats_configured() -> None:
 
 # Why input was refused, by the error's class; NotImplementedError: a capability or listing not offered.
 _REFUSALS = ((NotImplementedError, "unsupported"), (ValueError, "invalid_value"), (TypeError, "invalid_type"))
-
-
-def _value_bytes(value: object) -> int | None:
-    if not isinstance(value, str):
-        return None  # refused by the backend: counted under state.refused, not measured
-    try:
-        return len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None
 
 
 class _Measurement:
@@ -93,22 +85,19 @@ def _measured_method(method: str) -> Callable[..., Any]:
     operation = _operation(method)
     # Only these report more than their count and time, once they returned.
     after = operation in ("set", "write", "set_many", "cleanup")
-    if inspect.iscoroutinefunction(getattr(BaseStateBackend, method)):
 
-        async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with _Measurement(*self._measurements[operation]):
-                result = await getattr(self.wrapped, method)(*args, **kwargs)
-            return self._returned(operation, args, kwargs, result) if after else result
+    def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+        with _Measurement(*self._measurements[operation]):
+            result = getattr(self.wrapped, method)(*args, **kwargs)
+        return self._returned(operation, args, kwargs, result) if after else result
 
-        call: Callable[..., Any] = measured_async
-    else:
+    async def measured_async(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
+        with _Measurement(*self._measurements[operation]):
+            result = await getattr(self.wrapped, method)(*args, **kwargs)
+        return self._returned(operation, args, kwargs, result) if after else result
 
-        def measured_sync(self: MeasuredStateBackend, *args: Any, **kwargs: Any) -> Any:
-            with _Measurement(*self._measurements[operation]):
-                result = getattr(self.wrapped, method)(*args, **kwargs)
-            return self._returned(operation, args, kwargs, result) if after else result
-
-        call = measured_sync
+    is_async = inspect.iscoroutinefunction(getattr(BaseStateBackend, method))
+    call: Callable[..., Any] = measured_async if is_async else measured_sync
     call.__name__ = method
     call.__qualname__ = f"MeasuredStateBackend.{method}"
     call.__doc__ = f"The wrapped backend's ``{method}``, counted and timed as ``state.{operation}``."
@@ -155,9 +144,9 @@ class MeasuredStateBackend(BaseStateBackend):
         else:  # set, set_by_try and write take (scope, key, value, ...)
             values = [kwargs["value"] if "value" in kwargs else args[2]]
         for value in values:
-            size = _value_bytes(value)
-            if size is not None:
-                Stats.timing("state.value_bytes", size, tags=self._backend_tags)
+            if isinstance(value, str):  # anything else was refused: counted under state.refused
+                with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: refused too
+                    Stats.timing("state.value_bytes", len(value.encode("utf-8")), tags=self._backend_tags)
         return result
 
 

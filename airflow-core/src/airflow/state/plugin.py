@@ -21,21 +21,11 @@ from airflow.state.worker import listener as try_listener
 UI_APP_NAME = "State"
 
 
-def ui_path() -> str:
-    """
-    The absolute path of the state UI's files, under ``[api] base_url``'s path.
-
-    Airflow 3.2.1's UI resolves a relative ``bundle_url`` against its own script's URL
-    (``/static/assets/``), not against the page, so the URL must be root-absolute and carry the
-    deployment's path prefix when the API server is served under one.
-    """
-    base_path = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
-    return f"{base_path}{URL_PREFIX}/ui"
-
-
 def state_react_apps() -> list[dict[str, Any]]:
     """The State tab of the task instance page and the State page of the Browse menu."""
-    ui = ui_path()
+    # Airflow 3.2.1's UI resolves a relative bundle_url against its own script's URL
+    # (/static/assets/), not against the page: root-absolute, under [api] base_url's path.
+    ui = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/") + URL_PREFIX + "/ui"
     common = {
         "name": UI_APP_NAME,
         "bundle_url": f"{ui}/state.js",

@@ -125,11 +125,6 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
     ),
 }
 
-_STATE_CONFIG: dict[str, Any] = {
-    "description": "Durable task and asset state (AIP-103).\n",
-    "options": STATE_OPTIONS,
-}
-
 
 def get_provider_info() -> dict[str, Any]:
     # Core's `airflow db reset` drops dag_run before asking our DB manager to drop task_state, which
@@ -143,7 +138,9 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-task-state",
         "name": "Task State",
         "description": "Durable task and asset state for Apache Airflow (AIP-103).",
-        "config": {"state": _STATE_CONFIG},
+        "config": {
+            "state": {"description": "Durable task and asset state (AIP-103).\n", "options": STATE_OPTIONS}
+        },
         "db-managers": ["airflow.state.metastore.db_manager.StateDBManager"],
         "cli": ["airflow.state.cli.definition.get_state_cli_commands"],
     }

@@ -1,23 +1,21 @@
 """
-What a clear discards: the one place that reads Airflow's try history to tell a clear from a retry.
+What a clear discards: the one place that reads Airflow's try history to tell a clear from a retry
+(the README's section on clearing says what each choice keeps, and why).
 
-Airflow 3.2 has no hook on clear. Every way of clearing (the UI and ``clearTaskInstances``, the dag
-run clear, ``airflow tasks clear``, a downstream clear, mark success or failed) ends in
-``clear_task_instances``, which archives the cleared try in ``task_instance_history`` with the
-state it had. So the decision is made when the next try first touches state (its handshake), from
-the history of earlier tries of the same task instance (dag id, run id, task id, map index):
+Airflow 3.2 has no hook on clear, but every way of clearing ends in ``clear_task_instances``, which
+archives the cleared try in ``task_instance_history`` with its state. So the decision is made when
+the next try first touches state, from the history of the same task instance:
 
-- a history row in state ``success`` comes only from clearing a task instance that was in success
-  (a retry, a heartbeat timeout or an orphan reset archive a running try, as ``failed``): the
-  keys written by that try and the earlier ones belong to a finished piece of work;
+- a row in ``success`` comes only from clearing a successful try (a retry, a heartbeat timeout or
+  an orphan reset archive a running try, as ``failed``);
 - a clear sets ``max_tries`` to ``try_number + retries``, which nothing else but a clear of a
   running try does (when its process ends), while a retry keeps it: so a clear came after try *k*
   when the ``max_tries`` archived with try *k* differs from the next try's.
 
-The *discard boundary* of a try is the highest earlier try whose keys go (keys written by it and by
-the tries before it), or ``None``: what :meth:`BaseStateBackend.discard_written_through_try` takes.
-Keys written by later tries, or by operators (no try), always stay, so deciding again (every process
-of a try does: deferral resumes, sensor pokes) changes nothing.
+The *discard boundary* of a try is the highest earlier try whose keys go (with those of the tries
+before it), or ``None``: what :meth:`BaseStateBackend.discard_written_through_try` takes. Keys of
+later tries, or of operators (no try), always stay, so deciding again (every process of a try
+does: deferral resumes, sensor pokes) changes nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
 from airflow.models.taskinstance import TaskInstance as TI
 from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 from airflow.state import config
+from airflow.state.airflow_db.lookups import of_run
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
 from airflow.utils.session import create_session
 from sqlalchemy import String, func, literal_column, select
@@ -116,19 +115,18 @@ def highest_success_before_current_try(ti: Any) -> Any:
     )
 
 
-def _history_query() -> Any:
-    tih = TIH.__table__
-    return select(tih.c.task_id, tih.c.map_index, tih.c.try_number, tih.c.state, tih.c.max_tries)
+def _archived(db: Session, *identity: Any) -> dict[tuple[str, int], list[ArchivedTry]]:
+    """The archived tries of the task instances *identity* names (as ``of_run``), by task id and map index."""
+    query = select(TIH.task_id, TIH.map_index, TIH.try_number, TIH.state, TIH.max_tries)
+    history: dict[tuple[str, int], list[ArchivedTry]] = {}
+    for task_id, map_index, *archived in db.execute(of_run(query, TIH, *identity)):
+        history.setdefault((task_id, map_index), []).append(ArchivedTry(*archived))
+    return history
 
 
 def history_of(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> list[ArchivedTry]:
     """Every archived try of one task instance."""
-    rows = session.execute(
-        _history_query().where(
-            TIH.dag_id == dag_id, TIH.run_id == run_id, TIH.task_id == task_id, TIH.map_index == map_index
-        )
-    )
-    return [ArchivedTry(row.try_number, row.state, row.max_tries) for row in rows]
+    return _archived(session, dag_id, run_id, task_id, map_index).get((task_id, map_index), [])
 
 
 def pending_boundaries(
@@ -145,44 +143,27 @@ def pending_boundaries(
     ``(task_id, map_index)``. The keys are still stored until that try first touches state; an
     instance missing here discards nothing. Three queries at most, whatever the run's size.
     """
-
-    def narrowed(query: Any, model: Any) -> Any:
-        query = query.where(model.dag_id == dag_id, model.run_id == run_id)
-        if task_id is not None:
-            query = query.where(model.task_id == task_id)
-        if map_index is not None:
-            query = query.where(model.map_index == map_index)
-        return query
-
+    identity = (dag_id, run_id, task_id, map_index)
     with create_session() if session is None else nullcontext(session) as db:
-        history: dict[tuple[str, int], list[ArchivedTry]] = {}
-        for row in db.execute(narrowed(_history_query(), TIH)):
-            history.setdefault((row.task_id, row.map_index), []).append(
-                ArchivedTry(row.try_number, row.state, row.max_tries)
-            )
+        history = _archived(db, *identity)
         if not history:  # never cleared nor retried: the common case costs one query
             return {}
         instances = db.execute(
-            narrowed(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI)
+            of_run(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI, *identity)
         ).all()
+        rendered = select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields)
         fields = {
             (row.task_id, row.map_index): row.rendered_fields
-            for row in db.execute(narrowed(select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields), RTIF))
-            if (row.task_id, row.map_index) in history
+            for row in db.execute(of_run(rendered, RTIF, *identity))
         }
-    boundaries = {}
-    for instance in instances:
-        archived = history.get((instance.task_id, instance.map_index))
-        if not archived:
-            continue
-        boundary = discard_boundary(
-            choice_of(fields.get((instance.task_id, instance.map_index)), instance.task_id),
-            pending_try(instance.try_number, archived),
-            instance.max_tries,
-            archived,
-        )
-        if boundary is not None:
-            boundaries[(instance.task_id, instance.map_index)] = boundary
+        boundaries = {}
+        for task, index, try_number, max_tries in instances:
+            archived = history.get((task, index))
+            if archived:
+                choice = choice_of(fields.get((task, index)), task)
+                boundary = discard_boundary(choice, pending_try(try_number, archived), max_tries, archived)
+                if boundary is not None:
+                    boundaries[(task, index)] = boundary
     return boundaries
 
 

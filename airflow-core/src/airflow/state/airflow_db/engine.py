@@ -2,28 +2,22 @@
 How state calls made without a caller's session reach the database: one statement each, in
 autocommit, straight on a pooled DBAPI cursor.
 
-Each such call is a single statement, atomic by itself, so it needs no BEGIN and COMMIT round
-trips. Airflow's own engine pings every connection it hands out (pool_pre_ping) and would flip
-each one into autocommit and back. The engine here is built from the same settings, through
-Airflow's own factory (so deployment hooks in ``airflow_local_settings`` apply), but it stays in
-autocommit and does not ping. A connection found dead is replaced, and the statement runs once
-more, if that is safe: a lost connection may have lost only the reply of a statement the server
-ran and committed. Reads, plain writes and deletes give the same result run twice. An increment, a
-create-only write or a conditional write do not (a counter counts twice, a write conflicts with
-itself), so their callers say so (``idempotent=False``): such a statement is sent on a pooled
-connection only after a ping found it alive, is retried only when it was never sent, and
-otherwise raises :class:`StatementOutcomeUnknownError`. A dead connection usually means the server
-dropped them all (it restarted, or failed over), so every connection the pool opened before that
-moment is replaced too, and the retry gets a fresh one.
+A single statement is atomic by itself, so it needs no BEGIN and COMMIT round trips, while
+Airflow's own engine pings every connection it hands out (pool_pre_ping) and would flip each one
+into autocommit and back. The engine here is built from the same settings, through Airflow's own
+factory (so deployment hooks in ``airflow_local_settings`` apply), but it stays in autocommit and
+does not ping. A connection found dead is replaced, and the statement runs once more, if that is
+safe: a lost connection may have lost only the reply of a statement the server ran and committed.
+Reads, plain writes and deletes give the same result run twice. An increment, a create-only write
+or a conditional write do not, so their callers say so (``idempotent=False``): such a statement is
+sent on a pooled connection only after a ping found it alive, is retried only when it was never
+sent, and otherwise raises :class:`StatementOutcomeUnknownError`.
 
-SQLAlchemy compiles each statement once per engine and supplies its type conversions. The
-statement then runs on the DBAPI cursor of a pooled connection, without SQLAlchemy's
-``Connection`` layer. That layer (autobegin, rollback, result set-up) costs more per call than a
-PostgreSQL read's own round trip: ``bench/bench_metastore.py`` measures the difference. One
-consequence: SQLAlchemy's cursor events (``before_cursor_execute``) do not fire for these
-statements. Errors are still raised as SQLAlchemy's ``DBAPIError`` subclasses, which do not list
-the parameters: stored values may be secrets. ``is_unavailable`` tells the errors of a database
-that cannot be reached (down, restarting, connection lost) from those of a statement.
+SQLAlchemy's ``Connection`` layer (autobegin, rollback, result set-up) costs more per call than a
+PostgreSQL read's own round trip (``bench/bench_metastore.py`` measures it), so statements that
+SQLAlchemy compiled once run on the DBAPI cursor: SQLAlchemy's cursor events
+(``before_cursor_execute``) do not fire for them. Errors are still raised as SQLAlchemy's
+``DBAPIError`` subclasses, which do not list the parameters: stored values may be secrets.
 """
 
 from __future__ import annotations
@@ -241,11 +235,7 @@ def _build() -> Engine:
     # Nothing to roll back on return: no transaction is ever open. MySQL drivers would otherwise
     # send a ROLLBACK each time.
     engine_args["pool_reset_on_return"] = None
-    connect_args = (
-        conf.getimport("database", "sql_alchemy_connect_args")
-        if conf.has_option("database", "sql_alchemy_connect_args")
-        else {}
-    )
+    connect_args = conf.getimport("database", "sql_alchemy_connect_args", fallback=None) or {}
     url = settings.SQL_ALCHEMY_CONN
     if url is None:
         raise RuntimeError("[database] sql_alchemy_conn is not configured")
@@ -281,10 +271,8 @@ def autocommit_engine() -> Engine:
 
 def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
     """
-    Run *statement* with *values* as one autocommitted statement, once more if the connection was
-    dead and that is safe (with ``idempotent=False``, only if it surely never reached the server:
-    see the module's docstring). *statement* is compiled on first use and kept: pass statements
-    built once, not per call.
+    Run *statement* with *values* as one autocommitted statement (see the module's docstring). It is
+    compiled on first use and kept: pass statements built once, not per call.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
 
@@ -317,14 +305,9 @@ _UNAVAILABLE_MESSAGES = (
 
 def is_unavailable(error: BaseException) -> bool:
     """
-    Whether *error* says the database could not be reached, rather than that a statement failed.
-
-    True for a SQLAlchemy ``DBAPIError`` raised on a connection found dead (``connection_invalidated``)
-    and for an ``OperationalError`` raised because the server refused or dropped the connection:
-    it is down, starting up, shutting down or recovering, or the network failed. Such a call may
-    succeed when repeated later. False for everything else, including errors of the statement
-    itself (constraint violations, syntax errors, missing tables), and for every SQLite error:
-    SQLite has no server.
+    Whether *error* says the database could not be reached (down, starting up, shutting down or
+    recovering, or the network failed: the call may succeed later), rather than that a statement
+    failed (constraint violations, syntax errors, missing tables). Never for SQLite: it has no server.
     """
     if not isinstance(error, DBAPIError):
         return False

@@ -40,6 +40,18 @@ class AssetInfo:
     group: str
 
 
+def of_run(
+    query: Any, model: Any, dag_id: str, run_id: str, task_id: str | None = None, map_index: int | None = None
+) -> Any:
+    """*query* narrowed to *model*'s rows of the run (of one task, and one map index, when named)."""
+    query = query.where(model.dag_id == dag_id, model.run_id == run_id)
+    if task_id is not None:
+        query = query.where(model.task_id == task_id)
+    if map_index is not None:
+        query = query.where(model.map_index == map_index)
+    return query
+
+
 def dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
     """The ``dag_run_uid`` of the run, or :class:`NotFound` (``dag_run_not_found``)."""
     uid = uid_of_run(dag_id, run_id, session)
@@ -54,11 +66,7 @@ def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int | None, se
     none at -1), the scope that ``clear(all_map_indices=True)`` takes.
     """
     uid = dag_run_uid(dag_id, run_id, session)
-    query = select(TaskInstance.map_index).where(
-        TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id == task_id
-    )
-    if map_index is not None:
-        query = query.where(TaskInstance.map_index == map_index)
+    query = of_run(select(TaskInstance.map_index), TaskInstance, dag_id, run_id, task_id, map_index)
     found = session.scalar(query.limit(1))
     if found is None:
         mapped = "" if map_index in (None, -1) else f" with map_index={map_index}"
@@ -76,11 +84,8 @@ def task_scope_of_every_map_index(dag_id: str, run_id: str, task_id: str, sessio
 def task_scopes_of_run(dag_id: str, run_id: str, session: Session) -> list[TaskScope]:
     """Every task instance of the run (:class:`NotFound` without it), sorted by task id and map index."""
     uid = dag_run_uid(dag_id, run_id, session)
-    rows = session.execute(
-        select(TaskInstance.task_id, TaskInstance.map_index)
-        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
-        .order_by(TaskInstance.task_id, TaskInstance.map_index)
-    )
+    query = of_run(select(TaskInstance.task_id, TaskInstance.map_index), TaskInstance, dag_id, run_id)
+    rows = session.execute(query.order_by(TaskInstance.task_id, TaskInstance.map_index))
     return [TaskScope(dag_id, run_id, row.task_id, row.map_index, dag_run_uid=uid) for row in rows]
 
 

@@ -1,13 +1,8 @@
 """
-The identity of one incarnation of a dag run, and complete task scopes built from the database.
-
-A dag run deleted and created again with the same ``run_id`` must start with empty task state.
-Backends without a foreign key to ``dag_run`` cannot see the deletion, so every ``TaskScope`` that
-Airflow's servers build carries ``dag_run_uid``: the run's integer id plus the instant its row was
-created. The id alone is not enough, because SQLite gives a deleted highest row's id to the next
-insert (Airflow's ``dag_run`` table has no AUTOINCREMENT).
-
-Cheap to import: the ORM is imported inside :func:`task_scope`, which only server processes call.
+The identity of one incarnation of a dag run (``dag_run_uid``: a run deleted and created again with
+the same ``run_id`` starts with empty task state, see the README), and complete task scopes built
+from the database. The run's id alone is not enough: SQLite gives a deleted highest row's id to the
+next insert (Airflow's ``dag_run`` table has no AUTOINCREMENT), so its creation instant is added.
 """
 
 from __future__ import annotations
@@ -42,13 +37,8 @@ def task_scope(
     dag_id: str, run_id: str, task_id: str, map_index: int = -1, *, session: Session | None = None
 ) -> TaskScope:
     """
-    Return the complete ``TaskScope`` of a task instance, ``dag_run_uid`` included.
-
-    Use it in Airflow server processes (the scheduler, the API server, CLI commands) to address
-    task state directly through a backend: backends other than the metastore refuse a scope
-    without ``dag_run_uid``. Raises ``ValueError`` when the dag run does not exist.
-
-    :param session: a SQLAlchemy session to read the dag run with; a new one when omitted.
+    The complete ``TaskScope`` of a task instance, ``dag_run_uid`` included (``ValueError`` without
+    the dag run), for server processes that address task state through a backend directly.
     """
     uid = uid_of_run(dag_id, run_id, session)
     if uid is None:

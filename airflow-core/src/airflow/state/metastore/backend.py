@@ -43,15 +43,9 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
 
 class MetastoreStateBackend(BaseStateBackend):
     """
-    Keeps task state in ``task_state`` and asset state in ``asset_state``, deleted with their dag
-    run or asset (foreign-key cascade). Task state records the try that wrote it (NULL outside a
-    task try), asset state its last writer. Expired keys are invisible to every read at once, and
-    :meth:`cleanup` removes them.
-
-    Sync methods join a caller's ``session`` (and leave committing to the caller); without one each
-    call is a single statement committed on its own. Async methods run on Airflow's async engine.
-    Each method of the contract (signatures: :class:`BaseStateBackend`) runs the operation of the
-    same arguments (:mod:`airflow.state.metastore.operations`), sync or async.
+    Task state in ``task_state``, asset state in ``asset_state`` (the README's "The metastore
+    backend"). Each method of the contract runs the operation of the same arguments
+    (:mod:`airflow.state.metastore.operations`), sync or async.
     """
 
     supports_versions = True

@@ -1,17 +1,9 @@
 """
-Removing expired (and, on request, old) keys from the metastore, a batch at a time.
-
-Each batch is one DELETE of at most *batch_size* removable rows, committed on its own: no statement
-holds locks on more than one batch, and reads and writes of other keys carry on meanwhile. The
-rows of a batch are found through the ``expires_at`` index and deleted in the same statement, so
-a key rewritten meanwhile (with a new expiry) is never removed:
-
-- PostgreSQL: ``DELETE ... WHERE ctid = ANY(ARRAY(SELECT ctid ... LIMIT n))``, a TID scan;
-- MySQL/MariaDB: ``DELETE ... WHERE ... LIMIT n``;
-- SQLite: ``DELETE ... WHERE rowid IN (SELECT rowid ... LIMIT n)``.
-
-(A SELECT of primary keys followed by ``DELETE ... WHERE (pk) IN (...)`` was 30x slower on
-PostgreSQL: it plans a scan per batch.)
+Removing expired (and, on request, old) keys from the metastore, a batch at a time. Each batch is
+one DELETE of at most *batch_size* rows, found through the ``expires_at`` index and deleted in the
+same statement, committed on its own: no statement holds locks on more than one batch, and a key
+rewritten meanwhile (with a new expiry) is never removed. (A SELECT of primary keys followed by
+``DELETE ... WHERE (pk) IN (...)`` was 30x slower on PostgreSQL: it plans a scan per batch.)
 """
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ class StateDBManager(BaseDBManager):
         self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False
     ) -> None:
         """
-        Downgrade our tables; ``to_revision="base"`` drops them.
-
-        `airflow db downgrade` does not call external managers, so this is reached through
-        `airflow state-db downgrade`.
+        Downgrade our tables (``"base"`` drops them), for `airflow state-db downgrade`: `airflow db
+        downgrade` does not call external managers.
         """
         self._release_metadata_locks_if_needed()
         config = self.get_alembic_config()

@@ -1,10 +1,8 @@
 """
-What operators read from the metastore: a scope's entries a page at a time, and key counts.
-
-These are not on a task's hot path, so they run as ordinary SQLAlchemy Core queries on a session
-(the caller's, or one of their own) rather than through :mod:`~airflow.state.metastore.operations`.
-Keys are sorted and filtered by prefix in Python: database collations order text differently
-(and MySQL compares keys as bytes), and a prefix must match as text, never as a LIKE pattern.
+What operators read from the metastore (a scope's entries a page at a time, key counts): not on a
+task's hot path, so ordinary SQLAlchemy Core queries on a session. Keys are sorted and filtered by
+prefix in Python: database collations order text differently (and MySQL compares keys as bytes),
+and a prefix must match as text, never as a LIKE pattern.
 """
 
 from __future__ import annotations

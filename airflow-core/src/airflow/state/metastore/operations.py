@@ -1,17 +1,13 @@
 """
-Every metastore operation, defined once, and the two ways of running one.
-
-An :class:`Operation` is one statement of :mod:`~airflow.state.metastore.statements`, its
-parameters, and how to read its :class:`~airflow.state.airflow_db.engine.Outcome`; a call that may
-need more than one statement is a :data:`Flow` of them. Their builders validate the input first,
-so bad input never reaches a database. :func:`drive` runs them on a caller's ``Session`` or, on
-the hot path, as autocommitted statements (:func:`~airflow.state.airflow_db.engine.execute`);
-:func:`adrive` on a caller's ``AsyncSession`` or a session of its own.
+Every metastore operation, defined once (a statement, its parameters and how to read the answer;
+validated first, so bad input never reaches a database), and the two ways of running one: sync
+(:func:`drive`) and async (:func:`adrive`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import astuple
 from datetime import datetime
 from functools import partial
@@ -77,10 +73,8 @@ def _ignored(outcome: Outcome) -> None:
 
 def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
     """
-    The *returned* columns of a guarded upsert (``create``: the version; ``increment``: the
-    version and the value), or ``None`` when it wrote nothing: no dag run (or asset), or the guard
-    refused. On MariaDB a refused guard still returns the stored row, with the outcome variable
-    (one more column) at 0 (see :mod:`.statements`).
+    The *returned* columns of a guarded upsert, or ``None`` when it wrote nothing: no dag run (or
+    asset), or the guard refused (on MariaDB: the outcome column after them at 0, see :mod:`.statements`).
     """
     if not outcome.rows:
         return None
@@ -341,19 +335,13 @@ def run(operation: Operation[T], session: Session | None) -> T:
     return operation.read(compiled.result_outcome(result))
 
 
-async def _arun_in(operation: Operation[T], session: AsyncSession) -> T:
-    connection = await session.connection()
-    compiled = compiled_for(operation.statement, connection.dialect)
-    result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
-    return operation.read(compiled.result_outcome(result))
-
-
 async def arun(operation: Operation[T], session: AsyncSession | None) -> T:
     """Run *operation* in *session* (the caller commits), or in a session of its own, committed."""
-    if session is not None:
-        return await _arun_in(operation, session)
-    async with create_session_async() as own_session:
-        return await _arun_in(operation, own_session)
+    async with create_session_async() if session is None else nullcontext(session) as db:
+        connection = await db.connection()
+        compiled = compiled_for(operation.statement, connection.dialect)
+        result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
+        return operation.read(compiled.result_outcome(result))
 
 
 def drive(work: Work[T], session: Session | None) -> T:

@@ -21,11 +21,6 @@ def _drop_state_tables_first(target: MetaData, connection: Any, **kw: Any) -> No
 
 
 def install() -> None:
-    """
-    Listen on every MetaData's ``before_drop``, idempotently.
-
-    A class-level listener needs no Airflow import, so installing it is safe at any point of
-    Airflow's start-up; it acts only when a drop includes ``dag_run`` or ``asset``.
-    """
+    """Listen on every MetaData's ``before_drop``, once (no Airflow import: safe at any point of start-up)."""
     if not event.contains(MetaData, "before_drop", _drop_state_tables_first):
         event.listen(MetaData, "before_drop", _drop_state_tables_first)

@@ -1,24 +1,14 @@
 """
-The SQL behind MetastoreStateBackend: the statements of each scope type, built once at import with
-bound parameters only, so that SQLAlchemy (and the autocommit engine) compile each once per dialect.
+The SQL behind MetastoreStateBackend (the README's "The metastore backend" says why each call is
+one statement): the statements of each scope type, built once at import with bound parameters only,
+so that SQLAlchemy (and the autocommit engine) compile each once per dialect.
 
-Every write is one statement: the upsert finds the dag run (or asset) in a SELECT inside the
-INSERT, so there is no extra round trip, no window between lookup and write, and a missing dag
-run shows up as no row written. Each write adds one to the key's ``version`` and returns it
-(``RETURNING``: PostgreSQL, SQLite 3.35+ and MariaDB 10.5+ all have it on ``INSERT``).
-
-Conditional writes stay one statement too:
-
-- ``if_version=n``: an ``UPDATE`` whose ``WHERE`` asks for version *n* on a live row.
-- ``if_version=0`` and ``increment``: an upsert whose update applies only under a condition (the
-  stored row expired; the stored value is an integer that stays in range). PostgreSQL and SQLite
-  say so with ``DO UPDATE ... WHERE`` and return no row when it does not hold. MariaDB has no
-  ``WHERE`` there: each assignment keeps the stored value unless the condition holds, the first
-  one records the condition in a session variable, and ``RETURNING`` reports it (NULL: inserted,
-  1: updated, 0: left as it was). The source ``SELECT`` resets the variable, so a value left by an
-  earlier statement on the connection is never read.
-
-Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
+A guarded upsert (``if_version=0``, ``increment``) returns no row on PostgreSQL and SQLite when its
+condition does not hold (``DO UPDATE ... WHERE``). MariaDB has no ``WHERE`` there: each assignment
+keeps the stored value unless the condition holds, the first one records the condition in a session
+variable, and ``RETURNING`` reports it (NULL: inserted, 1: updated, 0: left as it was). The source
+``SELECT`` resets the variable, so a value left by an earlier statement on the connection is never
+read. Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
 
 This module only builds SQL; :mod:`airflow.state.metastore.operations` says what each call sends
 and how to read the answer, and runs it.
@@ -79,8 +69,7 @@ class Statements(NamedTuple):
     #: Every live key of the scope (``now``).
     select_keys: Select[Any]
     #: What a listing shows of every live key (``now``): ``key``, ``value``, ``updated_at``,
-    #: ``version``, ``expires_at``, then the writer's columns (the try for task state,
-    #: :data:`ASSET_WRITER_COLUMNS` for asset state).
+    #: ``version``, ``expires_at``, then the writer's columns (:func:`.listing.entry` reads them).
     select_entries: Select[Any]
     #: :attr:`select_entries` of ``:key`` alone.
     select_entry: Select[Any]
@@ -96,12 +85,10 @@ class Statements(NamedTuple):
     #: expired key becomes); returns the new version and value, or nothing (outcome 0 on MariaDB)
     #: when the stored value is no integer or the sum leaves 64 bits.
     increment: Executable
-    #: Delete ``:key``.
     delete_key: Delete
     #: Delete every key of the scope (of its own map index, for a task scope).
     clear: Delete
-    #: Delete every key of the task in the run, whatever the map index (the same as ``clear``
-    #: for asset scopes, which have no map index).
+    #: Delete every key of the task in the run, whatever the map index (``clear`` for asset scopes).
     clear_all_map_indices: Delete
 
 
