@@ -9,19 +9,14 @@ The runs start together (one deployment, runs side by side) and each test checks
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import airflow.state.example_dags as example_dags
 import pytest
-from state_testing.deployment import Deployment, airflow_deployment
+from state_testing.deployment import Deployment
 
-EXAMPLE_DAG = Path(example_dags.__file__).parent / "example_deferrable_resumable_job.py"
-TEST_DAGS = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_deferrable_dags.py"
 EXAMPLE = "example_deferrable_resumable_job"
 FAILED_JOB = "state_deferrable_resubmits_failed_job"
 
@@ -46,24 +41,6 @@ class Run:
     state: str
     #: Every (state, try_number) the task instance was seen in while the run went on.
     seen: set[tuple[str | None, int]] = field(default_factory=set)
-
-
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("simulated-jobs")
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, jobs: Path, tmp_path_factory) -> Iterator[Deployment]:
-    if db_kind != "postgres":
-        pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    folder = tmp_path_factory.mktemp("deferrable-dags")
-    for path in (EXAMPLE_DAG, TEST_DAGS):
-        shutil.copy(path, folder / path.name)
-    with airflow_deployment(
-        folder, extra_env={"STATE_EXAMPLE_JOBS_DIR": str(jobs)}, triggerer=True
-    ) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
