@@ -50,8 +50,7 @@ def test_worker_killed_after_submitting_reconnects_on_retry(deployment, jobs):
     assert task_state(deployment, "example_resumable_job", "crash_1") == {
         ("run_job", -1, "remote_job_id"): (submitted[0], 1)
     }
-    log = deployment.logs()
-    assert f"Reconnecting to job {submitted[0]}" in log
+    assert f"Reconnecting to job {submitted[0]}" in deployment.task_logs("example_resumable_job", "crash_1")
 
 
 def test_mapped_instances_keep_separate_state(deployment):
