@@ -272,7 +272,7 @@ class Deployment:
     # -- logs -------------------------------------------------------------------------------------
 
     def task_logs(self, dag_id: str, run_id: str) -> str:
-        """Every log of the run's task instances, whole (the tails of :meth:`logs` can cut what a test looks for)."""
+        """Every log of the run's task instances, whole (the tails :meth:`logs` shows can miss a line)."""
         run_logs = [
             path
             for logs_dir in (self.home / "logs", self.worker_home / "logs")
