@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from state_testing.dbservers import redis_server
-from state_testing.deployment import Deployment, airflow_deployment
 
 
 @pytest.fixture(autouse=True)
@@ -18,35 +15,3 @@ def _migrated(airflow_db) -> None:
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
         yield url
-
-
-#: The users of the operator deployment, with their SimpleAuthManager roles. alice is granted the
-#: DAG operator_alpha only (state_testing.auth_managers.DAG_GRANTS).
-OPERATOR_USERS = {"admin": "admin", "viewer": "viewer", "editor": "user", "ops": "op", "alice": "viewer"}
-OPERATOR_DAGS = Path(__file__).parent / "dags" / "state_operator_dags.py"
-DEV = Path(__file__).parents[1] / "dev"
-
-
-@pytest.fixture(scope="session")
-def operator_deployment(db_kind: str, tmp_path_factory) -> Iterator[Deployment]:
-    """
-    One deployment (PostgreSQL) for every test of the operator surfaces: users of each role, the
-    per-DAG auth manager, and one finished run of each operator DAG (run id ``first``), so task
-    state (mapped and not) and asset state exist.
-    """
-    if db_kind != "postgres":
-        pytest.skip("the operator deployment runs on PostgreSQL: use --db postgres")
-    folder = tmp_path_factory.mktemp("operator-dags")
-    shutil.copy(OPERATOR_DAGS, folder / OPERATOR_DAGS.name)
-    extra_env = {
-        "PYTHONPATH": str(DEV),
-        "AIRFLOW__CORE__AUTH_MANAGER": "state_testing.auth_managers.PerDagAuthManager",
-    }
-    with airflow_deployment(folder, extra_env=extra_env, users=OPERATOR_USERS) as running:
-        for dag_id in ("operator_alpha", "operator_beta"):
-            running.wait_for_dag(dag_id, timeout=120)
-            running.trigger(dag_id, "first")
-        for dag_id in ("operator_alpha", "operator_beta"):
-            state = running.wait_for_run(dag_id, "first", timeout=240)
-            assert state == "success", running.logs()
-        yield running

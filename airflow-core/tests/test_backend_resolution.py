@@ -10,6 +10,9 @@ from airflow.state.configured_backend import reset_state_backend
 from airflow.state.metastore import MetastoreStateBackend
 from airflow_shared.state import BaseStateBackend
 
+# Runs in the SQLite pass only: which class [state] backend names does not depend on the metadata database.
+pytestmark = pytest.mark.any_database
+
 
 class CountingBackend(BaseStateBackend):
     """A backend that counts its instances, to prove the cached instance is built once."""

@@ -7,6 +7,9 @@ from airflow.configuration import conf
 from airflow.state import StateConfigurationError, StateUnavailableError, config
 from airflow.state.provider_info import STATE_OPTIONS
 
+# Runs in the SQLite pass only: configuration is read without the metadata database.
+pytestmark = pytest.mark.any_database
+
 
 @pytest.fixture(autouse=True)
 def _no_process_key(monkeypatch):

@@ -9,6 +9,9 @@ import pytest
 from airflow.state.api import app as state_app
 from airflow.state.plugin import LazyStateApp
 
+# Runs in the SQLite pass only: the collector's handling does not depend on the metadata database.
+pytestmark = pytest.mark.any_database
+
 
 @pytest.fixture
 def gc_calls(monkeypatch):

@@ -1,7 +1,8 @@
 """
 The handshake's server side, against real task instances: a credential is issued only when the
 proof is among the task instance's rendered fields, written there as the Execution API writes them
-(``TaskInstance.update_rtif``). The real supervisor writing it is in tests/test_e2e_isolation.py.
+(``TaskInstance.update_rtif``). The real supervisor writing it is in
+tests/celery_worker/test_e2e_isolation.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+# Runs in the SQLite pass only: what a task process imports does not depend on the metadata database.
+pytestmark = pytest.mark.any_database
+
 PROBE = """
 import json, sys
 import airflow.sdk

@@ -267,6 +267,7 @@ def test_the_configured_metastore_is_measured(statsd, make_asset):
     assert statsd.timers["airflow.state.value_bytes"] == [12]
 
 
+@pytest.mark.any_database  # wraps the in-memory backend: nothing here depends on the database
 class TestMeasuredBackendConforms(StateBackendConformance):
     """The wrapper changes nothing a caller sees: the whole kit passes through it."""
 
@@ -281,6 +282,7 @@ class TestMeasuredBackendConforms(StateBackendConformance):
         return measured(MemoryStateBackend())
 
 
+@pytest.mark.any_database
 class TestMeasuredBackendIsTransparent(StateBackendWrapperConformance):
     """Every contract method and capability passes through the metrics wrapper, batches included."""
 

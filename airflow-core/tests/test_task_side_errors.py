@@ -15,6 +15,9 @@ from airflow.state import (
 from airflow.state.worker import client
 from airflow.state.worker.client import StateClient
 
+# Runs in the SQLite pass only: these refusals happen in the task, before any request.
+pytestmark = pytest.mark.any_database
+
 # What the client reads of the running task instance to speak for it: its id.
 TI = type("RuntimeTaskInstance", (), {"id": "01234567-89ab-7def-8123-456789abcdef"})()
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+# Runs in the SQLite pass only: the UI files and their registration do not depend on the metadata database.
+pytestmark = pytest.mark.any_database
+
 
 @pytest.fixture(scope="module")
 def client():

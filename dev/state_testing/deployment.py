@@ -271,6 +271,16 @@ class Deployment:
 
     # -- logs -------------------------------------------------------------------------------------
 
+    def task_logs(self, dag_id: str, run_id: str) -> str:
+        """Every log of the run's task instances, whole (the tails :meth:`logs` shows can miss a line)."""
+        run_logs = [
+            path
+            for logs_dir in (self.home / "logs", self.worker_home / "logs")
+            for path in sorted(logs_dir.glob(f"dag_id={dag_id}/run_id={run_id}/**/*"))
+            if path.is_file()
+        ]
+        return "\n".join(path.read_text(errors="replace") for path in run_logs)
+
     def logs(self) -> str:
         """The tails of every component's log, the task logs and the dag processor's file logs."""
         files = [self.home / f"{name}.log" for name in dict.fromkeys([*COMPONENTS, *self.processes])]

@@ -1,5 +1,5 @@
 """
-The broker test's DAGs (tests/test_celery_deployment.py): a victim that stays running, and a
+The broker test's DAGs (tests/celery_worker/test_celery_deployment.py): a victim that stays running, and a
 hostile task in another DAG that reads the Celery broker with what every Celery worker holds, the
 broker URL, looking for the victim's Execution API token, and then uses it.
 

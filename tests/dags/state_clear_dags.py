@@ -1,6 +1,6 @@
 """
-DAGs of the clear end-to-end tests (tests/test_e2e_clears.py): each runs a resumable job operator
-that counts the jobs it submits, one DAG per way of clearing it, so that all run side by side.
+DAGs of the clear end-to-end tests (tests/task_features/test_e2e_clears.py): each runs a resumable job
+operator that counts the jobs it submits, one DAG per way of clearing it, so that all run side by side.
 """
 
 from __future__ import annotations

@@ -7,29 +7,9 @@ nor does one that raises; a success applies everything; concurrent runs advancin
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from state_testing.deployment import Deployment, airflow_deployment
-
-STAGED_DAGS = Path(__file__).parent / "dags" / "state_staged_e2e_dags.py"
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, tmp_path_factory) -> Iterator[Deployment]:
-    if db_kind != "postgres":
-        pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    folder = tmp_path_factory.mktemp("staged-dags")
-    shutil.copy(STAGED_DAGS, folder / STAGED_DAGS.name)
-    with airflow_deployment(folder) as running:
-        # Every run is triggered at once: they overlap, and each test waits for its own.
-        for dag_id, run_id in RUNS:
-            running.wait_for_dag(dag_id, timeout=90)
-            running.trigger(dag_id, run_id)
-        yield running
-
+from state_testing.deployment import Deployment
 
 CONCURRENT_RUNS = [f"concurrent_{n}" for n in range(4)]
 RUNS = [
@@ -38,6 +18,14 @@ RUNS = [
     ("staged_succeeded", "succeeded_1"),
     *(("staged_concurrent", run_id) for run_id in CONCURRENT_RUNS),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runs(deployment: Deployment) -> None:
+    """Every run triggered at once: they overlap, and each test waits for its own."""
+    for dag_id, run_id in RUNS:
+        deployment.wait_for_dag(dag_id, timeout=90)
+        deployment.trigger(dag_id, run_id)
 
 
 def run_to_end(deployment: Deployment, dag_id: str, run_id: str) -> str:

@@ -1,6 +1,6 @@
 """
 Requests a hostile page or client can send to the state API, against the real API server of the
-operator deployment (tests/conftest.py, PostgreSQL): cross-origin "simple" requests riding on the
+operator deployment (conftest.py of this folder, PostgreSQL): cross-origin "simple" requests riding on the
 UI's cookie, huge bodies on the unauthenticated handshake routes, and control characters in path
 parameters. Each must be refused with the state API's error shape and change nothing.
 

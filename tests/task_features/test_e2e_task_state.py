@@ -1,58 +1,22 @@
 """
-The feature on a real deployment: `airflow api-server`, `scheduler` and `dag-processor` with the
-LocalExecutor on PostgreSQL, running the example DAGs that ship with the package, the key corpus
-and the fault DAGs.
+The feature on a real deployment (this folder's conftest.py): the example DAGs that ship with the
+package, the key corpus and the fault DAGs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import shutil
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import airflow.state.example_dags as example_dags
 import httpx
 import psutil
-import pytest
 from state_testing.credentials import credential_for
-from state_testing.deployment import Deployment, airflow_deployment
+from state_testing.deployment import Deployment
 
-EXAMPLE_DAGS = Path(example_dags.__file__).parent
-CORPUS_DAG = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"
-FAULT_DAGS = Path(__file__).parent / "dags" / "state_fault_dags.py"
-VERSIONED_DAGS = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags" / "state_versioned_dags.py"
-
-
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("simulated-jobs")
-
-
-@pytest.fixture(scope="module")
-def dags_folder(tmp_path_factory) -> Path:
-    """The example DAGs, the key corpus and the fault DAGs, side by side in one folder."""
-    folder = tmp_path_factory.mktemp("e2e-dags")
-    for path in [*EXAMPLE_DAGS.glob("*.py"), CORPUS_DAG, FAULT_DAGS, VERSIONED_DAGS]:
-        if path.name != "__init__.py":
-            shutil.copy(path, folder / path.name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, jobs: Path, dags_folder: Path) -> Iterator[Deployment]:
-    if db_kind != "postgres":
-        pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    extra_env = {
-        "STATE_EXAMPLE_JOBS_DIR": str(jobs),
-        # Airflow's own Execution API calls, and so ours, retry for about 4 minutes instead of 31 s:
-        # on a loaded 2-core machine an API server restart can take longer than the default budget.
-        "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "8",
-    }
-    with airflow_deployment(dags_folder, extra_env=extra_env) as running:
-        yield running
+CORPUS_DAG = Path(__file__).parents[2] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"
 
 
 def run_to_end(deployment: Deployment, dag_id: str, run_id: str, conf: dict | None = None) -> None:
@@ -75,17 +39,18 @@ def task_state(deployment: Deployment, dag_id: str, run_id: str) -> dict[tuple[s
 
 
 def test_worker_killed_after_submitting_reconnects_on_retry(deployment, jobs):
+    # The deployment's other runs submit simulated jobs too: count the ones this run submitted.
+    before = set(jobs.glob("*.submitted"))
     run_to_end(deployment, "example_resumable_job", "crash_1")
 
-    submitted = sorted(path.stem for path in jobs.glob("*.submitted"))
+    submitted = sorted(path.stem for path in set(jobs.glob("*.submitted")) - before)
     assert len(submitted) == 1, f"expected one job, got {submitted}"
     [ti] = deployment.task_instances("example_resumable_job", "crash_1")
     assert (ti["state"], ti["try_number"]) == ("success", 2)
     assert task_state(deployment, "example_resumable_job", "crash_1") == {
         ("run_job", -1, "remote_job_id"): (submitted[0], 1)
     }
-    log = deployment.logs()
-    assert f"Reconnecting to job {submitted[0]}" in log
+    assert f"Reconnecting to job {submitted[0]}" in deployment.task_logs("example_resumable_job", "crash_1")
 
 
 def test_mapped_instances_keep_separate_state(deployment):
@@ -174,8 +139,6 @@ def test_forked_processes_of_a_try_each_get_a_credential(deployment):
 
 
 def test_every_key_round_trips_exactly_through_the_api_server(deployment):
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("state_key_corpus", CORPUS_DAG)
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)

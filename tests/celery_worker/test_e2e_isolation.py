@@ -7,47 +7,17 @@ scheduler hold Airflow's), and api-server, scheduler and dag-processor on Postgr
 A hostile task in one DAG attacks the state of a running task of another DAG with everything it
 can reach on its worker but the broker (see tests/dags/state_isolation_dags.py); every attempt is
 refused and nothing changes. The broker hands any task another running task's Airflow token, which
-is Airflow 3.2's exposure: tests/test_celery_deployment.py asserts it as it is today. A
+is Airflow 3.2's exposure: tests/celery_worker/test_celery_deployment.py asserts it as it is today. A
 well-behaved task on the same deployment still reconnects after a SIGKILL. (What the worker holds
-is checked in tests/test_celery_deployment.py; the hostile task reports it again from inside.)
+is checked in tests/celery_worker/test_celery_deployment.py; the hostile task reports it again from inside.)
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 
-import airflow.state.example_dags as example_dags
 import httpx
-import pytest
-from state_testing.deployment import Deployment, airflow_deployment
-
-ISOLATION_DAGS = Path(__file__).parent / "dags" / "state_isolation_dags.py"
-EXAMPLE_DAGS = Path(example_dags.__file__).parent
-
-
-@pytest.fixture(scope="module")
-def shared_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("isolation")
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, shared_dir: Path, tmp_path_factory) -> Iterator[Deployment]:
-    if db_kind != "postgres":
-        pytest.skip("the Celery deployment runs on PostgreSQL: use --db postgres")
-    folder = tmp_path_factory.mktemp("isolation-dags")
-    for path in [
-        ISOLATION_DAGS,
-        EXAMPLE_DAGS / "example_resumable_job.py",
-        EXAMPLE_DAGS / "simulated_jobs.py",
-    ]:
-        shutil.copy(path, folder / path.name)
-    extra_env = {"ISOLATION_DIR": str(shared_dir), "STATE_EXAMPLE_JOBS_DIR": str(shared_dir / "jobs")}
-    (shared_dir / "jobs").mkdir()
-    with airflow_deployment(folder, extra_env=extra_env, executor="celery") as running:
-        yield running
+from state_testing.deployment import Deployment
 
 
 def state_rows(deployment: Deployment) -> dict:

@@ -14,8 +14,6 @@ import base64
 import configparser
 import contextlib
 import json
-import shutil
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,66 +23,15 @@ import psutil
 import pytest
 import redis
 from celery import Celery
-from state_testing.deployment import CELERY_WORKER, Deployment, airflow_deployment
+from state_testing.deployment import CELERY_WORKER, Deployment
 
 DAG_ID = "celery_smoke"
 RUN_ID = "celery_smoke_1"
-BROKER_DAGS = Path(__file__).parent / "dags" / "celery_broker_dags.py"
-
-DAG_FILE = textwrap.dedent(
-    """
-    import json
-    import os
-    from pathlib import Path
-
-    import pendulum
-    import psutil
-    from airflow.sdk import dag, get_current_context, task
-
-
-    @dag(dag_id="celery_smoke", schedule=None, start_date=pendulum.datetime(2024, 1, 1), catchup=False)
-    def celery_smoke():
-        @task
-        def where_am_i():
-            me = psutil.Process()
-            marker = {
-                "pid": me.pid,
-                "ancestors": [parent.pid for parent in me.parents()],
-                "airflow_variables": sorted(k for k in os.environ if k.startswith("AIRFLOW")),
-            }
-            run_id = get_current_context()["run_id"]
-            Path(os.environ["CELERY_SMOKE_MARKERS"], f"{run_id}.json").write_text(json.dumps(marker))
-            return "ran"
-
-        where_am_i()
-
-
-    celery_smoke()
-    """
-)
 
 
 def forbidden(name: str) -> bool:
     """What no worker may hold: the token signing secret and any setting of the task-state feature."""
     return name == "AIRFLOW__API_AUTH__JWT_SECRET" or name.startswith("AIRFLOW__STATE__")
-
-
-@pytest.fixture(scope="module")
-def markers(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("celery-markers")
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, markers: Path, tmp_path_factory) -> Iterator[Deployment]:
-    if db_kind != "postgres":
-        pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    dags_folder = tmp_path_factory.mktemp("celery-dags")
-    (dags_folder / "celery_smoke.py").write_text(DAG_FILE)
-    shutil.copy(BROKER_DAGS, dags_folder / BROKER_DAGS.name)
-    with airflow_deployment(
-        dags_folder, extra_env={"CELERY_SMOKE_MARKERS": str(markers)}, executor="celery"
-    ) as d:
-        yield d
 
 
 @pytest.fixture(scope="module")

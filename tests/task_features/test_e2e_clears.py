@@ -7,15 +7,13 @@ jobs submitted by a resumable operator (tests/dags/state_clear_dags.py).
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from state_testing.deployment import Deployment, airflow_deployment
+from state_testing.deployment import Deployment
 
-CLEAR_DAGS = Path(__file__).parent / "dags" / "state_clear_dags.py"
 RUN = "first"
 DAGS = (
     "clear_e2e_retry",
@@ -32,28 +30,16 @@ DAGS = (
 FAILS_FIRST = {"clear_e2e_failure", "clear_e2e_failure_never"}
 
 
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("clear-jobs")
-
-
-@pytest.fixture(scope="module")
-def deployment(db_kind: str, jobs: Path, tmp_path_factory) -> Iterator[Deployment]:
-    """One deployment; every DAG's first run triggered at once and finished."""
-    if db_kind != "postgres":
-        pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
-    folder = tmp_path_factory.mktemp("clear-dags")
-    shutil.copy(CLEAR_DAGS, folder / CLEAR_DAGS.name)
-    extra_env = {"STATE_EXAMPLE_JOBS_DIR": str(jobs)}
-    with airflow_deployment(folder, extra_env=extra_env, users={"admin": "admin"}) as running:
-        for dag_id in DAGS:
-            running.wait_for_dag(dag_id, timeout=120)
-        for dag_id in DAGS:
-            running.trigger(dag_id, RUN)
-        for dag_id in DAGS:
-            expected = "failed" if dag_id in FAILS_FIRST else "success"
-            assert running.wait_for_run(dag_id, RUN, timeout=240) == expected, running.logs()
-        yield running
+@pytest.fixture(scope="module", autouse=True)
+def first_runs(deployment: Deployment) -> None:
+    """Every DAG's first run triggered at once and finished."""
+    for dag_id in DAGS:
+        deployment.wait_for_dag(dag_id, timeout=120)
+    for dag_id in DAGS:
+        deployment.trigger(dag_id, RUN)
+    for dag_id in DAGS:
+        expected = "failed" if dag_id in FAILS_FIRST else "success"
+        assert deployment.wait_for_run(dag_id, RUN, timeout=240) == expected, deployment.logs()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """
 The State tab of the task instance page and the State page, in a real browser (Debian's chromium,
-driven by Playwright) against the real API server of the operator deployment (tests/conftest.py).
+driven by Playwright) against the real API server of the operator deployment (conftest.py of this folder).
 
 The deployment is shared with the REST API's tests: these tests change only keys they create, on
 the ``load`` task instance of ``operator_alpha``/``first`` (whose task holds asset state, not task
@@ -25,7 +25,7 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 # The README's screenshots are rewritten only on request (STATE_UPDATE_SCREENSHOTS=1): a test run
 # must not leave the working tree changed. Otherwise they go to a temporary folder.
-README_SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
+README_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
 # How long a page may take to show something (two cores, an API server and a scheduler).
 TIMEOUT_MS = 20_000
