@@ -36,6 +36,7 @@ from airflow.utils.session import create_session
 from sqlalchemy import String, func, literal_column, select
 
 if TYPE_CHECKING:
+    from airflow_shared.state.scopes import TaskScope
     from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,21 @@ class ArchivedTry(NamedTuple):
     try_number: int
     state: str | None
     max_tries: int | None
+
+
+def boundary_at_first_touch(
+    scope: TaskScope, choice: KeepTaskState, try_number: int, max_tries: int | None, succeeded_try: int | None
+) -> int | None:
+    """
+    :func:`discard_boundary` for the current try of *scope*, as its first touch of state decides it:
+    ``after_failure`` takes *succeeded_try*, which the caller's own query read with
+    :func:`highest_success_before_current_try`; only ``never`` reads the whole try history.
+    """
+    if choice is not KeepTaskState.NEVER:
+        return None if choice is KeepTaskState.ALWAYS else succeeded_try
+    with create_session() as session:
+        history = history_of(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, session)
+    return discard_boundary(choice, try_number, max_tries, history)
 
 
 def discard_boundary(
@@ -72,18 +88,23 @@ def discard_boundary(
     return boundary
 
 
+def decoded(rendered_fields: Any) -> dict[str, Any] | None:
+    """A try's rendered fields as a dict (``None``: none, or not an object), as any driver returns them."""
+    if isinstance(rendered_fields, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
+        try:
+            rendered_fields = json.loads(rendered_fields)
+        except ValueError:
+            return None
+    return rendered_fields if isinstance(rendered_fields, dict) else None
+
+
 def choice_of(rendered_fields: Any, task: str) -> KeepTaskState:
     """
     The task's choice as its try recorded it among *rendered_fields* (written by the try's
     supervisor, so by the DAG's code), else ``[state] keep_task_state``. A value that is not a
     choice is the deployment's default: a DAG cannot break the API server with it.
     """
-    if isinstance(rendered_fields, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
-        try:
-            rendered_fields = json.loads(rendered_fields)
-        except ValueError:
-            rendered_fields = None
-    recorded = rendered_fields.get(KEEP_FIELD) if isinstance(rendered_fields, dict) else None
+    recorded = (decoded(rendered_fields) or {}).get(KEEP_FIELD)
     if recorded is not None:
         try:
             return parse_keep_choice(recorded, f"{task}.{TASK_ATTRIBUTE}")

@@ -7,7 +7,6 @@ which that request's answer exchanges for a credential.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import time
 from dataclasses import astuple
@@ -21,10 +20,10 @@ from airflow.models.dagrun import DagRun
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.taskinstance import TaskInstance
 from airflow.state.airflow_db.clears import (
+    boundary_at_first_touch,
     choice_of,
-    discard_boundary,
+    decoded,
     highest_success_before_current_try,
-    history_of,
 )
 from airflow.state.airflow_db.engine import execute
 from airflow.state.airflow_db.run_identity import dag_run_uid
@@ -37,7 +36,6 @@ from airflow.state.api.credentials import (
 from airflow.state.api.errors import forbidden, refusal, unauthorized, unprocessable
 from airflow.state.api.signing_keys import signing_key, verification_keys
 from airflow.state.configured_backend import get_state_backend
-from airflow.state.keep_choice import KeepTaskState
 from airflow.state.protocol import (
     CREDENTIAL_EXPIRES_HEADER,
     CREDENTIAL_HEADER,
@@ -148,10 +146,8 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     # A process left behind by a finished try keeps what it holds (a credential lives its ten
     # minutes), but gets nothing new.
     _refuse_unless_running(ti_id, state, "obtain a credential")
-    rendered = row[-3]  # see _proof_row
-    if isinstance(rendered, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
-        rendered = json.loads(rendered)
-    found = rendered.get(PROOF_FIELD) if isinstance(rendered, dict) else None
+    rendered = decoded(row[-3]) or {}  # see _proof_row
+    found = rendered.get(PROOF_FIELD)
     if not isinstance(found, str) or not hmac.compare_digest(found, proof(ti_id, verifier)):
         raise forbidden(
             f"the proof of this verifier is not among the rendered fields of task instance {ti_id}: only "
@@ -190,13 +186,7 @@ def _discard_what_a_clear_left(scope: TaskScope, row: Any, chosen: Any) -> None:
     *_, rendered, max_tries, succeeded_try = row
     try_number = row[5]
     choice = choice_of(chosen or rendered, f"{scope.dag_id}.{scope.task_id}")
-    if choice is KeepTaskState.ALWAYS:
-        return
-    boundary = succeeded_try  # after_failure: computed in the proof's own query
-    if choice is KeepTaskState.NEVER:
-        with create_session() as session:
-            history = history_of(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, session)
-        boundary = discard_boundary(choice, try_number, max_tries, history)
+    boundary = boundary_at_first_touch(scope, choice, try_number, max_tries, succeeded_try)
     if boundary is None:
         return
     removed = get_state_backend().discard_written_through_try(scope, boundary)
