@@ -19,7 +19,6 @@ from airflow.state.airflow_db.lookups import (
     every_asset,
     find_asset,
     task_scope,
-    task_scope_of_every_map_index,
     task_scopes_of_run,
 )
 from airflow.state.configured_backend import get_state_backend
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 # Re-exported: the REST API and the CLI name Airflow's tables through this module.
-__all__ = ["AssetInfo", "NotFound", "find_asset", "task_scope", "task_scope_of_every_map_index"]
+__all__ = ["AssetInfo", "NotFound", "find_asset", "task_scope"]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ INCREMENT = "/increment"
 # Many keys in one request; the keys travel in the JSON body: read them (POST .../values/read),
 # write them (PUT .../values), delete them (POST .../values/delete).
 VALUES = "/values"
+VALUES_READ = VALUES + "/read"
+VALUES_DELETE = VALUES + "/delete"
 TASK_KEYS_PATH = TASK_PREFIX + KEYS
 TASK_VALUE_PATH = TASK_PREFIX + VALUE
 TASK_INCREMENT_PATH = TASK_PREFIX + INCREMENT

@@ -77,10 +77,6 @@ def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int | None, se
     return TaskScope(dag_id, run_id, task_id, found, dag_run_uid=uid)
 
 
-def task_scope_of_every_map_index(dag_id: str, run_id: str, task_id: str, session: Session) -> TaskScope:
-    return task_scope(dag_id, run_id, task_id, None, session)
-
-
 def task_scopes_of_run(dag_id: str, run_id: str, session: Session) -> list[TaskScope]:
     """Every task instance of the run (:class:`NotFound` without it), sorted by task id and map index."""
     uid = dag_run_uid(dag_id, run_id, session)

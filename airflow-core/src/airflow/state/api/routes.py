@@ -42,6 +42,8 @@ from airflow.state.protocol import (
     TASK_SUCCEEDED_PATH,
     VALUE,
     VALUES,
+    VALUES_DELETE,
+    VALUES_READ,
     Reason,
 )
 from airflow_shared.state import AssetScope, StateScope, StateWriter
@@ -201,7 +203,7 @@ def _state_routes(kind: ScopeKind) -> None:
         manage.delete(scoped(True), key)
 
     @router.post(
-        kind.prefix + VALUES + "/read",
+        kind.prefix + VALUES_READ,
         responses=errors,
         openapi_extra=KEYS_BODY,
         name=f"get_{the}_state_many",
@@ -226,7 +228,7 @@ def _state_routes(kind: ScopeKind) -> None:
         return StateVersionsResponse(versions=versions)
 
     @router.post(
-        kind.prefix + VALUES + "/delete",
+        kind.prefix + VALUES_DELETE,
         status_code=204,
         responses=errors,
         openapi_extra=KEYS_BODY,

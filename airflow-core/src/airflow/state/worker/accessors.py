@@ -37,6 +37,8 @@ from airflow.state.protocol import (
     TTL_FIELD,
     VALUE,
     VALUES,
+    VALUES_DELETE,
+    VALUES_READ,
 )
 from airflow.state.worker import staging
 from airflow.state.worker.client import StateClient
@@ -298,7 +300,7 @@ class _StateNamespace:
                 f"{self._what} batch is {len(encoded)} bytes as JSON; the limit is {limit} "
                 "([state] max_batch_bytes): split it into smaller batches"
             )
-        return self._request(method, VALUES + path, content=encoded)
+        return self._request(method, path, content=encoded)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """
@@ -311,7 +313,7 @@ class _StateNamespace:
         asked = [key for key in wanted if key not in staged or staged[key].op is StagedOp.INCREMENT]
         found = {}
         if asked:
-            found = self._many("POST", "/read", json.dumps({"keys": asked})).json()["values"]
+            found = self._many("POST", VALUES_READ, json.dumps({"keys": asked})).json()["values"]
             if not set(found) <= set(asked):  # never expected; values must not come back for other keys
                 raise StateUnavailableError(
                     f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
@@ -345,13 +347,13 @@ class _StateNamespace:
             except (TypeError, ValueError) as error:
                 raise type(error)(f"{self._what}.set_many: the value of key {key!r:.60}: {error}") from None
         body = _document('"values":{' + ",".join(pairs) + "}", ttl_text)
-        return self._many("PUT", "", body).json()["versions"]
+        return self._many("PUT", VALUES, body).json()["versions"]
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Remove each of *keys* in one request; keys that are not there are not an error."""
         doomed = validate_many_keys(keys, f"{self._what}.delete_many")
         if doomed:
-            self._many("POST", "/delete", json.dumps({"keys": doomed}))
+            self._many("POST", VALUES_DELETE, json.dumps({"keys": doomed}))
 
     def clear(self) -> None:
         """Remove every key of this namespace."""

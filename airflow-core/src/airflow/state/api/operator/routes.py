@@ -79,7 +79,7 @@ def _task_clear_scope(
     if not all_map_indices:
         return _task_scope(dag_id, dag_run_id, task_id, map_index), False
     with create_session() as session:
-        return manage.task_scope_of_every_map_index(dag_id, dag_run_id, task_id, session), True
+        return manage.task_scope(dag_id, dag_run_id, task_id, None, session), True
 
 
 def _asset(asset_id: AssetId) -> manage.AssetInfo:
