@@ -6,6 +6,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from airflow.api_fastapi.compat import HTTP_422_UNPROCESSABLE_CONTENT
 from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.manage import NotFound
@@ -35,7 +36,7 @@ def forbidden(message: str, reason: Reason = Reason.FORBIDDEN) -> HTTPException:
 
 
 def unprocessable(reason: Reason, error: Exception | str) -> HTTPException:
-    return refusal(status.HTTP_422_UNPROCESSABLE_ENTITY, reason, str(error))
+    return refusal(HTTP_422_UNPROCESSABLE_CONTENT, reason, str(error))
 
 
 @contextmanager
@@ -124,7 +125,7 @@ async def validation_error(request: Request, error: Exception) -> JSONResponse:
     problems = "; ".join(
         f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()
     )
-    return _answer(status.HTTP_422_UNPROCESSABLE_ENTITY, Reason.INVALID_REQUEST, problems)
+    return _answer(HTTP_422_UNPROCESSABLE_CONTENT, Reason.INVALID_REQUEST, problems)
 
 
 async def database_unavailable(request: Request, error: Exception) -> JSONResponse:

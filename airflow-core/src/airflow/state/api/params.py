@@ -22,7 +22,7 @@ from airflow_shared.state import (
     validate_key,
     validate_many_keys,
 )
-from fastapi import Depends, Path, Query, Request, status
+from fastapi import Depends, Path, Query, Request
 
 # Airflow's map_index and asset id columns are 32-bit integers: a larger number names nothing, and
 # some databases (SQLite) cannot even compare with it. Offsets get the same bound.
@@ -103,7 +103,9 @@ async def body_within(request: Request, limit: int, explanation: str | None = No
         "([state] max_value_bytes)"
     )
     too_large = refusal(
-        status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        # Content Too Large. Not Starlette's constant: its old name warns on every request since
+        # Starlette 0.48, and its new name is missing from the older releases Airflow 3.2 allows.
+        413,
         Reason.BODY_TOO_LARGE,
         f"request body is larger than {limit} bytes: {explanation}",
     )
