@@ -446,9 +446,10 @@ def test_existing_keys_overwrite_after_asking_or_skip_or_fail(cli, refused, answ
     assert backend.get(scope, "fresh") is None
 
     answer("n\n")
-    out = cli("import", str(path))
-    assert "Importing 2 keys: 1 key already exists and will be overwritten. Proceed? [y/n]" in out
-    assert "Cancelled, nothing was imported." in out
+    cancelled = refused("import", str(path))
+    question = "Importing 2 keys: 1 key already exists and will be overwritten. Proceed? [y/n]"
+    assert question in cancelled.stdout
+    assert cancelled == "Cancelled, nothing was imported."
     assert (backend.get(scope, "exists"), backend.get(scope, "fresh")) == ('"old"', None)
 
     assert cli("import", str(path), "-a", "skip").strip() == (

@@ -343,13 +343,14 @@ def test_list_in_every_format(cli, asset):
 # --- delete and clear ask first -------------------------------------------------------------------
 
 
-def test_delete_asks_and_no_changes_nothing(cli, ti, answer):
+def test_delete_asks_and_no_changes_nothing(cli, refused, ti, answer):
     cli("set", "k", "1", *ti)
     answer("n\n")
-    out = cli("delete", "k", *ti)
-    assert "Delete key 'k' of task instance (" in out and "Cancelled, nothing was deleted." in out
+    cancelled = refused("delete", "k", *ti)  # exit 1: a script sees that nothing was done
+    assert cancelled == "Cancelled, nothing was deleted."
+    assert "Delete key 'k' of task instance (" in cancelled.stdout
     answer("")  # stdin closed: a script that forgot -y
-    assert "Cancelled, nothing was deleted." in cli("delete", "k", *ti)
+    assert refused("delete", "k", *ti) == "Cancelled, nothing was deleted."
     assert state_of(ti, cli) == {"k": 1}
     answer("maybe\ny\n")
     out = cli("delete", "k", *ti)
@@ -370,13 +371,13 @@ def test_delete_of_a_missing_key_exits_1_without_asking(refused, ti, monkeypatch
     assert refused("delete", "nope", *ti) == "no state stored under key 'nope'"
 
 
-def test_clear_asks_and_no_changes_nothing(cli, ti, asset, answer):
+def test_clear_asks_and_no_changes_nothing(cli, refused, ti, asset, answer):
     for scope in (ti, ["--asset-uri", asset["uri"]]):
         cli("set", "a", "1", *scope)
         cli("set", "b", "2", *scope)
         answer("n\n")
-        out = cli("clear", *scope)
-        assert "Delete all 2 keys of " in out and "Cancelled, nothing was cleared." in out
+        cancelled = refused("clear", *scope)
+        assert cancelled == "Cancelled, nothing was cleared." and "Delete all 2 keys of " in cancelled.stdout
         assert state_of(scope, cli) == {"a": 1, "b": 2}
         answer("yes\n")
         assert "Cleared 2 keys of " in cli("clear", *scope)
@@ -614,13 +615,13 @@ def test_clean_in_batches_smaller_than_the_count(cli, expired_keys):
     assert removable() == 0
 
 
-def test_clean_asks_first_unless_yes(cli, expired_keys, answer, monkeypatch):
+def test_clean_asks_first_unless_yes(cli, refused, expired_keys, answer, monkeypatch):
     expired_keys(2)
     answer("n\n")
-    out = cli("clean")
-    assert "Remove expired keys from " in out and "Cancelled, nothing was removed." in out
+    cancelled = refused("clean")
+    assert cancelled == "Cancelled, nothing was removed." and "Remove expired keys from " in cancelled.stdout
     answer("")  # stdin closed: a script that forgot -y
-    assert "Cancelled, nothing was removed." in cli("clean")
+    assert refused("clean") == "Cancelled, nothing was removed."
     assert removable() == 2
     answer("y\n")
     assert "Removed 2 keys (expired keys)" in cli("clean")

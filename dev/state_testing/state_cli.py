@@ -13,8 +13,9 @@ import pytest
 
 
 class Refusal(str):
-    """The one-line message a refused command exited with; ``stderr`` is what it wrote there first."""
+    """The one-line message a refused command exited with; ``stdout``/``stderr``: what it wrote first."""
 
+    stdout: str
     stderr: str
 
 
@@ -51,7 +52,7 @@ def refused(airflow_parser, capsys) -> Callable[..., Refusal]:
         assert isinstance(message, str), f"exit status {message!r}, not a message"
         assert message and "\n" not in message, message
         refusal = Refusal(message)
-        refusal.stderr = capsys.readouterr().err
+        refusal.stdout, refusal.stderr = capsys.readouterr()
         return refusal
 
     return run

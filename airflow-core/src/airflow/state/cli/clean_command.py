@@ -6,7 +6,7 @@ from argparse import Namespace
 from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
-from airflow.state.cli.errors import command, configured_backend, confirmed
+from airflow.state.cli.errors import command, configured_backend, confirm
 from airflow.state.cli.formats import count
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
@@ -23,8 +23,7 @@ def clean(args: Namespace) -> None:
         "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
     )
     question = f"Remove {what} from {name}? (--dry-run counts them first)"
-    if not args.dry_run and not confirmed(question, yes=args.yes, cancelled="nothing was removed"):
-        return
+    confirm(question, yes=args.yes or args.dry_run, cancelled="nothing was removed")
     removed = backend.cleanup(
         now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
     )

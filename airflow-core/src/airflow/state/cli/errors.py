@@ -61,18 +61,18 @@ def configured_backend() -> BaseStateBackend:
         return get_state_backend()
 
 
-def confirmed(question: str, *, yes: bool, cancelled: str) -> bool:
+def confirm(question: str, *, yes: bool, cancelled: str) -> None:
     """
-    True with ``-y`` or a yes; otherwise says "Cancelled, *cancelled*." No answer at all (stdin
-    closed, as in a script that forgot ``-y``) is a no, not an endless prompt or a traceback.
+    Go on with ``-y`` or a yes; otherwise exit 1 with "Cancelled, *cancelled*." (a script sees that
+    nothing was done). No answer at all (stdin closed, as in a script that forgot ``-y``) is a no,
+    not an endless prompt or a traceback.
     """
     if yes:
-        return True
+        return
     try:
         answer = ask_yesno(f"{question} [y/n]")
     except EOFError:
         print()
         answer = False
     if not answer:
-        print(f"Cancelled, {cancelled}.")
-    return answer
+        raise SystemExit(f"Cancelled, {cancelled}.")

@@ -18,7 +18,7 @@ from typing import IO
 
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
-from airflow.state.cli.errors import command, configured_backend, confirmed
+from airflow.state.cli.errors import command, configured_backend, confirm
 from airflow.state.cli.formats import AssetTarget, RowError, count, parse_row
 from airflow.state.cli.scope_options import NamedScope, asset, task_instance
 from airflow.state.configured_backend import unwrap_state_backend
@@ -76,8 +76,7 @@ def import_state(args: Namespace) -> None:
         if args.dry_run:
             _report_dry_run(plan)
             return
-        if not _overwriting_confirmed(plan, args):
-            return
+        _confirm_overwriting(plan, args)
         _write(file, backend, plan.writes)
     overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
     print(
@@ -87,10 +86,10 @@ def import_state(args: Namespace) -> None:
     )
 
 
-def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
+def _confirm_overwriting(plan: Plan, args: Namespace) -> None:
     overwrites = plan.count(OVERWRITE)
     if not overwrites or args.yes:
-        return True
+        return
     existing = f"{count(overwrites, 'key')} already {'exists' if overwrites == 1 else 'exist'}"
     if args.file == "-":
         raise SystemExit(
@@ -99,7 +98,7 @@ def _overwriting_confirmed(plan: Plan, args: Namespace) -> bool:
         )
     importing = count(len(plan.writes), "key")
     question = f"Importing {importing}: {existing} and will be overwritten. Proceed?"
-    return confirmed(question, yes=False, cancelled="nothing was imported")
+    confirm(question, yes=False, cancelled="nothing was imported")
 
 
 def _report_dry_run(plan: Plan) -> None:

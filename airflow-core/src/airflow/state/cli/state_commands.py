@@ -10,7 +10,7 @@ import sys
 from argparse import Namespace
 
 from airflow.state import codec, expiry, manage
-from airflow.state.cli.errors import command, configured_backend, confirmed, refusing
+from airflow.state.cli.errors import command, configured_backend, confirm, refusing
 from airflow.state.cli.formats import count, print_entries
 from airflow.state.cli.scope_options import named_scope
 from airflow.utils.session import create_session
@@ -87,10 +87,7 @@ def delete(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = named_scope(args)
     manage.entry(named.scope, key)  # a key that is not there is an error, not a silent no-op
-    if not confirmed(
-        f"Delete key {key!r} of {named.description}?", yes=args.yes, cancelled="nothing was deleted"
-    ):
-        return
+    confirm(f"Delete key {key!r} of {named.description}?", yes=args.yes, cancelled="nothing was deleted")
     manage.delete(named.scope, key)
     print(f"Deleted key {key!r} of {named.description}")
 
@@ -109,7 +106,6 @@ def clear(args: Namespace) -> None:
         print(f"Nothing to clear: no state stored for {named.description}")
         return
     question = f"Delete all {count(keys, 'key')} of {named.description}?"
-    if not confirmed(question, yes=args.yes, cancelled="nothing was cleared"):
-        return
+    confirm(question, yes=args.yes, cancelled="nothing was cleared")
     manage.clear(named.scope, all_map_indices=args.all_map_indices)
     print(f"Cleared {count(keys, 'key')} of {named.description}")
