@@ -15,7 +15,7 @@ import pytest
 from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
 from airflow.state.api.signing_keys import forget_configured_keys, signing_key
 from airflow.state.protocol import PROOF_FIELD, proof
-from sqlalchemy import select
+from sqlalchemy import select, text
 from test_state_api import api, at, detail, exercise_ti, running, session_key, set_ti_state
 
 __all__ = ["api", "exercise_ti", "running", "session_key"]  # fixtures, used by name
@@ -109,6 +109,27 @@ def test_a_proof_in_another_task_instances_fields_proves_nothing(api, running):
     on_the_victim = api.get(**at(running), headers=bearer(attackers_credential))
     assert on_the_victim.status_code == 403 and detail(on_the_victim)["reason"] == "forbidden"
     set_ti_state(attacking, "success")
+
+
+def test_rendered_fields_that_are_not_json_prove_nothing_and_break_nothing(api, running, db_kind):
+    """
+    Only a direct write to the database can leave text that is not JSON among a try's rendered
+    fields (Airflow's Execution API stores JSON). The exchange refuses, saying why, instead of failing.
+    """
+    if db_kind != "sqlite":
+        pytest.skip(f"{db_kind} refuses text that is not JSON in a JSON column: only SQLite stores it")
+    from airflow.utils.session import create_session
+
+    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+    rewrite = text("UPDATE rendered_task_instance_fields SET rendered_fields = :raw WHERE run_id = :run")
+    with create_session() as session:
+        session.execute(rewrite, {"raw": "{not json", "run": running.run_id})
+    try:
+        refused = redeem(api, running.ti_id)
+        assert refused.status_code == 403 and detail(refused)["reason"] == "proof_not_found", refused.text
+    finally:  # Airflow's own writes of rendered fields read the row first, and would fail on it
+        with create_session() as session:
+            session.execute(rewrite, {"raw": "{}", "run": running.run_id})
 
 
 @pytest.mark.parametrize("state", ["success", "failed", "up_for_retry", "queued", "deferred", "restarting"])

@@ -33,7 +33,7 @@ from airflow.state import config
 from airflow.state.airflow_db.lookups import of_run
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
 from airflow.utils.session import create_session
-from sqlalchemy import String, func, literal_column, select
+from sqlalchemy import String, Text, func, literal_column, select, type_coerce
 
 if TYPE_CHECKING:
     from airflow_shared.state.scopes import TaskScope
@@ -96,6 +96,14 @@ def decoded(rendered_fields: Any) -> dict[str, Any] | None:
         except ValueError:
             return None
     return rendered_fields if isinstance(rendered_fields, dict) else None
+
+
+def undecoded(rendered_fields: Any) -> Any:
+    """
+    The rendered-fields column as the driver returns it: SQLAlchemy's JSON type raises on text that
+    is not JSON (a row written to the database directly), before decoded() can set it aside.
+    """
+    return type_coerce(rendered_fields, Text).label("rendered_fields")
 
 
 def choice_of(rendered_fields: Any, task: str) -> KeepTaskState:
@@ -172,7 +180,7 @@ def pending_boundaries(
         instances = db.execute(
             of_run(select(TI.task_id, TI.map_index, TI.try_number, TI.max_tries), TI, *identity)
         ).all()
-        rendered = select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields)
+        rendered = select(RTIF.task_id, RTIF.map_index, undecoded(RTIF.rendered_fields))
         fields = {
             (row.task_id, row.map_index): row.rendered_fields
             for row in db.execute(of_run(rendered, RTIF, *identity))

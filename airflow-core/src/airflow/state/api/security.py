@@ -24,6 +24,7 @@ from airflow.state.airflow_db.clears import (
     choice_of,
     decoded,
     highest_success_before_current_try,
+    undecoded,
 )
 from airflow.state.airflow_db.engine import execute
 from airflow.state.airflow_db.run_identity import dag_run_uid
@@ -126,7 +127,9 @@ def _proof_row() -> Select[Any]:
     return (
         _task_instance_row()
         .outerjoin_from(ti, rendered, same_task_instance)
-        .add_columns(rendered.c.rendered_fields, ti.c.max_tries, highest_success_before_current_try(ti))
+        .add_columns(
+            undecoded(rendered.c.rendered_fields), ti.c.max_tries, highest_success_before_current_try(ti)
+        )
     )
 
 
