@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from airflow_shared.state import TaskScope
+from airflow_shared.state import StagedCommit, StagedOp, StagedWrite, TaskScope
 from airflow_shared.state.testing import StateBackendConformance
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError, StateNotReplicatedError
 from airflow_state_redis._config import Topology
@@ -78,6 +79,26 @@ def test_writes_wait_for_the_replicas_asked_for(make_sentinel_backend, sentinel)
     with pytest.raises(StateNotReplicatedError, match=r"only 2 of the 3 replica\(s\)"):
         greedy.set_many(scope, {"k": "w"})
     assert backend.get(scope, "k") == "w"
+
+
+def test_a_commit_retried_after_its_wait_failed_is_confirmed_before_it_counts(
+    make_sentinel_backend, sentinel
+):
+    """
+    A task retries a commit refused with StateNotReplicatedError (or whose reply was lost): the
+    retry finds it applied, and reports it done only once the replicas asked for confirm it.
+    """
+    ledger = TaskScope("rewait", "run", "task", dag_run_uid="1.1")
+    commit = StagedCommit(uuid.uuid4().hex, ledger, (StagedWrite(ledger, "job", StagedOp.SET, "j-1"),))
+    greedy = make_sentinel_backend(topology=_topology(sentinel, wait_replicas=3, wait_timeout_ms=50))
+    for _attempt in range(2):  # the first applies it; the retry must not call it replicated
+        with pytest.raises(StateNotReplicatedError, match=r"only 2 of the 3 replica\(s\)"):
+            greedy.apply_commit(commit)
+    assert greedy.get(ledger, "job") == "j-1"
+    both = make_sentinel_backend(
+        key_prefix=greedy._settings.key_prefix, topology=_topology(sentinel, wait_replicas=2)
+    )
+    assert both.apply_commit(commit) is False  # applied before, and now confirmed by both replicas
 
 
 def test_a_commit_waits_on_the_connection_that_ran_it(make_sentinel_backend, sentinel, commits_from_threads):

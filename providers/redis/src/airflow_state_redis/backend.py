@@ -510,6 +510,15 @@ class RedisStateBackend(BaseStateBackend):
         record = commit_record(commit.commit_id)
         recorded = stored(commit.ledger, COMMIT_KEY)
         if recorded is not None and recorded.value == record:
+            # A retry after a lost EXEC reply or a refused WAIT: the commit is applied, perhaps on no
+            # replica yet. WAIT counts only its own connection's writes, so this connection first
+            # writes the ledger's value again, unchanged: a replica that has that write has the
+            # commit, which the replication stream carried before it.
+            if self._settings.topology.wait_replicas:
+                name, _ = self._keys.names(commit.ledger)
+                field = _utf8(COMMIT_KEY)
+                pipe.immediate_execute_command("HSET", name, field, pipe.hget(name, field))
+                self._wait_for_replicas(pipe.connection, watched)
             return False
         for write in commit.writes:
             if write.op is StagedOp.INCREMENT:
@@ -555,14 +564,17 @@ class RedisStateBackend(BaseStateBackend):
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        topology = self._settings.topology
-        if topology.wait_replicas:
-            # On the connection itself: through the pipeline a broken connection would become a
-            # WatchError, and the retry would find the commit applied and return False unconfirmed.
-            connection.send_command("WAIT", topology.wait_replicas, topology.wait_timeout_ms)
-            acknowledged = connection.read_response()
-            check_replicated(int(acknowledged), topology.wait_replicas, topology.wait_timeout_ms, watched)
+        if self._settings.topology.wait_replicas:
+            self._wait_for_replicas(connection, watched)
         return True
+
+    def _wait_for_replicas(self, connection: Any, watched: list[str]) -> None:
+        """``WAIT`` for the writes of *connection*, on the connection itself: through the pipeline a
+        broken connection would become a WatchError, and the commit be read and tried again."""
+        topology = self._settings.topology
+        connection.send_command("WAIT", topology.wait_replicas, topology.wait_timeout_ms)
+        acknowledged = connection.read_response()
+        check_replicated(int(acknowledged), topology.wait_replicas, topology.wait_timeout_ms, watched)
 
     def _cluster_counts(
         self, client: redis.cluster.RedisCluster, scopes: list[StateScope], now: int
