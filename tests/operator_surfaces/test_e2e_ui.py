@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import time
@@ -26,7 +27,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 # The README's screenshots are rewritten only on request (STATE_UPDATE_SCREENSHOTS=1): a test run
 # must not leave the working tree changed. Otherwise they go to a temporary folder.
 README_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
-VIEWPORT = {"width": 1400, "height": 900}
+# Laptop width by default: the narrowest window the tab is laid out for. The layout tests also run
+# at a desktop width (LAYOUT_WIDTHS), in the same pages, resized.
+VIEWPORT = {"width": 1280, "height": 900}
+LAYOUT_WIDTHS = (1280, 1920)
 # How long a page may take to show something (two cores, an API server and a scheduler).
 TIMEOUT_MS = 20_000
 
@@ -114,17 +118,28 @@ class UI:
         return context
 
     @contextlib.contextmanager
-    def page(self, user: str | None, path: str, *, dark: bool = False, allowed_errors: str | None = None):
+    def page(
+        self,
+        user: str | None,
+        path: str,
+        *,
+        dark: bool = False,
+        allowed_errors: str | None = None,
+        width: int | None = None,
+    ):
         """
         A page at *path* as *user* (in the user's shared context, or in one of its own when
-        logged out or dark). Any console or page error but Airflow's known one, or those
-        matching *allowed_errors* (a regex over "message (url)"), fails the test.
+        logged out or dark), *width* pixels wide if asked (else VIEWPORT's). Any console or page
+        error but Airflow's known one, or those matching *allowed_errors* (a regex over
+        "message (url)"), fails the test.
         """
         shared = user is not None and not dark
         if shared and user not in self._contexts:
             self._contexts[user] = self.new_context(user)
         context = self._contexts[user] if shared else self.new_context(user, dark=dark)
         page = context.new_page()
+        if width is not None:
+            page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
         errors: list[str] = []
 
         def on_console(message: Any) -> None:
@@ -250,8 +265,8 @@ def test_viewer_logs_in_and_reads_the_state_tab_without_edit_controls(ui: UI) ->
         page.wait_for_url(re.compile(re.escape(f"{ti_path('submit')}/{TAB_ROUTE}") + "$"))
         expect(row(page, "remote_job_id")).to_contain_text('"operator_alpha-job-001"')
         progress = row(page, "progress").get_by_test_id("state-value")
-        # Pretty-printed, non-ASCII text as is.
-        expect(progress).to_have_text('{\n  "pages": 3,\n  "done": false,\n  "note": "naïve ☃"\n}')
+        # On one line, non-ASCII text as is.
+        expect(progress).to_have_text('{"pages": 3, "done": false, "note": "naïve ☃"}')
         expect(row(page, "progress")).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
         # Written by the task's first try, once; it expires after the default retention (a date).
         expect(row(page, "progress").get_by_test_id("state-try")).to_have_text("1")
@@ -260,6 +275,7 @@ def test_viewer_logs_in_and_reads_the_state_tab_without_edit_controls(ui: UI) ->
         expect(expires).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
         # Task state shows the try, not a writer.
         expect(row(page, "progress").get_by_test_id("state-writer")).to_have_count(0)
+        expect(row(page, "progress").get_by_test_id("state-operator")).to_have_count(0)
 
         expect(page.get_by_test_id("state-read-only")).to_be_visible()
         for control in ("state-add", "state-clear", "state-edit", "state-delete"):
@@ -292,7 +308,7 @@ def test_editor_edits_a_value_and_invalid_json_is_refused_before_sending(ui: UI,
         expect(dialog.get_by_test_id("state-save")).to_be_enabled()
         dialog.get_by_test_id("state-save").click()
         expect(dialog).to_have_count(0)
-        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{"n": 2, "ok": true}')
         # The edit replaced only the version it was opened on.
         assert len(writes) == 1 and "stateEntry?key=ui_edit_me" in writes[0] and "if_version=1" in writes[0]
         expect(row(page, key).get_by_test_id("state-version")).to_have_text("2")
@@ -309,9 +325,10 @@ def test_editor_edits_a_value_and_invalid_json_is_refused_before_sending(ui: UI,
         ui.put(SCRATCH_TASK, key, {"n": 2, "ok": True})
 
         page.reload()
-        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{\n  "n": 2,\n  "ok": true\n}')
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('{"n": 2, "ok": true}')
         # An operator's write: no try wrote it.
-        expect(row(page, key).get_by_test_id("state-try")).to_have_text("")
+        expect(row(page, key).get_by_test_id("state-try")).to_have_count(0)
+        expect(row(page, key).get_by_test_id("state-operator")).to_have_text("an operator")
 
     stored = ui.get(SCRATCH_TASK, key).json()
     assert stored["value"] == {"n": 2, "ok": True}
@@ -349,7 +366,7 @@ def test_editor_adds_and_deletes_a_key_and_sees_the_apis_refusals(ui: UI, scratc
         dialog.get_by_test_id("state-value-input").fill('[1, 2.5, "three"]')
         dialog.get_by_test_id("state-save").click()
         expect(dialog).to_have_count(0)
-        expect(row(page, key).get_by_test_id("state-value")).to_have_text('[\n  1,\n  2.5,\n  "three"\n]')
+        expect(row(page, key).get_by_test_id("state-value")).to_have_text('[1, 2.5, "three"]')
         assert ui.get(SCRATCH_TASK, key).json()["value"] == [1, 2.5, "three"]
 
         row(page, key).get_by_test_id("state-delete").click()
@@ -383,6 +400,137 @@ def test_clear_all_asks_for_confirmation(ui: UI, scratch) -> None:
         expect(page.get_by_test_id("state-empty")).to_be_visible()
         expect(page.get_by_test_id("state-clear")).to_have_count(0)
     assert ui.entries(SCRATCH_TASK) == {}
+
+
+# -- readable at laptop and desktop widths ---------------------------------------------------------
+
+# How one element's text is laid out: how many lines its text takes (the distinct tops of its text
+# boxes), its content height against one line's, and whether its text is cut (wider than the box).
+TEXT_LAYOUT = """element => {
+    const style = getComputedStyle(element);
+    const range = document.createRange();
+    range.selectNodeContents(element);
+    const tops = new Set([...range.getClientRects()].map(box => Math.round(box.top)));
+    const lineHeight = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.2;
+    return {
+        lines: tops.size,
+        height: element.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom),
+        lineHeight,
+        cut: element.scrollWidth > element.clientWidth + 1,
+        ellipsis: style.textOverflow === "ellipsis",
+        verticallyCut: element.scrollHeight > element.clientHeight + 1,
+    };
+}"""
+
+#: The least width, in px, of the Key and Value columns of the State tab (with its Actions column,
+#: the narrowest case), by window width.
+MIN_KEY_PX = 140
+MIN_VALUE_PX = {1280: 280, 1920: 600}
+
+#: What a job keeps: short values that must read whole on one line, and longer ones that are cut.
+SHORT_VALUES = {"ui_spark_job": "spark-app-42", "ui_small_object": {"pages": 3, "done": False}}
+LONG_VALUE = {
+    "bucket": "s3://warehouse-prod-eu",
+    "parts": [f"orders/2026/11/30/part-{part:05d}.snappy.parquet" for part in range(12)],
+}
+LONG_KEY = "ui_watermark_of_the_orders_table_partitioned_by_region_and_hour_of_arrival"
+
+
+def one_line(value: Any) -> str:
+    """A value as the table shows it: JSON on one line, as Python's json.dumps writes it."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def assert_reads_on_one_line(element: Any, *, cut: bool) -> None:
+    layout = element.evaluate(TEXT_LAYOUT)
+    assert layout["lines"] == 1, layout
+    assert layout["height"] <= layout["lineHeight"] * 1.2, layout
+    assert layout["cut"] is cut, layout
+    if cut:
+        assert layout["ellipsis"], layout
+
+
+@pytest.mark.parametrize("width", LAYOUT_WIDTHS)
+def test_keys_and_values_read_on_one_line_and_a_cut_one_unfolds_whole(
+    ui: UI, scratch, screenshots: Path, width: int
+) -> None:
+    """
+    At a laptop's and a desktop's width: the Key and Value columns have room, a short value reads
+    whole on one line, a long value or key is cut with an ellipsis on one line, and its row unfolds
+    (keyboard or click) into the whole of it, wrapped, nothing cut.
+    """
+    from playwright.sync_api import expect
+
+    for key, value in SHORT_VALUES.items():
+        scratch(key, value)
+    scratch("ui_long_value", LONG_VALUE)
+    scratch(LONG_KEY, "2026-11-30T00:00:00+00:00")
+    with ui.page("editor", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}", width=width) as page:
+        table = page.get_by_test_id("state-table")
+        expect(row(page, "ui_spark_job")).to_be_visible()
+        headers = {
+            name: table.locator("thead th").filter(has_text=re.compile(f"^{name}$")).bounding_box()["width"]
+            for name in ("Key", "Value")
+        }
+        assert headers["Key"] >= MIN_KEY_PX, headers
+        assert headers["Value"] >= MIN_VALUE_PX[width], headers
+        # The table fits its panel: nothing to scroll sideways to.
+        assert table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+
+        for key, value in SHORT_VALUES.items():
+            cell = row(page, key).get_by_test_id("state-value")
+            expect(cell).to_have_text(one_line(value))
+            assert_reads_on_one_line(cell, cut=False)
+            assert_reads_on_one_line(row(page, key).get_by_test_id("state-key"), cut=False)
+            # Nothing to unfold: it is all there.
+            expect(row(page, key).get_by_test_id("state-unfold")).to_have_count(0)
+
+        # A long value: one line, cut; its row unfolds from the keyboard into the whole value.
+        long_row = row(page, "ui_long_value")
+        assert_reads_on_one_line(long_row.get_by_test_id("state-value"), cut=True)
+        unfold = long_row.get_by_test_id("state-unfold")
+        expect(unfold).to_have_attribute("aria-expanded", "false")
+        unfold.focus()
+        page.keyboard.press("Enter")
+        expect(unfold).to_have_attribute("aria-expanded", "true")
+        whole = page.get_by_test_id("state-whole-value")
+        expect(whole).to_have_text(json.dumps(LONG_VALUE, indent=2))
+        layout = whole.evaluate(TEXT_LAYOUT)
+        assert not layout["cut"] and not layout["verticallyCut"], layout
+        assert unfold.get_attribute("aria-controls") == page.get_by_test_id("state-whole").get_attribute("id")
+        page.screenshot(path=str(screenshots / f"state-tab-unfolded-{width}.png"))
+        page.keyboard.press("Space")
+        expect(whole).to_have_count(0)
+        # A click on the cut value unfolds it too.
+        long_row.get_by_test_id("state-value").click()
+        expect(whole).to_have_text(json.dumps(LONG_VALUE, indent=2))
+
+        # A long key: cut in its column, whole in its unfolded row.
+        key_row = row(page, LONG_KEY)
+        assert_reads_on_one_line(key_row.get_by_test_id("state-key"), cut=True)
+        key_row.get_by_test_id("state-unfold").click()
+        expect(page.get_by_test_id("state-whole-key")).to_have_text(LONG_KEY)
+
+
+@pytest.mark.parametrize("width", LAYOUT_WIDTHS)
+def test_asset_state_reads_on_one_line_and_its_writer_unfolds(ui: UI, width: int) -> None:
+    """The State page's asset entries: the value on one line; a writer too long for its column unfolds."""
+    from playwright.sync_api import expect
+
+    with ui.page("ops", f"/{PAGE_ROUTE}", width=width) as page:
+        page.get_by_test_id("state-asset-row").filter(has_text="operator_alpha_orders").click()
+        watermark = row(page, "watermark")
+        cell = watermark.get_by_test_id("state-value")
+        expect(cell).to_have_text('"2026-11-30T00:00:00+00:00"')
+        assert_reads_on_one_line(cell, cut=False)
+        value_width = page.get_by_test_id("state-table").locator("thead th").nth(2).bounding_box()["width"]
+        assert value_width >= MIN_VALUE_PX[width], value_width
+        writer = f"operator_alpha / {RUN} / load, try 1"
+        expect(watermark.get_by_test_id("state-writer")).to_have_text(writer)
+        # The writer's line, under the time, is cut at any width: the unfolded row shows it whole.
+        assert_reads_on_one_line(watermark.get_by_test_id("state-written"), cut=True)
+        watermark.get_by_test_id("state-unfold").click()
+        expect(page.get_by_test_id("state-whole-writer")).to_have_text(f"Last written by {writer}")
 
 
 @contextlib.contextmanager
@@ -702,7 +850,7 @@ def test_state_tab_follows_a_running_task_and_keeps_an_edit_in_progress(
         dialog.get_by_test_id("state-save").click()
         expect(dialog).to_have_count(0)
         saved = row(page, "note").get_by_test_id("state-value")
-        expect(saved).to_have_text('{\n  "typed": "while it runs"\n}')
+        expect(saved).to_have_text('{"typed": "while it runs"}')
 
         # Editing the key the task keeps writing: the text stays, and the dialog says Save would be refused.
         row(page, "counter").get_by_test_id("state-edit").click()

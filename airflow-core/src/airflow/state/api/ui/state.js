@@ -25,9 +25,9 @@ if (!React || !Chakra || !RouterDOM) {
   throw new Error("The State plugin must be loaded by Airflow's UI (React, ChakraUI and ReactRouterDOM globals are missing).");
 }
 
-const { createElement: h, Fragment, useCallback, useEffect, useMemo, useReducer, useRef, useState } = React;
+const { createElement: h, Fragment, useCallback, useEffect, useId, useMemo, useReducer, useRef, useState } = React;
 const {
-  Alert, Badge, Box, Button, Dialog, Field, Flex, HStack, Heading, Input, Link,
+  Alert, Badge, Box, Button, Dialog, Field, Flex, HStack, Heading, IconButton, Input, Link,
   Portal, Spinner, Stack, Table, Text, Textarea,
 } = Chakra;
 
@@ -375,8 +375,11 @@ function selectedTimeZone() {
   return Intl.DateTimeFormat().resolvedOptions().timeZone;
 }
 
-/** "2026-11-30 17:02:03 UTC", in the user's time zone, like the rest of Airflow's UI. */
-function formatTime(iso) {
+/**
+ * "2026-11-30 17:02:03 UTC", in the user's time zone, like the rest of Airflow's UI; without the
+ * zone's name when `withZone` is false (Airflow's tables show times so: the zone is in its menu).
+ */
+function formatTime(iso, withZone = true) {
   if (!iso) return "";
   const date = new Date(iso);
   if (Number.isNaN(date.getTime())) return iso;
@@ -390,12 +393,13 @@ function formatTime(iso) {
     return iso; // An unknown time zone name.
   }
   const part = Object.fromEntries(parts.map(({ type, value }) => [type, value]));
-  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+  const time = `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second}`;
+  return withZone ? `${time} ${part.timeZoneName}` : time;
 }
 
-/** "never" for a key without expiry, else when it expires. */
-function formatExpiry(iso) {
-  return iso ? formatTime(iso) : "never";
+/** A time's tooltip: in the user's zone, named, and as the API gave it. */
+function fullTime(iso) {
+  return iso ? `${formatTime(iso)} (${iso})` : "";
 }
 
 /** Who last wrote an asset's key: its task instance and try, "API" or "CLI". */
@@ -628,69 +632,248 @@ async function refuseExistingKey(scope, key) {
 // ---------------------------------------------------------------------------------------------
 // The entries of one scope: the table, its toolbar and its dialogs
 
-function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdit, onDelete }) {
-  const header = h(
-    Table.Row,
-    null,
-    h(Table.ColumnHeader, null, "Key"),
-    h(Table.ColumnHeader, null, "Value"),
-    h(Table.ColumnHeader, { whiteSpace: "nowrap" }, "Updated at"),
-    showTry
-      ? h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The try of the task that wrote the value; empty when an operator wrote it" }, "Updated by try")
-      : null,
-    showWriter
-      ? h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "The task instance and try, or API or CLI, that wrote the value last" }, "Last written by")
-      : null,
-    h(Table.ColumnHeader, { whiteSpace: "nowrap", textAlign: "center", title: "Grows by one on every write" }, "Version"),
-    h(Table.ColumnHeader, { whiteSpace: "nowrap", title: "When the key expires and is no longer returned" }, "Expires"),
-    editable || deletable ? h(Table.ColumnHeader, { textAlign: "end" }, "Actions") : null,
+/**
+ * Why the table is laid out this way: with the browser's automatic table layout, every column that
+ * may not wrap (times, try, version, buttons) kept its whole width, and the value, whose text may
+ * break anywhere, absorbed the shortage: about 50 px at 1280-1400 px windows, one or two characters
+ * a line, while the key kept a fixed minimum. Now the layout is fixed (the widths below, not the
+ * content, decide), the metadata is compact (the try and the writer go under the time), the key and
+ * the value take what is left (the value most), each on one line, cut with an ellipsis; a row whose
+ * key or value is cut unfolds (its ▸ button, or a click on the value) into the whole of both.
+ * Below the table's minimum width it scrolls sideways instead of squeezing the value.
+ */
+const COLUMN_WIDTHS = { toggle: "2.5rem", key: "17%", updated: "11rem", expires: "10.5rem", actions: "5.5rem" };
+/** The narrowest the table gets (then it scrolls): the fixed columns, a key and a value still readable. */
+const TABLE_MIN_WIDTH = "50rem";
+
+/**
+ * A value on one line: JSON with a space after `:` and `,` (as json.dumps writes it). Line breaks in
+ * JSON.stringify's indented form are all layout (it escapes those inside strings), so they can go.
+ */
+function oneLineJson(value) {
+  return JSON.stringify(value, null, 1)
+    .replace(/([[{])\n */g, "$1")
+    .replace(/\n *([\]}])/g, "$1")
+    .replace(/\n */g, " ");
+}
+
+/**
+ * [ref, cut]: whether the element's one-line text is cut (wider than the element), measured again
+ * whenever its size or `text` changes (a window resized, a value refreshed).
+ */
+function useCut(text) {
+  const ref = useRef(null);
+  const [cut, setCut] = useState(false);
+  React.useLayoutEffect(() => {
+    const element = ref.current;
+    if (!element) return undefined;
+    const measure = () => setCut(element.scrollWidth > element.clientWidth + 1);
+    measure();
+    const observer = new ResizeObserver(measure);
+    observer.observe(element);
+    return () => observer.disconnect();
+  }, [text]);
+  return [ref, cut];
+}
+
+/** One-line text cut with an ellipsis. */
+const ONE_LINE = { whiteSpace: "nowrap", overflow: "hidden", textOverflow: "ellipsis" };
+
+/** A small outlined SVG icon of 24-unit strokes (the host's icon set is not exposed to plugins). */
+function Icon({ d }) {
+  return h(
+    "svg",
+    { viewBox: "0 0 24 24", width: "1em", height: "1em", fill: "none", stroke: "currentColor", strokeWidth: 2, strokeLinecap: "round", strokeLinejoin: "round", "aria-hidden": true },
+    d.map((path) => h("path", { key: path, d: path })),
   );
-  const rows = entries.map((entry) =>
+}
+const PENCIL = ["M4 20h4L19.5 8.5a2.1 2.1 0 0 0-4-4L4 16v4z", "M13.5 6.5l4 4"];
+const BIN = ["M4 7h16", "M9 7V4h6v3", "M6 7l1 13h10l1-13", "M10 11v6", "M14 11v6"];
+
+/**
+ * A keydown handler that toggles on Space. A button does so by itself, unless its keydown's default
+ * is cancelled, and Airflow's page cancels Space's (one of its keyboard shortcuts).
+ */
+function toggleOnSpace(toggle) {
+  return (event) => {
+    if (event.key !== " ") return;
+    event.preventDefault();
+    event.stopPropagation();
+    toggle();
+  };
+}
+
+/** Who wrote the value last, as the line under the time says it. */
+function writtenBy(entry, showTry, showWriter) {
+  if (showWriter) return entry.updated_by ? formatWriter(entry.updated_by) : "";
+  if (showTry) return entry.updated_by_try === null || entry.updated_by_try === undefined ? "an operator" : null;
+  return "";
+}
+
+function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onDelete, open, onToggle, columns }) {
+  const oneLine = oneLineJson(entry.value);
+  const [keyRef, keyCut] = useCut(entry.key);
+  const [valueRef, valueCut] = useCut(oneLine);
+  const writer = writtenBy(entry, showTry, showWriter);
+  // An asset's writer (DAG / run / task, try) may be longer than its column too.
+  const [writerRef, writerCut] = useCut(writer);
+  const unfoldable = keyCut || valueCut || writerCut;
+  const unfolded = open && unfoldable;
+  const wholeId = `state-whole-${useId()}`;
+  const row = h(
+    Table.Row,
+    { "data-testid": "state-row", "data-key": entry.key, "data-unfolded": unfolded ? "true" : undefined, borderBottomWidth: unfolded ? 0 : undefined },
     h(
-      Table.Row,
-      { key: entry.key, "data-testid": "state-row", "data-key": entry.key },
-      h(Table.Cell, { fontFamily: "mono", verticalAlign: "top", wordBreak: "break-all", minW: "10rem" }, entry.key),
-      h(
-        Table.Cell,
-        { verticalAlign: "top", width: "100%" },
-        h(
-          Box,
-          {
-            as: "pre", "data-testid": "state-value", fontFamily: "mono", fontSize: "sm", whiteSpace: "pre-wrap",
-            wordBreak: "break-word", bg: "bg.subtle", color: "fg", borderRadius: "md", px: 2, py: 1, maxH: "16rem", overflow: "auto", m: 0,
-          },
-          prettyJson(entry.value),
-        ),
-      ),
-      h(Table.Cell, { verticalAlign: "top", whiteSpace: "nowrap", title: entry.updated_at || "" }, formatTime(entry.updated_at)),
-      showTry ? h(Table.Cell, { verticalAlign: "top", textAlign: "center", "data-testid": "state-try" }, entry.updated_by_try ?? "") : null,
-      showWriter ? h(Table.Cell, { verticalAlign: "top", fontSize: "sm", "data-testid": "state-writer" }, formatWriter(entry.updated_by)) : null,
-      h(Table.Cell, { verticalAlign: "top", textAlign: "center", "data-testid": "state-version" }, entry.version ?? ""),
-      h(
-        Table.Cell,
-        { verticalAlign: "top", whiteSpace: "nowrap", title: entry.expires_at || "", "data-testid": "state-expires" },
-        formatExpiry(entry.expires_at),
-      ),
-      editable || deletable
+      Table.Cell,
+      { verticalAlign: "top", px: 1 },
+      unfoldable
         ? h(
-            Table.Cell,
-            { verticalAlign: "top", textAlign: "end" },
-            h(
-              HStack,
-              { justify: "flex-end", gap: 1 },
-              editable ? h(Button, { size: "xs", variant: "outline", onClick: () => onEdit(entry), "data-testid": "state-edit" }, "Edit") : null,
-              deletable
-                ? h(Button, { size: "xs", variant: "outline", colorPalette: "red", onClick: () => onDelete(entry), "data-testid": "state-delete" }, "Delete")
-                : null,
-            ),
+            Button,
+            {
+              size: "xs", variant: "ghost", px: 0, minW: 7, onClick: onToggle, onKeyDown: toggleOnSpace(onToggle),
+              "aria-expanded": unfolded,
+              "aria-controls": unfolded ? wholeId : undefined, "data-testid": "state-unfold",
+              "aria-label": `${unfolded ? "Hide" : "Show"} all of ${entry.key}`,
+              title: unfolded ? "Hide" : "Show in full",
+            },
+            unfolded ? "▾" : "▸",
           )
         : null,
     ),
+    h(
+      Table.Cell,
+      { verticalAlign: "top", fontFamily: "mono", title: entry.key },
+      h(Box, { ref: keyRef, ...ONE_LINE, py: 1, "data-testid": "state-key" }, entry.key),
+    ),
+    h(
+      Table.Cell,
+      { verticalAlign: "top" },
+      h(
+        Box,
+        {
+          ref: valueRef, "data-testid": "state-value", fontFamily: "mono", fontSize: "sm", ...ONE_LINE,
+          bg: "bg.subtle", color: "fg", borderRadius: "md", px: 2, py: 1,
+          // A click on a cut value unfolds it too (the ▸ button is the keyboard's way).
+          cursor: unfoldable ? "pointer" : undefined, onClick: unfoldable ? onToggle : undefined,
+        },
+        oneLine,
+      ),
+    ),
+    h(
+      Table.Cell,
+      { verticalAlign: "top" },
+      h(Text, { whiteSpace: "nowrap", title: fullTime(entry.updated_at), "data-testid": "state-updated-at" }, formatTime(entry.updated_at, false)),
+      h(
+        Text,
+        { ref: writerRef, fontSize: "xs", color: "fg.muted", ...ONE_LINE, title: writer || undefined, "data-testid": "state-written" },
+        h(Text, { as: "span", title: "Grows by one on every write" }, "version ", h(Text, { as: "span", "data-testid": "state-version" }, entry.version ?? "")),
+        writer === null
+          ? h(Fragment, null, " · by try ", h(Text, { as: "span", "data-testid": "state-try" }, entry.updated_by_try))
+          : writer
+            ? h(Fragment, null, " · by ", h(Text, { as: "span", "data-testid": showWriter ? "state-writer" : "state-operator" }, writer))
+            : null,
+      ),
+    ),
+    h(
+      Table.Cell,
+      { verticalAlign: "top", whiteSpace: "nowrap", title: entry.expires_at ? fullTime(entry.expires_at) : "", "data-testid": "state-expires" },
+      entry.expires_at ? formatTime(entry.expires_at, false) : "never",
+    ),
+    editable || deletable
+      ? h(
+          Table.Cell,
+          { verticalAlign: "top", textAlign: "end", px: 1 },
+          h(
+            HStack,
+            { justify: "flex-end", gap: 1 },
+            editable
+              ? h(IconButton, { size: "xs", variant: "ghost", onClick: () => onEdit(entry), "aria-label": `Edit ${entry.key}`, title: "Edit", "data-testid": "state-edit" }, h(Icon, { d: PENCIL }))
+              : null,
+            deletable
+              ? h(IconButton, { size: "xs", variant: "ghost", colorPalette: "red", onClick: () => onDelete(entry), "aria-label": `Delete ${entry.key}`, title: "Delete", "data-testid": "state-delete" }, h(Icon, { d: BIN }))
+              : null,
+          ),
+        )
+      : null,
   );
+  // Always a Fragment, so that unfolding adds a row instead of replacing this one (and its focused button).
+  return h(
+    Fragment,
+    null,
+    row,
+    unfolded &&
+    h(
+      Table.Row,
+      { "data-testid": "state-whole-row" },
+      h(
+        Table.Cell,
+        { colSpan: columns, pt: 0, pb: 3 },
+        h(
+          Box,
+          { id: wholeId, role: "region", "aria-label": `The whole value of ${entry.key}`, "data-testid": "state-whole", ml: 8 },
+          keyCut ? h(Text, { fontFamily: "mono", fontSize: "sm", wordBreak: "break-all", mb: 1, "data-testid": "state-whole-key" }, entry.key) : null,
+          writerCut ? h(Text, { fontSize: "sm", color: "fg.muted", mb: 1, "data-testid": "state-whole-writer" }, `Last written by ${writer}`) : null,
+          h(
+            Box,
+            {
+              as: "pre", "data-testid": "state-whole-value", fontFamily: "mono", fontSize: "sm", whiteSpace: "pre-wrap",
+              overflowWrap: "anywhere", bg: "bg.subtle", color: "fg", borderRadius: "md", px: 3, py: 2, m: 0,
+              maxH: "24rem", overflowY: "auto", tabIndex: 0,
+            },
+            prettyJson(entry.value),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdit, onDelete }) {
+  // Unfolded rows by key: they stay unfolded while a running task's entries refresh.
+  const [unfolded, setUnfolded] = useState(() => new Set());
+  const toggle = (key) =>
+    setUnfolded((previous) => {
+      const next = new Set(previous);
+      if (!next.delete(key)) next.add(key);
+      return next;
+    });
+  const actions = editable || deletable;
+  const columns = actions ? 6 : 5;
+  const header = h(
+    Table.Row,
+    null,
+    h(Table.ColumnHeader, { px: 1 }),
+    h(Table.ColumnHeader, null, "Key"),
+    h(Table.ColumnHeader, null, "Value"),
+    h(
+      Table.ColumnHeader,
+      { title: showWriter ? "When, and by whom, the value was last written" : "When, and by which try of the task (or an operator), the value was last written" },
+      "Updated",
+    ),
+    h(Table.ColumnHeader, { title: "When the key expires and is no longer returned" }, "Expires"),
+    actions ? h(Table.ColumnHeader, { textAlign: "end" }, h("span", { title: "Edit or delete a key" }, "Actions")) : null,
+  );
+  const widths = [COLUMN_WIDTHS.toggle, COLUMN_WIDTHS.key, undefined, COLUMN_WIDTHS.updated, COLUMN_WIDTHS.expires];
+  if (actions) widths.push(COLUMN_WIDTHS.actions);
   return h(
     Table.ScrollArea,
     { borderWidth: "1px", borderRadius: "md" },
-    h(Table.Root, { size: "sm", "data-testid": "state-table" }, h(Table.Header, null, header), h(Table.Body, null, rows)),
+    h(
+      Table.Root,
+      { size: "sm", tableLayout: "fixed", width: "100%", minW: TABLE_MIN_WIDTH, "data-testid": "state-table" },
+      h("colgroup", null, widths.map((width, index) => h("col", { key: index, style: width ? { width } : undefined }))),
+      h(Table.Header, null, header),
+      h(
+        Table.Body,
+        null,
+        entries.map((entry) =>
+          h(EntryRow, {
+            key: entry.key, entry, showTry, showWriter, editable, deletable, onEdit, onDelete, columns,
+            open: unfolded.has(entry.key), onToggle: () => toggle(entry.key),
+          }),
+        ),
+      ),
+    ),
   );
 }
 
