@@ -17,6 +17,16 @@ import test_metastore_conformance
 from airflow_shared.state import AssetScope, TaskScope
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
+# The metastore's own tests of writes in a caller's session (what the CLI's import and staged
+# commits rely on), run again here with this module's ``backend``: the MySQL path's.
+from test_metastore import (  # noqa: F401
+    scope,
+    test_a_callers_session_is_joined_and_not_committed,
+    test_a_refused_increment_leaves_no_trace_on_the_connection,
+    test_batches_join_a_callers_session_and_roll_back_with_it,
+    test_conditional_writes_and_increments_join_a_callers_session,
+)
+
 
 @pytest.fixture
 def on_mariadb(db_kind: str) -> None:
@@ -68,15 +78,15 @@ def _mysql_statements() -> dict[str, str]:
 
     dialect = mysql.dialect()
     compiled = {}
-    for scope in (TaskScope("d", "r", "t"), AssetScope(1)):
-        kind = type(scope).__name__
-        sql = statements.for_scope(scope, "last_insert_id")
+    for of_type in (TaskScope("d", "r", "t"), AssetScope(1)):
+        kind = type(of_type).__name__
+        sql = statements.for_scope(of_type, "last_insert_id")
         for name in ("upsert", "create", "increment", "update_if_version"):
             compiled[f"{kind}.{name}"] = str(getattr(sql, name).compile(dialect=dialect))
         for size in (1, 3, 300):
             pairs = {f"k{n}": "v" for n in range(size)}
             for what in ("upsert", "versions"):
-                statement, _ = statements.batch(what, scope, pairs, "last_insert_id")
+                statement, _ = statements.batch(what, of_type, pairs, "last_insert_id")
                 compiled[f"{kind}.batch_{what}_{size}"] = str(statement.compile(dialect=dialect))
     return compiled
 
@@ -156,6 +166,12 @@ def mysql_path_backend(on_mariadb):
 
 
 @pytest.fixture
+def backend(mysql_path_backend):
+    """What the tests imported from ``test_metastore`` run on."""
+    return mysql_path_backend
+
+
+@pytest.fixture
 def task(make_dag_run, unique) -> TaskScope:
     make_dag_run(f"dag_{unique}", "run")
     return TaskScope(f"dag_{unique}", "run", "task")
@@ -214,6 +230,6 @@ def test_a_batch_hands_back_each_version_in_a_callers_session(mysql_path_backend
 
 
 def test_a_batch_for_a_missing_run_writes_nothing(mysql_path_backend):
-    scope = TaskScope("no_such_dag", "no_such_run", "task")
+    missing = TaskScope("no_such_dag", "no_such_run", "task")
     with pytest.raises(ValueError, match="No DagRun found"):
-        mysql_path_backend.set_many(scope, {"a": "1"})
+        mysql_path_backend.set_many(missing, {"a": "1"})
