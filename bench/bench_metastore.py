@@ -6,6 +6,10 @@ open autocommit connection, their parameters prepared before the clock starts: n
 SQLAlchemy, nothing but the statement. The backend goes through Airflow's configuration exactly
 as server code would. PostgreSQL runs with its default durability settings.
 
+On MariaDB (``--db mysql``) it also measures the two write paths side by side: RETURNING, which
+MariaDB 10.5+ takes, and LAST_INSERT_ID, which MySQL 8 takes (forced here, as no MySQL server runs
+on this machine): set, increment, write(if_version=0) of a new key and a 10-key set_many.
+
     PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] \
         [--ops 2000] [--rounds 5]
 """
@@ -49,8 +53,8 @@ def run(args) -> None:
     dialect = settings.engine.dialect
     keys = [f"key_{i % 100}" for i in range(args.ops)]
 
-    upsert = sql.TASK_STATE.upsert.compile(dialect=dialect)
-    select = sql.TASK_STATE.select_value.compile(dialect=dialect)
+    upsert = sql.for_scope(scope).upsert.compile(dialect=dialect)
+    select = sql.for_scope(scope).select_value.compile(dialect=dialect)
     raw = settings.engine.raw_connection()
     dialect.set_isolation_level(raw.dbapi_connection, "AUTOCOMMIT")
     cursor = raw.cursor()
@@ -96,6 +100,8 @@ def run(args) -> None:
         args.rounds,
     )
     raw.close()
+    if args.db == "mysql":
+        compare_write_paths(args, scope)
 
     print(
         f"\nMetastoreStateBackend vs floor on {args.db} ({dialect.driver}), "
@@ -106,6 +112,42 @@ def run(args) -> None:
         floor, ours = by_side["floor"], by_side["backend"]
         goal = f">= {TARGETS[op]}" if args.db == "postgres" else ""
         print(f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{goal:>8}")
+
+
+def compare_write_paths(args, scope) -> None:
+    """RETURNING against LAST_INSERT_ID on the same server, rounds alternating between them."""
+    from airflow.state.metastore import MetastoreStateBackend
+
+    paths = {path: MetastoreStateBackend(write_path=path) for path in ("returning", "last_insert_id")}
+    batch = {f"batch_{n}": "v" for n in range(10)}
+
+    def sides(call):
+        return {path: (lambda i, backend=backend: call(backend, i)) for path, backend in paths.items()}
+
+    # A fresh key per create: each path's keys apart (the rounds reuse the index i).
+    created = {path: iter(range(10**9)) for path in paths}
+    medians = measure(
+        {
+            "set": sides(lambda backend, i: backend.set(scope, f"key_{i % 100}", f"value-{i}")),
+            "increment": sides(lambda backend, i: backend.increment(scope, "counter")),
+            "create": {
+                path: (
+                    lambda i, backend=backend, path=path: backend.write(
+                        scope, f"new_{path}_{next(created[path])}", "v", if_version=0
+                    )
+                )
+                for path, backend in paths.items()
+            },
+            "set_many(10)": sides(lambda backend, i: backend.set_many(scope, batch)),
+        },
+        args.ops,
+        args.rounds,
+    )
+    print(f"\nWrite paths on {args.db}, {args.rounds} rounds x {args.ops} ops, medians (ops/s)")
+    print(f"{'op':<14}{'RETURNING':>12}{'LAST_INSERT_ID':>16}{'ratio':>8}")
+    for op, by_path in medians.items():
+        returning, last_insert_id = by_path["returning"], by_path["last_insert_id"]
+        print(f"{op:<14}{returning:>12.0f}{last_insert_id:>16.0f}{last_insert_id / returning:>8.2f}")
 
 
 if __name__ == "__main__":

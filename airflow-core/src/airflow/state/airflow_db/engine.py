@@ -45,6 +45,9 @@ class Outcome(NamedTuple):
 
     rows: list[tuple[Any, ...]]
     rowcount: int
+    #: The cursor's ``lastrowid``: on MySQL, what the statement gave ``LAST_INSERT_ID(expr)``
+    #: (how the metastore's writes hand back a version where there is no RETURNING).
+    last_insert_id: int | None = None
 
 
 class _Compiled:
@@ -79,15 +82,15 @@ class _Compiled:
             return converted
         return tuple(converted[name] for name in self._positions)
 
-    def outcome(self, rows: Sequence[Any], rowcount: int) -> Outcome:
+    def outcome(self, rows: Sequence[Any], rowcount: int, last_insert_id: int | None = None) -> Outcome:
         """The :class:`Outcome` of *rows* as the driver returned them (none for a statement without rows)."""
         if not any(self._from_driver):
-            return Outcome([tuple(row) for row in rows], rowcount)
+            return Outcome([tuple(row) for row in rows], rowcount, last_insert_id)
         converters = self._from_driver
         converted = [
             tuple(f(value) if f else value for f, value in zip(converters, row, strict=True)) for row in rows
         ]
-        return Outcome(converted, rowcount)
+        return Outcome(converted, rowcount, last_insert_id)
 
     def result_outcome(self, result: Any) -> Outcome:
         """The :class:`Outcome` of a SQLAlchemy ``CursorResult`` of :attr:`sql` (``exec_driver_sql``)."""
@@ -152,7 +155,9 @@ class _AutocommitEngine:
             cursor = connection.cursor()
             sent = True
             cursor.execute(compiled.sql, parameters)
-            return compiled.outcome(cursor.fetchall() if cursor.description else [], cursor.rowcount)
+            rows = cursor.fetchall() if cursor.description else []
+            # Not every driver's cursor has lastrowid (psycopg's has not); only MySQL's is read.
+            return compiled.outcome(rows, cursor.rowcount, getattr(cursor, "lastrowid", None))
         except dbapi_error as error:
             disconnected = self._dialect.is_disconnect(error, connection, cursor)
             if disconnected and connection is not None:

@@ -9,6 +9,7 @@ from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import Work, adrive, drive
+from airflow.state.metastore.statements import WRITE_PATHS, WritePath
 from airflow.utils.session import create_session
 from airflow_shared.state import BaseStateBackend, StagedCommit
 
@@ -24,8 +25,8 @@ T = TypeVar("T")
 def _sync(build: Callable[..., Work[T]]) -> Callable[..., T]:
     """The sync method that runs what *build* makes of its arguments (the contract's, less ``session``)."""
 
-    def method(self: BaseStateBackend, *args: Any, session: Session | None = None, **kwargs: Any) -> T:
-        return drive(build(*args, **kwargs), session)
+    def method(self: MetastoreStateBackend, *args: Any, session: Session | None = None, **kwargs: Any) -> T:
+        return drive(build(*args, **kwargs), session, self.write_path)
 
     return method
 
@@ -34,9 +35,9 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
     """The async twin of :func:`_sync`."""
 
     async def method(
-        self: BaseStateBackend, *args: Any, session: AsyncSession | None = None, **kwargs: Any
+        self: MetastoreStateBackend, *args: Any, session: AsyncSession | None = None, **kwargs: Any
     ) -> T:
-        return await adrive(build(*args, **kwargs), session)
+        return await adrive(build(*args, **kwargs), session, self.write_path)
 
     return method
 
@@ -46,7 +47,19 @@ class MetastoreStateBackend(BaseStateBackend):
     Task state in ``task_state``, asset state in ``asset_state`` (the README's "The metastore
     backend"). Each method of the contract runs the operation of the same arguments
     (:mod:`airflow.state.metastore.operations`), sync or async.
+
+    :param write_path: how writes hand back what they wrote (:data:`.statements.WritePath`). By
+        default each connection's server decides: RETURNING, but LAST_INSERT_ID on MySQL. Naming
+        one runs it on any server of its dialects (``last_insert_id``: MySQL's, MariaDB too).
     """
+
+    def __init__(self, write_path: WritePath | None = None) -> None:
+        if write_path is not None and write_path not in WRITE_PATHS:
+            raise ValueError(
+                f"write_path must be one of {', '.join(WRITE_PATHS)}, or None to follow the server, "
+                f"not {write_path!r}"
+            )
+        self.write_path = write_path
 
     supports_versions = True
     supports_expiry = True

@@ -2,6 +2,11 @@
 Every metastore operation, defined once (a statement, its parameters and how to read the answer;
 validated first, so bad input never reaches a database), and the two ways of running one: sync
 (:func:`drive`) and async (:func:`adrive`).
+
+A write that hands back what it wrote is a :class:`Write`: its RETURNING statement, and the
+statement MySQL runs instead (see :mod:`.statements`). Which one runs is decided by the server the
+connection reports (:func:`write_path`), unless the backend was built with a path; either way the
+operation reads the same rows.
 """
 
 from __future__ import annotations
@@ -12,14 +17,15 @@ from dataclasses import astuple
 from datetime import datetime
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
 
 from airflow._shared.timezones import timezone
-from airflow.state.airflow_db.engine import Outcome, compiled_for, execute
+from airflow.state.airflow_db.engine import Outcome, autocommit_engine, compiled_for, execute
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
 from airflow.state.metastore.listing import entry
-from airflow.utils.session import create_session_async
+from airflow.state.metastore.statements import WritePath
+from airflow.utils.session import create_session, create_session_async
 from airflow_shared.state import (
     StateEntry,
     StateScope,
@@ -39,11 +45,26 @@ from airflow_shared.state import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import Executable
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy import Connection, Executable
+    from sqlalchemy.engine import Dialect
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
     from sqlalchemy.orm import Session
 
 T = TypeVar("T")
+
+
+class Write(NamedTuple):
+    """
+    A write whose SQL depends on the write path (:data:`.statements.WritePath`), and how a
+    ``last_insert_id`` reply becomes the rows its RETURNING twin returns.
+    """
+
+    returning: Executable
+    last_insert_id: Executable
+    #: The RETURNING rows, from the reply's rowcount and LAST_INSERT_ID and the bound values.
+    rows: Callable[[int, int, dict[str, Any]], list[tuple[Any, ...]]] | None = None
+    #: Instead of *rows*: the SELECT whose rows they are, run next in the same transaction (a batch).
+    read_back: Executable | None = None
 
 
 class Operation(NamedTuple, Generic[T]):
@@ -52,7 +73,7 @@ class Operation(NamedTuple, Generic[T]):
     for a statement the engine must never send twice (see :mod:`~airflow.state.airflow_db.engine`).
     """
 
-    statement: Executable
+    statement: Executable | Write
     values: dict[str, Any]
     read: Callable[[Outcome], T]
     idempotent: bool = True
@@ -82,6 +103,28 @@ def _upserted(returned: int, outcome: Outcome) -> tuple[Any, ...] | None:
     if len(row) > returned and row[returned] is not None and not int(row[returned]):
         return None
     return row[:returned]
+
+
+def _signed(last_insert_id: int) -> int:
+    # LAST_INSERT_ID is unsigned: a negative counter comes back as its two's complement.
+    return last_insert_id - (1 << 64) if last_insert_id >= 1 << 63 else last_insert_id
+
+
+def _version_rows(rowcount: int, last_insert_id: int, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """An upsert's or a create's row: the version written; none for no row written or a refusal (0)."""
+    return [(last_insert_id,)] if rowcount and last_insert_id else []
+
+
+def _increment_rows(rowcount: int, last_insert_id: int, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """
+    An increment's (version, value) row. An update reports 2 rows and the new integer; an insert
+    1 row and the new row's version, 1 (the value is ``by``); a refusal 0 (1 row, or none).
+    """
+    if rowcount == 2:
+        return [(None, _signed(last_insert_id))]
+    if rowcount and last_insert_id == 1:
+        return [(1, values["by"])]
+    return []
 
 
 def _missing_parent(scope: StateScope) -> ValueError:
@@ -167,6 +210,16 @@ def _write_values(
     return values
 
 
+def _write(name: Literal["upsert", "create", "increment"], scope: StateScope) -> Write:
+    """The statement named *name* of *scope*'s type, on either write path."""
+    rows = _increment_rows if name == "increment" else _version_rows
+    return Write(
+        getattr(statements.for_scope(scope), name),
+        getattr(statements.for_scope(scope, "last_insert_id"), name),
+        rows,
+    )
+
+
 def upsert(scope: StateScope, key: str, value: str, try_number: int | None = None) -> Operation[None]:
     """Store *value* for ever (``set``); *try_number* is recorded for task scopes (``updated_by_try``)."""
     validate_scope(scope)
@@ -175,7 +228,7 @@ def upsert(scope: StateScope, key: str, value: str, try_number: int | None = Non
     values = _write_values(scope, key, value, None, None)
     if isinstance(scope, TaskScope):
         values["updated_by_try"] = try_number
-    return Operation(statements.for_scope(scope).upsert, values, partial(_stored, scope))
+    return Operation(_write("upsert", scope), values, partial(_stored, scope))
 
 
 def write(
@@ -194,7 +247,7 @@ def write(
     sql = statements.for_scope(scope)
     values = _write_values(scope, key, value, writer, expires_at)
     if if_version is None:
-        return (yield Operation(sql.upsert, values, partial(_written, scope)))
+        return (yield Operation(_write("upsert", scope), values, partial(_written, scope)))
     if if_version > 0:
         values["if_version"] = if_version
         if (
@@ -204,7 +257,7 @@ def write(
         stored = yield get_versioned(scope, key)
         raise StateConflictError(key, if_version, stored.version if stored else 0)
     for _attempt in range(2):
-        created = yield Operation(sql.create, values, partial(_upserted, 1), idempotent=False)
+        created = yield Operation(_write("create", scope), values, partial(_upserted, 1), idempotent=False)
         if created is not None:
             return int(created[0])
         stored = yield get_versioned(scope, key)
@@ -232,12 +285,11 @@ def increment(
     validate_key(key)
     validate_increment(by)
     validate_write_options(expires_at, None)
-    sql = statements.for_scope(scope)
     absent_rounds = 0
     while True:
         values = _write_values(scope, key, str(by), writer, expires_at)
         values["by"] = by
-        added = yield Operation(sql.increment, values, partial(_upserted, 2), idempotent=False)
+        added = yield Operation(_write("increment", scope), values, partial(_upserted, 2), idempotent=False)
         if added is not None:
             return int(added[1])
         stored = yield get_versioned(scope, key)
@@ -275,7 +327,8 @@ def discard_written_through_try(scope: TaskScope, try_number: int) -> Operation[
 
 
 def _text(key: str | bytes) -> str:
-    # RETURNING is rendered outside SQLAlchemy's knowledge, so MySQL's keys (VARBINARY) come back as bytes.
+    # RETURNING is rendered outside SQLAlchemy's knowledge, so MySQL's keys (VARBINARY) come back as
+    # bytes (a read-back SELECT decodes them).
     return key.decode("utf-8") if isinstance(key, bytes) else key
 
 
@@ -304,6 +357,11 @@ def set_many(
         return {}
     statement, bound = statements.batch("upsert", scope, checked)
     bound |= _write_values(scope, None, None, writer, expires_at)
+    write = Write(
+        statement,
+        statements.batch("upsert", scope, checked, "last_insert_id")[0],
+        read_back=statements.batch("versions", scope, checked)[0],
+    )
 
     def versions(outcome: Outcome) -> dict[str, int | None]:
         if not outcome.rows:
@@ -311,7 +369,7 @@ def set_many(
         written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
         return {key: written[key] for key in checked}
 
-    return (yield Operation(statement, bound, versions))
+    return (yield Operation(write, bound, versions))
 
 
 def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
@@ -325,44 +383,136 @@ def delete_many(scope: StateScope, keys: Iterable[str]) -> Flow[None]:
 # --- running them --------------------------------------------------------------------------
 
 
-def run(operation: Operation[T], session: Session | None) -> T:
-    """Run *operation* in *session* (the caller commits), or autocommitted on its own without one."""
+def write_path(dialect: Dialect) -> WritePath:
+    """
+    How writes hand back what they wrote on the server *dialect* is connected to: RETURNING, but
+    on MySQL, which has none (MariaDB has it from 10.5 on), LAST_INSERT_ID.
+    """
+    if dialect.name != "mysql":
+        return "returning"
+    version = dialect.server_version_info
+    if version is None:
+        raise RuntimeError("the write path is chosen by the server's version: connect first")
+    mariadb = getattr(dialect, "is_mariadb", False)  # a MySQL dialect's, known once connected
+    return "returning" if mariadb and version >= (10, 5) else "last_insert_id"
+
+
+def _autocommit_dialect() -> Dialect:
+    """The autocommit engine's dialect, which knows its server once a first connection was made."""
+    engine = autocommit_engine()
+    if engine.dialect.name == "mysql" and engine.dialect.server_version_info is None:
+        engine.raw_connection().close()  # the first connection tells the dialect the server's version
+    return engine.dialect
+
+
+def _last_insert_id_reply(
+    write: Write, values: dict[str, Any], rowcount: int, last_id: int | None
+) -> Outcome:
+    assert write.rows is not None  # a Write without read_back has rows
+    return Outcome(write.rows(rowcount, last_id or 0, values), rowcount)
+
+
+def _in_session(
+    connection: Connection, statement: Executable, values: dict[str, Any], last_insert_id: bool = False
+) -> Outcome:
+    """*statement* run on a session's *connection*; with its LAST_INSERT_ID if *last_insert_id*."""
+    compiled = compiled_for(statement, connection.dialect)
+    result = connection.exec_driver_sql(compiled.sql, compiled.parameters(values))
+    outcome = compiled.result_outcome(result)
+    # lastrowid is read only where it means LAST_INSERT_ID: other drivers need not have it.
+    return outcome._replace(last_insert_id=result.lastrowid) if last_insert_id else outcome
+
+
+async def _in_async_session(
+    connection: AsyncConnection, statement: Executable, values: dict[str, Any], last_insert_id: bool = False
+) -> Outcome:
+    """The async twin of :func:`_in_session`."""
+    compiled = compiled_for(statement, connection.dialect)
+    result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(values))
+    outcome = compiled.result_outcome(result)
+    return outcome._replace(last_insert_id=result.lastrowid) if last_insert_id else outcome
+
+
+def _write_in_session(
+    write: Write, values: dict[str, Any], connection: Connection, path: WritePath
+) -> Outcome:
+    if path == "returning":
+        return _in_session(connection, write.returning, values)
+    written = _in_session(connection, write.last_insert_id, values, last_insert_id=True)
+    if write.read_back is None:
+        return _last_insert_id_reply(write, values, written.rowcount, written.last_insert_id)
+    # The rows just written stay locked by this transaction: the SELECT reads what it wrote.
+    return _in_session(connection, write.read_back, values) if written.rowcount else written
+
+
+def _run_write(
+    operation: Operation[Any], write: Write, session: Session | None, path: WritePath | None
+) -> Outcome:
+    if session is not None:
+        connection = session.connection()
+        return _write_in_session(write, operation.values, connection, path or write_path(connection.dialect))
+    chosen = path or write_path(_autocommit_dialect())
+    if chosen == "returning":
+        return execute(write.returning, operation.values, idempotent=operation.idempotent)
+    if write.read_back is not None:
+        # Two statements, so one transaction (create_session commits it, or rolls it back).
+        with create_session() as own:
+            return _write_in_session(write, operation.values, own.connection(), chosen)
+    written = execute(write.last_insert_id, operation.values, idempotent=operation.idempotent)
+    return _last_insert_id_reply(write, operation.values, written.rowcount, written.last_insert_id)
+
+
+def run(operation: Operation[T], session: Session | None, path: WritePath | None = None) -> T:
+    """
+    Run *operation* in *session* (the caller commits), or autocommitted on its own without one; a
+    write as *path* says, else as the server's :func:`write_path`.
+    """
+    statement = operation.statement
+    if isinstance(statement, Write):
+        return operation.read(_run_write(operation, statement, session, path))
     if session is None:
-        return operation.read(execute(operation.statement, operation.values, idempotent=operation.idempotent))
-    connection = session.connection()
-    compiled = compiled_for(operation.statement, connection.dialect)
-    result = connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
-    return operation.read(compiled.result_outcome(result))
+        return operation.read(execute(statement, operation.values, idempotent=operation.idempotent))
+    return operation.read(_in_session(session.connection(), statement, operation.values))
 
 
-async def arun(operation: Operation[T], session: AsyncSession | None) -> T:
+async def arun(operation: Operation[T], session: AsyncSession | None, path: WritePath | None = None) -> T:
     """Run *operation* in *session* (the caller commits), or in a session of its own, committed."""
     async with create_session_async() if session is None else nullcontext(session) as db:
         connection = await db.connection()
-        compiled = compiled_for(operation.statement, connection.dialect)
-        result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(operation.values))
-        return operation.read(compiled.result_outcome(result))
+        statement = operation.statement
+        if not isinstance(statement, Write):
+            return operation.read(await _in_async_session(connection, statement, operation.values))
+        values = operation.values
+        if (path or write_path(connection.dialect)) == "returning":
+            return operation.read(await _in_async_session(connection, statement.returning, values))
+        written = await _in_async_session(connection, statement.last_insert_id, values, last_insert_id=True)
+        if statement.read_back is None:
+            reply = _last_insert_id_reply(statement, values, written.rowcount, written.last_insert_id)
+            return operation.read(reply)
+        if not written.rowcount:
+            return operation.read(written)
+        return operation.read(await _in_async_session(connection, statement.read_back, values))
 
 
-def drive(work: Work[T], session: Session | None) -> T:
+def drive(work: Work[T], session: Session | None, path: WritePath | None = None) -> T:
     """Run *work* (each operation of a flow in turn) with :func:`run`; return its result."""
     if isinstance(work, Operation):
-        return run(work, session)
+        return run(work, session, path)
     try:
         operation = next(work)
         while True:
-            operation = work.send(run(operation, session))
+            operation = work.send(run(operation, session, path))
     except StopIteration as done:
         return done.value
 
 
-async def adrive(work: Work[T], session: AsyncSession | None) -> T:
+async def adrive(work: Work[T], session: AsyncSession | None, path: WritePath | None = None) -> T:
     """Run *work* (each operation of a flow in turn) with :func:`arun`; return its result."""
     if isinstance(work, Operation):
-        return await arun(work, session)
+        return await arun(work, session, path)
     try:
         operation = next(work)
         while True:
-            operation = work.send(await arun(operation, session))
+            operation = work.send(await arun(operation, session, path))
     except StopIteration as done:
         return done.value

@@ -10,6 +10,18 @@ variable, and ``RETURNING`` reports it (NULL: inserted, 1: updated, 0: left as i
 ``SELECT`` resets the variable, so a value left by an earlier statement on the connection is never
 read. Reads skip expired keys: ``expires_at IS NULL OR expires_at > :now``, *now* bound from Python.
 
+MySQL 8 has no ``RETURNING`` (among MySQL-dialect servers only MariaDB 10.5+ has it), so its writes
+take the other :data:`WritePath`, ``last_insert_id``: the statement hands back one number through
+``LAST_INSERT_ID(expr)``, which the server reports in the same reply as the affected rows (the
+DBAPI cursor's ``lastrowid``); no second statement, no session variable. The state tables have no
+AUTO_INCREMENT column, so nothing else sets that number. Its source ``SELECT`` inserts the version
+as ``LAST_INSERT_ID(1)``; the update assigns ``version`` first, as ``LAST_INSERT_ID(version + 1)``
+when it applies and ``LAST_INSERT_ID(0)`` when its condition refuses, and every later assignment
+applies only where ``LAST_INSERT_ID() > 0``. So the reply carries the written version, or 0 for a
+refusal; an increment's last assignment replaces it with the new integer (an update then reports
+2 affected rows, an insert 1). A batch hands back nothing: :func:`batch` gives the ``SELECT`` of
+its versions, run next in the same transaction, where the rows it wrote are still locked.
+
 This module only builds SQL; :mod:`airflow.state.metastore.operations` says what each call sends
 and how to read the answer, and runs it.
 """
@@ -58,6 +70,11 @@ _asset_row = AssetModel.__table__
 #: The MariaDB session variable that carries an upsert's condition to its RETURNING clause.
 _OUTCOME_VARIABLE = "@airflow_state_applied"
 
+#: How a write hands back what it wrote: ``RETURNING`` (PostgreSQL, SQLite, MariaDB 10.5+), or
+#: ``LAST_INSERT_ID(expr)`` (MySQL, which has no RETURNING; see the module's docstring).
+WritePath = Literal["returning", "last_insert_id"]
+WRITE_PATHS: tuple[WritePath, ...] = ("returning", "last_insert_id")
+
 
 class Statements(NamedTuple):
     """The statements of one scope type; their parameters are those of :func:`params` and more."""
@@ -77,7 +94,8 @@ class Statements(NamedTuple):
     #: columns); returns the new version, or no row when the dag run (or asset) does not exist.
     upsert: Executable
     #: :attr:`upsert` only where the key is absent or expired (``now`` too): returns no row (or,
-    #: on MariaDB, the outcome 0) when a live key is stored.
+    #: on MariaDB, the outcome 0) when a live key is stored. On the ``last_insert_id`` path these
+    #: three hand back through LAST_INSERT_ID what they would return (see the module's docstring).
     create: Executable
     #: Replace ``:key`` only at version ``if_version`` and live (``now``); rowcount 0 otherwise.
     update_if_version: Update
@@ -278,6 +296,78 @@ def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any
     return f"ON DUPLICATE KEY UPDATE {', '.join(updates)} RETURNING {', '.join(returning)}"
 
 
+class _OnDuplicateKeyLastInsertId(ClauseElement):
+    """
+    ``ON DUPLICATE KEY UPDATE ...`` for MySQL, which has no RETURNING: ``version`` is assigned
+    first and, with *report*, hands back through ``LAST_INSERT_ID(expr)`` what RETURNING would
+    (see the module's docstring).
+
+    :param assignments: (column, expression) pairs, in order, ``version`` among them.
+    :param where: apply the update only where this holds; evaluated once, by ``version``'s
+        assignment, before any column it reads has been assigned.
+    :param report: ``"version"``: the version written (0: *where* refused); ``"value"``: the
+        integer stored by an applied increment instead; ``None``: nothing (batches).
+    """
+
+    __visit_name__ = "state_on_duplicate_key_last_insert_id"
+    inherit_cache = False
+    _traverse_internals = [
+        ("assigned", InternalTraversal.dp_string_list),
+        ("expressions", InternalTraversal.dp_clauseelement_list),
+        ("where", InternalTraversal.dp_clauseelement),
+        ("report", InternalTraversal.dp_string),
+        ("table_name", InternalTraversal.dp_string),
+    ]
+
+    def __init__(
+        self, table_name: str, assignments: list[tuple[str, Any]], where: Any, report: str | None
+    ) -> None:
+        self.table_name = table_name
+        version_first = sorted(assignments, key=lambda pair: pair[0] != "version")
+        self.assigned = [name for name, _ in version_first]
+        self.expressions = [expression for _, expression in version_first]
+        self.where = where
+        self.report = report
+
+
+@compiles(_OnDuplicateKeyLastInsertId)
+def _last_insert_id_elsewhere(clause: _OnDuplicateKeyLastInsertId, compiler: Any, **kw: Any) -> str:
+    raise NotImplementedError(
+        f"the last_insert_id write path is MySQL's; {compiler.dialect.name!r} writes with RETURNING"
+    )
+
+
+@compiles(_OnDuplicateKeyLastInsertId, "mysql")
+def _on_duplicate_key_last_insert_id(clause: _OnDuplicateKeyLastInsertId, compiler: Any, **kw: Any) -> str:
+    quote = compiler.preparer.quote
+    table = quote(clause.table_name)
+    updates = []
+    last = len(clause.assigned) - 1
+    for position, (name, expression) in enumerate(zip(clause.assigned, clause.expressions, strict=True)):
+        # Qualified: the source SELECT's tables (dag_run) have columns of the same names.
+        stored = f"{table}.{quote(name)}"
+        rendered = compiler.process(expression, **kw)
+        if name == "version":
+            if clause.report is not None:
+                rendered = f"LAST_INSERT_ID({rendered})"
+            if clause.where is not None:
+                # Refused: the version stays, and LAST_INSERT_ID becomes 0 (adding its 0 keeps it).
+                rendered = (
+                    f"IF({compiler.process(clause.where, **kw)}, {rendered}, {stored} + LAST_INSERT_ID(0))"
+                )
+        else:
+            if clause.report == "value" and position == last:
+                # Every assignment before this one saw the version's LAST_INSERT_ID; now the
+                # increment's result replaces it (``value`` is already the new integer's text).
+                rendered = (
+                    f"IF(LAST_INSERT_ID(CAST({table}.{quote('value')} AS SIGNED)) IS NULL, NULL, {rendered})"
+                )
+            if clause.where is not None:
+                rendered = f"IF(LAST_INSERT_ID() > 0, {rendered}, {stored})"
+        updates.append(f"{quote(name)} = {rendered}")
+    return f"ON DUPLICATE KEY UPDATE {', '.join(updates)}"
+
+
 # --- the statements ----------------------------------------------------------------------------
 
 
@@ -335,19 +425,38 @@ class _ScopeTable(NamedTuple):
         return source if batch is None else source.select_from(self.parent.join(batch, true()))
 
     def upsert(
-        self, source: Select[Any], returning: list[str], value: Any = None, where: Any = None
+        self,
+        source: Select[Any],
+        returning: list[str],
+        value: Any = None,
+        where: Any = None,
+        path: WritePath = "returning",
     ) -> Insert:
-        """Insert from *source* or, for a stored key, write *value* (the proposed one by default)."""
+        """
+        Insert from *source* or, for a stored key, write *value* (the proposed one by default).
+        On the ``last_insert_id`` path, *returning* picks what LAST_INSERT_ID reports: the new
+        ``value`` when it is returned, else the ``version``; nothing for a batch (``key`` returned).
+        """
         assignments = [
             ("value", _Proposed("value") if value is None else value),
             ("version", self.table.c.version + _ONE),
             *((name, _Proposed(name)) for name in self.written),
         ]
-        upsert = insert(self.table).from_select([*self.parent_columns, "key", "value", *self.written], source)
-        conflict = [column.name for column in self.table.primary_key]  # what an upsert conflicts on
-        upsert._post_values_clause = _OnConflictUpdate(
-            self.table.name, conflict, assignments, returning, where
-        )
+        columns = [*self.parent_columns, "key", "value", *self.written]
+        if path == "returning":
+            upsert = insert(self.table).from_select(columns, source)
+            conflict = [column.name for column in self.table.primary_key]  # what an upsert conflicts on
+            upsert._post_values_clause = _OnConflictUpdate(
+                self.table.name, conflict, assignments, returning, where
+            )
+            return upsert
+        report = None if "key" in returning else "value" if "value" in returning else "version"
+        if report is not None:
+            # A new row's version, 1, reported as the update's would be.
+            source = source.add_columns(literal_column("LAST_INSERT_ID(1)", Integer()))
+            columns.append("version")
+        upsert = insert(self.table).from_select(columns, source)
+        upsert._post_values_clause = _OnDuplicateKeyLastInsertId(self.table.name, assignments, where, report)
         return upsert
 
 
@@ -399,11 +508,12 @@ _ASSET_SCOPE = _ScopeTable(
 )
 
 
-def _statements(scope: _ScopeTable) -> Statements:
+def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
     table = scope.table
     one_key = [*scope.scope_filter, table.c.key == bindparam("key")]
     source = scope.source(_bind(table, "key"), _bind(table, "value"))
-    guarded_source = source.where(_ResetOutcome())
+    # The MariaDB outcome variable is RETURNING's; the other path leaves session variables alone.
+    guarded_source = source.where(_ResetOutcome()) if path == "returning" else source
     counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
     entry_columns = ("key", "value", "updated_at", "version", "expires_at", *scope.writer_columns)
     select_entries = select(*(table.c[name] for name in entry_columns)).where(
@@ -415,8 +525,8 @@ def _statements(scope: _ScopeTable) -> Statements:
         select_keys=select(table.c.key).where(*scope.scope_filter, live(table)),
         select_entries=select_entries,
         select_entry=select_entries.where(one_key[-1]),
-        upsert=scope.upsert(source, ["version"]),
-        create=scope.upsert(guarded_source, ["version"], where=_expired(table)),
+        upsert=scope.upsert(source, ["version"], path=path),
+        create=scope.upsert(guarded_source, ["version"], where=_expired(table), path=path),
         update_if_version=update(table)
         .where(*one_key, table.c.version == bindparam("if_version"), live(table))
         .values(
@@ -429,6 +539,7 @@ def _statements(scope: _ScopeTable) -> Statements:
             ["version", "value"],
             case((_expired(table), _Proposed("value")), else_=cast(counter, Text())),
             or_(_expired(table), counter.is_not(None)),
+            path,
         ),
         delete_key=delete(table).where(*one_key),
         clear=delete(table).where(*scope.scope_filter),
@@ -445,7 +556,11 @@ DISCARD_WRITTEN_THROUGH_TRY = delete(_task).where(
 )
 
 _SCOPE_TABLES = {"task": _TASK_SCOPE, "asset": _ASSET_SCOPE}
-_STATEMENTS = {kind: _statements(scope_table) for kind, scope_table in _SCOPE_TABLES.items()}
+_STATEMENTS = {
+    (kind, path): _statements(scope_table, path)
+    for kind, scope_table in _SCOPE_TABLES.items()
+    for path in WRITE_PATHS
+}
 
 
 def _kind(scope: StateScope) -> str:
@@ -453,9 +568,9 @@ def _kind(scope: StateScope) -> str:
     return "task" if isinstance(scope, TaskScope) else "asset"
 
 
-def for_scope(scope: StateScope) -> Statements:
-    """The statements that read and write the state of *scope*'s type."""
-    return _STATEMENTS[_kind(scope)]
+def for_scope(scope: StateScope, path: WritePath = "returning") -> Statements:
+    """The statements that read and write the state of *scope*'s type; writes as *path* hands back."""
+    return _STATEMENTS[_kind(scope), path]
 
 
 # --- batches: get_many, set_many, delete_many ------------------------------------------------
@@ -491,20 +606,25 @@ def _batch_rows(table: Any, count: int) -> Any:
 
 
 @cache
-def _batch(what: str, kind: str, size: int) -> Executable:
+def _batch(what: str, kind: str, size: int, path: WritePath) -> Executable:
     scope = _SCOPE_TABLES[kind]
     table = scope.table
     if what == "upsert":
         rows = _batch_rows(table, size)
-        return scope.upsert(scope.source(rows.c.key, rows.c.value, rows), ["key", "version"])
+        return scope.upsert(scope.source(rows.c.key, rows.c.value, rows), ["key", "version"], path=path)
     keys = table.c.key.in_([bindparam(f"key_{n}", type_=table.c.key.type) for n in range(size)])
     if what == "select":
         return select(table.c.key, table.c.value).where(*scope.scope_filter, keys, live(table))
+    if what == "versions":
+        return select(table.c.key, table.c.version).where(*scope.scope_filter, keys)
     return delete(table).where(*scope.scope_filter, keys)
 
 
 def batch(
-    what: Literal["select", "delete", "upsert"], scope: StateScope, pairs: Sequence[str] | Mapping[str, str]
+    what: Literal["select", "delete", "upsert", "versions"],
+    scope: StateScope,
+    pairs: Sequence[str] | Mapping[str, str],
+    path: WritePath = "returning",
 ) -> tuple[Executable, dict[str, Any]]:
     """
     The statement of a batch of *scope* and its parameters but ``now`` and those of a write:
@@ -513,15 +633,17 @@ def batch(
     - ``delete``: delete them;
     - ``upsert``: insert or replace the key-value *pairs*, all with the same ``updated_at``,
       ``expires_at`` and writer columns; returns the key and new version of each, or no row when
-      the dag run (or asset) does not exist. One statement: all pairs are written, or none.
+      the dag run (or asset) does not exist. One statement: all pairs are written, or none. On
+      the ``last_insert_id`` *path* it returns nothing, and ``versions`` (the key and version of
+      each key named, expired or not), run next in the same transaction, reads what it wrote.
     """
     keys = list(pairs)
-    if what != "upsert":
+    if what in ("select", "delete"):
         keys += keys[-1:] * ((1 << max(len(keys) - 1, 0).bit_length()) - len(keys))  # a power of two
     values = params(scope) | {f"key_{n}": key for n, key in enumerate(keys)}
     if isinstance(pairs, Mapping):
         values |= {f"value_{n}": value for n, value in enumerate(pairs.values())}
-    return _batch(what, _kind(scope), len(keys)), values
+    return _batch(what, _kind(scope), len(keys), path if what == "upsert" else "returning"), values
 
 
 #: The state tables, for clean-up.
