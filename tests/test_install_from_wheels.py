@@ -19,6 +19,8 @@ import json
 import os
 import sqlite3
 import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,26 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> D
 def database_32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the first test leaves a copy of its deployment's database, for the upgrade."""
     return tmp_path_factory.mktemp("database-32") / "airflow.db"
+
+
+def test_every_distribution_is_publishable(wheels: dict[str, Path]) -> None:
+    """The licence text in every wheel and sdist, and the classifiers an index lists Airflow add-ons by."""
+    folder = wheels["airflow_task_state"].parent
+    built = sorted(path.name for path in folder.iterdir() if path.name.endswith((".whl", ".tar.gz")))
+    assert len(built) == 8, built  # wheel and sdist of the three workspace members and of upgrade/
+    for wheel in folder.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            [metadata_path] = [name for name in names if name.endswith(".dist-info/METADATA")]
+            metadata = archive.read(metadata_path).decode()
+        assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), wheel.name
+        assert "License-Expression: Apache-2.0" in metadata, wheel.name
+        assert "Classifier: Framework :: Apache Airflow\n" in metadata, wheel.name
+        provider = "Classifier: Framework :: Apache Airflow :: Provider" in metadata
+        assert provider == wheel.name.startswith("airflow_state_redis-"), wheel.name
+    for sdist in folder.glob("*.tar.gz"):
+        with tarfile.open(sdist) as archive:
+            assert f"{sdist.name.removesuffix('.tar.gz')}/LICENSE" in archive.getnames(), sdist.name
 
 
 def test_the_documented_install_runs_task_and_asset_state(venv: DeployerVenv, database_32: Path) -> None:
