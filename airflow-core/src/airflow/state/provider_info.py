@@ -127,6 +127,11 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def get_provider_info() -> dict[str, Any]:
+    # The earliest code of ours that runs in every `airflow` command: the place to say that Airflow
+    # 3.3 was installed over this distribution (see overinstall).
+    from airflow.state.overinstall import warn_if_airflow_installed_over_us
+
+    warn_if_airflow_installed_over_us()
     # Core's `airflow db reset` drops dag_run before asking our DB manager to drop task_state, which
     # PostgreSQL and MySQL refuse while our foreign keys point at it. A process may reset the
     # database without ever importing our models, so the hook is installed when Airflow asks for

@@ -2,7 +2,7 @@
 The conformance kit: the pytest suite every :class:`BaseStateBackend` must pass. Subclass
 :class:`StateBackendConformance` and provide a ``backend`` fixture; "Writing a backend" in the
 README says which fixtures and attributes to override. A backend that wraps another also passes
-:class:`StateBackendWrapperConformance`. Requires pytest (``apache-airflow-shared-state[testing]``).
+:class:`StateBackendWrapperConformance`. Requires pytest (``airflow-state-contract[testing]``).
 """
 
 from __future__ import annotations
