@@ -10,6 +10,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from airflow.state import config
 from airflow.state.airflow_db.engine import is_unavailable
 from airflow.state.configured_backend import get_state_backend, unwrap_state_backend
 from airflow_shared.state.waiting import person_waiting
@@ -53,11 +54,18 @@ def unreachable(error: BaseException) -> str | None:
         return _database_unreachable(error) if is_unavailable(error) else None
     if not _is_connection_failure(error):
         return None
-    name = type(unwrap_state_backend(get_state_backend())).__name__
     reason = _first_line(error) or type(error).__name__
     if "check" not in reason.lower():  # the Redis backend's message already says what to check
         reason += ". Check that its server is running and that its settings point at it"
-    return f"cannot reach the state backend {name} ([state] backend): {reason}"
+    return f"cannot reach the state backend {_backend_name()} ([state] backend): {reason}"
+
+
+def _backend_name() -> str:
+    """The configured backend's class, for people (not the metrics wrapper around it)."""
+    try:
+        return type(unwrap_state_backend(get_state_backend())).__name__
+    except Exception:  # failed while being built: the path in [state] backend still names it
+        return config.backend_path()
 
 
 def _is_connection_failure(error: BaseException) -> bool:
