@@ -522,7 +522,7 @@ def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend)
         put = api.put(asset_url(asset, key_url(f"w/{number}")), json={"value": value}, headers=op)
         assert put.status_code == 200, put.text
         stored = api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
-        assert stored["value"] == value and stored["updated_by_try"] is None
+        assert stored["value"] == value and stored["updated_by"]["kind"] == "api"
         assert stored["version"] == put.json()["version"]
         assert api.get(asset_url(asset, key_url(f"w/{number}")), headers=op).json() == stored
     assert (
