@@ -522,7 +522,7 @@ def test_asset_state_round_trips_in_both_key_forms(api, as_role, asset, backend)
         put = api.put(asset_url(asset, key_url(f"w/{number}")), json={"value": value}, headers=op)
         assert put.status_code == 200, put.text
         stored = api.get(asset_url(asset, "stateEntry"), params={"key": f"w/{number}"}, headers=op).json()
-        assert stored["value"] == value and stored["updated_by_try"] is None
+        assert stored["value"] == value and stored["updated_by"]["kind"] == "api"
         assert stored["version"] == put.json()["version"]
         assert api.get(asset_url(asset, key_url(f"w/{number}")), headers=op).json() == stored
     assert (
@@ -776,6 +776,8 @@ def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, bac
     backend.write(AssetScope(asset), "watermark", '"2024-01-01"', writer=by_task)
     backend.write(AssetScope(asset), "by_cli", "1", writer=CLI_WRITER)
     entry = api.get(asset_url(asset, key_url("watermark")), headers=op).json()
+    # An asset has no tries of its own: the writing task's try is in updated_by, not beside it.
+    assert set(entry) == {"key", "value", "updated_at", "version", "expires_at", "updated_by"}
     assert entry["updated_by"] == {
         "kind": "task",
         "dag_id": run.dag_id,
@@ -794,6 +796,7 @@ def test_asset_state_shows_who_last_wrote_each_key(api, as_role, run, asset, bac
     listed = {entry["key"]: entry for entry in api.get(asset_url(asset), headers=op).json()["entries"]}
     assert listed["watermark"]["updated_by"] == {"kind": "api", **nobody}
     assert listed["runs"]["updated_by"] == {"kind": "api", **nobody}
+    assert all("updated_by_try" not in listed_entry for listed_entry in listed.values())
     # Task state records the try (null for operators) and has no writer field.
     api.put(run.ti("submit", key_url("k")), json={"value": 1}, headers=op)
     task_entry = api.get(run.ti("submit", key_url("k")), headers=op).json()
@@ -1034,6 +1037,7 @@ def test_the_openapi_schema_documents_every_operator_route(api):
     for field in ("version", "expires_at"):
         assert schemas["StateEntryResponse"]["properties"][field]["description"]
     assert schemas["AssetStateEntryResponse"]["properties"]["updated_by"]
+    assert "updated_by_try" not in schemas["AssetStateEntryResponse"]["properties"]
     assert set(schemas["WriterResponse"]["properties"]) == {
         "kind",
         "dag_id",

@@ -351,3 +351,25 @@ def test_provider_info_declares_every_option_the_backend_reads():
     read |= {"wait_replicas", "wait_timeout_ms", "retries"}
     assert set(declared) == read
     assert declared["sentinel_password"].get("sensitive") is True
+
+
+@pytest.mark.any_database
+def test_airflow_config_list_shows_the_defaults_the_backend_applies():
+    from airflow_state_redis import _config
+    from state_testing.airflow_cli import run_airflow
+
+    listed = run_airflow("config", "list", "--section", "state_redis", "--show-values").stdout
+    values = dict(
+        line.split(" = ", 1) for line in listed.splitlines() if " = " in line and not line.startswith("#")
+    )
+    assert values == {
+        "key_prefix": _config.DEFAULT_KEY_PREFIX,
+        "task_ttl_seconds": str(_config.DEFAULT_TASK_TTL_SECONDS),
+        "asset_ttl_seconds": "0",  # asset state never expires unless told to
+        "mode": "standalone",
+        "wait_replicas": "0",
+        "wait_timeout_ms": str(_config.DEFAULT_WAIT_TIMEOUT_MS),
+        "retries": str(_config.DEFAULT_RETRIES),
+    }
+    # Without a default, an option is listed commented out, as Airflow lists its own.
+    assert "# url = \n" in listed and "# redis_conn_id = \n" in listed

@@ -5,7 +5,8 @@ client retries on a connection error or timeout (the README's "Failover" says wh
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -17,9 +18,12 @@ import redis.cluster
 import redis.connection
 import redis.retry
 import redis.sentinel
+from airflow_shared.state.waiting import is_person_waiting
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
 from ._config import RedisSettings
+
+_T = TypeVar("_T")
 
 # Bounded so an unreachable host fails in seconds instead of hanging a task; a
 # `?socket_connect_timeout=` in the URL takes precedence (redis-py lets URL options win).
@@ -30,8 +34,53 @@ _BACKOFF_CAP_S = 2.0
 _RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+#: Retries when a person waits on the call (the `airflow state` CLI), whatever ``[state_redis] retries``
+#: says: enough for a blip, not the ~10 s that carry a task through a failover unattended.
+WAITED_ON_RETRIES = 2
+
+
 def _backoff() -> ExponentialWithJitterBackoff:
     return ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether nothing listens at the address: redis-py keeps the socket's error as the context."""
+    cause = error.__cause__ or error.__context__
+    return isinstance(cause, ConnectionRefusedError | FileNotFoundError)  # TCP port, Unix socket
+
+
+class _Retry(redis.retry.Retry):
+    """
+    redis-py's retry, shorter when a person waits on the call (see ``airflow_shared.state.waiting``):
+    a refused connection is reported at once (the server is not running; asking again in 2 s will not
+    start it) and other failures are retried at most :data:`WAITED_ON_RETRIES` times. Tasks, which
+    no one watches, keep every configured retry.
+    """
+
+    def call_with_retry(
+        self,
+        do: Callable[[], _T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> _T:
+        if not is_person_waiting():
+            return super().call_with_retry(do, fail, is_retryable, with_failure_count)
+        failures = 0
+
+        def retryable(error: Exception) -> bool:
+            nonlocal failures
+            if (is_retryable and not is_retryable(error)) or _refused(error):
+                return False
+            failures += 1
+            return failures <= WAITED_ON_RETRIES
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+    def get_retries(self) -> int:
+        # A Cluster client counts its attempts itself, from this number.
+        retries = super().get_retries()
+        return min(retries, WAITED_ON_RETRIES) if is_person_waiting() else retries
 
 
 class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
@@ -97,7 +146,8 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
 def build_client(settings: RedisSettings, *, sync: bool) -> Any:
     """The sync or asyncio client for *settings*; no I/O (every client connects lazily)."""
     topology = settings.topology
-    retry_class = redis.retry.Retry if sync else redis.asyncio.retry.Retry
+    # The CLI, the one caller a person waits on, calls the sync client: only that one shortens its retries.
+    retry_class = _Retry if sync else redis.asyncio.retry.Retry
     retry = retry_class(_backoff(), topology.retries, supported_errors=_RETRIED)
     if topology.mode == "cluster":
         cluster = redis.cluster.RedisCluster if sync else redis.asyncio.cluster.RedisCluster

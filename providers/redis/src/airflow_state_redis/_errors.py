@@ -46,7 +46,8 @@ def reachable(url: str, source: str, layout: str = "") -> Iterator[None]:
         raise RedisStateConnectionError(
             f"Cannot reach the Redis server for Airflow state at {mask_url(url)} (from {source}"
             f"{'; ' + layout if layout else ''}): "
-            f"{error}. Check that the server is running and that {where} points at it "
+            # redis-py's message ends with a period already ("... Connection refused.").
+            f"{str(error).rstrip('.')}. Check that the server is running and that {where} points at it "
             "(the option can also be set with AIRFLOW__STATE_REDIS__URL)."
         ) from error
 

@@ -2,13 +2,17 @@
 Declares ``[state_redis]`` to Airflow (entry point ``apache_airflow_provider``), so the options show
 in ``airflow config list``. A plain dict: this distribution never imports Airflow.
 
-Defaults are left empty here on purpose: the backend applies its own (see ``_config``), so it
-behaves the same with or without Airflow installed.
+The defaults shown are the backend's own (``_config``), imported rather than written twice: with
+or without Airflow installed, an option left unset means the same value, and
+``airflow config list --section state_redis --show-values`` shows it as ``[state]`` shows its own.
+Options without a default (the URL, the connection, Sentinel's) stay unset.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ._config import DEFAULT_KEY_PREFIX, DEFAULT_RETRIES, DEFAULT_TASK_TTL_SECONDS, DEFAULT_WAIT_TIMEOUT_MS
 
 
 def _option(
@@ -17,13 +21,15 @@ def _option(
     type_: str = "string",
     sensitive: bool = False,
     added: str = "0.1.0",
+    default: object = None,
 ) -> dict[str, Any]:
     option: dict[str, Any] = {
         "description": description,
         "version_added": added,
         "type": type_,
         "example": example,
-        "default": None,
+        # Airflow's config.yml writes defaults as text.
+        "default": None if default is None else str(default),
     }
     if sensitive:
         option["sensitive"] = True
@@ -49,18 +55,20 @@ def get_provider_info() -> dict[str, Any]:
                         "An Airflow connection to use when url is not set.", "redis_default"
                     ),
                     "key_prefix": _option(
-                        "First part of every key (default airflow:state).", "airflow:state"
+                        "First part of every key.", "airflow:state", default=DEFAULT_KEY_PREFIX
                     ),
                     "task_ttl_seconds": _option(
                         "Task state expires this long after its task instance's last write "
-                        "(default 2592000, 30 days; 0 never).",
+                        "(2592000: 30 days; 0 never).",
                         "2592000",
                         type_="integer",
+                        default=DEFAULT_TASK_TTL_SECONDS,
                     ),
                     "asset_ttl_seconds": _option(
-                        "Asset state expires this long after the asset's last write (default 0, never).",
+                        "Asset state expires this long after the asset's last write (0: never).",
                         "0",
                         type_="integer",
+                        default=0,
                     ),
                     "mode": _option(
                         "What url points at: standalone (one server, the default), cluster (any node "
@@ -69,6 +77,7 @@ def get_provider_info() -> dict[str, Any]:
                         "password, database and TLS).",
                         "cluster",
                         added="0.4.0",
+                        default="standalone",
                     ),
                     "sentinel_master": _option(
                         "mode = sentinel: the service name the sentinels monitor.",
@@ -100,12 +109,14 @@ def get_provider_info() -> dict[str, Any]:
                         "1",
                         type_="integer",
                         added="0.4.0",
+                        default=0,
                     ),
                     "wait_timeout_ms": _option(
-                        "How long a write waits for wait_replicas replicas (default 1000).",
+                        "How long a write waits for wait_replicas replicas, in milliseconds.",
                         "1000",
                         type_="integer",
                         added="0.4.0",
+                        default=DEFAULT_WAIT_TIMEOUT_MS,
                     ),
                     "retries": _option(
                         "Attempts after the first on a connection error or timeout (and, on a cluster, "
@@ -115,6 +126,7 @@ def get_provider_info() -> dict[str, Any]:
                         "8",
                         type_="integer",
                         added="0.4.0",
+                        default=DEFAULT_RETRIES,
                     ),
                 },
             }

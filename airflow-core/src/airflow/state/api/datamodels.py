@@ -139,17 +139,13 @@ class WriterResponse(BaseModel):
         return cls(**{**asdict(writer), "kind": writer.kind.value})
 
 
-class StateEntryResponse(BaseModel):
-    """One key of a task instance's or an asset's state."""
+class StateEntryFields(BaseModel):
+    """What every key's entry has; who wrote it is said differently by task and asset state."""
 
     key: str = Field(description="The state key")
     value: JsonValue = Field(description="The stored JSON value (never null)")
     updated_at: datetime | None = Field(
         description="When the key was last written (UTC); null when the backend does not record it"
-    )
-    updated_by_try: int | None = Field(
-        description="The try of the task instance that last wrote the key; null for asset state and "
-        "for writes made by operators (this API, the CLI)"
     )
     version: int | None = Field(description=_VERSION)
     expires_at: datetime | None = Field(
@@ -158,15 +154,27 @@ class StateEntryResponse(BaseModel):
 
     @classmethod
     def of(cls, entry: Entry) -> Self:
-        # The fields of Entry the response has (an asset's entry also has who wrote it).
+        # The fields of Entry the response has: a task's entry the try, an asset's the writer.
         fields = {name: getattr(entry, name) for name in cls.model_fields}
         if fields.get("updated_by") is not None:
             fields["updated_by"] = WriterResponse.of(fields["updated_by"])
         return cls(**fields)
 
 
-class AssetStateEntryResponse(StateEntryResponse):
-    """One key of an asset's state, with who last wrote it."""
+class StateEntryResponse(StateEntryFields):
+    """One key of a task instance's state, with the try that last wrote it."""
+
+    updated_by_try: int | None = Field(
+        description="The try of the task instance that last wrote the key; null for writes made by "
+        "operators (this API, the CLI)"
+    )
+
+
+class AssetStateEntryResponse(StateEntryFields):
+    """
+    One key of an asset's state, with who last wrote it. No ``updated_by_try``: an asset has no
+    tries; the try of a task that wrote it is ``updated_by.try_number``.
+    """
 
     updated_by: WriterResponse | None = Field(
         description="Who last wrote the key: a task instance's try, `api` or `cli`; null when the "

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from airflow._shared.timezones.timezone import utcnow
 from airflow.state.cli.errors import command, configured_backend, confirm
 from airflow.state.cli.formats import count
+from airflow.state.cli.progress import Progress, ticking
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
 
@@ -24,9 +25,13 @@ def clean(args: Namespace) -> None:
     )
     question = f"Remove {what} from {name}? (--dry-run counts them first)"
     confirm(question, yes=args.yes or args.dry_run, cancelled="nothing was removed")
-    removed = backend.cleanup(
-        now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
-    )
+    # The contract's cleanup() says nothing until it returns (seconds on a million keys): a clock.
+    doing = f"{'Counting' if args.dry_run else 'Removing'} {what} in {name}"
+    with ticking(Progress(), doing) as finished:
+        removed = backend.cleanup(
+            now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
+        )
+        finished(count(removed, "key"))
     keys = count(removed, "key")
     if args.dry_run:
         print(f"Dry run: would remove {keys} ({what}); nothing was removed")

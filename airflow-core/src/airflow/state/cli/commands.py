@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow.state.cli.unreachable import one_line_when_unreachable
 from airflow.state.metastore.db_manager import StateDBManager
 from airflow.utils.providers_configuration_loader import providers_configuration_loaded
 from airflow.utils.session import create_session
@@ -18,7 +19,7 @@ def downgrade(args) -> None:
         )
         if answer.strip().upper() != "Y":
             raise SystemExit("Cancelled")
-    with create_session() as session:
+    with one_line_when_unreachable(), create_session() as session:
         StateDBManager(session).downgrade(
             to_revision=args.to_revision, from_revision=args.from_revision, show_sql_only=args.show_sql_only
         )

@@ -1,6 +1,7 @@
 """
-How `airflow state` commands run, fail and ask: what the operator got wrong is one line on stderr
-and exit status 1 (``SystemExit(message)``, as Airflow's own commands fail), never a traceback.
+How `airflow state` commands run, fail and ask: what the operator got wrong, and a database or
+backend server that cannot be reached, is one line on stderr and exit status 1
+(``SystemExit(message)``, as Airflow's own commands fail), never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
+from airflow.state.cli.unreachable import check_database, one_line_when_unreachable
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.exceptions import StateError
 from airflow.state.manage import NotFound
@@ -46,11 +48,23 @@ def command(*, writes: bool) -> Callable[[F], F]:
     def wrap(function: F) -> F:
         @functools.wraps(function)
         def run(args: Namespace) -> None:
-            with refusing(errors=OPERATOR_ERRORS):
+            with one_line_when_unreachable(), refusing(errors=OPERATOR_ERRORS):
                 function(args)
 
         loaded = providers_configuration_loaded(run)
-        return cast("F", action_cli(loaded) if writes else suppress_logs_and_warning(loaded))
+        if not writes:
+            return cast("F", suppress_logs_and_warning(loaded))
+        logged = action_cli(loaded)
+
+        @functools.wraps(function)
+        def run_logged(args: Namespace) -> None:
+            # Airflow's action logging and migration check use the database before the command
+            # does, with a warning and a traceback of their own when it is down: look first.
+            with one_line_when_unreachable():
+                check_database()
+            logged(args)
+
+        return cast("F", run_logged)
 
     return wrap
 

@@ -10,12 +10,14 @@ import sys
 from argparse import Namespace
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from airflow.state import manage
 from airflow.state.airflow_db.lookups import dag_runs, matching_assets
 from airflow.state.cli.errors import command, configured_backend
 from airflow.state.cli.formats import count, dump_row, export_row
+from airflow.state.cli.progress import Progress
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, TaskScope
 
@@ -28,16 +30,36 @@ def export_state(args: Namespace) -> None:
     configured_backend()
     with_tasks, with_assets = _kinds(args)
     to_stdout = args.file in (None, "-")
-    with _destination(None if to_stdout else args.file) as out:
-        # How many keys each task instance and asset had (0: all deleted since it was listed).
-        tasks = [_write_rows(out, scope) for scope in _task_scopes_with_state(args)] if with_tasks else []
-        assets = [_write_rows(out, asset) for asset in _assets_with_state(args)] if with_assets else []
+    # On stderr, never among the rows; and not when the rows go to the same terminal.
+    progress = Progress(enabled=sys.stderr.isatty() and not (to_stdout and sys.stdout.isatty()))
+    tally = _Tally()
+    with progress, _destination(None if to_stdout else args.file) as out:
+        for scope in _task_scopes_with_state(args, tally, progress) if with_tasks else ():
+            tally.tasks.append(_write_rows(out, scope))
+            progress.show(f"Exporting: {tally}")
+        for asset in _assets_with_state(args) if with_assets else ():
+            tally.assets.append(_write_rows(out, asset))
+            progress.show(f"Exporting: {tally}")
+        progress.done(f"Exporting: {tally}")
     where = "" if to_stdout else f" to {args.file}"
     # With the rows on stdout, the report goes to stderr so that the output stays JSON lines.
-    print(
-        f"Exported {_keys_of(tasks, 'task instance')} and {_keys_of(assets, 'asset')}{where}",
-        file=sys.stderr if to_stdout else sys.stdout,
-    )
+    print(f"Exported {tally.exported()}{where}", file=sys.stderr if to_stdout else sys.stdout)
+
+
+@dataclass
+class _Tally:
+    """How many keys each task instance and asset had (0: all deleted since it was listed)."""
+
+    tasks: list[int] = field(default_factory=list)
+    assets: list[int] = field(default_factory=list)
+    #: Dag runs looked at so far: most hold no state, and an export walks every one.
+    runs: int = 0
+
+    def exported(self) -> str:
+        return f"{_keys_of(self.tasks, 'task instance')} and {_keys_of(self.assets, 'asset')}"
+
+    def __str__(self) -> str:
+        return f"{self.exported()} ({count(self.runs, 'dag run')} read)"
 
 
 def _keys_of(written: list[int], holder: str) -> str:
@@ -91,9 +113,11 @@ def _write_rows(out: TextIO, owner: TaskScope | manage.AssetInfo) -> int:
             return offset
 
 
-def _task_scopes_with_state(args: Namespace) -> Iterator[TaskScope]:
+def _task_scopes_with_state(args: Namespace, tally: _Tally, progress: Progress) -> Iterator[TaskScope]:
     """The task instances that hold state in the runs the filters name, run by run (in order of ids)."""
     for run_dag_id, run_run_id in dag_runs(args.dag_id, args.run_id, page_size=RUN_PAGE):
+        tally.runs += 1
+        progress.show(f"Exporting: {tally}")
         with create_session() as session:
             try:
                 holding = manage.task_instances_with_state(run_dag_id, run_run_id, session)

@@ -20,6 +20,7 @@ from airflow._shared.timezones.timezone import utcnow
 from airflow.state import manage
 from airflow.state.cli.errors import command, configured_backend, confirm
 from airflow.state.cli.formats import AssetTarget, RowError, count, parse_row
+from airflow.state.cli.progress import Progress
 from airflow.state.cli.scope_options import NamedScope, asset, task_instance
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.utils.session import create_session
@@ -63,8 +64,10 @@ class Plan:
 @command(writes=True)
 def import_state(args: Namespace) -> None:
     backend = configured_backend()
+    progress = Progress()
     with _spooled(args.file) as file:
-        plan = _plan(file, backend, args.action_on_existing_key)
+        with progress:
+            plan = _plan(file, backend, args.action_on_existing_key, progress)
         if plan.refusals:
             for refusal in plan.refusals[:SHOWN_REFUSALS]:
                 print(refusal, file=sys.stderr)
@@ -77,7 +80,8 @@ def import_state(args: Namespace) -> None:
             _report_dry_run(plan)
             return
         _confirm_overwriting(plan, args)
-        _write(file, backend, plan.writes)
+        with progress:
+            _write(file, backend, plan.writes, progress)
     overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
     print(
         f"Imported {count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
@@ -141,7 +145,15 @@ def _decoded(file: IO[bytes]) -> Iterator[tuple[int, str | None]]:
             yield number, None
 
 
-def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
+def _lines(file: IO[bytes], progress: Progress) -> int:
+    """How many lines *file* has, for "N/total" (a quick read of bytes): only when progress shows."""
+    if not progress.enabled:
+        return 0
+    file.seek(0)
+    return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
+
+
+def _plan(file: IO[bytes], backend: BaseStateBackend, action: str, progress: Progress) -> Plan:
     """Check every row in order, remembering what each target resolved to and each key's first line."""
     plan = Plan()
     resolved: dict[TaskScope | AssetTarget, NamedScope | str] = {}
@@ -192,16 +204,20 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str) -> Plan:
             plan.rows.append(planned(EXISTS if action == "skip" else OVERWRITE))
         return None
 
+    total = _lines(file, progress)
+    number = 0
     with create_session() as session:
         for number, text in _decoded(file):
             # Blank lines (a trailing newline, a hand-edited file) are not rows.
             problem = None if text is not None and not text.strip() else check(number, text, session)
             if problem:
                 plan.refusals.append(f"line {number}: {problem}")
+            progress.show(f"Checking: line {number}/{max(total, number)}")
+    progress.done(f"Checking: line {number}/{max(total, number)}, {count(len(plan.refusals), 'refusal')}")
     return plan
 
 
-def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned]) -> None:
+def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned], progress: Progress) -> None:
     """
     Write the planned rows, reading their values from the file again. One session: the metastore
     joins it, so its writes commit together or not at all; other backends write as they go.
@@ -225,6 +241,8 @@ def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned]) ->
                     session=session,
                 )
                 written += 1
+                progress.show(f"Writing: {written}/{count(len(writes), 'key')}")
+        progress.done(f"Writing: {written}/{count(len(writes), 'key')}")
     except Exception as error:
         kept = (
             "nothing was imported"

@@ -19,6 +19,7 @@ from airflow.state.api.datamodels import (
     AssetStateEntryResponse,
     AssetsWithStateResponse,
     AssetWithState,
+    StateEntryFields,
     StateEntryResponse,
     StateIncrementExpiresResponse,
     StateWriteExpiresResponse,
@@ -117,7 +118,7 @@ class _Kind:
     clear_scope: Callable[..., tuple[StateScope, bool]]
     page_fields: Callable[..., dict[str, Any]]  # what a listing adds to its entries
     page: type[BaseModel]
-    entry: type[StateEntryResponse]
+    entry: type[StateEntryFields]
     # For the descriptions: whose state, what a listing and a clear add, who a write records, the ttl.
     state: str
     listed: str
