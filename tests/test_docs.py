@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
-from state_testing.doc_samples import REPO, Sample, all_samples, samples_in
+from state_testing.doc_samples import REPO, Sample, all_samples, doc_files, samples_in
 
 pytestmark = pytest.mark.any_database
 
@@ -338,3 +338,33 @@ def test_a_broken_shell_sample_fails(code):
 def test_a_broken_ini_sample_fails():
     with pytest.raises(AssertionError, match="no option"):
         check_ini("[state]\nbakend = airflow.state.metastore.MetastoreStateBackend\n", "broken")
+
+
+# Options named in the text ---------------------------------------------------------------------
+
+# Named in the text although no longer an option, and why.
+RETIRED_OPTIONS = {("state", "api_secret"): "earlier versions' worker secret: the pages say to remove it"}
+
+
+def test_every_option_the_pages_name_exists():
+    text = "\n".join(path.read_text() for path in doc_files())
+    named = set(re.findall(r"\[(state|state_redis|state_store)\] ([a-z_]+)", text))
+    named |= {
+        (section.lower(), option.lower())
+        for section, option in re.findall(r"AIRFLOW__(STATE|STATE_REDIS)__([A-Z_]+[A-Z])", text)
+    }
+    named -= {("state_redis", "section")}  # "keep the [state_redis] section as it is"
+    for section, option in sorted(named - set(RETIRED_OPTIONS)):
+        check_option(section, option, "the documentation")
+
+
+def test_the_configuration_pages_list_every_option():
+    for section, page in (("state", "configuration.md"), ("state_redis", "redis.md")):
+        text = (REPO / "docs" / page).read_text()
+        unlisted = {
+            option
+            for option in known_options()[section]
+            if f"`{option}`" not in text and f"`[{section}] {option}`" not in text
+        }
+        unlisted -= {option for (s, option) in RETIRED_OPTIONS if s == section}
+        assert not unlisted, f"docs/{page} does not list [{section}] {sorted(unlisted)}"
