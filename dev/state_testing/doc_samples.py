@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^\s*<!-- sample: ([a-z0-9-]+) -->\s*$")
-FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+FENCE = re.compile(r"^(\s*)```(\S*)(?:\s.*)?$")
 
 
 @dataclass(frozen=True)
