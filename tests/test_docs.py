@@ -139,12 +139,39 @@ def check_requirement(text: str) -> None:
         version = distributions()[requirement.name]
         assert requirement.specifier.contains(version), f"{text}: this release is {version}"
     elif requirement.name == "apache-airflow":
-        # The Airflow 3.3 the upgrade tests run (dev/state_testing/airflow33.py).
-        pins = (REPO / "dev/airflow33/requirements.txt").read_text()
-        pinned = re.search(r"^apache-airflow==(\S+)", pins, re.M)
-        assert pinned and requirement.specifier.contains(pinned.group(1)), f"{text}: the tests run {pinned}"
+        tested = airflow_versions_the_tests_install()
+        assert any(requirement.specifier.contains(version) for version in tested), (
+            f"{text}: the tests install Airflow {sorted(tested)}"
+        )
     else:
         raise AssertionError(f"pip names {text!r}, which is neither ours nor the Airflow the tests run")
+
+
+def airflow_versions_the_tests_install() -> set[str]:
+    """The Airflow releases the tests install: 3.3 for the upgrade (dev/state_testing/airflow33.py),
+    and the 3.2 release of the install test, when there is one."""
+    pins = (REPO / "dev/airflow33/requirements.txt").read_text()
+    versions = set(re.findall(r"^apache-airflow==(\S+)", pins, re.M))
+    install_test = REPO / "tests/test_install_from_wheels.py"
+    if install_test.exists():
+        versions |= set(
+            re.findall(r'version_of\("apache-airflow-core"\) == "([^"]+)"', install_test.read_text())
+        )
+    return versions
+
+
+def check_pip(args: list[str], where: str) -> None:
+    assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
+    words = iter(args[1:])
+    for word in words:
+        if word == "-c":  # a constraints file of the repository
+            constraints = next(words)
+            assert (REPO / constraints).is_file(), f"{where}: no constraints file {constraints}"
+        elif word.startswith("dist/") and word.endswith(".whl"):  # a wheel dev/build-wheels built
+            name = word.removeprefix("dist/").split("-", 1)[0].replace("_", "-")
+            assert name in distributions(), f"{where}: {word} is no wheel of this repository"
+        elif not word.startswith("-"):
+            check_requirement(word)
 
 
 def script_options(script: Path) -> set[str]:
@@ -269,10 +296,7 @@ def check_shell_command(words: list[str], where: str) -> None:
         status = upgrade_parser_verdicts()[tuple(args)]
         assert status == 0, f"{where}: the parser refuses `airflow-state-upgrade {shlex.join(args)}`"
     elif program == "pip":
-        assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
-        for word in args[1:]:
-            if not word.startswith("-"):
-                check_requirement(word)
+        check_pip(args, where)
     elif program == "uv" and args[0] == "run":
         check_uv_run(args[1:])
     elif program == "export":
@@ -304,6 +328,7 @@ BROKEN_SHELL = [
     "airflow state get k --dag-id d --run-id r --task-id t --output xml",
     "PYTHONPATH=dev uv run python bench/bench_atomic.py --no-such-flag",
     'pip install "airflow-state-redis>=99"',
+    "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
     "export AIRFLOW__STATE__NO_SUCH_OPTION=1",
     "airflow-state-upgrade --drop-tables",
 ]
