@@ -33,6 +33,10 @@ NOT_RUN = {
     "redis-key-layout": "a diagram of Redis key names, not code",
     "security-redis-acl": "a Redis ACL command for a Celery broker; "
     "tests/celery_worker/test_celery_deployment.py runs it against a real broker",
+    "upgrading-installed-over-message": "output, not code: what airflow prints when Airflow 3.3 was "
+    "installed over us (tests/test_install_from_wheels.py checks it)",
+    "cli-unreachable-output": "output, not code: what the CLI prints when a server is unreachable "
+    "(airflow-core/tests/test_cli_unreachable.py checks it)",
 }
 # Python samples: each runs in tests/test_docs_samples.py, which checks that it covers exactly these.
 PYTHON = {
