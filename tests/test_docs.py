@@ -174,8 +174,14 @@ def check_pip(args: list[str], where: str) -> None:
         elif word.startswith("dist/") and word.endswith(".whl"):  # a wheel dev/build-wheels built
             name = word.removeprefix("dist/").split("-", 1)[0].replace("_", "-")
             assert name in distributions(), f"{where}: {word} is no wheel of this repository"
+        elif args[0] == "uninstall" and word in FORMER_NAMES:
+            continue
         elif not word.startswith("-"):
             check_requirement(word)
+
+
+# Names our distributions had before, which the pages tell users to uninstall.
+FORMER_NAMES = {"apache-airflow-shared-state": "the contract distribution, now airflow-state-contract"}
 
 
 def script_options(script: Path) -> set[str]:
