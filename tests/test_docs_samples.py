@@ -279,17 +279,23 @@ def run_sample(name: str, namespace: dict) -> dict:
 
 
 @pytest.fixture
-def asset_42():
-    """The asset the backend-API sample names by id 42."""
+def asset_42(backend):
+    """The asset the backend-API sample names by id 42: made for the test unless another test's
+    asset already has that id; its state is empty before and after."""
     from airflow.models.asset import AssetModel
     from airflow.utils.session import create_session
 
+    scope = AssetScope(asset_id=42)
     with create_session() as session:
-        assert session.get(AssetModel, 42) is None, "asset 42 exists already"
-        session.add(AssetModel(id=42, name="docs_asset_42", uri="s3://docs/42", group="asset"))
-    yield AssetScope(asset_id=42)
-    with create_session() as session:
-        session.delete(session.get(AssetModel, 42))
+        made = session.get(AssetModel, 42) is None
+        if made:
+            session.add(AssetModel(id=42, name="docs_asset_42", uri="s3://docs/42", group="asset"))
+    backend.clear(scope)
+    yield scope
+    backend.clear(scope)
+    if made:
+        with create_session() as session:
+            session.delete(session.get(AssetModel, 42))
 
 
 def test_the_backend_api_sample_runs_on_the_configured_backend(make_dag_run, asset_42):
