@@ -1,0 +1,423 @@
+"""
+The documentation builds without a warning, and every code sample in it is checked.
+
+Python samples run (tests/test_docs_samples.py); shell samples are parsed by the real parsers of the
+commands they call (Airflow's CLI parser with our commands in it, the upgrade command's, argparse of
+each benchmark); ini samples name only options that exist. What cannot be run says why, in NOT_RUN.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import functools
+import importlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from state_testing.doc_samples import REPO, Sample, all_samples, doc_files, samples_in
+
+pytestmark = pytest.mark.any_database
+
+# Samples no test runs, and why. Keep it short: everything else is checked below.
+NOT_RUN = {
+    "architecture-layout": "a diagram of the source tree, not code",
+    "redis-key-layout": "a diagram of Redis key names, not code",
+    "security-redis-acl": "a Redis ACL command for a Celery broker; "
+    "tests/celery_worker/test_celery_deployment.py runs it against a real broker",
+    "upgrading-installed-over-message": "output, not code: what airflow prints when Airflow 3.3 was "
+    "installed over us (tests/test_install_from_wheels.py checks it)",
+    "cli-unreachable-output": "output, not code: what the CLI prints when a server is unreachable "
+    "(airflow-core/tests/test_cli_unreachable.py checks it)",
+}
+# Python samples: each runs in tests/test_docs_samples.py, which checks that it covers exactly these.
+PYTHON = {
+    "readme-task",
+    "core-example",
+    "core-server-side",
+    "task-code-basic",
+    "task-code-versions",
+    "task-code-many",
+    "staged-writes",
+    "clearing-keep-choice",
+    "clearing-item-key",
+    "resumable-deferrable",
+    "backend-api",
+    "redis-standalone-python",
+    "redis-example-validate",
+    "redis-example-kit",
+    "writing-a-backend-kit",
+}
+
+
+def test_sphinx_builds_the_documentation_without_a_warning(tmp_path):
+    result = subprocess.run(
+        [
+            *(Path(sys.executable).with_name("sphinx-build"), "-W", "--keep-going", "-q", "-b", "html"),
+            *("-d", str(tmp_path / "doctrees"), str(REPO / "docs"), str(tmp_path / "html")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    page = (tmp_path / "html" / "api-reference.html").read_text()
+    # autodoc found the classes (an import failure would have been a warning, but check the content).
+    assert "apply_commit" in page and "get_versioned" in page
+
+
+def test_every_sample_is_named_and_has_a_check():
+    samples = all_samples()
+    checked = set(NOT_RUN) | PYTHON | {name for name, s in samples.items() if s.lang in ("bash", "ini")}
+    assert set(samples) <= checked, f"samples without a check: {sorted(set(samples) - checked)}"
+    assert not (set(NOT_RUN) | PYTHON) - set(samples), "checks of samples that no longer exist"
+    assert {s.lang for name, s in samples.items() if name in PYTHON} == {"python"}
+
+
+def test_a_code_block_without_a_name_is_refused(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n```python\nprint(1)\n```\n")
+    with pytest.raises(ValueError, match="without a `<!-- sample: NAME -->`"):
+        samples_in(page)
+
+
+# Shell samples ---------------------------------------------------------------------------------
+
+
+def shell_commands(code: str) -> list[list[str]]:
+    """The commands of a shell sample as argument lists: continuations joined, comments dropped,
+    variables the sample sets itself (``TI="..."``) expanded."""
+    variables: dict[str, str] = {}
+    commands = []
+    for line in code.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 1 and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+            name, value = words[0].split("=", 1)
+            variables[name] = value
+            continue
+        expanded: list[str] = []
+        for word in words:
+            name = word[1:]
+            expanded += shlex.split(variables[name]) if word.startswith("$") and name in variables else [word]
+        if expanded:
+            commands.append(expanded)
+    return commands
+
+
+@functools.cache
+def airflow_parser():
+    from airflow.cli.cli_parser import get_parser
+
+    return get_parser()
+
+
+def parsed_or_fail(parser, args: list[str], what: str) -> None:
+    try:
+        parser.parse_args(args)
+    except SystemExit as exit:
+        if exit.code:
+            raise AssertionError(f"{what}: the real parser refuses `{shlex.join(args)}`") from None
+
+
+@functools.cache
+def distributions() -> dict[str, str]:
+    """This repository's distributions and their versions."""
+    found = {}
+    for folder in ("shared/state", "airflow-core", "providers/redis", "upgrade"):
+        project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["project"]
+        found[project["name"]] = project["version"]
+    return found
+
+
+def check_requirement(text: str) -> None:
+    requirement = Requirement(text)
+    if requirement.name in distributions():
+        version = distributions()[requirement.name]
+        assert requirement.specifier.contains(version), f"{text}: this release is {version}"
+    elif requirement.name == "apache-airflow":
+        tested = airflow_versions_the_tests_install()
+        assert any(requirement.specifier.contains(version) for version in tested), (
+            f"{text}: the tests install Airflow {sorted(tested)}"
+        )
+    else:
+        raise AssertionError(f"pip names {text!r}, which is neither ours nor the Airflow the tests run")
+
+
+def airflow_versions_the_tests_install() -> set[str]:
+    """The Airflow releases the tests install: 3.3 for the upgrade (dev/state_testing/airflow33.py),
+    and the 3.2 release of the install test, when there is one."""
+    pins = (REPO / "dev/airflow33/requirements.txt").read_text()
+    versions = set(re.findall(r"^apache-airflow==(\S+)", pins, re.M))
+    install_test = REPO / "tests/test_install_from_wheels.py"
+    if install_test.exists():
+        versions |= set(
+            re.findall(r'version_of\("apache-airflow-core"\) == "([^"]+)"', install_test.read_text())
+        )
+    return versions
+
+
+def check_pip(args: list[str], where: str) -> None:
+    assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
+    words = iter(args[1:])
+    for word in words:
+        if word == "-c":  # a constraints file of the repository
+            constraints = next(words)
+            assert (REPO / constraints).is_file(), f"{where}: no constraints file {constraints}"
+        elif word.startswith("dist/") and word.endswith(".whl"):  # a wheel dev/build-wheels built
+            name = word.removeprefix("dist/").split("-", 1)[0].replace("_", "-")
+            assert name in distributions(), f"{where}: {word} is no wheel of this repository"
+        elif args[0] == "uninstall" and word in FORMER_NAMES:
+            continue
+        elif not word.startswith("-"):
+            check_requirement(word)
+
+
+# Names our distributions had before, which the pages tell users to uninstall.
+FORMER_NAMES = {"apache-airflow-shared-state": "the contract distribution, now airflow-state-contract"}
+
+
+def script_options(script: Path) -> set[str]:
+    """The option strings a script's argparse declares, its own and those of the modules beside it
+    that it imports (bench/_common.py), read from the source: no benchmark runs."""
+    options = set()
+    tree = ast.parse(script.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            options |= {arg.value for arg in node.args if isinstance(arg, ast.Constant)}
+        beside = script.parent / f"{getattr(node, 'module', None)}.py"
+        if isinstance(node, ast.ImportFrom) and beside.is_file():
+            options |= script_options(beside)
+    return options
+
+
+def check_uv_run(args: list[str]) -> None:
+    args = [arg for arg in args if arg != "--no-sync"]
+    if args[0] == "python":
+        script = REPO / args[1]
+        assert script.is_file(), f"no script {args[1]}"
+        declared = script_options(script)
+        for word in args[2:]:
+            flag = word.strip("[]").split("=", 1)[0]
+            if flag.startswith("-"):
+                assert flag in declared, f"{args[1]} has no option {flag} (it has {sorted(declared)})"
+    elif args[0] == "pytest":
+        for word in args[1:]:
+            if not word.startswith("-"):
+                assert (REPO / word).exists(), f"pytest is given {word}, which does not exist"
+    else:
+        raise AssertionError(f"no check for `uv run {args[0]}`")
+
+
+@functools.cache
+def known_options() -> dict[str, set[str]]:
+    """Options of the sections we own, as Airflow's provider manager reads them."""
+    from airflow.state.provider_info import get_provider_info as core_info
+    from airflow_state_redis.provider_info import get_provider_info as redis_info
+
+    sections = {**core_info()["config"], **redis_info()["config"]}
+    return {name: set(section["options"]) for name, section in sections.items()}
+
+
+@functools.cache
+def airflow33_options() -> dict[str, set[str]]:
+    """Options of Airflow 3.3.2's own configuration, read from its config.yml in the environment the
+    upgrade tests build (cached; the upgrade tests of the same run build it if it is missing)."""
+    import yaml
+    from state_testing.airflow33 import airflow33
+
+    found = subprocess.run(
+        [airflow33().python, "-c", "import airflow.config_templates as t; print(t.__path__[0])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config = yaml.safe_load((Path(found.stdout.strip()) / "config.yml").read_text())
+    return {name: set(section["options"]) for name, section in config.items()}
+
+
+@functools.cache
+def upgrade_parser_verdicts() -> dict[tuple[str, ...], int]:
+    """The exit status of the upgrade command's parser for every `airflow-state-upgrade` line of the
+    samples and of BROKEN_SHELL (0: accepted). The command imports Airflow 3.3, so it parses in the
+    environment the upgrade tests run it in: one process for all of them."""
+    from state_testing.airflow33 import airflow33
+
+    lines = [sample.code for sample in all_samples().values() if sample.lang == "bash"] + BROKEN_SHELL
+    commands = sorted(
+        {
+            tuple(words[1:])
+            for code in lines
+            for words in shell_commands(code)
+            if words[0] == "airflow-state-upgrade"
+        }
+    )
+    script = (
+        "import sys, json\n"
+        "from airflow_state_upgrade.command import _parser\n"
+        "def status(args):\n"
+        "    try:\n"
+        "        _parser().parse_args(args)\n"
+        "    except SystemExit as exit:\n"
+        "        return exit.code or 0\n"
+        "    return 0\n"
+        "print(json.dumps([status(args) for args in json.loads(sys.argv[1])]))\n"
+    )
+    result = subprocess.run(
+        [airflow33().python, "-c", script, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return dict(zip(commands, json.loads(result.stdout.splitlines()[-1]), strict=True))
+
+
+def check_option(section: str, option: str, where: str) -> None:
+    if section == "state_store":  # Airflow 3.3's own section, named by the upgrade pages
+        known = airflow33_options().get(section, set())
+    else:
+        known = known_options().get(section, set())
+    assert option in known, f"{where}: no option [{section}] {option} (there are {sorted(known)})"
+
+
+def check_environment_names(words: list[str], where: str) -> None:
+    for word in words:
+        match = re.match(r"AIRFLOW__([A-Z0-9_]+?)__([A-Z0-9_]+)=", word)
+        if match and match.group(1).lower() in ("state", "state_redis"):
+            check_option(match.group(1).lower(), match.group(2).lower(), where)
+
+
+def check_shell_command(words: list[str], where: str) -> None:
+    check_environment_names(words, where)
+    while len(words) > 1 and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # PYTHONPATH=dev uv run ...
+        words = words[1:]
+    program, args = words[0], words[1:]
+    if program == "airflow":
+        parsed_or_fail(airflow_parser(), args, where)
+    elif program == "airflow-state-upgrade":
+        status = upgrade_parser_verdicts()[tuple(args)]
+        assert status == 0, f"{where}: the parser refuses `airflow-state-upgrade {shlex.join(args)}`"
+    elif program == "pip":
+        check_pip(args, where)
+    elif program == "uv" and args[0] == "run":
+        check_uv_run(args[1:])
+    elif program == "export":
+        assert all(re.fullmatch(r"AIRFLOW__\w+=\S+", arg) for arg in args), f"{where}: export {args}"
+    elif program.startswith("dev/"):
+        # dev/demo and dev/test: run by tests/test_readme_demo.py and by CI (.ci/run).
+        assert os.access(REPO / program, os.X_OK), f"{where}: {program} is no executable of the repository"
+    else:
+        raise AssertionError(f"{where}: no check for the program {program!r}")
+
+
+def check_rest_calls(sample: Sample) -> None:
+    """The curl calls name routes of the plugin's app, with their methods."""
+    from airflow.state.api.app import create_app
+    from starlette.routing import Match
+
+    app = create_app()
+    calls = re.findall(r'curl (?:-X (\w+) )?.*?"\$AIRFLOW/state(/[^"?]+)', sample.code.replace("\\\n", " "))
+    assert calls, sample.where
+    for method, path in calls:
+        scope = {"type": "http", "method": method or "GET", "path": path}
+        matches = [route.matches(scope)[0] for route in app.routes]
+        assert Match.FULL in matches, f"{sample.where}: no route {method or 'GET'} /state{path}"
+
+
+# The checks refuse a broken sample (a typo in a command, an option that does not exist).
+BROKEN_SHELL = [
+    "airflow state lsit --dag-id d",
+    "airflow state get k --dag-id d --run-id r --task-id t --output xml",
+    "PYTHONPATH=dev uv run python bench/bench_atomic.py --no-such-flag",
+    'pip install "airflow-state-redis>=99"',
+    "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
+    "export AIRFLOW__STATE__NO_SUCH_OPTION=1",
+    "airflow-state-upgrade --drop-tables",
+]
+SHELL = sorted(name for name, sample in all_samples().items() if sample.lang == "bash")
+
+
+@pytest.mark.parametrize("name", SHELL)
+def test_shell_sample(name):
+    sample = all_samples()[name]
+    if name == "rest-api-curl":
+        # The first call is Airflow's own /auth/token; the others are ours and must exist.
+        check_rest_calls(sample)
+        return
+    commands = shell_commands(sample.code)
+    assert commands, sample.where
+    for words in commands:
+        check_shell_command(words, sample.where)
+
+
+def check_ini(code: str, where: str) -> None:
+    parser = configparser.ConfigParser(strict=False, inline_comment_prefixes=("#",), interpolation=None)
+    parser.read_string(code)
+    for section in parser.sections():
+        for option in parser.options(section):
+            check_option(section, option, where)
+    if parser.has_option("state", "backend"):
+        from airflow_shared.state import BaseStateBackend
+
+        module, _, name = parser.get("state", "backend").rpartition(".")
+        backend = getattr(importlib.import_module(module), name)
+        assert issubclass(backend, BaseStateBackend), f"{where}: [state] backend is no BaseStateBackend"
+
+
+INI = sorted(name for name, sample in all_samples().items() if sample.lang == "ini")
+
+
+@pytest.mark.parametrize("name", INI)
+def test_ini_sample(name):
+    sample = all_samples()[name]
+    check_ini(sample.code, sample.where)
+
+
+@pytest.mark.parametrize("code", BROKEN_SHELL)
+def test_a_broken_shell_sample_fails(code):
+    with pytest.raises(AssertionError):
+        for words in shell_commands(code):
+            check_shell_command(words, "broken")
+
+
+def test_a_broken_ini_sample_fails():
+    with pytest.raises(AssertionError, match="no option"):
+        check_ini("[state]\nbakend = airflow.state.metastore.MetastoreStateBackend\n", "broken")
+
+
+# Options named in the text ---------------------------------------------------------------------
+
+# Named in the text although no longer an option, and why.
+RETIRED_OPTIONS = {("state", "api_secret"): "earlier versions' worker secret: the pages say to remove it"}
+
+
+def test_every_option_the_pages_name_exists():
+    text = "\n".join(path.read_text() for path in doc_files())
+    named = set(re.findall(r"\[(state|state_redis|state_store)\] ([a-z_]+)", text))
+    named |= {
+        (section.lower(), option.lower())
+        for section, option in re.findall(r"AIRFLOW__(STATE|STATE_REDIS)__([A-Z_]+[A-Z])", text)
+    }
+    named -= {("state_redis", "section")}  # "keep the [state_redis] section as it is"
+    for section, option in sorted(named - set(RETIRED_OPTIONS)):
+        check_option(section, option, "the documentation")
+
+
+def test_the_configuration_pages_list_every_option():
+    for section, page in (("state", "configuration.md"), ("state_redis", "redis.md")):
+        text = (REPO / "docs" / page).read_text()
+        unlisted = {
+            option
+            for option in known_options()[section]
+            if f"`{option}`" not in text and f"`[{section}] {option}`" not in text
+        }
+        unlisted -= {option for (s, option) in RETIRED_OPTIONS if s == section}
+        assert not unlisted, f"docs/{page} does not list [{section}] {sorted(unlisted)}"
