@@ -24,7 +24,16 @@ from airflow.state import get_state_backend, task_scope
 from airflow.state.codec import encode
 from airflow.state.metastore.models import AssetStateModel, TaskStateModel
 from airflow.utils.session import create_session
-from airflow_shared.state import API_WRITER, CLI_WRITER, AssetScope, StateWriter
+from airflow_shared.state import (
+    API_WRITER,
+    CLI_WRITER,
+    COMMIT_KEY,
+    AssetScope,
+    StagedCommit,
+    StagedOp,
+    StagedWrite,
+    StateWriter,
+)
 from sqlalchemy import select, update
 
 DAG_IDS = ("upgrade_fill", "upgrade_resumable")
@@ -101,6 +110,9 @@ def main(out_path: str) -> None:
             backend.write(scope, "value/64KiB non-ascii", encode(LARGE_NON_ASCII))
         # Written live, then expired below.
         backend.write(scope, "expired/one", encode("gone"), expires_at=future)
+        if number % 4 == 1:  # a try's staged writes: the key, and the commit's record under COMMIT_KEY
+            staged = StagedWrite(scope, "staged/watermark", StagedOp.SET, encode(number))
+            backend.apply_commit(StagedCommit(f"commit-{number}", scope, (staged,), writer=writer))
 
     asset_writers = {
         "by task": StateWriter.task_try("upgrade_fill", "manual_asset_run", "publish", 2, 3),
@@ -128,12 +140,15 @@ def main(out_path: str) -> None:
             update(AssetStateModel).where(AssetStateModel.key == "expired/one").values(expires_at=past)
         )
 
-    dump = {"task": [], "asset": [], "expired": {"task": [], "asset": []}}
+    dump = {"task": [], "asset": [], "expired": {"task": [], "asset": []}, "commit_records": 0}
     for scope in scopes:
         where = {"dag_id": scope.dag_id, "run_id": scope.run_id, "task_id": scope.task_id}
         where["map_index"] = scope.map_index
         for entry in backend.entries(scope).entries:
-            dump["task"].append({**where, **_entry(entry)})
+            if entry.key == COMMIT_KEY:  # our bookkeeping, which an upgrade leaves behind
+                dump["commit_records"] += 1
+            else:
+                dump["task"].append({**where, **_entry(entry)})
         if backend.get(scope, "expired/one") is not None:
             raise SystemExit(f"our backend still reads an expired key of {scope}")
         dump["expired"]["task"].append({**where, "key": "expired/one"})

@@ -1,7 +1,8 @@
 """
 ``airflow-state-upgrade``: move airflow-task-state's state into Airflow 3.3's built-in store.
 
-Steps, exit status and what moves: the main README, "Upgrading to Airflow 3.3".
+Steps, exit status and what moves: airflow-task-state's documentation, "Upgrading to Airflow 3.3"
+(docs/upgrading.md).
 """
 
 from __future__ import annotations
