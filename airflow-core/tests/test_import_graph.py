@@ -4,9 +4,10 @@ The state package's import graph runs one way: each layer imports only the layer
 From the bottom: the floor beside ``__init__`` (protocol, errors, settings, expiry, the backend's
 selection) and ``airflow_db/`` (Airflow's own metadata database); ``metastore/``, the default
 storage, one backend among others; ``manage``, what operators do to state; the surfaces ``api/``
-(API server), ``cli/`` and ``worker/`` (task processes), which never import one another; and on top
-the package's faces (``__init__``, ``resumable``, the example DAGs) and ``plugin``, the one module
-that wires the API server and the task process together.
+(API server), ``cli/`` and ``worker/`` (task processes), which never import one another; the
+package's faces (``__init__``, ``resumable``); and on top the example DAGs, which import what users
+import (the faces), and ``plugin``, the one module that wires the API server and the task process
+together.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ LAYERS = {
     "worker": 3,
     "__init__": 4,
     "resumable": 4,
-    "example_dags": 4,
+    "example_dags": 5,
     "plugin": 5,
 }
 FLOOR = 0  # every other module beside __init__

@@ -1,6 +1,6 @@
 """
 State backend metrics arrive at a real StatsD receiver (a UDP socket of the test), through
-Airflow's own Stats configured by ``[metrics]``, with the names the README documents.
+Airflow's own Stats configured by ``[metrics]``, with the names docs/metrics.md documents.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """
 A Redis server killed (SIGKILL) and started again under steady writes: with the persistence the
-README asks for (``appendonly yes``, ``appendfsync always``), no acknowledged write is lost; the
+docs ask for (docs/redis.md) (``appendonly yes``, ``appendfsync always``), no acknowledged write is lost; the
 client's retries ride through a short outage (without retries it is a clear
 ``RedisStateConnectionError``), and the backend heals without being rebuilt.
 """

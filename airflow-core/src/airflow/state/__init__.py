@@ -1,5 +1,5 @@
 """
-Durable task and asset state for Apache Airflow (AIP-103). The README's "Layout" says what each
+Durable task and asset state for Apache Airflow (AIP-103). docs/architecture.md says what each
 folder and module is and where it runs; ``tests/test_import_graph.py`` keeps the imports flowing
 one way.
 """

@@ -1,7 +1,7 @@
 """
 Metrics of the state backend through Airflow's own ``Stats``: the configured backend is wrapped
 in a :class:`MeasuredStateBackend` only when ``[metrics]`` turns a metrics backend on. The
-README's "Metrics" section lists the names.
+docs/metrics.md lists the names.
 """
 
 from __future__ import annotations

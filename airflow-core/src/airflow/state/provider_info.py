@@ -36,8 +36,8 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
     "session_key": _option(
         "Key that signs the credentials task processes get from the state API after proving\n"
         "which task instance they run. Read on API servers only: never set it on workers.\n"
-        "Not set: derived from ``[api_auth] jwt_secret``, or else from the key file at\n"
-        "``[api_auth] jwt_private_key_path``. Set it (the same value, 32 characters or more, on\n"
+        "Not set: derived from the key file at ``[api_auth] jwt_private_key_path``, or else\n"
+        "from ``[api_auth] jwt_secret``. Set it (the same value, 32 characters or more, on\n"
         "every API server) when API servers hold neither, e.g. when they validate Airflow's\n"
         "tokens with ``[api_auth] trusted_jwks_url``.\n",
         sensitive=True,

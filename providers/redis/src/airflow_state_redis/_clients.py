@@ -1,6 +1,6 @@
 """
 Building the redis-py client for the configured layout: one server, a Cluster, or Sentinel. Every
-client retries on a connection error or timeout (the README's "Failover" says what that means).
+client retries on a connection error or timeout (docs/redis.md, "Failover", says what that means).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """
 Where the backend finds the settings it was not given (Airflow builds it as ``backend_class()``):
 ``[state_redis] <name>`` when Airflow is importable, then (URL only) the connection named by
-``redis_conn_id``, then ``AIRFLOW__STATE_REDIS__<NAME>``, then the default (README: "Configuration").
+``redis_conn_id``, then ``AIRFLOW__STATE_REDIS__<NAME>``, then the default (docs/redis.md, "Configuration").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """
-Writes that wait for replicas (``[state_redis] wait_replicas``; the README's "Failover").
+Writes that wait for replicas (``[state_redis] wait_replicas``; docs/redis.md, "Failover").
 
 ``WAIT`` counts acknowledgements of earlier writes *of the same connection*, so the script and
 ``WAIT`` go out in one pipeline on one connection (on a cluster, to the primary of the keys' slot).

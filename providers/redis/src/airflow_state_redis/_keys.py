@@ -1,5 +1,5 @@
 """
-Where each scope's state lives in Redis (the README's "Key layout" shows every name and why).
+Where each scope's state lives in Redis (docs/redis.md, "Key layout", shows every name and why).
 
 The braces are a Redis Cluster hash tag: every key of one task (or one asset: its metadata HASH is
 tagged with the value HASH's whole name, which has no braces) lands on one slot, as scripts require.

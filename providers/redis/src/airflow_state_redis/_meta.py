@@ -1,6 +1,6 @@
 """
 The metadata stored beside each value: ``"<micros>:<try>:<version>:<expires micros>[:<writer>]"``
-(the README's "Key layout"). The writer, asset state's only, is compact JSON and comes last because
+(docs/redis.md, "Key layout"). The writer, asset state's only, is compact JSON and comes last because
 JSON may hold ``:``. An older build wrote ``"<micros>:<try>"``; that, and anything unreadable, means
 version 1 that never expires. The Lua side of this parsing is ``meta_of`` in :mod:`._scripts`.
 """

@@ -85,7 +85,7 @@ end
 
 # A write runs once per call: the last of KEYS names the call, the script keeps its reply there for
 # OP_TTL_MS, and a retry that finds it answers that reply. Written by the same script as the state,
-# so a failover keeps both or loses both (the README's "Failover").
+# so a failover keeps both or loses both (docs/redis.md, "Failover").
 OP_TTL_MS = 60_000
 
 

@@ -1,7 +1,7 @@
 """
 The Redis backend as Airflow 3.3's ``[state_store] backend``
 (``airflow_state_redis.airflow33.RedisStoreBackend``), on the keys :class:`RedisStateBackend` wrote
-on Airflow 3.2, so no data moves (the README's "Upgrading to Airflow 3.3"). Imports only where
+on Airflow 3.2, so no data moves (docs/redis.md, "Upgrading to Airflow 3.3"). Imports only where
 Airflow 3.3 is installed.
 
 3.3's ``TaskScope`` does not say which incarnation of the dag run it means; our keys do, so each

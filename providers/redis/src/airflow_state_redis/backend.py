@@ -235,7 +235,7 @@ class RedisStateBackend(BaseStateBackend):
 
     Task state needs ``TaskScope.dag_run_uid`` (``ValueError`` without it). Key layout and TTLs
     (:mod:`._keys`), Cluster and Sentinel (:mod:`._clients`), retries applied once
-    (``_scripts._once``) and ``WAIT`` (:mod:`._durable`): see the README. Settings not passed
+    (``_scripts._once``) and ``WAIT`` (:mod:`._durable`): see docs/redis.md. Settings not passed
     are read from ``[state_redis]`` (when Airflow is importable), then ``AIRFLOW__STATE_REDIS__*``.
 
     :param url: a redis-py URL (``redis://``, ``rediss://`` or ``unix://``).

@@ -122,7 +122,7 @@ def get_provider_info() -> dict[str, Any]:
                         "Attempts after the first on a connection error or timeout (and, on a cluster, "
                         "a moved slot), with exponential backoff from 0.1 s to 2 s; default 8, about "
                         "10 s, enough to ride through a failover. A write retried after a lost reply "
-                        "is applied once (see the README).",
+                        "is applied once (see the Redis backend's documentation, 'Failover').",
                         "8",
                         type_="integer",
                         added="0.4.0",

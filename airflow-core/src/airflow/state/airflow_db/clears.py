@@ -1,6 +1,6 @@
 """
 What a clear discards: the one place that reads Airflow's try history to tell a clear from a retry
-(the README's section on clearing says what each choice keeps, and why).
+(docs/clearing.md says what each choice keeps, and why).
 
 Airflow 3.2 has no hook on clear, but every way of clearing ends in ``clear_task_instances``, which
 archives the cleared try in ``task_instance_history`` with its state. So the decision is made when

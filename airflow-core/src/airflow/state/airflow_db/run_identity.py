@@ -1,6 +1,6 @@
 """
 The identity of one incarnation of a dag run (``dag_run_uid``: a run deleted and created again with
-the same ``run_id`` starts with empty task state, see the README), and complete task scopes built
+the same ``run_id`` starts with empty task state, see docs/reliability.md), and complete task scopes built
 from the database. The run's id alone is not enough: SQLite gives a deleted highest row's id to the
 next insert (Airflow's ``dag_run`` table has no AUTOINCREMENT), so its creation instant is added.
 """

@@ -1,6 +1,7 @@
 """
 The handshake's routes: how a task process redeems the proof its supervisor stored among its try's
-rendered fields (README, "The handshake"; the proof is checked in :mod:`airflow.state.api.security`).
+rendered fields (docs/security.md, "The handshake"; the proof is checked in
+:mod:`airflow.state.api.security`).
 """
 
 from __future__ import annotations

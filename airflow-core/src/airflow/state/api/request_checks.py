@@ -28,7 +28,8 @@ async def json_declared(request: Request) -> None:
     """
     A POST, PUT or PATCH without a bearer token must declare ``Content-Type: application/json``,
     empty bodies included (415 ``invalid_request``): else a page of another origin could send it,
-    without a CORS preflight, with the UI's cookie (README, "Requests a browser can be made to send").
+    without a CORS preflight, with the UI's cookie (docs/rest-api.md, "Requests a browser can be
+    made to send").
     """
     if request.method not in _BODY_METHODS:
         return

@@ -1,5 +1,5 @@
 """
-The keys that sign task credentials, held by API servers only, derived as README "The key" says.
+The keys that sign task credentials, held by API servers only, derived as docs/security.md ("The key") says.
 
 Under ``airflow dags test`` the task serves the state API to itself; that process signs with a key
 of its own (:func:`use_process_key`), which no API server ever has.

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, BaseOperator, Param
 from airflow.state.example_dags import simulated_jobs
-from airflow.state.worker.resumable import DeferrableResumableJobMixin, JobStatus
+from airflow.state.resumable import DeferrableResumableJobMixin, JobStatus
 
 
 class DeferrableSimulatedJobOperator(DeferrableResumableJobMixin, BaseOperator):

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, BaseOperator, Param
 from airflow.state.example_dags import simulated_jobs
-from airflow.state.worker.resumable import JobStatus, ResumableJobMixin
+from airflow.state.resumable import JobStatus, ResumableJobMixin
 
 
 class SimulatedJobOperator(ResumableJobMixin, BaseOperator):

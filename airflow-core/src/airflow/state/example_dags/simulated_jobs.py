@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from airflow.state.worker.resumable import JobStatus
+from airflow.state.resumable import JobStatus
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 _JOB = """

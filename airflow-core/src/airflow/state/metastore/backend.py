@@ -44,8 +44,8 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
 
 class MetastoreStateBackend(BaseStateBackend):
     """
-    Task state in ``task_state``, asset state in ``asset_state`` (the README's "The metastore
-    backend"). Each method of the contract runs the operation of the same arguments
+    Task state in ``task_state``, asset state in ``asset_state`` (docs/metastore.md). Each method
+    of the contract runs the operation of the same arguments
     (:mod:`airflow.state.metastore.operations`), sync or async.
 
     :param write_path: how writes hand back what they wrote (:data:`.statements.WritePath`). By

@@ -1,5 +1,5 @@
 """
-The SQL behind MetastoreStateBackend (the README's "The metastore backend" says why each call is
+The SQL behind MetastoreStateBackend (docs/metastore.md says why each call is
 one statement): the statements of each scope type, built once at import with bound parameters only,
 so that SQLAlchemy (and the autocommit engine) compile each once per dialect.
 

@@ -43,7 +43,7 @@ def _in_thread(sync: Callable[_P, _R]) -> Callable[_P, Coroutine[Any, Any, _R]]:
 
 class BaseStateBackend(ABC):
     """
-    Storage for task and asset state; "Writing a backend" in the README is the guide.
+    Storage for task and asset state; docs/writing-a-backend.md is the guide.
 
     Every method takes a keyword-only ``session``: SQLAlchemy backends join the caller's session
     (leaving the commit to it), others ignore it. An undeclared capability raises

@@ -14,7 +14,7 @@ class TaskScope:
 
     *dag_run_uid* names this incarnation of the dag run (a run created again with the same
     ``run_id`` has another); a backend other than the metastore MUST key task state on it and
-    refuse a scope without it (see "Writing a backend" in the README).
+    refuse a scope without it (see docs/writing-a-backend.md).
     """
 
     dag_id: str

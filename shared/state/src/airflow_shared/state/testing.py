@@ -1,7 +1,7 @@
 """
 The conformance kit: the pytest suite every :class:`BaseStateBackend` must pass. Subclass
-:class:`StateBackendConformance` and provide a ``backend`` fixture; "Writing a backend" in the
-README says which fixtures and attributes to override. A backend that wraps another also passes
+:class:`StateBackendConformance` and provide a ``backend`` fixture; docs/writing-a-backend.md
+says which fixtures and attributes to override. A backend that wraps another also passes
 :class:`StateBackendWrapperConformance`. Requires pytest (``airflow-state-contract[testing]``).
 """
 
@@ -276,7 +276,7 @@ class StateBackendConformance(CapabilityConformance, ManyKeysConformance, Staged
         assert backend.get(make_task_scope(map_index=1), "k") is None
 
     def test_discard_written_through_try_removes_only_those_tries_keys(self, backend, make_task_scope):
-        # What a try does as it starts after a clear of a try that had succeeded (see the README).
+        # What a try does as it starts after a clear of a try that had succeeded (see docs/clearing.md).
         require(self.records_writes, backend, "recording writes in entries()")
         scope, other_index, other_run = (
             make_task_scope(map_index=0),
