@@ -263,7 +263,7 @@ def test_task_code_samples_succeed_in_a_real_dag_run(docs_dag_run, backend):
     assert json.loads(backend.get(orders, "high")) == 99
     assert json.loads(backend.get(events, "watermark")) == 100
     assert json.loads(backend.get(events, "rows_loaded")) == 100
-    assert json.loads(backend.get(AssetScope(asset_id("orders")), "watermark")) == 100
+    assert json.loads(backend.get(AssetScope(asset_id("warehouse_orders")), "watermark")) == 100
 
 
 def run_sample(name: str, namespace: dict) -> dict:
