@@ -432,6 +432,27 @@ def test_operators_do_not_see_what_the_next_try_will_discard(instance):
     assert ([entry.key for entry in entries], total) == (["new_job"], 2)
 
 
+def test_clean_removes_what_clears_left_for_the_next_try_to_discard(instance, cli):
+    """
+    Before an upgrade to Airflow 3.3 (which would hand them to the next try as live keys),
+    ``airflow state clean`` removes the keys a clear left for the next try to discard; that try's
+    first touch then finds nothing more to remove, and what operators wrote stays.
+    """
+    instance.write("job")  # by try 1, which succeeded
+    instance.write("operator_note", by_operator=True)
+    instance.cleared()
+    dry_run = cli("clean", "--dry-run")
+    assert instance.keys() == ["job", "operator_note"]  # a dry run removes nothing
+    left = int(dry_run.split("Would remove ")[1].split(" key")[0])  # this run's other tests leave some too
+    assert left >= 1 and f"Would remove {left} key" in dry_run
+    assert f"Removed {left} key" in cli("clean", "-y")
+    assert instance.keys() == ["operator_note"]
+    assert "clears left" not in cli("clean", "-y")  # nothing more to remove anywhere
+    instance.next_try_starts()
+    instance.write("new_job")
+    assert instance.keys() == ["new_job", "operator_note"]
+
+
 # --- the rule itself, on histories Airflow can leave ------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.state import codec
-from airflow.state.airflow_db.clears import pending_boundaries
+from airflow.state.airflow_db.clears import pending_boundaries, runs_with_archived_tries
 from airflow.state.airflow_db.lookups import (
     AssetInfo,
     NotFound,
@@ -133,6 +133,27 @@ def _discard_boundary(scope: StateScope) -> int | None:
 
 def _discarded(entry: StateEntry, boundary: int | None) -> bool:
     return boundary is not None and entry.updated_by_try is not None and entry.updated_by_try <= boundary
+
+
+def discard_what_clears_left(session: Session, *, dry_run: bool) -> int:
+    """
+    Remove (*dry_run*: count) the keys that clears left for each task instance's next try to
+    discard, which operators already do not see; that try's first touch then removes nothing. Run
+    before an upgrade to Airflow 3.3, which would hand them to that try as live keys.
+    """
+    state = get_state_backend()
+    found = 0
+    for dag_id, run_id in runs_with_archived_tries(session):
+        for (task_id, map_index), boundary in pending_boundaries(dag_id, run_id, session).items():
+            scope = task_scope(dag_id, run_id, task_id, map_index, session)
+            if not dry_run:
+                found += state.discard_written_through_try(scope, boundary)
+                continue
+            try:
+                found += sum(_discarded(entry, boundary) for entry in state.entries(scope).entries)
+            except NotImplementedError:  # as the discard itself: nothing records which try wrote a key
+                continue
+    return found
 
 
 def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:

@@ -153,6 +153,11 @@ def _archived(db: Session, *identity: Any) -> dict[tuple[str, int], list[Archive
     return history
 
 
+def runs_with_archived_tries(session: Session) -> list[tuple[str, str]]:
+    """``(dag_id, run_id)`` of every run with an archived try: where a clear can have left keys."""
+    return [(dag_id, run_id) for dag_id, run_id in session.execute(select(TIH.dag_id, TIH.run_id).distinct())]
+
+
 def history_of(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> list[ArchivedTry]:
     """Every archived try of one task instance."""
     return _archived(session, dag_id, run_id, task_id, map_index).get((task_id, map_index), [])

@@ -6,11 +6,16 @@ from argparse import Namespace
 from datetime import UTC, datetime, timedelta
 
 from airflow._shared.timezones.timezone import utcnow
+from airflow.state import manage
 from airflow.state.cli.errors import command, configured_backend, confirm
 from airflow.state.cli.formats import count
 from airflow.state.cli.progress import Progress, ticking
 from airflow.state.configured_backend import unwrap_state_backend
 from airflow.state.durations import parse_duration
+from airflow.utils.session import create_session
+
+# Keys operators already do not see (docs/clearing.md): the next try's first touch would remove them.
+LEFT_BY_CLEARS = "keys that clears left for the next try to discard"
 
 
 @command(writes=True)
@@ -23,7 +28,7 @@ def clean(args: Namespace) -> None:
     what = "expired keys" + (
         "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
     )
-    question = f"Remove {what} from {name}? (--dry-run counts them first)"
+    question = f"Remove {what} from {name}, and {LEFT_BY_CLEARS}? (--dry-run counts them first)"
     confirm(question, yes=args.yes or args.dry_run, cancelled="nothing was removed")
     # The contract's cleanup() says nothing until it returns (seconds on a million keys): a clock.
     doing = f"{'Counting' if args.dry_run else 'Removing'} {what} in {name}"
@@ -31,12 +36,17 @@ def clean(args: Namespace) -> None:
         removed = backend.cleanup(
             now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
         )
-        finished(count(removed, "key"))
+        # Hidden from operators already, but Airflow 3.3 would hand them to that try (docs/upgrading.md).
+        with create_session() as session:
+            discarded = manage.discard_what_clears_left(session, dry_run=args.dry_run)
+        finished(count(removed + discarded, "key"))
     keys = count(removed, "key")
     if args.dry_run:
         print(f"Dry run: would remove {keys} ({what}); nothing was removed")
     else:
         print(f"Removed {keys} ({what})")
+    if discarded:
+        print(f"{'Would remove' if args.dry_run else 'Removed'} {count(discarded, 'key')} {LEFT_BY_CLEARS}")
     if not backend.supports_expiry:
         # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.
         print(f"Note: {name} does not support expiry, so none of its keys ever expire")

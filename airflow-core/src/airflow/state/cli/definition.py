@@ -220,8 +220,10 @@ STATE_COMMANDS = (
         (ARG_CLEAN_DRY_RUN, ARG_BATCH_SIZE, ARG_OLDER_THAN, ARG_YES, ARG_VERBOSE),
         "Physically remove every expired key, task and asset state alike, on the configured backend "
         "(expired keys are already invisible to every read: this reclaims their space), and with "
-        "--older-than also every key last written before then. Works in batches of --batch-size keys, "
-        "each its own short transaction, so tasks keep reading and writing meanwhile. Asks first "
+        "--older-than also every key last written before then; also the keys a clear left for a task "
+        "instance's next try to discard (already hidden from operators). Works in batches of "
+        "--batch-size keys, each its own short transaction, so tasks keep reading and writing "
+        "meanwhile. Asks first "
         "unless -y; --dry-run only counts. Run it from cron or a DAG, as `airflow db clean`.",
     ),
     _command(
