@@ -18,6 +18,7 @@ import pytest
 from airflow.state import manage
 from airflow.state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
 from airflow.state.api.security import claims_for_proof
+from airflow.state.cli.formats import count
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
 from airflow.state.metastore import MetastoreStateBackend
@@ -435,19 +436,23 @@ def test_operators_do_not_see_what_the_next_try_will_discard(instance):
 def test_clean_removes_what_clears_left_for_the_next_try_to_discard(instance, cli):
     """
     Before an upgrade to Airflow 3.3 (which would hand them to the next try as live keys),
-    ``airflow state clean`` removes the keys a clear left for the next try to discard; that try's
-    first touch then finds nothing more to remove, and what operators wrote stays.
+    ``airflow state clean --cleared`` removes the keys a clear left for the next try to discard;
+    that try's first touch then finds nothing more to remove, and what operators wrote stays.
     """
     instance.write("job")  # by try 1, which succeeded
     instance.write("operator_note", by_operator=True)
     instance.cleared()
-    dry_run = cli("clean", "--dry-run")
+    assert "clears left" not in cli("clean", "-y")  # only asked for with --cleared
+    assert instance.keys() == ["job", "operator_note"]
+    dry_run = cli("clean", "--cleared", "--dry-run")
     assert instance.keys() == ["job", "operator_note"]  # a dry run removes nothing
     left = int(dry_run.split("Would remove ")[1].split(" key")[0])  # this run's other tests leave some too
-    assert left >= 1 and f"Would remove {left} key" in dry_run
-    assert f"Removed {left} key" in cli("clean", "-y")
+    assert left >= 1 and dry_run.endswith(
+        f"Would remove {count(left, 'key')} that clears left for the next try to discard\n"
+    )
+    assert f"Removed {count(left, 'key')} that clears left" in cli("clean", "--cleared", "-y")
     assert instance.keys() == ["operator_note"]
-    assert "clears left" not in cli("clean", "-y")  # nothing more to remove anywhere
+    assert "Removed 0 keys that clears left" in cli("clean", "--cleared", "-y")  # nothing more anywhere
     instance.next_try_starts()
     instance.write("new_job")
     assert instance.keys() == ["new_job", "operator_note"]

@@ -15,7 +15,8 @@ from airflow.state.durations import parse_duration
 from airflow.utils.session import create_session
 
 # Keys operators already do not see (docs/clearing.md): the next try's first touch would remove them.
-LEFT_BY_CLEARS = "keys that clears left for the next try to discard"
+# Finding them reads the try history of every retried or cleared task instance: only on request.
+LEFT_BY_CLEARS = "that clears left for the next try to discard"
 
 
 @command(writes=True)
@@ -28,7 +29,8 @@ def clean(args: Namespace) -> None:
     what = "expired keys" + (
         "" if updated_before is None else f" and keys last written before {updated_before.isoformat()}"
     )
-    question = f"Remove {what} from {name}, and {LEFT_BY_CLEARS}? (--dry-run counts them first)"
+    also = f", and keys {LEFT_BY_CLEARS}" if args.cleared else ""
+    question = f"Remove {what} from {name}{also}? (--dry-run counts them first)"
     confirm(question, yes=args.yes or args.dry_run, cancelled="nothing was removed")
     # The contract's cleanup() says nothing until it returns (seconds on a million keys): a clock.
     doing = f"{'Counting' if args.dry_run else 'Removing'} {what} in {name}"
@@ -36,16 +38,15 @@ def clean(args: Namespace) -> None:
         removed = backend.cleanup(
             now=now, updated_before=updated_before, batch_size=args.batch_size, dry_run=args.dry_run
         )
-        # Hidden from operators already, but Airflow 3.3 would hand them to that try (docs/upgrading.md).
-        with create_session() as session:
-            discarded = manage.discard_what_clears_left(session, dry_run=args.dry_run)
-        finished(count(removed + discarded, "key"))
+        finished(count(removed, "key"))
     keys = count(removed, "key")
     if args.dry_run:
         print(f"Dry run: would remove {keys} ({what}); nothing was removed")
     else:
         print(f"Removed {keys} ({what})")
-    if discarded:
+    if args.cleared:  # hidden from operators, but Airflow 3.3 would hand them to that try as live
+        with create_session() as session:
+            discarded = manage.discard_what_clears_left(session, dry_run=args.dry_run)
         print(f"{'Would remove' if args.dry_run else 'Removed'} {count(discarded, 'key')} {LEFT_BY_CLEARS}")
     if not backend.supports_expiry:
         # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.

@@ -138,6 +138,14 @@ ARG_OLDER_THAN = Arg(
     ),
     metavar="DURATION|TIMESTAMP",
 )
+ARG_CLEARED = _flag(
+    "--cleared",
+    help=(
+        "Also remove the keys that clears left for each task instance's next try to discard (hidden "
+        "from operators already). Reads the try history of every retried or cleared task instance: "
+        "run it before upgrading to Airflow 3.3, not from cron"
+    ),
+)
 
 # Help texts go through rich_argparse, which reads "[...]" as markup: "\\[" keeps the bracket.
 SCOPE_HELP = (
@@ -217,11 +225,11 @@ STATE_COMMANDS = (
         "clean",
         "clean_command.clean",
         "Remove expired keys for good (and, with --older-than, keys not written since)",
-        (ARG_CLEAN_DRY_RUN, ARG_BATCH_SIZE, ARG_OLDER_THAN, ARG_YES, ARG_VERBOSE),
+        (ARG_CLEAN_DRY_RUN, ARG_BATCH_SIZE, ARG_OLDER_THAN, ARG_CLEARED, ARG_YES, ARG_VERBOSE),
         "Physically remove every expired key, task and asset state alike, on the configured backend "
         "(expired keys are already invisible to every read: this reclaims their space), and with "
-        "--older-than also every key last written before then; also the keys a clear left for a task "
-        "instance's next try to discard (already hidden from operators). Works in batches of "
+        "--older-than also every key last written before then; with --cleared also the keys a clear "
+        "left for a task instance's next try to discard. Works in batches of "
         "--batch-size keys, each its own short transaction, so tasks keep reading and writing "
         "meanwhile. Asks first "
         "unless -y; --dry-run only counts. Run it from cron or a DAG, as `airflow db clean`.",
