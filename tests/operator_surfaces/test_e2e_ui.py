@@ -150,6 +150,9 @@ class UI:
                 errors.append(f"{message.text} ({url})")
 
         page.on("console", on_console)
+        import os
+        if os.environ.get("THROTTLE"):
+            context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": int(os.environ["THROTTLE"])})
         page.on("pageerror", lambda error: errors.append(f"page error: {error}\n{error.stack}"))
         try:
             # The assertions wait for what they need: no need to wait for every resource here.
@@ -662,10 +665,20 @@ def test_rights_follow_the_user(ui: UI) -> None:
 
 
 def choose(tasks: Any, dag_id: str, run_id: str) -> None:
-    """Type a DAG id and a run id into the State page's pickers."""
-    for field, value in (("state-dag-input", dag_id), ("state-run-input", run_id)):
-        tasks.get_by_test_id(field).fill(value)
-        tasks.get_by_test_id(field).press("Enter")
+    """
+    Type a DAG id and a run id into the State page's pickers, as a person does: choosing a DAG
+    clears the run field, and the run is typed once it has. Typed sooner, on a busy machine, the
+    run id lands in the field before the DAG's choice clears it (the same run id was there already,
+    so Enter changes nothing), and the choice clears it.
+    """
+    from playwright.sync_api import expect
+
+    dag, run = tasks.get_by_test_id("state-dag-input"), tasks.get_by_test_id("state-run-input")
+    dag.fill(dag_id)
+    dag.press("Enter")
+    expect(run).to_have_value("")
+    run.fill(run_id)
+    run.press("Enter")
 
 
 def test_mapped_task_tab_offers_its_map_indices(ui: UI) -> None:

@@ -307,6 +307,49 @@ def test_clearing_never_scans_the_keyspace(make_backend, redis_client):
     assert not {"cmdstat_scan", "cmdstat_keys", "cmdstat_sscan", "cmdstat_hscan"} & set(stats)
 
 
+# --- discarding what a cleared try wrote -----------------------------------------------------
+
+
+def test_discarding_a_cleared_trys_keys_is_one_script(make_backend, redis_client):
+    backend = make_backend()
+    for try_number in (1, 2, 3):
+        backend.set_by_try(TASK, f"by_try_{try_number}", "v", try_number=try_number)
+    backend.set(TASK, "by_an_operator", "v")
+    redis_client.config_resetstat()
+    assert backend.discard_written_through_try(TASK, 2) == 2
+    stats = redis_client.info("commandstats")
+    # The metadata is read and the fields deleted inside one script (one step, so atomic): no
+    # listing from the client, no value read.
+    assert stats["cmdstat_hgetall"]["calls"] == 1
+    assert stats["cmdstat_hdel"]["calls"] == 4  # two fields, each in the values and the metadata
+    assert not {"cmdstat_hkeys", "cmdstat_hmget", "cmdstat_multi"} & set(stats)
+    assert backend.keys(TASK) == ["by_an_operator", "by_try_3"]
+
+
+def test_a_newer_try_writing_during_a_discard_keeps_its_write(make_backend):
+    """Listing, then deleting (the contract's default) loses the write when it lands in between."""
+    backend = make_backend()
+    # The old path lost the write in about 1.5% of rounds here: 300 rounds catch it nearly always.
+    for _ in range(300):
+        backend.set_by_try(TASK, "remote_job_id", "the cleared try's job", try_number=1)
+        start = threading.Barrier(2)
+
+        def discard() -> None:
+            start.wait()
+            backend.discard_written_through_try(TASK, 1)
+
+        def write() -> None:
+            start.wait()
+            backend.set_by_try(TASK, "remote_job_id", "the new try's job", try_number=2)
+
+        threads = [threading.Thread(target=discard), threading.Thread(target=write)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert backend.get(TASK, "remote_job_id") == "the new try's job"
+
+
 # --- write metadata: when and by which try --------------------------------------------------
 
 
@@ -842,8 +885,12 @@ def test_a_write_call_sent_again_applies_once_and_answers_the_same(make_backend,
     assert backend.get(asset, "n") == "5"
     assert backend.get_versioned(scope, "cas").version == 1
     assert backend.get_versioned(asset, "a").version == 1
+    # A discard sent again answers how many its first run removed.
+    backend.set_by_try(scope, "by_a_cleared_try", "v", try_number=1)
+    discard = next(backend._op_discard_written_through_try(scope, 1))
+    assert backend._apply(discard) == backend._apply(discard) == 1
     markers = call_markers(redis_client, key_prefix)
-    assert len(markers) == 7  # one per call: the first write and 3 calls per scope
+    assert len(markers) == 9  # one per call: the first write, 3 calls per scope, the try's write, the discard
     assert all(0 < redis_client.pttl(marker) <= 60_000 for marker in markers)
     # A marker shares its scope's hash slot (a Redis Cluster runs each script on one node).
     assert {key_slot(m.encode()) for m in markers} == {

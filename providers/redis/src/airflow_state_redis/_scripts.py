@@ -278,6 +278,26 @@ return 0
 """
 )
 
+# DISCARD_THROUGH_TRY: delete the fields last written by a try numbered ARGV[2] or lower (the try in
+# their metadata; a field written outside a try, or without readable metadata, stays), in one step:
+# a newer try's write can never land between finding a field and deleting it. KEYS as _DELETE plus
+# the call's marker (a call sent again answers the same count); ARGV[1] map index. Returns how many.
+DISCARD_THROUGH_TRY = _once(
+    _DELETE
+    + """
+local through, doomed = tonumber(ARGV[2]), {}
+local metas = redis.call('HGETALL', KEYS[2])
+for i = 1, #metas, 2 do
+    local try = string.match(metas[i + 1], '^%d+:(%-?%d+):') or string.match(metas[i + 1], '^%d+:(%-?%d+)$')
+    if try and tonumber(try) <= through and redis.call('HEXISTS', KEYS[1], metas[i]) == 1 then
+        doomed[#doomed + 1] = metas[i]
+    end
+end
+delete_fields(doomed, ARGV[1])
+return #doomed
+"""
+)
+
 # CLEAR_ONE: KEYS[1] values, KEYS[2] metadata, KEYS[3] map-index set (task state only); ARGV[1]
 # map index. A script rather than MULTI so that every write goes through one path (and WAIT).
 CLEAR_ONE = """
@@ -297,6 +317,7 @@ SCRIPTS = {
     "set_many": SET_MANY,
     "delete_many": DELETE_MANY,
     "clear_one": CLEAR_ONE,
+    "discard_through_try": DISCARD_THROUGH_TRY,
 }
 
 #: The scripts that write nothing (no WAIT after them, see :mod:`._durable`).

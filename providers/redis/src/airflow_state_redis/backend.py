@@ -37,6 +37,7 @@ from airflow_shared.state import (
     commit_record,
     incremented,
     validate_cleanup,
+    validate_discard,
     validate_increment,
     validate_key,
     validate_listing,
@@ -405,6 +406,16 @@ class RedisStateBackend(BaseStateBackend):
             names, map_index = self._scope_keys(scope)
             yield _Script("delete_many", names, [map_index, *fields])
 
+    def _op_discard_written_through_try(
+        self, scope: TaskScope, try_number: int, *, session: Any = None
+    ) -> _Op[int]:
+        """One script (the default lists, then deletes: a newer try's write in between would go)."""
+        validate_discard(scope, try_number)
+        _validate_scope(scope)
+        names, map_index = self._scope_keys(scope)
+        names.append(self._keys.call_marker(scope, uuid.uuid4().hex))
+        return int((yield _Script("discard_through_try", names, [map_index, try_number])))
+
     def _op_keys(self, scope: StateScope, *, session: Any = None) -> _Op[list[str]]:
         _validate_scope(scope)
         fields = yield _Script("live_fields", self._keys.names(scope), [_now_micros()])
@@ -447,6 +458,7 @@ class RedisStateBackend(BaseStateBackend):
     get_many, aget_many = _sync(_op_get_many), _async(_op_get_many)
     set_many, aset_many = _sync(_op_set_many), _async(_op_set_many)
     delete_many, adelete_many = _sync(_op_delete_many), _async(_op_delete_many)
+    discard_written_through_try = _sync(_op_discard_written_through_try)
     keys, akeys = _sync(_op_keys), _async(_op_keys)
     entries = _sync(_op_entries)
 
