@@ -150,9 +150,6 @@ class UI:
                 errors.append(f"{message.text} ({url})")
 
         page.on("console", on_console)
-        import os
-        if os.environ.get("THROTTLE"):
-            context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": int(os.environ["THROTTLE"])})
         page.on("pageerror", lambda error: errors.append(f"page error: {error}\n{error.stack}"))
         try:
             # The assertions wait for what they need: no need to wait for every resource here.
