@@ -72,7 +72,6 @@ def write_and_wait(
     *,
     replicas: int,
     timeout_ms: int,
-    retries: int,
 ) -> Any:
     """Run *script* on the primary of *keys*, then ``WAIT`` for *replicas* on the same connection."""
     if not isinstance(client, redis.cluster.RedisCluster):
@@ -83,7 +82,9 @@ def write_and_wait(
         return reply
     # The cluster client's pipeline would re-send a redirected command on another connection,
     # where WAIT would not wait for it: talk to the slot's primary directly, and follow a moved
-    # slot (a failover) by reloading the slot map.
+    # slot (a failover) by reloading the slot map, as often as the client's own retry would (fewer
+    # when a person waits on the call, see _clients._Retry).
+    retries = client.retry.get_retries()
     backoff = _backoff()
     attempt = 0
     while True:

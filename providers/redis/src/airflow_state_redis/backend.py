@@ -715,7 +715,6 @@ class RedisStateBackend(BaseStateBackend):
                 call.args,
                 replicas=topology.wait_replicas,
                 timeout_ms=topology.wait_timeout_ms,
-                retries=topology.retries,
             )
 
     def _reachable(self) -> AbstractContextManager[None]:
