@@ -112,7 +112,26 @@ class Instance:
             return self._ti(session).try_number
 
     def write(self, key: str, *, by_operator: bool = False) -> None:
+        if not by_operator:
+            self.records_its_choice()
         backend.set_by_try(self.scope, key, "v", try_number=None if by_operator else self.try_number)
+
+    def records_its_choice(self, keep: object = None) -> None:
+        """
+        What a try's handshake writes before its first state call: the task's choice among its
+        rendered fields (``None``: it sets none), kept if a process of the try recorded one already.
+        """
+        from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            ti = self._ti(session)
+            fields = RTIF.get_templated_fields(ti, session=session) or {}
+            if KEEP_FIELD not in fields:
+                session.scalar(select(TI).where(TI.id == ti.id)).update_rtif(
+                    {**fields, KEEP_FIELD: keep}, session
+                )
 
     def keys(self) -> list[str]:
         return backend.keys(self.scope)
@@ -168,9 +187,7 @@ class Instance:
         with create_session() as session:
             ti = self._ti(session)
             ti_id = str(ti.id)
-            fields = {PROOF_FIELD: proof(ti_id, VERIFIER)}
-            if keep is not None:
-                fields[KEEP_FIELD] = keep
+            fields = {PROOF_FIELD: proof(ti_id, VERIFIER), KEEP_FIELD: keep}
             session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session)
         claims = claims_for_proof(ti_id, VERIFIER)
         assert claims.try_number == self.try_number
@@ -394,7 +411,7 @@ def test_a_tasks_attribute_travels_as_a_rendered_field_and_a_bad_one_is_refused(
 
     assert keep_choice_field(Resumable(task_id="a")) == {KEEP_FIELD: "never"}
     plain = BaseOperator(task_id="b")
-    assert keep_choice_field(plain) == {}
+    assert keep_choice_field(plain) == {KEEP_FIELD: None}  # recorded either way
     for chosen, recorded in ((True, "always"), (False, "never"), ("always", "always")):
         plain.keep_task_state = chosen
         assert keep_choice_field(plain) == {KEEP_FIELD: recorded}
@@ -499,3 +516,152 @@ def test_the_pending_try_is_the_next_once_the_current_is_archived():
 def test_parse_keep_choice_refuses_what_is_no_choice(value):
     with pytest.raises(ValueError, match="set it to one of 'after_failure', 'always', 'never'"):
         parse_keep_choice(value, "t.keep_task_state")
+
+
+# --- clean --cleared removes only what the task's recorded choice discards ------------------------
+
+
+def _a_newer_run() -> None:
+    """Another run of the DAG, created after the shared one, as the scheduler creates it."""
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagbag import DBDagBag
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    with create_session() as session:
+        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+        dag.create_dagrun(
+            run_id=f"newer_{uuid.uuid4().hex[:8]}",
+            run_after=timezone.utcnow(),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+
+
+def test_clean_cleared_keeps_what_a_task_choosing_always_kept_after_its_rendered_fields_are_pruned(
+    instance, cli
+):
+    """
+    A task choosing ``keep_task_state = "always"`` (the deployment keeps the default,
+    after_failure) was cleared after success; its next try kept try 1's key, as the task chose.
+    Airflow then prunes that run's rendered fields (``[core] num_dag_runs_to_retain_rendered_fields``,
+    30 by default: every daily DAG's runs older than a month), where the choice was recorded.
+    ``airflow state clean --cleared`` must not remove the key the task kept: it is live state.
+    """
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+
+    instance.write("job")  # by try 1, which succeeded
+    instance.cleared()
+    instance.next_try_starts(keep="always")
+    assert instance.keys() == ["job"]  # kept, as the task chose
+    assert [entry.key for entry in manage.entries(instance.scope)[0]] == ["job"]
+    instance.ends("success")
+    _a_newer_run()
+    with create_session() as session:  # what Airflow does at each later try's rendered-fields upload
+        prune = RenderedTaskInstanceFields.delete_old_records
+        prune(instance.task_id, DAG_ID, num_to_keep=1, session=session)
+    cli("clean", "--cleared", "-y")
+    assert instance.keys() == ["job"]
+
+
+def test_clean_cleared_dry_run_counts_what_the_real_run_removes_with_older_than(instance, cli):
+    """
+    ``clean --cleared --older-than X --dry-run`` must announce what ``clean --cleared --older-than X``
+    then removes: a key a clear left that is also older than X goes once, not twice.
+    """
+    import re
+    import time
+
+    from airflow._shared.timezones import timezone
+
+    instance.write("job")  # by try 1, which succeeded
+    instance.cleared()
+    time.sleep(0.05)
+    cutoff = timezone.utcnow().isoformat()
+
+    def removed(out: str) -> list[int]:
+        return [int(number) for number in re.findall(r"(?:emove|emoved) (\d+) key", out)]
+
+    dry_run = cli("clean", "--cleared", "--older-than", cutoff, "--dry-run")
+    real = cli("clean", "--cleared", "--older-than", cutoff, "-y")
+    assert instance.keys() == []
+    assert sum(removed(dry_run)) == sum(removed(real)), (dry_run, real)
+
+
+def test_clean_cleared_keeps_what_a_task_choosing_always_keeps_while_its_next_try_starts(instance, cli):
+    """
+    A task choosing ``keep_task_state = "always"``, cleared after success: its next try has started
+    and the task runner has uploaded its rendered fields (as Airflow's task runner does after
+    rendering templates, before the task's code runs), but its code has not touched state yet.
+    ``clean --cleared`` now (an upgrade's first step, while the deployment runs) must not remove the
+    key that try is about to resume from: its first touch keeps it (it does without the clean).
+    """
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+
+    instance.running()
+    instance.first_touch(keep="always")  # try 1's process records the task's choice...
+    instance.write("job")  # ...and writes the key it resumes from; try 1 then succeeds
+    instance.ends("success")
+    instance.cleared()
+    instance.scheduled()
+    instance.running()
+    with create_session() as session:  # the task runner's rendered fields replace try 1's
+        ti = instance._ti(session)
+        session.scalar(select(TI).where(TI.id == ti.id)).update_rtif({"bash_command": "run"}, session)
+    cli("clean", "--cleared", "-y")
+    instance.first_touch(keep="always")
+    assert instance.keys() == ["job"]
+
+
+def test_clean_cleared_carries_on_past_a_dag_run_deleted_while_it_works(run_id, cli, monkeypatch):
+    """
+    ``clean --cleared`` reads every run's try history; on a large deployment that takes minutes,
+    and a dag run deleted meanwhile (the UI, ``airflow db clean``) takes its state with it. The
+    clean must carry on with the other runs, as ``export`` does, not stop there with a one-line
+    "no dag run" error that leaves the rest of the deployment uncleaned.
+    """
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+    from sqlalchemy import delete
+
+    doomed_run = f"doomed_{uuid.uuid4().hex[:8]}"
+    with create_session() as session:
+        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+        dag.create_dagrun(
+            run_id=doomed_run,
+            run_after=timezone.utcnow(),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+    doomed = Instance(doomed_run, "t0")
+    doomed._set(state="success")
+    doomed.write("job")
+    doomed.cleared()
+    kept_elsewhere = Instance(run_id, f"t{next(_fresh)}")
+    kept_elsewhere.write("job")
+    kept_elsewhere.cleared()
+
+    listed = manage.runs_with_archived_tries
+
+    def deleted_once_listed(session):
+        runs = listed(session)
+        assert (DAG_ID, doomed_run) in runs and (DAG_ID, run_id) in runs
+        with create_session() as other:  # as the UI or `airflow db clean` would, meanwhile
+            other.execute(delete(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == doomed_run))
+        return sorted(runs, key=lambda run: run != (DAG_ID, doomed_run))  # the deleted one first
+
+    monkeypatch.setattr(manage, "runs_with_archived_tries", deleted_once_listed)
+    out = cli("clean", "--cleared", "-y")
+    assert "that clears left" in out
+    assert kept_elsewhere.keys() == []

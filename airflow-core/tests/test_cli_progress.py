@@ -99,3 +99,44 @@ def test_nothing_extra_is_written_when_stderr_is_not_a_terminal(
     ]:
         out, err = run(*argv)
         assert err == "" and out.count("\n") == 1 and out.startswith(said) and "\r" not in out
+
+
+def test_a_progress_line_wider_than_the_terminal_is_still_rewritten_in_place(monkeypatch):
+    """
+    An 80-column terminal (the default of most): a progress line longer than the terminal wraps,
+    and "\\r" then goes back only to the start of its last row, so every rewrite would leave a row
+    behind and the screen would scroll with stale copies. Export's line passes 80 columns with a
+    few thousand keys; clean's with --older-than always does.
+    """
+    import fcntl
+    import struct
+    import termios
+
+    from airflow.state.cli.export_command import _Tally
+    from airflow.state.cli.progress import Progress
+
+    monkeypatch.setenv("COLUMNS", "80")
+    terminal, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    stream = os.fdopen(side, "w")
+    tally = _Tally(tasks=[3] * 1200, assets=[2] * 7, runs=9990)
+    with Progress(stream) as progress:
+        for _ in range(3):
+            tally.runs += 1
+            progress.show(f"Exporting: {tally}", now=True)
+        progress.done(f"Exporting: {tally}")
+    stream.close()
+    written = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(terminal)
+    rows = [row for row in re.split(r"[\r\n]+", written.decode()) if row.strip()]
+    # Rewritten lines are cut to the width; the final one stays whole, since nothing rewrites it.
+    assert len(rows) == 4 and all(len(row) < 80 for row in rows[:-1]), [len(row) for row in rows]
+    assert rows[-1] == f"Exporting: {tally}" and len(rows[-1]) > 80

@@ -16,6 +16,7 @@ from airflow.state.airflow_db.clears import pending_boundaries, runs_with_archiv
 from airflow.state.airflow_db.lookups import (
     AssetInfo,
     NotFound,
+    dag_run_uid,
     every_asset,
     find_asset,
     task_scope,
@@ -135,25 +136,41 @@ def _discarded(entry: StateEntry, boundary: int | None) -> bool:
     return boundary is not None and entry.updated_by_try is not None and entry.updated_by_try <= boundary
 
 
-def discard_what_clears_left(session: Session, *, dry_run: bool) -> int:
+def discard_what_clears_left(
+    session: Session, *, dry_run: bool, counted_before: datetime | None = None
+) -> int:
     """
     Remove (*dry_run*: count) the keys that clears left for each task instance's next try to
     discard, which operators already do not see; that try's first touch then removes nothing. Run
-    before an upgrade to Airflow 3.3, which would hand them to that try as live keys.
+    before an upgrade to Airflow 3.3, which would hand them to that try as live keys. A dry run
+    leaves out keys last written before *counted_before*: the cleanup by age that runs first
+    counted them already.
     """
     state = get_state_backend()
     found = 0
     for dag_id, run_id in runs_with_archived_tries(session):
+        try:  # one lookup per run: the instances pending_boundaries names exist
+            uid = dag_run_uid(dag_id, run_id, session)
+        except NotFound:  # deleted since it was listed, its state with it
+            continue
         for (task_id, map_index), boundary in pending_boundaries(dag_id, run_id, session).items():
-            scope = task_scope(dag_id, run_id, task_id, map_index, session)
+            scope = TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=uid)
             if not dry_run:
                 found += state.discard_written_through_try(scope, boundary)
                 continue
             try:
-                found += sum(_discarded(entry, boundary) for entry in state.entries(scope).entries)
+                entries = state.entries(scope).entries
             except NotImplementedError:  # as the discard itself: nothing records which try wrote a key
                 continue
+            found += sum(
+                _discarded(entry, boundary) and not _written_before(entry, counted_before)
+                for entry in entries
+            )
     return found
+
+
+def _written_before(entry: StateEntry, moment: datetime | None) -> bool:
+    return moment is not None and entry.updated_at is not None and entry.updated_at < moment
 
 
 def assets_with_state(session: Session) -> list[tuple[AssetInfo, int]]:

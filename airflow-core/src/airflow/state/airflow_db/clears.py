@@ -176,6 +176,12 @@ def pending_boundaries(
     current try, or the try a clear has it waiting for, discards keys, its discard boundary, by
     ``(task_id, map_index)``. The keys are still stored until that try first touches state; an
     instance missing here discards nothing. Three queries at most, whatever the run's size.
+
+    The task's choice is read where the last try that touched state recorded it. An instance with
+    no record there is left out: nothing is hidden or removed on a guess. Airflow prunes the
+    rendered fields of older runs, and a starting try's task runner replaces them before the try
+    records its choice; the deployment's default in their place would take from a task that keeps
+    its state on a clear what it kept. That try decides at its first touch, as always.
     """
     identity = (dag_id, run_id, task_id, map_index)
     with create_session() if session is None else nullcontext(session) as db:
@@ -193,8 +199,9 @@ def pending_boundaries(
         boundaries = {}
         for task, index, try_number, max_tries in instances:
             archived = history.get((task, index))
-            if archived:
-                choice = choice_of(fields.get((task, index)), task)
+            recorded = decoded(fields.get((task, index))) or {}
+            if archived and KEEP_FIELD in recorded:
+                choice = choice_of(recorded, task)
                 boundary = discard_boundary(choice, pending_try(try_number, archived), max_tries, archived)
                 if boundary is not None:
                     boundaries[(task, index)] = boundary

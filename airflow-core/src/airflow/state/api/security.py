@@ -167,7 +167,7 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     return claims
 
 
-def discard_for_in_process_try(ti_id: str, chosen: dict[str, str]) -> None:
+def discard_for_in_process_try(ti_id: str, chosen: dict[str, str | None]) -> None:
     """
     What a proof exchange discards, for a try whose credential needs no proof: under ``dag.test()``
     the task runs in this very process. *chosen*: the task's choice, as the handshake records it.

@@ -46,7 +46,9 @@ def clean(args: Namespace) -> None:
         print(f"Removed {keys} ({what})")
     if args.cleared:  # hidden from operators, but Airflow 3.3 would hand them to that try as live
         with create_session() as session:
-            discarded = manage.discard_what_clears_left(session, dry_run=args.dry_run)
+            discarded = manage.discard_what_clears_left(
+                session, dry_run=args.dry_run, counted_before=updated_before
+            )
         print(f"{'Would remove' if args.dry_run else 'Removed'} {count(discarded, 'key')} {LEFT_BY_CLEARS}")
     if not backend.supports_expiry:
         # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.

@@ -7,6 +7,7 @@ read", but on one line, since a person is watching.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -30,8 +31,12 @@ class Progress:
         self._last = float("-inf")
         self._lock = threading.Lock()  # ticking() shows from a thread of its own
 
-    def show(self, text: str, *, now: bool = False) -> None:
-        """Show *text* in place of the line shown before (at most every INTERVAL_S unless *now*)."""
+    def show(self, text: str, *, now: bool = False, final: bool = False) -> None:
+        """
+        Show *text* in place of the line shown before (at most every INTERVAL_S unless *now*), cut
+        to the terminal's width unless it is the *final* line: "\r" returns to the start of the
+        last row only, so a line that wrapped would leave a row behind at every rewrite.
+        """
         if not self.enabled:
             return
         with self._lock:
@@ -39,10 +44,18 @@ class Progress:
             if not now and moment - self._last < INTERVAL_S:
                 return
             self._last = moment
+            if not final:
+                text = _fitted(text, self._columns())
             # Padded with spaces: a shorter line must not leave the end of the longer one behind.
             self._stream.write("\r" + text.ljust(len(self._shown)))
             self._stream.flush()
             self._shown = text
+
+    def _columns(self) -> int | None:
+        try:  # asked each time: the terminal may be resized while the command works
+            return os.get_terminal_size(self._stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # not a file, or no size known
+            return None
 
     def __enter__(self) -> Progress:
         return self
@@ -59,11 +72,18 @@ class Progress:
         """Show the final *text* and end the line, so what the command prints next starts afresh."""
         if not self.enabled:
             return
-        self.show(text, now=True)
+        self.show(text, now=True, final=True)
         with self._lock:
             self._stream.write("\n")
             self._stream.flush()
             self._shown = ""
+
+
+def _fitted(text: str, columns: int | None) -> str:
+    """*text* cut to fit *columns* less one (writing the last column wraps on some terminals)."""
+    if not columns or len(text) < columns:
+        return text
+    return text[: max(0, columns - 4)] + "..."
 
 
 @contextmanager

@@ -123,15 +123,17 @@ def _status_code(error: BaseException | None) -> Any:
     return detail.get("status_code") if isinstance(detail, dict) else None
 
 
-def keep_choice_field(task: Any) -> dict[str, str]:
+def keep_choice_field(task: Any) -> dict[str, str | None]:
     """
     The task's ``keep_task_state``, as the rendered field the API server reads it from with the
-    proof (none when the task does not set it: the deployment's default applies). A value that is
-    no choice refuses the handshake, so the task's first state call says what to set instead.
+    proof: ``None`` when the task does not set it (the deployment's default applies). Recorded
+    either way, so that a missing field tells that no try's record is there (``clean --cleared``
+    removes nothing on a guess). A value that is no choice refuses the handshake, so the task's
+    first state call says what to set instead.
     """
     chosen = getattr(task, TASK_ATTRIBUTE, None)
     if chosen is None:
-        return {}
+        return {KEEP_FIELD: None}
     try:
         where = f"{getattr(task, 'task_id', task)}.{TASK_ATTRIBUTE}"
         return {KEEP_FIELD: parse_keep_choice(chosen, where).value}
