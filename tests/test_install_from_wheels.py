@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from state_testing.deployer_venv import DeployerVenv, build_wheels, deployer_venv
+from state_testing.deployer_venv import DeployerVenv, build_wheels, deployer_venv, uv
 from state_testing.deployment import airflow_deployment
 
 pytestmark = pytest.mark.any_database
@@ -104,9 +104,13 @@ def test_airflow33_installed_over_it_says_how_to_repair_and_the_repair_works(
     assert "Traceback" not in broken.stderr
     assert _airflow33_state_store_imports(venv, env).returncode != 0  # what the message is about
 
-    # The repair the message prints, as it prints it.
-    venv.uv_pip("uninstall", "airflow-task-state")
-    venv.pip_install("--force-reinstall", "--no-deps", f"apache-airflow-core=={AIRFLOW33}")
+    # The repair the message prints, run as it prints it: this venv, made by uv, has no pip, and a
+    # bare `pip` would be another Python's.
+    repair = [line.strip() for line in broken.stderr.splitlines() if line.startswith("    ")]
+    assert len(repair) == 2 and all(str(venv.python) in command for command in repair), broken.stderr
+    path = f"{Path(uv()).parent}{os.pathsep}{os.environ['PATH']}"
+    for command in repair:
+        subprocess.run(command, shell=True, check=True, capture_output=True, env={**os.environ, "PATH": path})
     repaired = _run(venv, "airflow", "version", env=env)
     assert (repaired.stdout.strip(), repaired.stderr) == (AIRFLOW33, "")
     assert _airflow33_state_store_imports(venv, env).returncode == 0

@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     report = Report(dry_run=args.dry_run, overwrite=args.overwrite, moved_at=tables.moved_at)
     moves = table_moves(tables)
     if not moves:
-        print("Nothing to move: this database has no task_state or asset_state table (dropped already?).")
+        nothing = "Nothing to move: this database has no task_state or asset_state table (dropped already?)."
+        # With -o json, stdout carries one JSON document whatever happens: scripts parse it.
+        print(report.as_json() if args.output == "json" else nothing)
+        if args.output == "json":
+            print(nothing, file=sys.stderr)
         return 0
     now = datetime.now(UTC)
     mover = Mover(
@@ -110,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     print(report.as_json() if args.output == "json" else report.as_table())
     if refusal:
         print(refusal, file=sys.stderr)
-    return 0 if report.complete else 1
+    # A drop asked for and not done (unless only a dry run's) fails, so a script does not go on as if.
+    not_dropped = args.drop_old_tables and not args.dry_run and not report.dropped
+    return 0 if report.complete and not not_dropped else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -243,9 +243,13 @@ class Mover:
         for candidate in candidates:
             existing = stored.get(candidate.identity)
             if existing is None:
-                if self.report.moved_at is None:
+                moved_at = self.report.moved_at
+                # The run that completed started at moved_at and moved every live row written
+                # before: such a row missing now was deleted in Airflow 3.3. One written since (by a
+                # 3.2 process left running) was never moved: it moves now.
+                if moved_at is None or candidate.row["updated_at"] > moved_at:
                     plan.inserts.append(candidate)
-                else:  # moved by the run that completed, then deleted by Airflow 3.3
+                else:
                     plan.deleted += 1
             elif same_value(existing.value, candidate.row["value"]):
                 plan.unchanged += 1

@@ -15,6 +15,8 @@ environment it costs one ``stat``; it reads package metadata only once it has fo
 
 from __future__ import annotations
 
+import importlib.util
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -36,14 +38,26 @@ def airflow_installed_over_us() -> str | None:
         return "3.3"
 
 
+def installer() -> tuple[str, str]:
+    """
+    The uninstall and install commands of this very environment: a bare ``pip`` may be another
+    Python's (a virtualenv made by uv has no pip of its own), which would leave this one broken.
+    """
+    python = shlex.quote(sys.executable)
+    if importlib.util.find_spec("pip") is not None:
+        return f"{python} -m pip uninstall -y", f"{python} -m pip install"
+    return f"uv pip uninstall --python {python}", f"uv pip install --python {python}"
+
+
 def repair_message(airflow_version: str) -> str:
+    uninstall, install = installer()
     return (
         f"ERROR: Airflow {airflow_version} (apache-airflow-core) was installed over airflow-task-state,\n"
         "which works with Airflow 3.2 only. Both own files under airflow/state/, so Airflow's own state\n"
         "store cannot be imported and tasks that use it fail. Your state in the database is untouched.\n"
         "Repair this environment (the order matters):\n"
-        "    pip uninstall -y airflow-task-state\n"
-        f'    pip install --force-reinstall --no-deps "apache-airflow-core=={airflow_version}"\n'
+        f"    {uninstall} airflow-task-state\n"
+        f'    {install} --force-reinstall --no-deps "apache-airflow-core=={airflow_version}"\n'
         'then move the state into Airflow 3.3 with airflow-state-upgrade: see "Upgrading to Airflow 3.3"\n'
         "in airflow-task-state's documentation.\n"
     )
