@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import astuple
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
@@ -27,6 +27,7 @@ from airflow.state.metastore.listing import entry
 from airflow.state.metastore.statements import WritePath
 from airflow.utils.session import create_session, create_session_async
 from airflow_shared.state import (
+    StateCapabilityError,
     StateEntry,
     StateScope,
     StateWriter,
@@ -462,11 +463,30 @@ def _run_write(
     return _last_insert_id_reply(write, operation.values, written.rowcount, written.last_insert_id)
 
 
+#: The latest moment a MySQL ``TIMESTAMP`` column holds, as ``expires_at`` is there (as Airflow's own
+#: times are): a later expiry would fail as a database error, so it is refused first, saying why.
+MYSQL_TIMESTAMP_END = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
+
+
+def _check_expiry_fits(operation: Operation[Any], dialect: Dialect) -> None:
+    expires_at = operation.values.get("expires_at")
+    if expires_at is not None and dialect.name == "mysql" and expires_at > MYSQL_TIMESTAMP_END:
+        raise StateCapabilityError(
+            "The metastore on MySQL",
+            f"an expiry after {MYSQL_TIMESTAMP_END:%Y-%m-%d %H:%M:%S} UTC (got {expires_at.isoformat()}), "
+            "the end of MySQL's TIMESTAMP columns",
+            "give a ttl that ends before, or none; nothing was written",
+        )
+
+
 def run(operation: Operation[T], session: Session | None, path: WritePath | None = None) -> T:
     """
     Run *operation* in *session* (the caller commits), or autocommitted on its own without one; a
     write as *path* says, else as the server's :func:`write_path`.
     """
+    _check_expiry_fits(
+        operation, session.get_bind().dialect if session is not None else autocommit_engine().dialect
+    )
     statement = operation.statement
     if isinstance(statement, Write):
         return operation.read(_run_write(operation, statement, session, path))
@@ -475,10 +495,29 @@ def run(operation: Operation[T], session: Session | None, path: WritePath | None
     return operation.read(_in_session(session.connection(), statement, operation.values))
 
 
+# Marks a MySQL connection of the async engine on which this module set the session's time zone.
+_UTC_SET = "airflow_state_time_zone_utc"
+
+
+async def _utc_connection(db: AsyncSession) -> AsyncConnection:
+    """
+    The session's connection, in UTC on MySQL: TIMESTAMP columns (``expires_at``, ``updated_at``)
+    are read and written in the session's time zone. Airflow sets it to UTC on each connection of
+    its sync engine, not of its async one, so on a server in another time zone async calls would
+    see expiries shifted by the difference. Once per pooled connection.
+    """
+    connection = await db.connection()
+    if connection.dialect.name == "mysql" and not connection.info.get(_UTC_SET):
+        await connection.exec_driver_sql("SET time_zone = '+00:00'")
+        connection.info[_UTC_SET] = True
+    return connection
+
+
 async def arun(operation: Operation[T], session: AsyncSession | None, path: WritePath | None = None) -> T:
     """Run *operation* in *session* (the caller commits), or in a session of its own, committed."""
     async with create_session_async() if session is None else nullcontext(session) as db:
-        connection = await db.connection()
+        connection = await _utc_connection(db)
+        _check_expiry_fits(operation, connection.dialect)
         statement = operation.statement
         if not isinstance(statement, Write):
             return operation.read(await _in_async_session(connection, statement, operation.values))

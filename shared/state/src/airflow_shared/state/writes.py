@@ -116,12 +116,17 @@ class StateConflictError(Exception):
 class StateCapabilityError(NotImplementedError):
     """A backend was asked for something it does not support (versions, expiry, increments, clean-up)."""
 
-    def __init__(self, backend: object, capability: str) -> None:
+    def __init__(
+        self,
+        backend: object,
+        capability: str,
+        advice: str = "use a backend that does (the metastore and Redis backends support every "
+        "capability), or leave the option out",
+    ) -> None:
+        """*backend*: the backend, or the name to give it; *advice*: what to do instead."""
         self.capability = capability
-        super().__init__(
-            f"{type(backend).__name__} does not support {capability}; use a backend that does (the "
-            "metastore and Redis backends support every capability), or leave the option out"
-        )
+        name = backend if isinstance(backend, str) else type(backend).__name__
+        super().__init__(f"{name} does not support {capability}; {advice}")
 
 
 def validate_writer(writer: object) -> None:
