@@ -13,11 +13,15 @@ from sqlalchemy import delete, event, select
 
 @contextmanager
 def statements_on(engine):
-    """Collect the SQL statements *engine* sends while the block runs."""
+    """
+    Collect the SQL statements *engine* sends while the block runs, but the time zone set on each
+    new async connection on MySQL (test_metastore_times_on_mysql.py proves it).
+    """
     seen: list[str] = []
 
     def record(conn, cursor, statement, parameters, context, executemany):
-        seen.append(statement)
+        if not statement.startswith("SET time_zone"):
+            seen.append(statement)
 
     event.listen(engine, "before_cursor_execute", record)
     try:
