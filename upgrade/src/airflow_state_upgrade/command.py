@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
     print(report.as_json() if args.output == "json" else report.as_table())
     if refusal:
         print(refusal, file=sys.stderr)
-    # A drop asked for and not done (unless only a dry run's) fails, so a script does not go on as if.
-    not_dropped = args.drop_old_tables and not args.dry_run and not report.dropped
-    return 0 if report.complete and not not_dropped else 1
+    # A drop asked for and not done (but a dry run's) fails: a script must not go on as if it were.
+    drop_refused = args.drop_old_tables and not args.dry_run and not report.dropped
+    return 1 if drop_refused or not report.complete else 0
 
 
 def main(argv: list[str] | None = None) -> int:
