@@ -15,6 +15,7 @@ __all__ = [
     "StateConfigurationError",
     "StateConflictError",
     "StateError",
+    "StateOutcomeUnknownError",
     "StateUnavailableError",
     "StateUnsupportedError",
 ]
@@ -42,6 +43,14 @@ class StateUnavailableError(StateError, RuntimeError):
     The state API cannot be used right now: unreachable, answering 5xx after the retries, or
     refusing the task's credential even after a new handshake (401: do all API servers derive the
     same key, from the same ``[api_auth] jwt_secret`` or ``[state] session_key``?).
+    """
+
+
+class StateOutcomeUnknownError(StateUnavailableError):
+    """
+    A write failed after it may have reached the API server (its reply was lost): it may or may not
+    have been applied. A write that could be applied twice (an increment, a conditional write) is
+    not sent again; one that cannot (a staged commit) was, and the server stayed out of reach.
     """
 
 

@@ -14,9 +14,11 @@ from airflow.state.protocol import Reason
 from airflow_shared.state import StateCapabilityError, StateConflictError
 from fastapi import HTTPException, Request, Response, status
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 def refusal(code: int, reason: Reason, message: str, headers: dict[str, str] | None = None) -> HTTPException:
@@ -160,7 +162,28 @@ async def unsupported(request: Request, error: Exception) -> JSONResponse:
     return _answer(status.HTTP_501_NOT_IMPLEMENTED, Reason.UNSUPPORTED, str(error))
 
 
+async def no_route(request: Request, error: Exception) -> Response:
+    """
+    A path no route takes, or a method its route does not: Starlette's bare ``{"detail": "Not
+    Found"}`` in the shape of every refusal, saying where keys go. A route's own 404 (an
+    ``HTTPException`` carrying a reason) passes as it is.
+    """
+    assert isinstance(error, StarletteHTTPException)
+    if isinstance(error.detail, dict):
+        return await http_exception_handler(request, error)
+    what = f"{request.method} {request.url.path}"
+    if error.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        message = f"{what}: this path does not take {request.method}"
+    else:
+        message = f"{what}: no such path"
+    message += " (keys go in the query string: .../stateEntry?key=<key>, .../stateIncrement?key=<key>)"
+    body = {"detail": {"reason": Reason.INVALID_REQUEST.value, "message": message}}
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)  # 405 keeps Allow
+
+
 EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
+    status.HTTP_404_NOT_FOUND: no_route,
+    status.HTTP_405_METHOD_NOT_ALLOWED: no_route,
     RequestValidationError: validation_error,
     DBAPIError: database_unavailable,
     StateConfigurationError: misconfigured,

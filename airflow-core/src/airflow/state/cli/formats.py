@@ -130,6 +130,8 @@ def parse_row(text: str) -> ImportRow:
         row = json.loads(text)
     except json.JSONDecodeError as error:
         raise RowError(f"not JSON: {error.msg} at column {error.colno}") from None
+    except RecursionError:
+        raise RowError(f"nested too deeply to read (a value may nest {codec.MAX_DEPTH} levels)") from None
     if not isinstance(row, dict):
         raise RowError(f"a row must be a JSON object, not {type(row).__name__}")
     kind = row.get("scope")

@@ -53,6 +53,8 @@ def set_value(args: Namespace) -> None:
             "invalid value: the value must be JSON (a string needs quotes: '\"text\"'): "
             f"{error.msg} at position {error.pos}"
         ) from None
+    except RecursionError:
+        raise SystemExit(f"invalid value: nested more than {codec.MAX_DEPTH} levels deep") from None
     with refusing("invalid value"):  # null, NaN, too large: refused before any lookup
         text = codec.encode(value)
     ttl = _checked_ttl(args.ttl)

@@ -32,6 +32,7 @@ from airflow.state.exceptions import (
     StateAccessDeniedError,
     StateConfigurationError,
     StateConflictError,
+    StateOutcomeUnknownError,
     StateUnavailableError,
     StateUnsupportedError,
 )
@@ -163,13 +164,18 @@ class StateClient:
     def _send(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         http = _sync_client(self.base_url, self.in_process)
         retry = RetryPolicy.from_config()
+        may_have_reached = False  # an attempt whose reply was lost: applied or not, no one knows
         for attempt in range(retry.retries + 1):
             last = attempt == retry.retries
             try:
                 response = http.request(method, path, **kwargs)
             except httpx.TransportError as error:
-                if not idempotent and not isinstance(error, _NEVER_SENT):
-                    raise _outcome_unknown(method, path, error) from error
+                if not isinstance(error, _NEVER_SENT):
+                    if not idempotent:
+                        raise _outcome_unknown(method, path, error) from error
+                    may_have_reached = True
+                if last and may_have_reached:
+                    raise _outcome_unknown(method, path, error, retried=True) from error
                 if last:
                     raise StateUnavailableError(
                         f"Cannot reach the task state API at {self.base_url} ({error}); check [state] "
@@ -324,8 +330,15 @@ def _reason(response: httpx.Response) -> tuple[str | None, str]:
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-def _outcome_unknown(method: str, path: str, error: object) -> StateUnavailableError:
-    return StateUnavailableError(
+def _outcome_unknown(
+    method: str, path: str, error: object, *, retried: bool = False
+) -> StateOutcomeUnknownError:
+    if retried:  # sent again (applying it twice is safe), but no attempt's reply came back
+        return StateOutcomeUnknownError(
+            f"{method} {path} to the task state API failed ({error}); an earlier attempt may have reached "
+            "the server, so it may or may not have been applied; read the keys to find out"
+        )
+    return StateOutcomeUnknownError(
         f"{method} {path} to the task state API failed ({error}) after it may have reached the server: "
         "it may or may not have been applied, and it is not retried because applying it twice "
         "(an increment, a conditional write) would be wrong; read the key to find out"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pluggy
 from airflow.state import config
+from airflow.state.exceptions import StateOutcomeUnknownError
 from airflow.state.protocol import TASK_SUCCEEDED_PATH
 from airflow.state.worker import handshake, staging
 from airflow.state.worker.client import StateClient, start_handshake
@@ -91,14 +92,24 @@ def _try_ended(task_instance: Any, *, succeeded: bool = False) -> None:
     if succeeded:
         # First the staged writes, then the clear a task may ask for: a clear on success empties
         # the task state the commit wrote too (asset state stays), as if they had been written directly.
-        with _logged_if_failing(
-            logging.ERROR,
-            "Could not commit the staged state writes of %s after its success: NONE of them was applied "
-            "(the try succeeded all the same; the next run starts from the state as it was)",
-            task_id,
-        ):
+        try:
             if count := staging.commit(task_instance):
                 log.info("Committed %d staged state write(s) of %s after its success", count, task_id)
+        except StateOutcomeUnknownError:
+            log.error(
+                "Could not commit the staged state writes of %s for certain after its success: the API "
+                "server may have applied them, all or none (a commit is atomic); read the keys to find "
+                "out (the try succeeded all the same)",
+                task_id,
+                exc_info=True,
+            )
+        except Exception:
+            log.error(
+                "Could not commit the staged state writes of %s after its success: NONE of them was "
+                "applied (the try succeeded all the same; the next run starts from the state as it was)",
+                task_id,
+                exc_info=True,
+            )
         with _logged_if_failing(
             logging.WARNING,
             "Could not clear the task state of %s after its success; the task succeeded all the same, "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 # Imported with the operator's module, so a try of it starts its handshake as it starts (see
 # airflow.state.worker.listener): its first call, the stored job id, is the one that matters.
+from airflow.state import codec
 from airflow.state.worker.accessors import task_state
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ class DeferrableResumableJobMixin(ResumableJobBase):
                 "it was deleted while the task was deferred; the next try submits a new job"
             )
         status = self._parse_status(self.job_event_status(job_id, event), job_id, "job_event_status")
-        if isinstance(event, dict) and "job_id" in event and event["job_id"] != job_id:
+        if isinstance(event, dict) and "job_id" in event and not _same_job(event["job_id"], job_id):
             raise RuntimeError(
                 f"the trigger reported on job {event['job_id']}, but task state now holds job {job_id}; "
                 "the next try decides from task state"
@@ -263,3 +264,14 @@ class DeferrableResumableJobMixin(ResumableJobBase):
         if status is JobStatus.RUNNING:
             raise RuntimeError(f"the trigger fired while job {job_id} is still running")
         return self.job_result(job_id, context)
+
+
+def _same_job(reported: Any, stored: Any) -> bool:
+    """
+    Whether the trigger reported on the job task state holds. Compared as JSON, as task state keeps
+    it: a tuple id comes back from task state as a list, while the trigger's event keeps the tuple.
+    """
+    try:
+        return codec.decode(codec.encode(reported)) == stored
+    except (TypeError, ValueError):  # not storable: not the id task state holds
+        return False

@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 #: Where a staged write goes: ``None`` for the task instance's state, ``(name, uri)`` for an asset's.
 Target = tuple[str, str] | None
 
-# The commit's JSON envelope, and some whitespace.
+# The commit's JSON envelope, and some whitespace; what separates its entries. stage() counts both
+# as commit() writes them: a body past [state] max_batch_bytes is refused after the try succeeded.
 _ENVELOPE_BYTES = 64
+_SEPARATOR = ","
 # How often a try holding staged writes checks that its credential is still fresh: its commit
 # runs after the try has ended, when no new credential is granted.
 _RENEW_EVERY_SECONDS = 30.0
@@ -124,7 +126,7 @@ def stage(ti: Any, target: Target, key: str, write: Staged, what: str) -> None:
         spot = (target, key)
         earlier = held.writes.get(spot)
         merged = write if earlier is None else earlier.then(write, key)
-        size = len(merged.entry(target, key).encode()) + 1
+        size = len(merged.entry(target, key).encode()) + len(_SEPARATOR)  # as commit() joins them
         total = sum(held.sizes.values()) - held.sizes.get(spot, 0) + size + _ENVELOPE_BYTES
         if earlier is None and len(held.writes) >= MAX_MANY_KEYS:
             raise ValueError(
@@ -175,7 +177,7 @@ def commit(ti: Any) -> int:
         _by_try.pop(str(ti.id))
     if not held.writes:
         return 0
-    body = '{"writes": [' + ", ".join(write.entry(*spot) for spot, write in held.writes.items()) + "]}"
+    body = '{"writes": [' + _SEPARATOR.join(write.entry(*spot) for spot, write in held.writes.items()) + "]}"
     client = StateClient(ti)
     path = TASK_STAGED_COMMIT_PATH.format(task_instance_id=client.ti_id)
     answer = client.request("POST", path, content=body.encode()).json()

@@ -28,7 +28,7 @@ from airflow.api_fastapi.core_api.security import (
     requires_access_dag,
 )
 from airflow.models.dag import DagModel
-from airflow.state.api.errors import forbidden, unauthorized
+from airflow.state.api.errors import forbidden, unauthorized, unprocessable
 from airflow.state.protocol import Reason
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
@@ -89,15 +89,34 @@ def task_state_access(method: Method) -> Any:
 
 
 def asset_state_access(method: Method) -> Any:
-    """The caller may *method* the path's ``asset_id`` (``requires_access_asset``)."""
+    """The caller may *method* the path's ``asset_id`` (``requires_access_asset``), spelled plainly."""
+    airflow_check = requires_access_asset(method)
+
+    def check_plain_id(request: Request, user: BaseUser) -> None:
+        # Airflow's check asks the auth manager about the id as the URL spells it, and the route
+        # then reads it as a number: "01", "+1" or "1.0" would reach asset 1 with the check asking
+        # about another name. Only the plain decimal spelling passes, so both name the same asset.
+        spelled = request.path_params.get("asset_id")
+        if spelled is not None and not _plain_decimal(spelled):
+            raise unprocessable(
+                Reason.INVALID_REQUEST,
+                f"asset id {spelled!r} is not written as a plain number (digits, no leading zero, sign "
+                "or decimal point): write it as the asset list shows it",
+            )
+        airflow_check(request, user)
+
     return _access(
-        requires_access_asset(method),
+        check_plain_id,
         lambda path: (
             f"{_DOING[method]} "
             + ("asset state" if path.get("asset_id") is None else f"the state of asset {path['asset_id']}")
             + f" needs {_PERMISSION[method]} permission on assets"
         ),
     )
+
+
+def _plain_decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit() and (text == "0" or not text.startswith("0"))
 
 
 # --- what the caller may do, for the UI to offer only that ------------------------------------
