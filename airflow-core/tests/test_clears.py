@@ -12,6 +12,7 @@ import itertools
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -40,27 +41,17 @@ def run_id() -> str:
     One run of the DAG, created as the scheduler creates it (``create_dagrun``), every task
     instance's try 1 scheduled by ``DagRun.schedule_tis`` and then successful.
     """
-    from airflow._shared.timezones import timezone
     from airflow.models.dagbag import DBDagBag
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
         run_airflow("dags", "reserialize")
     run_id = f"clears_{uuid.uuid4().hex[:8]}"
     with create_session() as session:
+        dag_run = create_run(run_id, session)
         dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
-        dag_run = dag.create_dagrun(
-            run_id=run_id,
-            run_after=timezone.utcnow(),
-            run_type=DagRunType.MANUAL,
-            triggered_by=DagRunTriggeredByType.TEST,
-            state=DagRunState.RUNNING,
-            session=session,
-        )
         instances = dag_run.get_task_instances(session=session)
         for ti in instances:
             ti.task = dag.get_task(ti.task_id)
@@ -68,6 +59,24 @@ def run_id() -> str:
     with create_session() as session:
         session.execute(update(TI).where(TI.dag_id == DAG_ID, TI.run_id == run_id).values(state="success"))
     return run_id
+
+
+def create_run(run_id: str, session: Any) -> Any:
+    """A run of the DAG, created as the scheduler creates it (``create_dagrun``); its dag run."""
+    from airflow._shared.timezones import timezone
+    from airflow.models.dagbag import DBDagBag
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+    return dag.create_dagrun(
+        run_id=run_id,
+        run_after=timezone.utcnow(),
+        run_type=DagRunType.MANUAL,
+        triggered_by=DagRunTriggeredByType.TEST,
+        state=DagRunState.RUNNING,
+        session=session,
+    )
 
 
 _fresh = itertools.count()
@@ -521,26 +530,6 @@ def test_parse_keep_choice_refuses_what_is_no_choice(value):
 # --- clean --cleared removes only what the task's recorded choice discards ------------------------
 
 
-def _a_newer_run() -> None:
-    """Another run of the DAG, created after the shared one, as the scheduler creates it."""
-    from airflow._shared.timezones import timezone
-    from airflow.models.dagbag import DBDagBag
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-    with create_session() as session:
-        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
-        dag.create_dagrun(
-            run_id=f"newer_{uuid.uuid4().hex[:8]}",
-            run_after=timezone.utcnow(),
-            run_type=DagRunType.MANUAL,
-            triggered_by=DagRunTriggeredByType.TEST,
-            state=DagRunState.RUNNING,
-            session=session,
-        )
-
-
 def test_clean_cleared_keeps_what_a_task_choosing_always_kept_after_its_rendered_fields_are_pruned(
     instance, cli
 ):
@@ -560,7 +549,8 @@ def test_clean_cleared_keeps_what_a_task_choosing_always_kept_after_its_rendered
     assert instance.keys() == ["job"]  # kept, as the task chose
     assert [entry.key for entry in manage.entries(instance.scope)[0]] == ["job"]
     instance.ends("success")
-    _a_newer_run()
+    with create_session() as session:  # a later run of the DAG
+        create_run(f"newer_{uuid.uuid4().hex[:8]}", session)
     with create_session() as session:  # what Airflow does at each later try's rendered-fields upload
         prune = RenderedTaskInstanceFields.delete_old_records
         prune(instance.task_id, DAG_ID, num_to_keep=1, session=session)
@@ -625,25 +615,13 @@ def test_clean_cleared_carries_on_past_a_dag_run_deleted_while_it_works(run_id, 
     clean must carry on with the other runs, as ``export`` does, not stop there with a one-line
     "no dag run" error that leaves the rest of the deployment uncleaned.
     """
-    from airflow._shared.timezones import timezone
-    from airflow.models.dagbag import DBDagBag
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
     from sqlalchemy import delete
 
     doomed_run = f"doomed_{uuid.uuid4().hex[:8]}"
     with create_session() as session:
-        dag = DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
-        dag.create_dagrun(
-            run_id=doomed_run,
-            run_after=timezone.utcnow(),
-            run_type=DagRunType.MANUAL,
-            triggered_by=DagRunTriggeredByType.TEST,
-            state=DagRunState.RUNNING,
-            session=session,
-        )
+        create_run(doomed_run, session)
     doomed = Instance(doomed_run, "t0")
     doomed._set(state="success")
     doomed.write("job")

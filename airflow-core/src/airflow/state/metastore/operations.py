@@ -468,9 +468,8 @@ def _run_write(
 MYSQL_TIMESTAMP_END = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 
 
-def _check_expiry_fits(operation: Operation[Any], dialect: Dialect) -> None:
-    expires_at = operation.values.get("expires_at")
-    if expires_at is not None and dialect.name == "mysql" and expires_at > MYSQL_TIMESTAMP_END:
+def _check_expiry_fits(expires_at: datetime, dialect: Dialect) -> None:
+    if dialect.name == "mysql" and expires_at > MYSQL_TIMESTAMP_END:
         raise StateCapabilityError(
             "The metastore on MySQL",
             f"an expiry after {MYSQL_TIMESTAMP_END:%Y-%m-%d %H:%M:%S} UTC (got {expires_at.isoformat()}), "
@@ -484,9 +483,10 @@ def run(operation: Operation[T], session: Session | None, path: WritePath | None
     Run *operation* in *session* (the caller commits), or autocommitted on its own without one; a
     write as *path* says, else as the server's :func:`write_path`.
     """
-    _check_expiry_fits(
-        operation, session.get_bind().dialect if session is not None else autocommit_engine().dialect
-    )
+    if (expires_at := operation.values.get("expires_at")) is not None:  # reads have none: no lookup
+        _check_expiry_fits(
+            expires_at, (autocommit_engine() if session is None else session.get_bind()).dialect
+        )
     statement = operation.statement
     if isinstance(statement, Write):
         return operation.read(_run_write(operation, statement, session, path))
@@ -517,7 +517,8 @@ async def arun(operation: Operation[T], session: AsyncSession | None, path: Writ
     """Run *operation* in *session* (the caller commits), or in a session of its own, committed."""
     async with create_session_async() if session is None else nullcontext(session) as db:
         connection = await _utc_connection(db)
-        _check_expiry_fits(operation, connection.dialect)
+        if (expires_at := operation.values.get("expires_at")) is not None:
+            _check_expiry_fits(expires_at, connection.dialect)
         statement = operation.statement
         if not isinstance(statement, Write):
             return operation.read(await _in_async_session(connection, statement, operation.values))
