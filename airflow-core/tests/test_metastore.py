@@ -409,6 +409,29 @@ def test_a_dead_pooled_connection_is_found_before_an_increment_is_sent(
     assert backend.get_versioned(scope, "new").version == 1
 
 
+def test_only_a_connection_that_served_before_is_pinged_before_an_increment(
+    backend, scope, pooled_engine, monkeypatch
+):
+    """
+    A ping costs a round trip: a connection the pool has just opened cannot have been dropped yet,
+    so an increment sent on it is not preceded by one; on a connection that served before, it is.
+    """
+    pings = []
+    ping = pooled_engine.dialect.do_ping
+
+    def counted_ping(dbapi_connection):
+        pings.append(dbapi_connection)
+        return ping(dbapi_connection)
+
+    monkeypatch.setattr(pooled_engine.dialect, "do_ping", counted_ping)
+    backend.increment(scope, "n", 1)  # the pool opens a connection for it
+    assert pings == [], "a connection just opened was pinged"
+    backend.increment(scope, "n", 1)  # the same connection, from the pool
+    assert len(pings) == 1, "a pooled connection that served before was not pinged"
+    assert backend.get(scope, "n") == "2"
+    assert pooled_engine.pool.checkedin() == 1
+
+
 def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters(
     backend, scope, pooled_engine
 ):

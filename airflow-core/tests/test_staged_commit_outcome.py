@@ -1,30 +1,65 @@
+# ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
 """
-A staged-writes commit whose reply is lost, then retried against an API server that is restarting:
-the task log must not say "NONE of them was applied", since the server may have applied it (it
-did here), and a user told so might re-apply increments by hand.
+A staged-writes commit whose reply is lost, then retried against an API server that is restarting
+or whose database is failing over: the task log must not say "NONE of them was applied", since the
+server may have applied it (it did here), and a user told so might re-apply increments by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from airflow.state.worker import client, listener, staging
 from airflow.state.worker.staging import Staged
 from airflow_shared.state import StagedOp
+from test_state_api import api, exercise_ti, session_key  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.any_database
+_FAST_RETRIES = {
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "2",
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "0.01",
+    "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX": "0.02",
+}
 
 
+def _succeed_after_staging(ti, monkeypatch, caplog) -> logging.LogRecord:
+    """
+    Stage an increment of ``rows_loaded`` by 100 in *ti*'s try, end the try successfully (the
+    listener's hook commits), and return what the hook logged about the commit.
+    """
+    staging.begin(ti)
+    staging.stage(ti, None, "rows_loaded", Staged(StagedOp.INCREMENT, by=100), "task_state.stage_increment")
+    # What the task runner would say: this is the task process, and the task does not clear on success.
+    monkeypatch.setattr(listener, "_in_task_process", lambda task_instance: True)
+    monkeypatch.setattr(listener, "wants_clear", lambda task: False)
+    monkeypatch.setattr(listener.handshake, "withdraw", lambda task_instance: None)
+    with caplog.at_level(logging.INFO, logger=listener.log.name):
+        listener._try_ended(ti, succeeded=True)
+    told = [record for record in caplog.records if "ommit" in record.getMessage()]
+    assert told, "the listener said nothing about the commit"
+    return told[-1]
+
+
+def _assert_not_reported_as_never_applied(told: logging.LogRecord) -> None:
+    text = told.getMessage()
+    assert "NONE of them was applied" not in text, (
+        "the server applied the commit, but the task log says none of it was: " + text
+    )
+    assert "for certain" in text, text
+
+
+@pytest.mark.any_database
 def test_a_commit_that_may_have_been_applied_is_not_reported_as_never_applied(monkeypatch, caplog):
-    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "2")
-    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.01")
-    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX", "0.02")
+    for name, value in _FAST_RETRIES.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state-api.test/state")
     applied = []
 
@@ -40,18 +75,98 @@ def test_a_commit_that_may_have_been_applied_is_not_reported_as_never_applied(mo
     monkeypatch.setitem(client._clients, (os.getpid(), state_client.base_url, False), http)
     far = time.monotonic() + 3600
     monkeypatch.setitem(client._credentials, (os.getpid(), str(ti.id)), client._Credential("t", far, far))
-    staging.begin(ti)
-    staging.stage(ti, None, "rows_loaded", Staged(StagedOp.INCREMENT, by=100), "task_state.stage_increment")
-    monkeypatch.setattr(listener, "_in_task_process", lambda task_instance: True)
-    monkeypatch.setattr(listener, "wants_clear", lambda task: False)
-    monkeypatch.setattr(listener.handshake, "withdraw", lambda task_instance: None)
 
-    with caplog.at_level(logging.INFO, logger=listener.log.name):
-        listener._try_ended(ti, succeeded=True)
+    told = _succeed_after_staging(ti, monkeypatch, caplog)
 
     assert applied, "the server never saw the commit"
-    told = caplog.text
-    assert "Could not commit" in told, told
-    assert "NONE of them was applied" not in told, (
-        "the server applied the commit, but the task log says none of it was: " + told[-600:]
+    _assert_not_reported_as_never_applied(told)
+
+
+# --- the same for real: the network loses a real API server's reply, then the database fails over ---
+
+
+@contextlib.contextmanager
+def _served(app) -> Iterator[int]:
+    """*app* served by uvicorn, as Airflow's API server serves it, on a port of its own."""
+    import uvicorn
+    from state_testing.dbservers import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="state-api-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.mark.skipif(
+    "config.getoption('--db') == 'sqlite'",
+    reason="SQLite has no server to fail over: the API never answers 503 database_unavailable",
+)
+def test_a_commit_whose_reply_is_lost_then_answered_503_has_an_unknown_outcome(
+    api, exercise_ti, monkeypatch, caplog
+):
+    """
+    The commit reaches a real API server, which applies it; a proxy between them loses the reply.
+    The database then fails over: every retry is answered 503 ``database_unavailable``. That last
+    answer says nothing about the first attempt: the outcome is unknown, never "NONE applied".
+    """
+    from airflow.state import StateOutcomeUnknownError, get_state_backend, task_scope
+    from airflow.state.api.credentials import issue_credential
+    from airflow.state.api.signing_keys import signing_key
+    from airflow_shared.state import COMMIT_KEY
+    from state_testing.proxy import DroppingProxy, autocommit_engine_through_a_proxy
+
+    claims = exercise_ti  # its try succeeded: it may commit
+    scope = task_scope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
+    backend = get_state_backend()
+    for key in ("rows_loaded", COMMIT_KEY):  # no commit of this try applied yet
+        backend.delete(scope, key)
+    for name, value in _FAST_RETRIES.items():
+        monkeypatch.setenv(name, value)
+    # Long enough for the database to be gone before the first retry (see fail_over below).
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN", "0.5")
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MAX", "0.6")
+    monkeypatch.setattr(client, "_clients", {})
+    far = time.monotonic() + 3600
+    credential = client._Credential(issue_credential(claims, signing_key()), far, far)
+    monkeypatch.setattr(client, "_credentials", {(os.getpid(), claims.ti_id): credential})
+    ti = types.SimpleNamespace(
+        id=uuid.UUID(claims.ti_id), task_id=claims.task_id, task=types.SimpleNamespace()
     )
+
+    with autocommit_engine_through_a_proxy() as database, _served(api.app) as port:
+        network = DroppingProxy("127.0.0.1", port)
+        monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{network.port}")
+
+        def fail_over() -> None:
+            # Once the reply is lost, the database takes no more connections: the API server
+            # answers each retry 503 database_unavailable (the test run connects per statement).
+            network.dropped.wait(timeout=60)
+            database.close()
+
+        threading.Thread(target=fail_over, name="fail-over", daemon=True).start()
+        network.arm(b"/staged/commit")
+        try:
+            told = _succeed_after_staging(ti, monkeypatch, caplog)
+        finally:
+            network.close()
+        assert network.dropped.is_set(), "the proxy never lost the commit's reply"
+
+    try:
+        assert int(backend.get(scope, "rows_loaded")) == 100, "the first attempt was not applied"
+        _assert_not_reported_as_never_applied(told)
+        assert told.exc_info is not None
+        error = told.exc_info[1]
+        assert isinstance(error, StateOutcomeUnknownError), repr(error)
+        assert "503 database_unavailable" in str(error), error  # the retries met the failover
+    finally:
+        for key in ("rows_loaded", COMMIT_KEY):
+            backend.delete(scope, key)

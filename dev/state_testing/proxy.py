@@ -6,6 +6,7 @@ commit and answer produces.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -33,7 +34,11 @@ class DroppingProxy:
             self._armed = statement_contains
 
     def close(self) -> None:
+        """Take no more connections (those open stay open)."""
         self._stopped = True
+        # A close alone would leave the accepting thread blocked in accept(), which takes one more.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
 
     def _accept(self) -> None:

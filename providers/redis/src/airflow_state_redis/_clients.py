@@ -22,6 +22,7 @@ from airflow_shared.state.waiting import is_person_waiting
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
 from ._config import RedisSettings
+from ._sentinel_connections import connection_class
 
 _T = TypeVar("_T")
 
@@ -83,36 +84,6 @@ class _Retry(redis.retry.Retry):
         return min(retries, WAITED_ON_RETRIES) if is_person_waiting() else retries
 
 
-class _SentinelConnection(redis.sentinel.SentinelManagedConnection):
-    """
-    A Sentinel-managed connection that asks the sentinels again when it reconnects to send: redis-py
-    8.1's ``send_packed_command`` reconnects to the old primary's address, so a command in flight
-    when the primary died retried against the dead address although a replica had been promoted.
-    """
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if not self._sock:
-            self.connect()
-        super().send_packed_command(command, check_health)
-
-
-class _SentinelSSLConnection(_SentinelConnection, redis.connection.SSLConnection):
-    """:class:`_SentinelConnection` over TLS (as redis-py's ``SentinelManagedSSLConnection``)."""
-
-
-class _AsyncSentinelConnection(redis.asyncio.sentinel.SentinelManagedConnection):
-    """:class:`_SentinelConnection` for asyncio (redis-py's async connection has the same gap)."""
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if not self.is_connected:
-            await self.connect()
-        await super().send_packed_command(command, check_health)
-
-
-class _AsyncSentinelSSLConnection(_AsyncSentinelConnection, redis.asyncio.connection.SSLConnection):
-    """:class:`_AsyncSentinelConnection` over TLS."""
-
-
 def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(kwargs of the primary's connections, kwargs of the sentinels' connections)``."""
     parsed = redis.connection.parse_url(settings.url)
@@ -128,10 +99,7 @@ def _sentinel_kwargs(settings: RedisSettings, *, sync: bool) -> tuple[dict[str, 
         # With rediss:// the sentinels are reached over TLS too, with the same certificates.
         primary["ssl"] = sentinel["ssl"] = True
     # redis-py picks its Sentinel connection class from "ssl"; ours close a gap in reconnecting.
-    if primary.pop("ssl", False):
-        primary["connection_class"] = _SentinelSSLConnection if sync else _AsyncSentinelSSLConnection
-    else:
-        primary["connection_class"] = _SentinelConnection if sync else _AsyncSentinelConnection
+    primary["connection_class"] = connection_class(sync=sync, tls=primary.pop("ssl", False))
     # One attempt per sentinel: discovery moves on to the next one, and the primary's connection
     # retries the whole discovery with backoff.
     sentinel["retry"] = (redis.retry.Retry if sync else redis.asyncio.retry.Retry)(NoBackoff(), 0)

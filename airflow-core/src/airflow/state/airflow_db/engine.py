@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -31,8 +32,8 @@ from airflow import settings
 from airflow.configuration import conf
 from airflow.state import config
 from airflow.utils.orm_event_handlers import setup_event_handlers
-from sqlalchemy import Select
-from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
+from sqlalchemy import Select, event
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, StatementError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine, Executable
@@ -114,12 +115,30 @@ class StatementOutcomeUnknownError(OperationalError):
         )
 
 
+# What the engine notes in a DBAPI connection's ``info``, which SQLAlchemy empties whenever the pool
+# opens a new connection: when it was opened, and that it has run one of our statements.
+_OPENED_AT = "airflow_state.opened_at"
+_SERVED = "airflow_state.served"
+
+
 class _AutocommitEngine:
     """An autocommit engine, and how a statement runs on it."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._dialect = engine.dialect
+        # Connections opened before this time (time.monotonic()) were found dead, or may be: each
+        # is closed and reopened at its next checkout (see _run). SQLAlchemy's pool keeps such a
+        # time too, but only its Connection layer (bypassed here) sets it; its public events and
+        # ``info`` do the same job.
+        self._invalidated_at = 0.0
+        event.listen(engine, "connect", _note_opened)
+        event.listen(engine, "checkout", self._reopen_if_invalidated)
+
+    def _reopen_if_invalidated(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        # The pool closes a connection whose checkout raises this, and hands out a new one instead.
+        if record.info.get(_OPENED_AT, 0.0) < self._invalidated_at:
+            raise DisconnectionError("opened before a connection of the same pool was found dead")
 
     def execute(self, statement: Executable, values: dict[str, Any], idempotent: bool) -> Outcome:
         compiled = compiled_for(statement, self._dialect)
@@ -163,13 +182,16 @@ class _AutocommitEngine:
             if disconnected and connection is not None:
                 # A connection the server dropped is rarely alone: after a restart every pooled
                 # connection is dead, and replacing only this one would hand the retry the next
-                # dead one. So, as SQLAlchemy's Connection does on a disconnect, the pool's
-                # invalidation time moves to now: each connection it opened before (pooled or
-                # checked out by another thread) is closed and reopened at its next checkout,
-                # which compares times anyway; nothing is added when no error occurs. A failure
-                # of a connection opened after that time (a second restart) moves it again.
-                # Then this connection is invalidated and returned, as before.
-                self.engine.pool._invalidate(connection, error)
+                # dead one. So, as SQLAlchemy's Connection does on a disconnect, the invalidation
+                # time moves to now: each connection opened before (pooled or checked out by
+                # another thread) is closed and reopened at its next checkout. A failure of a
+                # connection opened after that time (a second restart) moves it again; one of a
+                # connection opened before (another thread's, in flight) does not. Then this
+                # connection is invalidated and returned.
+                if connection.info.get(_OPENED_AT, 0.0) >= self._invalidated_at:
+                    self._invalidated_at = time.monotonic()
+                if connection.is_valid:
+                    connection.invalidate(error)
             wrapped = DBAPIError.instance(
                 compiled.sql,
                 parameters,
@@ -189,13 +211,14 @@ class _AutocommitEngine:
                 connection.close()
 
 
+def _note_opened(dbapi_connection: Any, record: Any) -> None:
+    record.info[_OPENED_AT] = time.monotonic()
+
+
 def _served_before(connection: Any) -> bool:
     """Whether a pooled connection ran statements before this checkout (not when just opened)."""
-    record = connection._connection_record
-    if record is None:
-        return True
-    # SQLAlchemy marks a connection fresh when it opens it, and only its pre-ping clears the mark.
-    served, record.fresh = not record.fresh, False
+    served = connection.info.get(_SERVED, False)
+    connection.info[_SERVED] = True
     return served
 
 

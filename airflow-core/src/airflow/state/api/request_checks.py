@@ -15,6 +15,7 @@ from airflow.state.api.params import body_within
 from airflow.state.protocol import PROOF_SCHEME, Reason
 from fastapi import Request, Response, status
 from fastapi.routing import APIRoute
+from starlette.types import Message, Receive
 
 # The methods whose body routes read; GET and DELETE routes read none.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -82,8 +83,22 @@ class SmallBodyRoute(APIRoute):
             body = await body_within(
                 request, UNAUTHENTICATED_BODY_BYTES, "handshake requests are a few hundred bytes"
             )
-            # Starlette's own cache of the body, where FastAPI reads it from.
-            request._body = body
-            return await handler(request)
+            # The body is read: the route gets a request that hands it over again (FastAPI's own way
+            # to give a route a request of one's making: a custom APIRoute).
+            return await handler(Request(request.scope, _handing_over(body, request.receive)))
 
         return bounded
+
+
+def _handing_over(body: bytes, receive: Receive) -> Receive:
+    """An ASGI ``receive`` that gives *body*, already read, then what *receive* gives (a disconnect)."""
+    handed_over = False
+
+    async def again() -> Message:
+        nonlocal handed_over
+        if handed_over:
+            return await receive()
+        handed_over = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again

@@ -183,11 +183,16 @@ class StateClient:
                         "that the API server runs"
                     ) from error
             else:
-                if not _retryable(response) or last:
+                if not _retryable(response):
                     return response
                 if not idempotent:
-                    reason, message = _reason(response)
-                    raise _outcome_unknown(method, path, f"{response.status_code} {reason or ''}: {message}")
+                    raise _outcome_unknown(method, path, _answered(response))
+                if last and may_have_reached:
+                    # An earlier attempt's reply was lost: what this one answers (a 503 while the
+                    # database fails over) says nothing about whether that one was applied.
+                    raise _outcome_unknown(method, path, _answered(response), retried=True)
+                if last:
+                    return response
             time.sleep(retry.wait(attempt))
         raise AssertionError("unreachable")
 
@@ -343,6 +348,11 @@ def _outcome_unknown(
         "it may or may not have been applied, and it is not retried because applying it twice "
         "(an increment, a conditional write) would be wrong; read the key to find out"
     )
+
+
+def _answered(response: httpx.Response) -> str:
+    reason, message = _reason(response)
+    return f"{response.status_code} {reason or ''}: {message}"
 
 
 def _retryable(response: httpx.Response) -> bool:

@@ -34,6 +34,7 @@ from typing import IO, Any
 from airflow.state.exceptions import StateConfigurationError, StateUnavailableError
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, parse_keep_choice
 from airflow.state.protocol import PROOF_FIELD, proof
+from airflow.state.worker.task_runner_shim import rendered_fields
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +166,7 @@ def _supervisor_channel(held: _TryProof) -> Iterator[None]:
 
 def _rendered_fields(ti: Any) -> dict[str, Any]:
     """What the task runner itself sent when the try started: its template fields, as rendered."""
-    from airflow.sdk.execution_time import task_runner
-
-    return task_runner._serialize_rendered_fields(ti.task) if ti.task.template_fields else {}
+    return rendered_fields(ti.task) if ti.task.template_fields else {}
 
 
 def _send(ti: Any, fields: dict[str, Any]) -> None:
