@@ -245,7 +245,7 @@ def test_a_commit_to_an_asset_that_is_not_an_outlet_writes_nothing(staged_run, a
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "by": 2}, "a set carries no by"),
         ({"scope": "asset", "name": 5, "key": "k", "op": "set", "value": 1}, "names the asset"),
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "ttl": -1}, "ttl must be"),
-        ({"scope": "task", "key": COMMIT_KEY, "op": "set", "value": 1}, "records itself"),
+        ({"scope": "task", "key": COMMIT_KEY, "op": "set", "value": 1}, "is reserved"),
         ({"scope": "dag", "key": "k", "op": "set", "value": 1}, "scope must be"),
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "extra": 1}, "unknown: extra"),
     ],

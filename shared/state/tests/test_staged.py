@@ -23,7 +23,7 @@ def test_a_commit_is_checked_whole_before_it_reaches_the_backend():
     twice = [StagedWrite(LEDGER, "k", StagedOp.SET, "1"), StagedWrite(LEDGER, "k", StagedOp.DELETE)]
     with pytest.raises(ValueError, match="twice"):
         StagedCommit("commit-1", LEDGER, twice)
-    with pytest.raises(ValueError, match="records itself"):
+    with pytest.raises(ValueError, match="is reserved"):
         StagedCommit("commit-1", LEDGER, [StagedWrite(LEDGER, COMMIT_KEY, StagedOp.SET, "1")])
     with pytest.raises(TypeError):
         StagedWrite(LEDGER, "k", StagedOp.SET, None)

@@ -23,7 +23,7 @@ from .writes import StateWriter, validate_increment, validate_write
 #: The task id of :func:`commit_records_scope`. Airflow refuses ``:`` in task ids (they match
 #: ``^[\w.-]+$``), so no task instance can read, write or clear this scope, nor any clear of one reach it.
 COMMIT_RECORDS_TASK_ID = "airflow:staged-commits"
-#: The task-state key where releases before 0.8.0 recorded a commit, in the committing task
+#: The task-state key where releases up to 0.7 recorded a commit, in the committing task
 #: instance's own scope (records expire within the hour). Still refused as a key task code stages.
 COMMIT_KEY = "airflow.staged_commit"
 #: How long a commit's record lives: far longer than any retry of a commit request takes.
@@ -114,7 +114,7 @@ class StagedCommit:
                 raise ValueError(f"a commit writes key {write.key!r:.60} of one scope twice")
             seen.add((write.scope, write.key))
             if write.scope == self.ledger and write.key == COMMIT_KEY:
-                raise ValueError(f"key {COMMIT_KEY!r} is where a commit records itself; use another key")
+                raise ValueError(f"key {COMMIT_KEY!r} is reserved; use another key")
             if is_commit_records_scope(write.scope):
                 raise ValueError(f"task id {COMMIT_RECORDS_TASK_ID!r} is where commits record themselves")
 
