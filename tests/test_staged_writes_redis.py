@@ -6,13 +6,12 @@ metastore's in-process tests (airflow-core/tests/test_staged_writes.py), its com
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
 import pytest
 from airflow.state import get_state_backend, task_scope
 from airflow.state.configured_backend import reset_state_backend
-from airflow_shared.state import COMMIT_KEY, AssetScope
+from airflow_shared.state import COMMIT_KEY, AssetScope, StagedCommit, StagedOp, StagedWrite
 from sqlalchemy import select
 from state_testing.airflow_cli import run_airflow
 
@@ -70,7 +69,13 @@ def test_staged_writes_on_redis_apply_once_and_only_for_the_try_that_succeeds(re
     assert backend.get(task, "staged_by_try_2") == '{"try":2}'
     assert backend.get(task, "staged_by_try_1") is None
     assert backend.get(task, "doomed") is None
-    assert backend.get(task, COMMIT_KEY) == json.dumps(ti_id)
+    assert backend.get(task, COMMIT_KEY) is None  # recorded apart from the task's state
+    # The try's commit, sent again after its task state was cleared (clear on success does that),
+    # still finds itself applied: the asset's counter moves once.
+    backend.clear(task)
+    again = StagedCommit(ti_id, task, (StagedWrite(asset, "runs", StagedOp.INCREMENT, by=5),))
+    assert backend.apply_commit(again) is False
+    assert int(backend.get(asset, "runs")) == before + 3
 
     # A try that fails applies none of it.
     result = run_airflow("dags", "test", "state_staged_failure", check=False)

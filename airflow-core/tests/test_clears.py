@@ -9,6 +9,7 @@ cleared and scheduled again by Airflow's own functions (``prepare_db_for_next_tr
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from state_testing.airflow_cli import run_airflow
 from test_state_api import TEST_DAGS
 
 DAG_ID = "state_clear_cases"
-TASKS = 26  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t25
+TASKS = 34  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t33
 VERIFIER = "c" * 43
 backend = MetastoreStateBackend()
 
@@ -120,10 +121,10 @@ class Instance:
         with create_session() as session:
             return self._ti(session).try_number
 
-    def write(self, key: str, *, by_operator: bool = False) -> None:
+    def write(self, key: str, *, by_operator: bool = False, value: str = "v") -> None:
         if not by_operator:
             self.records_its_choice()
-        backend.set_by_try(self.scope, key, "v", try_number=None if by_operator else self.try_number)
+        backend.set_by_try(self.scope, key, value, try_number=None if by_operator else self.try_number)
 
     def records_its_choice(self, keep: object = None) -> None:
         """
@@ -457,6 +458,90 @@ def test_operators_do_not_see_what_the_next_try_will_discard(instance):
     instance.write("new_job")
     entries, total = manage.entries(scope, limit=1)
     assert ([entry.key for entry in entries], total) == (["new_job"], 2)
+
+
+# --- what operators write between the clear and the next try: one rule with what they read ----------
+
+
+def _cleared_with_a_counter(instance: Instance) -> TaskScope:
+    """Try 1 (successful) counted to 42 and noted a job, an operator a note; then a clear."""
+    instance.write("count", value="42")
+    instance.write("job")
+    instance.write("operator_note", by_operator=True)
+    instance.cleared()
+    with pytest.raises(manage.NotFound):  # what operators read: try 1's keys are gone
+        manage.entry(instance.scope, "count")
+    return instance.scope
+
+
+@pytest.mark.parametrize(
+    ("write", "count_after"),
+    [
+        (lambda scope: manage.increment(scope, "count").value, "1"),  # from nothing, not from 42
+        (lambda scope: manage.put(scope, "count", "7", if_version=0).version, "7"),  # absent: created
+        (lambda scope: manage.put(scope, "count", "7").version, "7"),
+        (lambda scope: manage.delete(scope, "count"), None),
+    ],
+    ids=["increment", "put-if-absent", "put", "delete"],
+)
+def test_operator_writes_act_on_the_state_operators_read(instance, write, count_after):
+    scope = _cleared_with_a_counter(instance)
+    answered = write(scope)
+    assert answered in (1, None)  # the new counter, the new key's first version; delete answers nothing
+    # The discard the next try would make is made: try 1's keys are gone, the operator's stay.
+    assert backend.get(scope, "job") is None
+    assert backend.get(scope, "count") == count_after
+    instance.next_try_starts()  # its own discard removes nothing more: the write survives
+    assert {key: backend.get(scope, key) for key in backend.keys(scope)} == {
+        **({} if count_after is None else {"count": count_after}),
+        "operator_note": "v",
+    }
+
+
+@pytest.fixture
+def operator_token(monkeypatch) -> dict[str, str]:
+    """Headers of a SimpleAuthManager user who may write task state (a fixed [api_auth] jwt_secret)."""
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "clears-test-jwt-secret-" + "s" * 48)
+    from airflow.api_fastapi.app import get_auth_manager, init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    init_auth_manager()
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="user", role="user"))
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_operators_api_writes_a_key_it_reported_absent(instance, operator_token):
+    from airflow.state.api.app import create_app
+    from fastapi.testclient import TestClient
+
+    _cleared_with_a_counter(instance)
+    url = f"/api/v1/dags/{DAG_ID}/dagRuns/{instance.run_id}/taskInstances/{instance.task_id}/stateEntry"
+    with TestClient(create_app()) as api:
+        assert api.get(url, params={"key": "count"}, headers=operator_token).status_code == 404
+        created = api.put(
+            url, params={"key": "count", "if_version": 0}, json={"value": 7}, headers=operator_token
+        )
+        assert created.status_code == 200, created.text  # not 409 over the key it reported absent
+        assert created.json()["version"] == 1
+
+
+def test_the_cli_increments_from_what_it_reads(instance, cli):
+    _cleared_with_a_counter(instance)
+    where = ("--dag-id", DAG_ID, "--run-id", instance.run_id, "--task-id", instance.task_id)
+    assert cli("increment", "count", *where).strip() == "1"
+    instance.next_try_starts()
+    assert backend.get(instance.scope, "count") == "1"
+
+
+def test_an_import_writes_keys_reported_absent_and_they_survive_the_next_try(instance, cli, tmp_path):
+    _cleared_with_a_counter(instance)
+    row = {"scope": "task", "dag_id": DAG_ID, "run_id": instance.run_id, "task_id": instance.task_id}
+    rows = tmp_path / "state.jsonl"
+    rows.write_text(json.dumps({**row, "map_index": -1, "key": "count", "value": 7}) + "\n")
+    assert "Imported 1 key (1 new, 0 overwritten)" in cli("import", str(rows), "-a", "fail")
+    assert backend.get(instance.scope, "job") is None
+    instance.next_try_starts()
+    assert backend.get(instance.scope, "count") == "7"
 
 
 def test_clean_removes_what_clears_left_for_the_next_try_to_discard(instance, cli):

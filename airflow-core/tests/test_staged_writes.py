@@ -15,7 +15,7 @@ from uuid import UUID
 import pytest
 from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
 from airflow.state.api.signing_keys import forget_configured_keys, signing_key
-from airflow_shared.state import COMMIT_KEY, AssetScope, TaskScope
+from airflow_shared.state import COMMIT_KEY, AssetScope, TaskScope, commit_records_scope
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from state_testing.airflow_cli import run_airflow
@@ -114,7 +114,10 @@ def test_a_failed_try_applies_nothing_and_the_retry_applies_only_its_own(staged_
     assert backend.get(task, "staged_by_try_2") == '{"try":2}'
     assert backend.get(task, "doomed") is None and backend.get(task, "label") is None
     assert {"direct_by_try_1", "direct_by_try_2"} <= set(stored)
-    assert backend.get(task, COMMIT_KEY) == json.dumps(staged_run["claims"].ti_id)
+    # Recorded apart from the task's state, where no clear of it reaches.
+    assert backend.get(task, COMMIT_KEY) is None
+    claims = staged_run["claims"]
+    assert backend.get(commit_records_scope(task), claims.ti_id) == json.dumps(claims.ti_id)
     assert "Committed" in staged_run["output"]
 
 
@@ -242,7 +245,7 @@ def test_a_commit_to_an_asset_that_is_not_an_outlet_writes_nothing(staged_run, a
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "by": 2}, "a set carries no by"),
         ({"scope": "asset", "name": 5, "key": "k", "op": "set", "value": 1}, "names the asset"),
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "ttl": -1}, "ttl must be"),
-        ({"scope": "task", "key": COMMIT_KEY, "op": "set", "value": 1}, "records itself"),
+        ({"scope": "task", "key": COMMIT_KEY, "op": "set", "value": 1}, "is reserved"),
         ({"scope": "dag", "key": "k", "op": "set", "value": 1}, "scope must be"),
         ({"scope": "task", "key": "k", "op": "set", "value": 1, "extra": 1}, "unknown: extra"),
     ],
@@ -291,3 +294,21 @@ def test_a_task_process_that_ends_with_writes_staged_says_they_were_never_commit
     logged = result.stdout + result.stderr  # wherever Airflow's logging sends it
     assert "1 staged write(s) were never committed" in logged
     assert "stage writes after resuming" in logged
+
+
+# Last in this module: it clears the task state the tests above read.
+def test_a_commit_sent_again_after_clear_on_success_applies_nothing(staged_run, api):
+    """
+    The try's commit was applied by its success hook, then clear on success emptied its task state:
+    the same commit sent again (a retry after a lost reply) must still find itself applied.
+    """
+    backend, asset, claims = staged_run["backend"], staged_run["asset"], staged_run["claims"]
+    runs = int(backend.get(asset, "runs"))
+    headers = {"Authorization": f"Bearer {issue_credential(claims, signing_key())}"}
+    cleared = api.post(f"/task-instances/{claims.ti_id}/succeeded", headers=headers)
+    assert cleared.status_code == 204, cleared.text
+    assert backend.keys(staged_run["task"]) == []
+    again = _commit(api, claims, [{**STAGED, "key": "runs", "op": "increment", "by": 5}])
+    assert again.status_code == 200, again.text
+    assert again.json() == {"applied": False, "writes": 1}
+    assert int(backend.get(asset, "runs")) == runs  # moved once, by the commit the hook sent

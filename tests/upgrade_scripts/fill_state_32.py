@@ -33,6 +33,7 @@ from airflow_shared.state import (
     StagedOp,
     StagedWrite,
     StateWriter,
+    commit_records_scope,
 )
 from sqlalchemy import select, update
 
@@ -110,9 +111,11 @@ def main(out_path: str) -> None:
             backend.write(scope, "value/64KiB non-ascii", encode(LARGE_NON_ASCII))
         # Written live, then expired below.
         backend.write(scope, "expired/one", encode("gone"), expires_at=future)
-        if number % 4 == 1:  # a try's staged writes: the key, and the commit's record under COMMIT_KEY
+        if number % 4 == 1:  # a try's staged writes: the key, and the commit's record in its run
             staged = StagedWrite(scope, "staged/watermark", StagedOp.SET, encode(number))
             backend.apply_commit(StagedCommit(f"commit-{number}", scope, (staged,), writer=writer))
+        if number % 4 == 2:  # a commit's record as releases up to 0.7 left it, in the task's scope
+            backend.write(scope, COMMIT_KEY, encode(f"commit-{number}"), expires_at=future)
 
     asset_writers = {
         "by task": StateWriter.task_try("upgrade_fill", "manual_asset_run", "publish", 2, 3),
@@ -141,11 +144,14 @@ def main(out_path: str) -> None:
         )
 
     dump = {"task": [], "asset": [], "expired": {"task": [], "asset": []}, "commit_records": 0}
+    # Our bookkeeping, which an upgrade leaves behind: each run's records, and those of releases up to 0.7.
+    for records in {commit_records_scope(scope) for scope in scopes}:
+        dump["commit_records"] += len(backend.entries(records).entries)
     for scope in scopes:
         where = {"dag_id": scope.dag_id, "run_id": scope.run_id, "task_id": scope.task_id}
         where["map_index"] = scope.map_index
         for entry in backend.entries(scope).entries:
-            if entry.key == COMMIT_KEY:  # our bookkeeping, which an upgrade leaves behind
+            if entry.key == COMMIT_KEY:
                 dump["commit_records"] += 1
             else:
                 dump["task"].append({**where, **_entry(entry)})

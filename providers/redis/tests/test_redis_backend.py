@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import re
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import airflow_state_redis.backend
 import pytest
@@ -15,6 +17,9 @@ from airflow_shared.state import (
     CLI_WRITER,
     AssetScope,
     BaseStateBackend,
+    StagedCommit,
+    StagedOp,
+    StagedWrite,
     StateEntry,
     StateEntryPage,
     TaskScope,
@@ -924,3 +929,58 @@ def test_get_entry_is_one_round_trip_in_a_scope_of_10000_keys(make_backend, monk
         assert len(sent) == 1, sent  # one MULTI/EXEC: no listing script, no HSCAN
         assert b"HSCAN" not in sent[0] and b"EVALSHA" not in sent[0]
     assert entry.writer == CLI_WRITER
+
+
+# --- staged commits ------------------------------------------------------------------------------
+
+
+def _transaction_runs(connection: redis.connection.Connection) -> bool:
+    """Whether a MULTI/EXEC on *connection* runs (``False``: a WATCH left on it aborted it)."""
+    replies = []
+    for command in (("MULTI",), ("SET", "held-probe", "1"), ("EXEC",)):
+        connection.send_command(*command)
+        replies.append(connection.read_response())
+    return replies[-1] is not None
+
+
+def test_a_commit_hands_its_connection_back_watching_nothing(make_backend):
+    """
+    A commit WATCHes its keys on a connection it holds, then finds itself applied (or refuses an
+    increment) and sends no EXEC: the connection goes back to the pool without the WATCH, which
+    would make the next transaction on it fail for a change it never cared about.
+    """
+    backend, other = make_backend(), make_backend()  # the same keys, through another pool
+    ledger = TaskScope("held", "run", "task", dag_run_uid="1.1")
+    commit = StagedCommit("held-commit", ledger, (StagedWrite(ledger, "k", StagedOp.SET, "1"),))
+    refused = StagedCommit("refused", ledger, (StagedWrite(ledger, "label", StagedOp.INCREMENT),))
+    assert backend.apply_commit(commit) is True
+    other.set(ledger, "label", '"text"')
+    for send_again in (lambda: backend.apply_commit(commit) is False, lambda: backend.apply_commit(refused)):
+        try:
+            assert send_again()
+        except ValueError as error:
+            assert "not an integer" in str(error)
+        other.set(ledger, "k", "changed since")  # a key that WATCH named
+        pool = backend._client.connection_pool
+        connection = pool.get_connection()  # the pool hands out the connection released last
+        try:
+            assert _transaction_runs(connection)
+        finally:
+            pool.release(connection)
+
+
+def test_commits_reach_redis_py_through_its_public_api_only():
+    """
+    A commit holds its connection with ConnectionPool.get_connection()/release() and talks with
+    Connection.send_command()/read_response(): not through a Pipeline's undocumented
+    immediate_execute_command() and connection attribute, which any redis-py release may change.
+    """
+    package = Path(airflow_state_redis.backend.__file__).parent
+    called = {
+        node.attr
+        for module in package.glob("*.py")
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+    }
+    assert "immediate_execute_command" not in called
+    assert {"get_connection", "release", "send_command", "read_response"} <= called

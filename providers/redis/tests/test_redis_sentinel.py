@@ -14,10 +14,11 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from airflow_shared.state import StagedCommit, StagedOp, StagedWrite, TaskScope
+from airflow_shared.state import AssetScope, StagedCommit, StagedOp, StagedWrite, TaskScope
 from airflow_shared.state.testing import StateBackendConformance
 from airflow_state_redis import RedisStateBackend, RedisStateConnectionError, StateNotReplicatedError
 from airflow_state_redis._config import Topology
+from state_testing.proxy import DroppingProxy
 from state_testing.redis_topologies import (
     SentinelHandle,
     WriteStream,
@@ -99,6 +100,35 @@ def test_a_commit_retried_after_its_wait_failed_is_confirmed_before_it_counts(
         key_prefix=greedy._settings.key_prefix, topology=_topology(sentinel, wait_replicas=2)
     )
     assert both.apply_commit(commit) is False  # applied before, and now confirmed by both replicas
+
+
+@pytest.mark.parametrize("emptied", [False, True])
+def test_a_commit_whose_exec_reply_was_lost_is_confirmed_before_it_counts(make_backend, sentinel, emptied):
+    """
+    The EXEC ran but its reply never came back: the call reads the commit again, finds it applied
+    and reports it done only once the replicas confirm it (three asked for, two exist: refused),
+    also when the committing task's state was emptied before the commit was sent again.
+    """
+    proxy = DroppingProxy("127.0.0.1", sentinel.primary().port)
+    try:
+        backend = make_backend(
+            url=f"redis://:{PASSWORD}@127.0.0.1:{proxy.port}/0",
+            topology=Topology(wait_replicas=3, wait_timeout_ms=50),
+        )
+        ledger = TaskScope("lostexec", "run", "task", dag_run_uid="1.1")
+        runs = StagedWrite(AssetScope(7), "runs", StagedOp.INCREMENT)
+        commit = StagedCommit(uuid.uuid4().hex, ledger, (runs, StagedWrite(ledger, "job", StagedOp.SET, "j")))
+        proxy.arm(b"$4\r\nEXEC\r\n")
+        with pytest.raises(StateNotReplicatedError, match=r"only 2 of the 3 replica\(s\)"):
+            backend.apply_commit(commit)
+        assert proxy.dropped.is_set()
+        if emptied:  # by a backend that does not wait for three replicas
+            make_backend(url=f"redis://:{PASSWORD}@127.0.0.1:{proxy.port}/0").clear(ledger)
+        with pytest.raises(StateNotReplicatedError, match=r"only 2 of the 3 replica\(s\)"):
+            backend.apply_commit(commit)  # sent again by the task: applied, not confirmed
+        assert backend.get(AssetScope(7), "runs") == "1"
+    finally:
+        proxy.close()
 
 
 def test_a_commit_waits_on_the_connection_that_ran_it(make_sentinel_backend, sentinel, commits_from_threads):

@@ -21,12 +21,10 @@ from airflow.models.task_state_store import TaskStateStoreModel
 from sqlalchemy.engine import Connection, Engine, Row
 
 from .encoding import airflow33_value, as_utc, asset_writer, outside_bmp, same_value, text_key
+from .records import is_commit_record
 from .report import Counts, Report, RowProblem
 from .tables import Tables
 
-# The key under which airflow-task-state records a try's committed staged writes (the contract's
-# COMMIT_KEY; this distribution installs beside Airflow 3.3, without the contract).
-COMMIT_RECORD_KEY = "airflow.staged_commit"
 # Keys per lookup statement: well under every database's limit on bound parameters.
 LOOKUP_KEYS = 5000
 # MySQL errors that one row's data causes (incorrect string value, data too long), which the
@@ -168,7 +166,7 @@ class Mover:
             counts.expired += 1
             return None
         key = text_key(row.key)
-        if key == COMMIT_RECORD_KEY and move.name == "task_state":
+        if move.name == "task_state" and is_commit_record(row.task_id, key):
             counts.commit_records += 1
             return None
         if key_column.three_byte and outside_bmp(key):

@@ -29,8 +29,8 @@ class Counts:
     overwritten: int = 0
     #: Expired in our table: invisible to every read of ours, so not moved.
     expired: int = 0
-    #: Records of committed staged writes (key ``airflow.staged_commit``): bookkeeping that makes a
-    #: retried commit count once, which Airflow 3.3 has no use for, so not moved.
+    #: Records of committed staged writes (:mod:`.records`): bookkeeping that makes a retried
+    #: commit count once, which Airflow 3.3 has no use for, so not moved.
     commit_records: int = 0
     #: Rows Airflow 3.3's table cannot hold (the reasons are listed).
     unmovable: int = 0

@@ -3,6 +3,9 @@ What operators do to state, shared by the REST API and the CLI so that both refu
 with the same words: :class:`NotFound` for a dag run, task instance, asset or key that does not
 exist; ``ValueError``/``TypeError`` from the shared validators or the codec. Writes made here record
 no try: the caller says whose they are (``API_WRITER``, ``CLI_WRITER``).
+
+Reads and writes follow one rule where a clear left keys for a task instance's next try to discard:
+reads do not show them, and a write first applies that discard (see :func:`settle_pending_discard`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from airflow_shared.state import (
     StateScope,
     StateWriter,
     TaskScope,
+    validate_increment,
     validate_key,
     validate_listing,
+    validate_value,
+    validate_write,
 )
 
 if TYPE_CHECKING:
@@ -88,7 +94,7 @@ def entries(
     scope: StateScope, *, key_prefix: str | None = None, offset: int = 0, limit: int | None = None
 ) -> tuple[list[Entry], int]:
     """A page of the scope's entries (values decoded), and how many keys matched in all."""
-    boundary = _discard_boundary(scope)
+    boundary = pending_discard(scope)
     if boundary is None:
         page = get_state_backend().entries(scope, key_prefix=key_prefix, offset=offset, limit=limit)
     else:  # the whole listing, less what the try a clear started will discard, then the page
@@ -102,7 +108,7 @@ def entries(
 def entry(scope: StateScope, key: str) -> Entry:
     """One entry, with what the backend records of its last write; :class:`NotFound` when missing."""
     found = get_state_backend().get_entry(scope, key)  # one key read, not a listing of the scope
-    if found is not None and not _discarded(found, _discard_boundary(scope)):
+    if found is not None and not _discarded(found, pending_discard(scope)):
         return Entry.of(found)
     raise NotFound(Reason.KEY_NOT_FOUND, f"no state stored under key {key!r}")
 
@@ -125,7 +131,8 @@ def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> lis
 # airflow_db/clears.py); until then operators see the task instance's state as that try will.
 
 
-def _discard_boundary(scope: StateScope) -> int | None:
+def pending_discard(scope: StateScope) -> int | None:
+    """The discard boundary a clear left for the task instance *scope*'s next try, or ``None``."""
     if not isinstance(scope, TaskScope):
         return None
     found = pending_boundaries(scope.dag_id, scope.run_id, task_id=scope.task_id, map_index=scope.map_index)
@@ -134,6 +141,31 @@ def _discard_boundary(scope: StateScope) -> int | None:
 
 def _discarded(entry: StateEntry, boundary: int | None) -> bool:
     return boundary is not None and entry.updated_by_try is not None and entry.updated_by_try <= boundary
+
+
+def holds(scope: StateScope, key: str, boundary: int | None) -> bool:
+    """Whether *scope* holds *key* as operators see it, *boundary* being :func:`pending_discard`'s."""
+    found = get_state_backend().get_entry(scope, key)
+    return found is not None and not _discarded(found, boundary)
+
+
+def settle_pending_discard(
+    scope: StateScope, boundary: int | None, *, session: Session | None = None
+) -> None:
+    """
+    Apply the discard a clear left for the task instance's next try (*boundary*, from
+    :func:`pending_discard`) before an operator writes to it, as that try's first touch would: the
+    write then acts on the state operators read. A key they do not see is gone (``if_version=0``
+    holds, an increment starts from 0), and the write, which records no try, is not taken by that
+    try's discard. A try touching state meanwhile runs the same discard, which removes nothing twice.
+    """
+    if boundary is not None:
+        assert isinstance(scope, TaskScope)  # only task state has tries to discard
+        get_state_backend().discard_written_through_try(scope, boundary, session=session)
+
+
+def _settle(scope: StateScope) -> None:
+    settle_pending_discard(scope, pending_discard(scope))
 
 
 def discard_what_clears_left(
@@ -207,6 +239,9 @@ def put(
     validate_key(key)
     state = get_state_backend()
     expires_at = expires_at_for(scope, ttl, state)
+    validate_value(text)
+    validate_write(writer, expires_at, if_version)  # refused before the discard, as before any write
+    _settle(scope)
     version = state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
     return Written(version, expires_at)
 
@@ -223,13 +258,18 @@ def increment(
     validate_key(key)
     state = get_state_backend()
     expires_at = expires_at_for(scope, ttl, state)
+    validate_increment(by)
+    validate_write(writer, expires_at)  # refused before the discard, as before any write
+    _settle(scope)
     return Incremented(state.increment(scope, key, by, writer=writer, expires_at=expires_at), expires_at)
 
 
 def delete(scope: StateScope, key: str) -> None:
     validate_key(key)
+    _settle(scope)
     get_state_backend().delete(scope, key)
 
 
 def clear(scope: StateScope, *, all_map_indices: bool = False) -> None:
+    # Nothing to settle first: a clear removes every key, those a discard would take too.
     get_state_backend().clear(scope, all_map_indices=all_map_indices)

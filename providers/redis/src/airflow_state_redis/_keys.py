@@ -84,6 +84,14 @@ class KeyLayout:
             return f"{self.task_base(scope)}:op:{call_id}"
         return f"{self.prefix}:asset-op:{{{self.asset_hash(scope)}}}:{call_id}"
 
+    def commit_record(self, scope: TaskScope, commit_id: str) -> str:
+        """
+        The STRING a commit of *scope*'s try records itself in: in the task's slot, so that a commit
+        of the task's own state is one transaction in Cluster mode too, and outside every hash, so
+        that no clear or discard of the task's state removes it (it expires by itself).
+        """
+        return f"{self.task_base(scope)}:commit:{quote(commit_id, safe='')}"
+
     # --- finding every metadata hash (for cleanup, which is the only caller that scans) -------
 
     def metadata_patterns(self) -> list[tuple[str, re.Pattern[str]]]:

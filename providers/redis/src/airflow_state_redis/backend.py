@@ -22,7 +22,7 @@ import redis.client
 import redis.cluster
 import redis.connection
 from airflow_shared.state import (
-    COMMIT_KEY,
+    COMMIT_RECORD_SECONDS,
     BaseStateBackend,
     StagedCommit,
     StagedOp,
@@ -45,7 +45,6 @@ from airflow_shared.state import (
     validate_value,
     validate_write,
 )
-from airflow_shared.state.backend import commit_record_expiry
 from airflow_shared.state.entries import page_of_keys
 from airflow_shared.state.many import validate_many_keys, validate_many_values
 from redis.commands.core import AsyncScript, Script
@@ -54,6 +53,7 @@ from ._clients import build_client
 from ._config import UNSET, RedisSettings, Topology, Unset, invalid_url, resolve_settings
 from ._durable import CLUSTER_RETRIED, check_replicated, write_and_wait
 from ._errors import mask_url, reachable
+from ._held import ConnectionLost, HeldConnection, held_connection
 from ._keys import META_SUFFIX, KeyLayout, require_dag_run_uid
 from ._loops import PerLoop
 from ._meta import meta_parts, micros, parse_meta, version_and_expiry
@@ -253,7 +253,8 @@ class RedisStateBackend(BaseStateBackend):
     supports_increment = True
     # Batches are one Lua script (writes) or one MULTI/EXEC (reads): all or nothing, never half seen.
     supports_atomic_many = True
-    # A commit is one MULTI/EXEC of the write scripts, under WATCH (one hash slot in Cluster mode).
+    # A commit is one MULTI/EXEC of the write scripts and its record, under WATCH (one hash slot in
+    # Cluster mode).
     supports_atomic_commit = True
 
     def __init__(
@@ -483,14 +484,17 @@ class RedisStateBackend(BaseStateBackend):
 
     def apply_commit(self, commit: StagedCommit, *, session: Any = None) -> bool:
         """
-        One MULTI/EXEC under WATCH of every hash the commit touches: a concurrent write to one makes
-        EXEC apply nothing, and the commit is read and tried again. Redis Cluster runs a transaction
-        on one hash slot only, so a commit spanning several (task and asset state do) is refused.
+        One MULTI/EXEC under WATCH of every hash the commit touches and of its record: a concurrent
+        write to one makes EXEC apply nothing, and the commit is read and tried again. The record is
+        a key of its own in the committing task's slot (:meth:`._keys.KeyLayout.commit_record`).
+        Redis Cluster runs a transaction on one hash slot only, so a commit spanning several (task
+        and asset state do) is refused.
         """
         if not isinstance(commit, StagedCommit):
             raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
         scopes = list(dict.fromkeys([commit.ledger, *(write.scope for write in commit.writes)]))
-        watched = [name for scope in scopes for name in self._scope_keys(scope)[0]]
+        record = self._keys.commit_record(commit.ledger, commit.commit_id)
+        watched = [name for scope in scopes for name in self._scope_keys(scope)[0]] + [record]
         with self._reachable():
             client = self._client
             if isinstance(client, redis.cluster.RedisCluster):
@@ -505,41 +509,39 @@ class RedisStateBackend(BaseStateBackend):
                     )
                 client = client.get_redis_connection(client.get_node_from_key(watched[0]))
             for _attempt in range(100):
-                with client.pipeline(transaction=True) as pipe:
-                    try:
-                        return self._commit_watched(pipe, commit, watched)
-                    except redis.exceptions.WatchError:
-                        continue  # another writer came in between: read and try again
-        raise StateConflictError(COMMIT_KEY, 0, 0)  # 100 rounds of interleaved writers: give up
+                try:
+                    with held_connection(client) as held:
+                        return self._commit_watched(held, commit, record, watched)
+                except (redis.exceptions.WatchError, ConnectionLost):
+                    # Another writer came in between, or the connection broke (perhaps after EXEC
+                    # ran): read again, which tells whether the commit is applied.
+                    continue
+        raise StateConflictError(commit.commit_id, 0, 0)  # 100 rounds of interleaved writers: give up
 
-    def _commit_watched(self, pipe: Any, commit: StagedCommit, watched: list[str]) -> bool:
-        pipe.watch(*watched)  # until MULTI, the pipeline runs each command at once
+    def _commit_watched(
+        self, held: HeldConnection, commit: StagedCommit, record: str, watched: list[str]
+    ) -> bool:
+        held.watch(*watched)
 
         def stored(scope: StateScope, key: str) -> VersionedValue | None:
             name, meta_name = self._keys.names(scope)
-            return _visible(pipe.hget(name, _utf8(key)), pipe.hget(meta_name, _utf8(key)))
+            return _visible(held.call("HGET", name, _utf8(key)), held.call("HGET", meta_name, _utf8(key)))
 
-        record = commit_record(commit.commit_id)
-        recorded = stored(commit.ledger, COMMIT_KEY)
-        if recorded is not None and recorded.value == record:
-            # A retry after a lost EXEC reply or a refused WAIT: the commit is applied, perhaps on no
-            # replica yet. WAIT counts only its own connection's writes, so this connection first
-            # writes the ledger's value again, unchanged: a replica that has that write has the
-            # commit, which the replication stream carried before it.
+        recorded = held.call("GET", record)
+        if recorded is not None:
+            # Applied before: a retry after a lost EXEC reply or a refused WAIT, perhaps on no replica
+            # yet. WAIT counts only its own connection's writes, so this connection first writes the
+            # record again, unchanged: a replica that has that write has the commit, which the
+            # replication stream carried before it.
             if self._settings.topology.wait_replicas:
-                name, _ = self._keys.names(commit.ledger)
-                field = _utf8(COMMIT_KEY)
-                pipe.immediate_execute_command("HSET", name, field, pipe.hget(name, field))
-                self._wait_for_replicas(pipe.connection, watched)
+                held.call("SET", record, recorded, "XX", "KEEPTTL")
+                self._wait_for_replicas(held, watched)
             return False
         for write in commit.writes:
             if write.op is StagedOp.INCREMENT:
                 current = stored(write.scope, write.key)
                 incremented(write.key, None if current is None else current.value, write.by)
-        expiry = commit_record_expiry(self)
-        ops: list[_Op[Any]] = [
-            self._op_write(commit.ledger, COMMIT_KEY, record, writer=commit.writer, expires_at=expiry)
-        ]
+        ops: list[_Op[Any]] = []
         for write in commit.in_lock_order():
             written: dict[str, Any] = {"writer": commit.writer, "expires_at": write.expires_at}
             if write.op is StagedOp.SET:
@@ -549,43 +551,31 @@ class RedisStateBackend(BaseStateBackend):
                 ops.append(self._op_increment(write.scope, write.key, write.by, **written))
             else:
                 ops.append(self._op_delete(write.scope, write.key))
-        # Each operation's first request is its script call, sent here as a single write sends it.
+        # Each operation's first request is its script call, sent here as a single write sends it:
+        # EVAL, not EVALSHA, since a script missing on the server would show only at EXEC.
         calls = [next(op) for op in ops]
-        # WAIT counts only the writes of its own connection, and pipe.execute() hands the connection
-        # back to the pool (another thread's) before a WAIT could follow: so MULTI, the scripts, EXEC
-        # and WAIT go out one by one on the connection WATCH took, which the pipeline keeps until reset.
-        connection = pipe.connection
-        try:
-            pipe.immediate_execute_command("MULTI")
-            for call in calls:
-                assert isinstance(call, _Script)
-                # EVAL, not EVALSHA: a script missing on the server would show only at EXEC.
-                pipe.immediate_execute_command(
-                    "EVAL", SCRIPTS[call.name], len(call.keys), *call.keys, *call.args
-                )
-            replies = pipe.immediate_execute_command("EXEC")
-        except BaseException:
-            # Left inside MULTI, it must not go back to the pool as it is (a broken connection
-            # already went back, disconnected, with the WatchError that retries the commit).
-            if pipe.connection is connection:
-                connection.disconnect()
-            raise
+        commands: list[tuple[Any, ...]] = [
+            ("EVAL", SCRIPTS[call.name], len(call.keys), *call.keys, *call.args)
+            for call in calls
+            if isinstance(call, _Script)
+        ]
+        assert len(commands) == len(calls)
+        commands.append(("SET", record, commit_record(commit.commit_id), "PX", COMMIT_RECORD_SECONDS * 1000))
+        replies = held.transaction(commands)
         if replies is None:
-            raise redis.exceptions.WatchError("a watched hash changed: EXEC applied nothing")
+            raise redis.exceptions.WatchError("a watched key changed: EXEC applied nothing")
         # Nothing queued can be refused: the reads under WATCH checked every increment.
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         if self._settings.topology.wait_replicas:
-            self._wait_for_replicas(connection, watched)
+            self._wait_for_replicas(held, watched)
         return True
 
-    def _wait_for_replicas(self, connection: Any, watched: list[str]) -> None:
-        """``WAIT`` for the writes of *connection*, on the connection itself: through the pipeline a
-        broken connection would become a WatchError, and the commit be read and tried again."""
+    def _wait_for_replicas(self, held: HeldConnection, watched: list[str]) -> None:
+        """``WAIT`` for the writes of the *held* connection, on that connection."""
         topology = self._settings.topology
-        connection.send_command("WAIT", topology.wait_replicas, topology.wait_timeout_ms)
-        acknowledged = connection.read_response()
+        acknowledged = held.call("WAIT", topology.wait_replicas, topology.wait_timeout_ms)
         check_replicated(int(acknowledged), topology.wait_replicas, topology.wait_timeout_ms, watched)
 
     def _cluster_counts(

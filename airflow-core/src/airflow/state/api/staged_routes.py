@@ -79,7 +79,7 @@ def _write_of(position: int, document: Any) -> _Write:
     assert isinstance(key, str)
     if asset is None and key == COMMIT_KEY:
         raise unprocessable(
-            Reason.INVALID_KEY, f"{where}task state key {COMMIT_KEY!r} is where a commit records itself"
+            Reason.INVALID_KEY, f"{where}task state key {COMMIT_KEY!r} is reserved, use another key"
         )
     try:
         op = StagedOp(str(document.get("op")))

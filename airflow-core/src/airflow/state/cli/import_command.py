@@ -52,6 +52,9 @@ class Plan:
 
     rows: list[Planned] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    #: The discard a clear left pending on each task instance written to (``None``: none), which
+    #: the check honours as operators' reads do and the write applies first (manage.py).
+    pending_discards: dict[StateScope, int | None] = field(default_factory=dict)
 
     def count(self, outcome: str) -> int:
         return sum(row.outcome == outcome for row in self.rows)
@@ -81,7 +84,7 @@ def import_state(args: Namespace) -> None:
             return
         _confirm_overwriting(plan, args)
         with progress:
-            _write(file, backend, plan.writes, progress)
+            _write(file, backend, plan, progress)
     overwritten, exists, expired = plan.count(OVERWRITE), plan.count(EXISTS), plan.count(EXPIRED)
     print(
         f"Imported {count(len(plan.writes), 'key')} ({len(plan.writes) - overwritten} new, "
@@ -196,7 +199,9 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str, progress: Pro
                     'support expiry: import into a backend that does, or set "expires_at" to null '
                     "(never) in the file"
                 )
-        if backend.get(found.scope, row.key) is None:
+        if found.scope not in plan.pending_discards:
+            plan.pending_discards[found.scope] = manage.pending_discard(found.scope)
+        if not manage.holds(found.scope, row.key, plan.pending_discards[found.scope]):
             plan.rows.append(planned(WRITE))
         elif action == "fail":
             return f"key {row.key!r} of {found.description} already exists (-a fail)"
@@ -217,16 +222,20 @@ def _plan(file: IO[bytes], backend: BaseStateBackend, action: str, progress: Pro
     return plan
 
 
-def _write(file: IO[bytes], backend: BaseStateBackend, writes: list[Planned], progress: Progress) -> None:
+def _write(file: IO[bytes], backend: BaseStateBackend, plan: Plan, progress: Progress) -> None:
     """
-    Write the planned rows, reading their values from the file again. One session: the metastore
-    joins it, so its writes commit together or not at all; other backends write as they go.
+    Write the planned rows, reading their values from the file again, each task instance's pending
+    discard applied first. One session: the metastore joins it, so its writes commit together or
+    not at all; other backends write as they go.
     """
+    writes = plan.writes
     planned = {row.line: row for row in writes}
     written = 0
     number = 0
     try:
         with create_session() as session:
+            for scope in dict.fromkeys(row.named.scope for row in writes):
+                manage.settle_pending_discard(scope, plan.pending_discards[scope], session=session)
             for number, text in _decoded(file):
                 row = planned.get(number)
                 if row is None or text is None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.state.metastore.statements import CLEANED_TABLES
 from airflow.utils.session import create_session
-from airflow_shared.state import validate_cleanup
+from airflow_shared.state import COMMIT_RECORDS_TASK_ID, validate_cleanup
 from sqlalchemy import bindparam, text
 
 if TYPE_CHECKING:
@@ -28,7 +28,10 @@ def _statement(table: Any, dialect: Any, by_age: bool, dry_run: bool) -> Any:
     name = dialect.identifier_preparer.format_table(table)
     condition = "(expires_at IS NOT NULL AND expires_at <= :now)"
     if by_age:
-        condition = f"({condition} OR updated_at < :updated_before)"
+        old = "updated_at < :updated_before"
+        if "task_id" in table.c:  # commit records go only as they expire: exactly-once rests on them
+            old = f"({old} AND task_id <> '{COMMIT_RECORDS_TASK_ID}')"
+        condition = f"({condition} OR {old})"
     match dialect.name:
         case _ if dry_run:
             sql = f"SELECT COUNT(*) FROM {name} WHERE {condition}"

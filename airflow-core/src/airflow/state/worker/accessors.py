@@ -156,9 +156,7 @@ class _StateNamespace:
         validate_key(key)
         ti, asset = self._scope(staging_write=True)
         if asset is None and key == COMMIT_KEY:
-            raise ValueError(
-                f"{self._what}.{call}: key {COMMIT_KEY!r} is where a commit records itself; use another key"
-            )
+            raise ValueError(f"{self._what}.{call}: key {COMMIT_KEY!r} is reserved; use another key")
         staging.stage(ti, asset, key, write, f"{self._what}.{call}({key!r:.60})")
 
     def stage(self, key: str, value: Any, *, ttl: Any = None) -> None:

@@ -11,7 +11,16 @@ from .backend import BaseStateBackend, capability_names, commit_record, contract
 from .entries import StateEntry, StateEntryPage, validate_listing
 from .many import MAX_MANY_KEYS, validate_batch_size, validate_many_keys, validate_many_values
 from .scopes import AssetScope, StateScope, TaskScope, dag_run_uid
-from .staged import COMMIT_KEY, COMMIT_RECORD_SECONDS, StagedCommit, StagedOp, StagedWrite
+from .staged import (
+    COMMIT_KEY,
+    COMMIT_RECORD_SECONDS,
+    COMMIT_RECORDS_TASK_ID,
+    StagedCommit,
+    StagedOp,
+    StagedWrite,
+    commit_records_scope,
+    is_commit_records_scope,
+)
 from .validation import MAX_KEY_LENGTH, validate_key, validate_scope, validate_value
 from .writes import (
     API_WRITER,
@@ -36,6 +45,7 @@ __all__ = [
     "API_WRITER",
     "CLI_WRITER",
     "COMMIT_KEY",
+    "COMMIT_RECORDS_TASK_ID",
     "COMMIT_RECORD_SECONDS",
     "MAX_COUNTER",
     "MAX_KEY_LENGTH",
@@ -57,10 +67,12 @@ __all__ = [
     "WriterKind",
     "capability_names",
     "commit_record",
+    "commit_records_scope",
     "contract_methods",
     "counter_value",
     "dag_run_uid",
     "incremented",
+    "is_commit_records_scope",
     "validate_batch_size",
     "validate_cleanup",
     "validate_discard",

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
 
-from ._kit_support import future, in_threads, race_reader, require
+from ._kit_support import future, in_threads, now, race_reader, require
 from .staged import COMMIT_KEY, StagedCommit, StagedOp, StagedWrite
 from .writes import StateCapabilityError, StateWriter
+
+#: The ways task state is emptied between a commit and the same commit sent again: none may make
+#: the commit apply twice (clear on success, the task's own clear(), operators' clears, a clear's
+#: discard by the next try).
+_EMPTYINGS = {
+    "clear": lambda backend, ledger: backend.clear(ledger),
+    "clear-all-map-indices": lambda backend, ledger: backend.clear(ledger, all_map_indices=True),
+    "discard-through-try": lambda backend, ledger: backend.discard_written_through_try(ledger, 1),
+}
 
 
 def _commit(ledger, *writes: StagedWrite) -> StagedCommit:
@@ -68,8 +78,8 @@ class StagedCommitConformance:
         assert backend.get(ledger, "watermark") == '"2026-12-01"'
         assert backend.get(ledger, "doomed") is None
         assert backend.get_many(asset, ["rows", "fresh"]) == {"rows": "42", "fresh": "5"}
-        # The commit records itself in its ledger, under the try's id.
-        assert backend.get(ledger, COMMIT_KEY) == f'"{commit.commit_id}"'
+        # Its record is kept apart from the task's state, not under the key releases before 0.8 used.
+        assert backend.get(ledger, COMMIT_KEY) is None
 
     def test_the_same_commit_applied_again_changes_nothing(self, backend, make_task_scope, make_asset_scope):
         _require_commits(backend)
@@ -89,6 +99,44 @@ class StagedCommitConformance:
         assert backend.apply_commit(_commit(ledger, StagedWrite(asset, "runs", StagedOp.INCREMENT))) is True
         assert backend.get(asset, "runs") == "2"
 
+    @pytest.mark.parametrize("emptying", sorted(_EMPTYINGS))
+    def test_a_commit_sent_again_after_its_task_state_was_emptied_applies_nothing(
+        self, backend, make_task_scope, make_asset_scope, emptying
+    ):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        commit = _commit(
+            ledger,
+            StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1),
+            StagedWrite(ledger, "seen", StagedOp.SET, "1"),
+        )
+        assert backend.apply_commit(commit) is True
+        _EMPTYINGS[emptying](backend, ledger)
+        # What the emptying left ("runs" is gone too where the store keeps it in the task's scope;
+        # "seen" stays where nothing records which try wrote it, for the discard to find).
+        left = {(scope, key): backend.get(scope, key) for scope, key in ((asset, "runs"), (ledger, "seen"))}
+        assert left[(ledger, "seen")] is None or emptying == "discard-through-try"
+        assert backend.apply_commit(commit) is False
+        assert {(scope, key): backend.get(scope, key) for scope, key in left} == left  # nothing written again
+
+    def test_a_commit_sent_again_after_a_clean_up_by_age_applies_nothing(
+        self, backend, make_task_scope, make_asset_scope
+    ):
+        _require_commits(backend)
+        ledger = make_task_scope()
+        asset = self._other_scope(ledger, make_asset_scope)
+        commit = _commit(ledger, StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1))
+        assert backend.apply_commit(commit) is True
+        time.sleep(0.1)
+        cut = now()
+        try:  # every key written before the cut goes, anywhere in a shared store, but not the record
+            backend.cleanup(now=cut, updated_before=cut)
+        except StateCapabilityError:
+            pytest.skip(f"{type(backend).__name__} does not clean up keys by age")
+        assert backend.apply_commit(commit) is False
+        assert backend.get(asset, "runs") is None  # cleaned up with the rest, and not counted again
+
     def test_a_refused_increment_applies_nothing_of_the_commit(
         self, backend, make_task_scope, make_asset_scope
     ):
@@ -104,8 +152,12 @@ class StagedCommitConformance:
         with pytest.raises(ValueError, match="not an integer"):
             backend.apply_commit(commit)
         assert backend.get(ledger, "watermark") is None
-        assert backend.get(ledger, COMMIT_KEY) is None
         assert backend.get(asset, "label") == '"not a number"'
+        # Not recorded either: once the increment can apply, the same commit applies.
+        backend.set(asset, "label", "1")
+        assert backend.apply_commit(commit) is True
+        assert backend.get_many(asset, ["label"]) == {"label": "2"}
+        assert backend.get(ledger, "watermark") == "7"
 
     def test_concurrent_commits_counting_one_asset_all_count(
         self, backend, make_task_scope, make_asset_scope

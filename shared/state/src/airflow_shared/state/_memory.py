@@ -16,6 +16,7 @@ from .backend import BaseStateBackend
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import validate_many_keys, validate_many_values
 from .scopes import StateScope, TaskScope
+from .staged import is_commit_records_scope
 from .validation import validate_key, validate_scope, validate_value
 from .writes import (
     StateConflictError,
@@ -252,17 +253,19 @@ class MemoryStateBackend(BaseStateBackend):
     ) -> int:
         validate_cleanup(now, updated_before, batch_size)
 
-        def removable(entry: StateEntry) -> bool:
+        def removable(scope: StateScope, entry: StateEntry) -> bool:
             if entry.expires_at is not None and entry.expires_at <= now:
                 return True
+            # Commit records go only as they expire: exactly-once must not depend on a clean-up.
             return (
                 updated_before is not None
                 and entry.updated_at is not None
                 and entry.updated_at < updated_before
+                and not is_commit_records_scope(scope)
             )
 
         with self._lock:
-            doomed = [(slot, entry) for slot, entry in self._data.items() if removable(entry)]
+            doomed = [(slot, entry) for slot, entry in self._data.items() if removable(slot[0], entry)]
         if dry_run:
             return len(doomed)
         removed = 0

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 from .entries import StateEntry, StateEntryPage, page_of_keys, validate_listing
 from .many import MAX_MANY_KEYS, validate_many_keys, validate_many_values
 from .scopes import StateScope, TaskScope
-from .staged import COMMIT_KEY, COMMIT_RECORD_SECONDS, StagedCommit, StagedOp
+from .staged import COMMIT_RECORD_SECONDS, StagedCommit, StagedOp
 from .validation import validate_key, validate_scope
 from .writes import (
     StateCapabilityError,
@@ -191,9 +191,12 @@ class BaseStateBackend(ABC):
         """
         Apply every write of *commit* unless a commit of the same id was applied before; return
         whether this call applied it. A write no backend can apply (an increment of a key holding no
-        integer) raises ``ValueError`` before any write. The default records the commit id with a
-        versioned write, then applies the writes one by one with *session*: atomic only when that
-        session's transaction makes it so.
+        integer) raises ``ValueError`` before any write. The default records the commit under key
+        ``commit_id`` of ``commit.record_scope`` (which no clear of a task instance reaches) with a
+        write made only if that key is absent, then applies the writes one by one with *session*:
+        atomic only when that session's transaction makes it so. A backend that keeps the record
+        elsewhere must keep it where no ``clear``, ``discard_written_through_try`` or clean-up by
+        age of a task instance's state removes it, for :data:`COMMIT_RECORD_SECONDS`.
         """
         if not isinstance(commit, StagedCommit):
             raise TypeError(f"commit must be a StagedCommit, got {type(commit).__name__}")
@@ -203,18 +206,15 @@ class BaseStateBackend(ABC):
         for write in commit.writes:
             if write.op is StagedOp.INCREMENT:
                 incremented(write.key, self.get(write.scope, write.key, session=session), write.by)
-        record = commit_record(commit.commit_id)
-        recorded = self.get_versioned(commit.ledger, COMMIT_KEY, session=session)
-        if recorded is not None and recorded.value == record:
+        if self.get(commit.record_scope, commit.commit_id, session=session) is not None:
             return False
         try:
             self.write(
-                commit.ledger,
-                COMMIT_KEY,
-                record,
-                writer=commit.writer,
+                commit.record_scope,
+                commit.commit_id,
+                commit_record(commit.commit_id),
                 expires_at=commit_record_expiry(self),
-                if_version=recorded.version if recorded else 0,
+                if_version=0,
                 session=session,
             )
         except StateConflictError:
@@ -342,7 +342,7 @@ class BaseStateBackend(ABC):
 
 
 def commit_record(commit_id: str) -> str:
-    """What a commit stores under :data:`COMMIT_KEY`: its id, as the JSON string every reader decodes."""
+    """The value of a commit's record: its id, as the JSON string every reader decodes."""
     return json.dumps(commit_id)
 
 
