@@ -18,7 +18,7 @@ from uuid import UUID
 import pytest
 from airflow.state import manage
 from airflow.state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
-from airflow.state.api.security import claims_for_proof
+from airflow.state.api.first_credential import claims_granted_for_proof
 from airflow.state.cli.formats import count
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
@@ -111,7 +111,7 @@ class Instance:
 
     @property
     def scope(self) -> TaskScope:
-        return manage.task_scope(DAG_ID, self.run_id, self.task_id, self.map_index, _session())
+        return manage.find_task_scope(DAG_ID, self.run_id, self.task_id, self.map_index, _session())
 
     @property
     def try_number(self) -> int:
@@ -198,7 +198,7 @@ class Instance:
             ti_id = str(ti.id)
             fields = {PROOF_FIELD: proof(ti_id, VERIFIER), KEEP_FIELD: keep}
             session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session)
-        claims = claims_for_proof(ti_id, VERIFIER)
+        claims = claims_granted_for_proof(ti_id, VERIFIER)
         assert claims.try_number == self.try_number
 
     def history(self) -> list[tuple[int, str]]:
@@ -333,7 +333,7 @@ def test_map_indexes_are_decided_each_on_its_own_tries(run_id):
 
 @pytest.mark.parametrize(("chosen", "kept"), [({}, []), ({KEEP_FIELD: "always"}, ["job"])])
 def test_under_dag_test_the_in_process_credential_discards_the_same(instance, chosen, kept):
-    from airflow.state.api.security import discard_for_in_process_try
+    from airflow.state.airflow_db.first_touch import discard_what_a_clear_left
     from airflow.utils.session import create_session
 
     instance.write("job")
@@ -342,7 +342,7 @@ def test_under_dag_test_the_in_process_credential_discards_the_same(instance, ch
     instance.running()
     with create_session() as session:
         ti_id = str(instance._ti(session).id)
-    discard_for_in_process_try(ti_id, chosen)  # what the plugin does before it grants the credential
+    discard_what_a_clear_left(ti_id, chosen)  # what the plugin does before it grants the credential
     assert instance.keys() == kept
 
 
