@@ -56,7 +56,7 @@ def test_default_is_the_metastore():
 def test_default_is_the_one_the_provider_info_declares(monkeypatch):
     """Without provider configuration loaded, the default still comes from the provider info."""
     from airflow.configuration import conf
-    from airflow.state.provider_info import STATE_OPTIONS
+    from airflow.state.state_options import STATE_OPTIONS
 
     assert STATE_OPTIONS["backend"]["default"] == "airflow.state.metastore.MetastoreStateBackend"
     monkeypatch.setattr(conf, "get", lambda section, key, fallback=None, **kwargs: fallback)

@@ -19,16 +19,18 @@ from uuid import UUID
 import pytest
 from airflow.state import manage
 from airflow.state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
-from airflow.state.api.security import claims_for_proof
+from airflow.state.api.first_credential import claims_granted_for_proof
 from airflow.state.cli.formats import count
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
 from airflow.state.metastore import MetastoreStateBackend
 from airflow.state.protocol import PROOF_FIELD, proof
 from airflow_shared.state import TaskScope
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from state_testing.airflow_cli import run_airflow
-from test_state_api import TEST_DAGS
+from test_state_api import TEST_DAGS, api, session_key
+
+__all__ = ["api", "session_key"]  # fixtures, used by name
 
 DAG_ID = "state_clear_cases"
 TASKS = 34  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t33
@@ -112,7 +114,7 @@ class Instance:
 
     @property
     def scope(self) -> TaskScope:
-        return manage.task_scope(DAG_ID, self.run_id, self.task_id, self.map_index, _session())
+        return manage.find_task_scope(DAG_ID, self.run_id, self.task_id, self.map_index, _session())
 
     @property
     def try_number(self) -> int:
@@ -120,6 +122,13 @@ class Instance:
 
         with create_session() as session:
             return self._ti(session).try_number
+
+    @property
+    def max_tries(self) -> int:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return self._ti(session).max_tries
 
     def write(self, key: str, *, by_operator: bool = False, value: str = "v") -> None:
         if not by_operator:
@@ -191,6 +200,12 @@ class Instance:
 
     def first_touch(self, keep: object = None) -> None:
         """A process of the running try redeems its proof, the task's choice recorded beside it."""
+        ti_id = self.proof_written(keep)
+        claims = claims_granted_for_proof(ti_id, VERIFIER)
+        assert claims.try_number == self.try_number
+
+    def proof_written(self, keep: object = None) -> str:
+        """What the running try's supervisor writes for its handshake; the try's task instance id."""
         from airflow.models.taskinstance import TaskInstance as TI
         from airflow.utils.session import create_session
 
@@ -199,8 +214,28 @@ class Instance:
             ti_id = str(ti.id)
             fields = {PROOF_FIELD: proof(ti_id, VERIFIER), KEEP_FIELD: keep}
             session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session)
-        claims = claims_for_proof(ti_id, VERIFIER)
-        assert claims.try_number == self.try_number
+        return ti_id
+
+    def rendered_fields_stored_as(self, raw: str) -> bool:
+        """
+        The task instance's rendered fields replaced by *raw*, as only a direct write to the
+        database can; ``False`` where the database refuses that text in a JSON column.
+        """
+        from airflow.utils.session import create_session
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            with create_session() as session:
+                session.execute(
+                    text(
+                        "UPDATE rendered_task_instance_fields SET rendered_fields = :raw WHERE dag_id = :d"
+                        " AND run_id = :r AND task_id = :t AND map_index = :m"
+                    ),
+                    {"raw": raw, "d": DAG_ID, "r": self.run_id, "t": self.task_id, "m": self.map_index},
+                )
+        except DBAPIError:
+            return False
+        return True
 
     def history(self) -> list[tuple[int, str]]:
         from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
@@ -334,7 +369,7 @@ def test_map_indexes_are_decided_each_on_its_own_tries(run_id):
 
 @pytest.mark.parametrize(("chosen", "kept"), [({}, []), ({KEEP_FIELD: "always"}, ["job"])])
 def test_under_dag_test_the_in_process_credential_discards_the_same(instance, chosen, kept):
-    from airflow.state.api.security import discard_for_in_process_try
+    from airflow.state.airflow_db.first_touch import discard_what_a_clear_left
     from airflow.utils.session import create_session
 
     instance.write("job")
@@ -343,8 +378,42 @@ def test_under_dag_test_the_in_process_credential_discards_the_same(instance, ch
     instance.running()
     with create_session() as session:
         ti_id = str(instance._ti(session).id)
-    discard_for_in_process_try(ti_id, chosen)  # what the plugin does before it grants the credential
+    discard_what_a_clear_left(ti_id, chosen)  # what the plugin does before it grants the credential
     assert instance.keys() == kept
+
+
+def test_redeeming_a_proof_decides_who_is_asking_and_removes_nothing(instance):
+    """
+    Authentication only says who is asking: the proof alone leaves what the clear left in place.
+    The step that grants the try its first credential removes it, before the credential exists.
+    """
+    from airflow.state.api.proofs import claims_for_proof
+
+    instance.write("job")  # by try 1, which succeeded
+    instance.cleared()
+    instance.scheduled()
+    instance.running()
+    ti_id = instance.proof_written()
+    assert claims_for_proof(ti_id, VERIFIER).try_number == 2
+    assert instance.keys() == ["job"]
+    claims_granted_for_proof(ti_id, VERIFIER)
+    assert instance.keys() == []
+
+
+def test_the_first_request_of_a_try_never_reads_what_its_clear_left(instance, api):
+    """
+    A task process's first request carries its proof (no handshake of its own), and is often the
+    read of the job id it resumes from: after a clear of a success, that read finds nothing.
+    """
+    instance.write("job")  # by try 1, which succeeded
+    instance.cleared()
+    instance.scheduled()
+    instance.running()
+    ti_id = instance.proof_written()
+    proving = {"Authorization": f"StateProof {ti_id}.{VERIFIER}"}
+    first = api.get(f"/task-instances/{ti_id}/value", params={"key": "job"}, headers=proving)
+    assert first.status_code == 404 and "X-Airflow-State-Credential" in first.headers, first.text
+    assert instance.keys() == []
 
 
 # --- the choices ----------------------------------------------------------------------------------
@@ -362,6 +431,57 @@ def test_never_discards_on_a_clear_after_failure_not_on_a_retry(instance, keep_b
     instance.fails_with_retry()  # a retry after the clear: try 2's state is kept
     instance.next_try_starts()
     assert instance.try_number == 3 and instance.keys() == ["job_of_try_2"]
+
+
+def test_never_discards_on_a_clear_of_a_skipped_try_that_left_max_tries_as_it_was(instance, keep_by_default):
+    """
+    A try that skipped itself (AirflowSkipException) after writing state, its retries unused,
+    cleared once the task's retries were lowered by the one try it used: the clear sets max_tries
+    to 1 + 1, what it was, as a retry keeps it. Airflow archived the try as skipped, which no retry
+    does: a clear, and ``never`` discards.
+    """
+    keep_by_default("never")
+    instance._set(max_tries=2)  # its run was created when the task had retries=2; the DAG has 1 now
+    instance.running()
+    instance.write("job")
+    instance.ends("skipped")
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.history() == [(1, "skipped")] and instance.max_tries == 2
+    assert instance.keys() == []
+
+
+def test_never_keeps_state_where_a_clear_cannot_be_told_from_a_retry(instance, keep_by_default):
+    """
+    A try marked failed while it still had retries left, cleared once the task's retries were
+    lowered by the one try it used: Airflow archives it as failed and sets max_tries to what it was,
+    both as a retry leaves them, and records nothing else of this clear on the task instance
+    (docs/clearing.md, "What cannot be told apart"). Taken for a retry: kept, as a retry must be.
+    """
+    keep_by_default("never")
+    instance._set(max_tries=2)  # as above: retries lowered from 2 to 1 since the run was created
+    instance.running()
+    instance.write("job")
+    instance.ends("failed")
+    instance.cleared()
+    instance.next_try_starts()
+    assert instance.history() == [(1, "failed")] and instance.max_tries == 2
+    assert instance.keys() == ["job"]
+
+
+def test_never_keeps_on_a_retry_while_another_task_of_the_run_is_cleared(run_id, keep_by_default):
+    """
+    A clear of any task of the run counts in the run's ``clear_number`` and ``queued_at``: they
+    cannot say which task instance was cleared, so the rule does not read them, and a retry keeps.
+    """
+    keep_by_default("never")
+    retried, cleared = (Instance(run_id, f"t{next(_fresh)}") for _ in range(2))
+    retried.running()
+    retried.write("job")
+    retried.fails_with_retry()
+    cleared.cleared()  # the run's clear_number goes up
+    retried.next_try_starts()
+    assert retried.history() == [(1, "failed")] and retried.keys() == ["job"]
 
 
 def test_always_keeps_on_a_clear_after_success(instance, keep_by_default):
@@ -592,6 +712,12 @@ def archived(*tries: tuple[int, str, int]) -> list[ArchivedTry]:
         # A clear after failure: never discards up to it, after_failure keeps.
         ("never", 2, 1, [(1, "failed", 0)], 1),
         ("after_failure", 2, 1, [(1, "failed", 0)], None),
+        # Archived in a state no retry archives: a clear, even where max_tries is as it was.
+        ("never", 2, 2, [(1, "skipped", 2)], 1),
+        ("never", 2, 2, [(1, "upstream_failed", 2)], 1),
+        ("after_failure", 2, 2, [(1, "skipped", 2)], None),
+        # Archived as failed, max_tries as it was: a retry, or a clear no record tells from one. Kept.
+        ("never", 2, 2, [(1, "failed", 2)], None),
         # Rows of the current try or later (a try archived while its process still ran) do not count.
         ("after_failure", 2, 2, [(1, "failed", 2), (2, "success", 2)], None),
         ("always", 2, 2, [(1, "success", 1)], None),
@@ -610,6 +736,31 @@ def test_the_pending_try_is_the_next_once_the_current_is_archived():
 def test_parse_keep_choice_refuses_what_is_no_choice(value):
     with pytest.raises(ValueError, match="set it to one of 'after_failure', 'always', 'never'"):
         parse_keep_choice(value, "t.keep_task_state")
+
+
+@pytest.mark.parametrize("stored", ["nested_too_deep", "choice_in_a_string"])
+def test_rendered_fields_that_are_not_a_json_object_hide_nothing_from_operators_and_break_nothing(
+    instance, stored, db_kind
+):
+    """
+    The operators' views read the task's choice where its last try recorded it, among the rendered
+    fields: fields that are no JSON object (only a direct write to the database leaves them) record
+    no choice, so nothing is hidden, on every driver (psycopg2 decoded a JSON string holding the
+    record's object as that object), and nothing fails (JSON nested deeper than Python decodes).
+    """
+    instance.write("job")  # by try 1, which succeeded: a clear's next try would discard it
+    instance.cleared()
+    raw = {
+        "nested_too_deep": '{"a":' * 3000 + "1" + "}" * 3000,
+        "choice_in_a_string": json.dumps(json.dumps({KEEP_FIELD: "never"})),
+    }[stored]
+    if not instance.rendered_fields_stored_as(raw):
+        pytest.skip(f"{db_kind} refuses {stored} in a JSON column")
+    try:
+        entries, total = manage.entries(instance.scope)
+        assert ([entry.key for entry in entries], total) == (["job"], 1)
+    finally:  # Airflow's own writes of rendered fields read the row first, and would fail on it
+        instance.rendered_fields_stored_as("{}")
 
 
 # --- clean --cleared removes only what the task's recorded choice discards ------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from airflow.configuration import conf
 from airflow.state import StateConfigurationError, StateUnavailableError, config
-from airflow.state.provider_info import STATE_OPTIONS
+from airflow.state.state_options import STATE_OPTIONS
 
 # Runs in the SQLite pass only: configuration is read without the metadata database.
 pytestmark = pytest.mark.any_database

@@ -7,6 +7,7 @@ tests/celery_worker/test_e2e_isolation.py.
 
 from __future__ import annotations
 
+import json
 import time
 from uuid import UUID
 
@@ -111,22 +112,48 @@ def test_a_proof_in_another_task_instances_fields_proves_nothing(api, running):
     set_ti_state(attacking, "success")
 
 
-def test_rendered_fields_that_are_not_json_prove_nothing_and_break_nothing(api, running, db_kind):
-    """
-    Only a direct write to the database can leave text that is not JSON among a try's rendered
-    fields (Airflow's Execution API stores JSON). The exchange refuses, saying why, instead of failing.
-    """
-    if db_kind != "sqlite":
-        pytest.skip(f"{db_kind} refuses text that is not JSON in a JSON column: only SQLite stores it")
-    from airflow.utils.session import create_session
+#: Rendered fields only a direct write to the database leaves (Airflow's Execution API stores a JSON
+#: object), each as its text; "proof_in_a_string": the proof's object written as a JSON string.
+NOT_AN_OBJECT = {
+    "not_json": "{not json",
+    "array": "[1, 2]",
+    "string": '"text"',
+    "null": "null",
+    "number": "7",
+    "nested_too_deep_array": "[" * 3000 + "]" * 3000,
+    "nested_too_deep_object": '{"a":' * 3000 + "1" + "}" * 3000,
+    "proof_in_a_string": "",
+}
 
-    put_rendered_fields(running.ti_id, {PROOF_FIELD: proof(running.ti_id, VERIFIER)})
+
+@pytest.mark.parametrize("stored", list(NOT_AN_OBJECT))
+def test_rendered_fields_that_are_not_a_json_object_prove_nothing_and_break_nothing(
+    api, running, db_kind, stored
+):
+    """
+    The exchange refuses (403 ``proof_not_found``), saying why, instead of failing (500), on every
+    database: the column is read as text and decoded once, whatever the driver (psycopg2 decodes a
+    JSON column itself, so a JSON string holding the proof's object was decoded twice and accepted),
+    and JSON nested deeper than Python decodes is no proof. A database that refuses the text in
+    a JSON column cannot hold it (PostgreSQL and MariaDB check JSON, MariaDB its depth too).
+    """
+    from airflow.utils.session import create_session
+    from sqlalchemy.exc import DBAPIError
+
+    fields = {PROOF_FIELD: proof(running.ti_id, VERIFIER)}
+    raw = NOT_AN_OBJECT[stored] or json.dumps(json.dumps(fields))
+    put_rendered_fields(running.ti_id, fields)
     rewrite = text("UPDATE rendered_task_instance_fields SET rendered_fields = :raw WHERE run_id = :run")
-    with create_session() as session:
-        session.execute(rewrite, {"raw": "{not json", "run": running.run_id})
+    try:
+        with create_session() as session:
+            session.execute(rewrite, {"raw": raw, "run": running.run_id})
+    except DBAPIError:
+        pytest.skip(f"{db_kind} refuses {stored} in a JSON column")
     try:
         refused = redeem(api, running.ti_id)
         assert refused.status_code == 403 and detail(refused)["reason"] == "proof_not_found", refused.text
+        first_request = api.get(**at(running, "k"), headers=proving(running.ti_id))
+        assert first_request.status_code == 403 and detail(first_request)["reason"] == "proof_not_found"
     finally:  # Airflow's own writes of rendered fields read the row first, and would fail on it
         with create_session() as session:
             session.execute(rewrite, {"raw": "{}", "run": running.run_id})

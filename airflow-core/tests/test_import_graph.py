@@ -6,8 +6,9 @@ selection) and ``airflow_db/`` (Airflow's own metadata database); ``metastore/``
 storage, one backend among others; ``manage``, what operators do to state; the surfaces ``api/``
 (API server), ``cli/`` and ``worker/`` (task processes), which never import one another; the
 package's faces (``__init__``, ``resumable``); and on top the example DAGs, which import what users
-import (the faces), and ``plugin``, the one module that wires the API server and the task process
-together.
+import (the faces), and the entry points Airflow loads by name: ``plugin``, the one module that wires
+the API server and the task process together, and ``provider_info``, which names the storage and the
+CLI it installs. No module of the package imports an entry point.
 """
 
 from __future__ import annotations
@@ -35,11 +36,9 @@ LAYERS = {
     "resumable": 4,
     "example_dags": 5,
     "plugin": 5,
+    "provider_info": 5,
 }
 FLOOR = 0  # every other module beside __init__
-# Modules of the floor that Airflow asks for by name (provider discovery, [state] backend's
-# default), and so may name the storage they install.
-FLOOR_EXCEPTIONS = {("provider_info", "metastore")}
 
 
 def _layer(module: str) -> tuple[str, int]:
@@ -76,7 +75,7 @@ def test_no_module_imports_a_layer_above_it_or_a_sibling_surface():
         source_part, source_layer = _layer(module)
         for line, target, _ in _imports(path):
             target_part, target_layer = _layer(target)
-            if source_part == target_part or (source_part, target_part) in FLOOR_EXCEPTIONS:
+            if source_part == target_part:
                 continue
             if target_layer > source_layer or (target_layer == source_layer and source_layer != FLOOR):
                 crossings.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")

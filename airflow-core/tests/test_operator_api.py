@@ -116,11 +116,11 @@ class Run:
         return f"{V1}/dags/{self.dag_id}/dagRuns/{self.run_id}/state"
 
     def scope(self, task_id: str, map_index: int = -1):
-        from airflow.state.manage import task_scope
+        from airflow.state.manage import find_task_scope
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            return task_scope(self.dag_id, self.run_id, task_id, map_index, session)
+            return find_task_scope(self.dag_id, self.run_id, task_id, map_index, session)
 
 
 # The run's task instances: `submit` and `quiet` are not mapped, `partition` has map indices 0 and 1.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from airflow.state.provider_info import STATE_OPTIONS, get_provider_info
+from airflow.state.provider_info import get_provider_info
+from airflow.state.state_options import STATE_OPTIONS
 from state_testing.airflow_cli import run_airflow
 
 # What Airflow makes of our package and settings, whatever database it uses: the SQLite pass only.

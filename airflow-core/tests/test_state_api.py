@@ -949,7 +949,7 @@ def test_openapi_documents_the_batch_routes(api):
 def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never(api, running):
     """A new try of the task instance (its try number moves on): writes refused at once, reads after 1 s."""
     from airflow.models.taskinstance import TaskInstance
-    from airflow.state.api.security import READ_CHECK_SECONDS
+    from airflow.state.api.task_instance_checks import READ_CHECK_SECONDS
     from airflow.utils.session import create_session
 
     headers = auth(running)

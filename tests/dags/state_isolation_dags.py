@@ -76,7 +76,7 @@ def isolation_hostile():
         from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.comms import SetRenderedFields
         from airflow.state import config, task_state
-        from airflow.state.api.security import READ_CHECK_SECONDS
+        from airflow.state.api.task_instance_checks import READ_CHECK_SECONDS
         from airflow.state.protocol import PROOF_FIELD, proof
         from airflow.state.worker import client as state_client
 

@@ -2,7 +2,7 @@
 Every setting this package reads: the ``[state]`` options, here and only here, each by one small
 function, and the ``[workers]`` settings the task's client shares with Airflow's own Execution API
 calls (retries, request timeout). The ``[state]`` defaults are written once, in
-``provider_info.STATE_OPTIONS``: a process that reads configuration before Airflow has loaded the
+``state_options.STATE_OPTIONS``: a process that reads configuration before Airflow has loaded the
 providers' defaults falls back to that same dict. Task processes import this module: it imports
 nothing heavier than ``airflow.configuration``.
 """
@@ -17,13 +17,13 @@ from airflow.state.durations import parse_duration
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.keep_choice import KeepTaskState, parse_keep_choice
 from airflow.state.protocol import URL_PREFIX
-from airflow.state.provider_info import STATE_OPTIONS
+from airflow.state.state_options import STATE_OPTIONS
 
 SECTION = "state"
 
 
 def _state_option(option: str) -> str:
-    """``[state] option`` as text; its provider-info default when Airflow has not loaded it."""
+    """``[state] option`` as text; its STATE_OPTIONS default when Airflow has not loaded it."""
     value = conf.get(SECTION, option, fallback=STATE_OPTIONS[option]["default"])
     return "" if value is None else str(value)
 

@@ -19,10 +19,10 @@ from airflow.state.airflow_db.clears import pending_boundaries, runs_with_archiv
 from airflow.state.airflow_db.lookups import (
     AssetInfo,
     NotFound,
-    dag_run_uid,
     every_asset,
     find_asset,
-    task_scope,
+    find_dag_run_uid,
+    find_task_scope,
     task_scopes_of_run,
 )
 from airflow.state.configured_backend import get_state_backend
@@ -46,11 +46,11 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 # Re-exported: the REST API and the CLI name Airflow's tables through this module.
-__all__ = ["AssetInfo", "NotFound", "find_asset", "task_scope"]
+__all__ = ["AssetInfo", "NotFound", "find_asset", "find_task_scope"]
 
 
 @dataclass(frozen=True)
-class TaskInstanceState:
+class TaskInstanceKeyCount:
     """A task instance of a run that holds state (its complete scope), and how many keys."""
 
     scope: TaskScope
@@ -113,7 +113,7 @@ def entry(scope: StateScope, key: str) -> Entry:
     raise NotFound(Reason.KEY_NOT_FOUND, f"no state stored under key {key!r}")
 
 
-def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> list[TaskInstanceState]:
+def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> list[TaskInstanceKeyCount]:
     """The task instances of the run that hold state, sorted by task id and map index."""
     scopes = task_scopes_of_run(dag_id, run_id, session)
     state = get_state_backend()
@@ -123,7 +123,7 @@ def task_instances_with_state(dag_id: str, run_id: str, session: Session) -> lis
         boundary = boundaries.get((scope.task_id, scope.map_index))
         if counts[position] and boundary is not None:  # counted again, less what a clear discards
             counts[position] = sum(not _discarded(entry, boundary) for entry in state.entries(scope).entries)
-    return [TaskInstanceState(scope, count) for scope, count in zip(scopes, counts, strict=True) if count]
+    return [TaskInstanceKeyCount(scope, count) for scope, count in zip(scopes, counts, strict=True) if count]
 
 
 # --- what a clear discards, not shown as if it were live ---------------------------------------
@@ -182,7 +182,7 @@ def discard_what_clears_left(
     found = 0
     for dag_id, run_id in runs_with_archived_tries(session):
         try:  # one lookup per run: the instances pending_boundaries names exist
-            uid = dag_run_uid(dag_id, run_id, session)
+            uid = find_dag_run_uid(dag_id, run_id, session)
         except NotFound:  # deleted since it was listed, its state with it
             continue
         for (task_id, map_index), boundary in pending_boundaries(dag_id, run_id, session).items():

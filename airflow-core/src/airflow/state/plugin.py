@@ -76,12 +76,12 @@ def _in_process_transport() -> httpx.BaseTransport:
 
 
 def _grant_in_process(ti: Any) -> dict[str, Any]:
+    from airflow.state.airflow_db.first_touch import discard_what_a_clear_left
     from airflow.state.api.credentials import grant_in_process
-    from airflow.state.api.security import discard_for_in_process_try
     from airflow.state.worker.handshake import keep_choice_field
 
-    # As a proof exchange would: what a clear of a success left is gone before the try reads.
-    discard_for_in_process_try(str(ti.id), keep_choice_field(getattr(ti, "task", None)))
+    # As the grant for a proof does: what a clear left for the try to discard is gone before it reads.
+    discard_what_a_clear_left(str(ti.id), keep_choice_field(getattr(ti, "task", None)))
     return grant_in_process(ti)
 
 

@@ -3,14 +3,21 @@ What a clear discards: the one place that reads Airflow's try history to tell a 
 (docs/clearing.md says what each choice keeps, and why).
 
 Airflow 3.2 has no hook on clear, but every way of clearing ends in ``clear_task_instances``, which
-archives the cleared try in ``task_instance_history`` with its state. So the decision is made when
-the next try first touches state, from the history of the same task instance:
+archives the cleared try in ``task_instance_history`` with its state (unless a retry archived it
+already). So the decision is made when the next try first touches state, from the history of the
+same task instance:
 
-- a row in ``success`` comes only from clearing a successful try (a retry, a heartbeat timeout or
-  an orphan reset archive a running try, as ``failed``);
-- a clear sets ``max_tries`` to ``try_number + retries``, which nothing else but a clear of a
-  running try does (when its process ends), while a retry keeps it: so a clear came after try *k*
-  when the ``max_tries`` archived with try *k* differs from the next try's.
+- a row in any state but ``failed`` comes only from a clear: a retry, a heartbeat timeout and an
+  orphan reset archive a try that is still running or queued, which Airflow records as ``failed``;
+  a row in ``success`` is a clear of a successful try;
+- a clear sets ``max_tries`` to ``try_number + retries`` (a clear of a running try: once its
+  process ends), while a retry keeps it: so a clear came after try *k* when the ``max_tries``
+  archived with try *k* differs from the next try's.
+
+A try archived as ``failed`` and cleared after the task's ``retries`` were lowered by as many tries
+as it used leaves ``max_tries`` as a retry would, and Airflow records nothing else of that clear on
+the task instance (the dag run's ``clear_number`` counts the clears of every task of the run): it
+is taken for a retry, and its state kept.
 
 The *discard boundary* of a try is the highest earlier try whose keys go (with those of the tries
 before it), or ``None``: what :meth:`BaseStateBackend.discard_written_through_try` takes. Keys of
@@ -33,7 +40,7 @@ from airflow.state import config
 from airflow.state.airflow_db.lookups import of_run
 from airflow.state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, KeepTaskState, parse_keep_choice
 from airflow.utils.session import create_session
-from sqlalchemy import String, Text, func, literal_column, select, type_coerce
+from sqlalchemy import String, Text, cast, func, literal_column, select
 
 if TYPE_CHECKING:
     from airflow_shared.state.scopes import TaskScope
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUCCESS = "success"
+#: The only state a retry, a heartbeat timeout or an orphan reset archives a try in.
+FAILED = "failed"
 
 
 class ArchivedTry(NamedTuple):
@@ -82,28 +91,34 @@ def discard_boundary(
     if choice is KeepTaskState.NEVER:
         following_max_tries = current_max_tries
         for archived in earlier:  # the latest first: the first clear found is the last one
-            if archived.max_tries != following_max_tries:
+            if archived.state != FAILED or archived.max_tries != following_max_tries:
                 return max(archived.try_number, boundary or 0)
             following_max_tries = archived.max_tries
     return boundary
 
 
 def decoded(rendered_fields: Any) -> dict[str, Any] | None:
-    """A try's rendered fields as a dict (``None``: none, or not an object), as any driver returns them."""
-    if isinstance(rendered_fields, str | bytes):  # a JSON column the driver does not decode (SQLite, MySQL)
+    """
+    A try's rendered fields as a dict (``None``: none, or not a JSON object), from the text that
+    :func:`undecoded` reads, or from a dict the caller already holds.
+    """
+    if isinstance(rendered_fields, str | bytes):
         try:
             rendered_fields = json.loads(rendered_fields)
-        except ValueError:
+        # Only a direct write to the database leaves text that is not JSON, or JSON nested deeper
+        # than Python decodes: neither may break the API server, nor prove anything.
+        except (ValueError, RecursionError):
             return None
     return rendered_fields if isinstance(rendered_fields, dict) else None
 
 
 def undecoded(rendered_fields: Any) -> Any:
     """
-    The rendered-fields column as the driver returns it: SQLAlchemy's JSON type raises on text that
-    is not JSON (a row written to the database directly), before decoded() can set it aside.
+    The rendered-fields column read as JSON text, on every database and driver, for decoded(): SQLAlchemy's
+    JSON type raises on text that is not JSON, and psycopg2 decodes a JSON column itself (a JSON
+    string holding an object would then be decoded twice, and nesting too deep raises).
     """
-    return type_coerce(rendered_fields, Text).label("rendered_fields")
+    return cast(rendered_fields, Text).label("rendered_fields")
 
 
 def choice_of(rendered_fields: Any, task: str) -> KeepTaskState:

@@ -52,7 +52,7 @@ def of_run(
     return query
 
 
-def dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
+def find_dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
     """The ``dag_run_uid`` of the run, or :class:`NotFound` (``dag_run_not_found``)."""
     uid = uid_of_run(dag_id, run_id, session)
     if uid is None:
@@ -60,12 +60,15 @@ def dag_run_uid(dag_id: str, run_id: str, session: Session) -> str:
     return uid
 
 
-def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int | None, session: Session) -> TaskScope:
+def find_task_scope(
+    dag_id: str, run_id: str, task_id: str, map_index: int | None, session: Session
+) -> TaskScope:
     """
-    The scope of a task instance that exists. ``map_index=None``: any map index (a mapped task has
-    none at -1), the scope that ``clear(all_map_indices=True)`` takes.
+    The scope of a task instance that exists, or :class:`NotFound` (unlike
+    ``run_identity.task_scope``, which needs only the dag run). ``map_index=None``: any map index
+    (a mapped task has none at -1), the scope that ``clear(all_map_indices=True)`` takes.
     """
-    uid = dag_run_uid(dag_id, run_id, session)
+    uid = find_dag_run_uid(dag_id, run_id, session)
     query = of_run(select(TaskInstance.map_index), TaskInstance, dag_id, run_id, task_id, map_index)
     found = session.scalar(query.limit(1))
     if found is None:
@@ -79,7 +82,7 @@ def task_scope(dag_id: str, run_id: str, task_id: str, map_index: int | None, se
 
 def task_scopes_of_run(dag_id: str, run_id: str, session: Session) -> list[TaskScope]:
     """Every task instance of the run (:class:`NotFound` without it), sorted by task id and map index."""
-    uid = dag_run_uid(dag_id, run_id, session)
+    uid = find_dag_run_uid(dag_id, run_id, session)
     query = of_run(select(TaskInstance.task_id, TaskInstance.map_index), TaskInstance, dag_id, run_id)
     rows = session.execute(query.order_by(TaskInstance.task_id, TaskInstance.map_index))
     return [TaskScope(dag_id, run_id, row.task_id, row.map_index, dag_run_uid=uid) for row in rows]

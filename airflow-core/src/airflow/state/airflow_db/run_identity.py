@@ -38,7 +38,9 @@ def task_scope(
 ) -> TaskScope:
     """
     The complete ``TaskScope`` of a task instance, ``dag_run_uid`` included (``ValueError`` without
-    the dag run), for server processes that address task state through a backend directly.
+    the dag run; the task instance need not exist yet), for server processes that address task
+    state through a backend directly. Operators' surfaces use ``lookups.find_task_scope``, which
+    also refuses a task instance that does not exist.
     """
     uid = uid_of_run(dag_id, run_id, session)
     if uid is None:

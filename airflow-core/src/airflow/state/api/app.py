@@ -6,12 +6,12 @@ import gc
 import logging
 
 from airflow.state import config
+from airflow.state.api.credential_headers import IssuedCredentialHeaders
 from airflow.state.api.errors import EXCEPTION_HANDLERS
 from airflow.state.api.handshake import router as handshake_router
 from airflow.state.api.operator.routes import router as operator_router
 from airflow.state.api.request_checks import json_declared, plain_path_parameters
 from airflow.state.api.routes import router
-from airflow.state.api.security import IssuedCredentialHeaders
 from airflow.state.api.staged_routes import router as staged_router
 from airflow.state.api.ui.static import router as ui_router
 from fastapi import Depends, FastAPI

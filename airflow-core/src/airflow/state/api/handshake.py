@@ -1,19 +1,21 @@
 """
 The handshake's routes: how a task process redeems the proof its supervisor stored among its try's
 rendered fields (docs/security.md, "The handshake"; the proof is checked in
-:mod:`airflow.state.api.security`).
+:mod:`airflow.state.api.proofs`, the credential granted by :mod:`airflow.state.api.first_credential`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow.state.api.authentication import Claims
 from airflow.state.api.credentials import credential_answer
 from airflow.state.api.datamodels import CredentialRequest, CredentialResponse
 from airflow.state.api.errors import documented, refusal
+from airflow.state.api.first_credential import claims_granted_for_proof
 from airflow.state.api.request_checks import SmallBodyRoute
-from airflow.state.api.security import Claims, check_task_instance, claims_for_proof
 from airflow.state.api.signing_keys import signing_key
+from airflow.state.api.task_instance_checks import check_task_instance
 from airflow.state.protocol import CREDENTIAL_RENEWAL_PATH, CREDENTIALS_PATH, RETIRED_CHALLENGES_PATH, Reason
 from fastapi import APIRouter, status
 
@@ -34,7 +36,8 @@ _DOCUMENTED = documented(
 @router.post(CREDENTIALS_PATH, responses=_DOCUMENTED, response_model=CredentialResponse)
 def redeem_proof(body: CredentialRequest) -> dict[str, Any]:
     """A credential for the running try whose rendered fields hold the proof of this verifier."""
-    return credential_answer(claims_for_proof(str(body.task_instance_id), body.verifier), signing_key())
+    claims = claims_granted_for_proof(str(body.task_instance_id), body.verifier)
+    return credential_answer(claims, signing_key())
 
 
 @router.post(CREDENTIAL_RENEWAL_PATH, responses=_DOCUMENTED, response_model=CredentialResponse)

@@ -80,7 +80,7 @@ def _raw_query_values(query_string: bytes, name: str) -> list[str]:
     return found
 
 
-async def _valid_key(  # async: no thread pool hop (see security.credential_claims)
+async def _valid_key(  # async: no thread pool hop (see authentication.credential_claims)
     request: Request,
     key: Annotated[str, Query(description="The state key: any text of 1 to 512 characters, without NUL")],
 ) -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow.state import codec, expiry, manage
+from airflow.state.api.asset_declarations import declared_asset_id
+from airflow.state.api.authentication import Claims
 from airflow.state.api.credentials import TaskInstanceClaims
 from airflow.state.api.datamodels import (
     INCREMENT_BODY,
@@ -32,7 +34,7 @@ from airflow.state.api.errors import (
     refused_as,
 )
 from airflow.state.api.params import IfVersion, Key, KeysBody, NewIncrement, NewValues, NewWrite
-from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
+from airflow.state.api.task_instance_checks import check_task_instance
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.protocol import (
     ASSET_PREFIX,
@@ -51,25 +53,37 @@ from fastapi import APIRouter, Depends, Query, status
 
 router = APIRouter()
 
-# A route's scope: found, and its task instance checked, by the route itself (for a read or a
-# write), so that the dependency stays async (no thread pool hop) and runs after the body is read.
-Scoped = Callable[[bool], StateScope]
+
+class ScopeAccess:
+    """
+    A route's scope, found and its task instance checked by the route itself, as it reads or as it
+    writes: so the dependency stays async (no thread pool hop) and runs after the body is read.
+    """
+
+    def __init__(self, checked: Callable[[bool], StateScope]) -> None:
+        self._checked = checked  # takes whether the route writes
+
+    def for_reading(self) -> StateScope:
+        return self._checked(False)
+
+    def for_writing(self) -> StateScope:
+        return self._checked(True)
 
 
-async def _task_instance(task_instance_id: str, claims: Claims) -> Scoped:
-    return lambda write: check_task_instance(claims, write=write, path_ti_id=task_instance_id)
+async def _task_instance(task_instance_id: str, claims: Claims) -> ScopeAccess:
+    return ScopeAccess(lambda write: check_task_instance(claims, write=write, path_ti_id=task_instance_id))
 
 
 async def _asset(
     claims: Claims,
     name: Annotated[str | None, Query(description="The asset's name")] = None,
     uri: Annotated[str | None, Query(description="The asset's URI")] = None,
-) -> Scoped:
+) -> ScopeAccess:
     def scope(write: bool) -> AssetScope:
         check_task_instance(claims, write=write)
         return AssetScope(declared_asset_id(claims, name, uri, write=write))
 
-    return scope
+    return ScopeAccess(scope)
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,7 @@ class ScopeKind:
 
     name: str  # in route names: "task", "asset"
     prefix: str  # the paths of its operations: prefix + KEYS, VALUE, INCREMENT, VALUES
-    scope: Callable[..., Awaitable[Scoped]]
+    scope: Callable[..., Awaitable[ScopeAccess]]
     errors: dict[int | str, dict[str, Any]]
     # For the descriptions: whose state, who may read and write it, and a write's default ttl.
     state: str
@@ -117,7 +131,7 @@ def writer_of(claims: TaskInstanceClaims) -> StateWriter:
 
 def _state_routes(kind: ScopeKind) -> None:
     # First in every signature: the credential is verified before the key and the body are read.
-    Scope = Annotated[Scoped, Depends(kind.scope)]
+    Scope = Annotated[ScopeAccess, Depends(kind.scope)]
     the, state, errors = kind.name, kind.state, kind.errors
 
     @router.get(
@@ -126,8 +140,8 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"list_{the}_keys",
         description=f"The keys of {state}, sorted{kind.reads}.",
     )
-    def list_keys(scoped: Scope) -> StateKeysResponse:
-        return StateKeysResponse(keys=get_state_backend().keys(scoped(False)))
+    def list_keys(access: Scope) -> StateKeysResponse:
+        return StateKeysResponse(keys=get_state_backend().keys(access.for_reading()))
 
     @router.delete(
         kind.prefix + KEYS,
@@ -136,8 +150,8 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"clear_{the}_state",
         description=f"Remove every key of {state}{kind.writes}.",
     )
-    def clear_state(scoped: Scope) -> None:
-        manage.clear(scoped(True))
+    def clear_state(access: Scope) -> None:
+        manage.clear(access.for_writing())
 
     @router.get(
         kind.prefix + VALUE,
@@ -145,9 +159,9 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
     )
-    def get_state(scoped: Scope, key: Key) -> StateValueResponse:
+    def get_state(access: Scope, key: Key) -> StateValueResponse:
         # One backend call on this hot path: the versioned read where the backend keeps versions.
-        scope, backend = scoped(False), get_state_backend()
+        scope, backend = access.for_reading(), get_state_backend()
         version = None
         if backend.supports_versions:
             versioned = backend.get_versioned(scope, key)
@@ -167,11 +181,16 @@ def _state_routes(kind: ScopeKind) -> None:
         + kind.default_ttl,
     )
     def set_state(
-        scoped: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
+        access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
     ) -> StateWriteResponse:
         # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
         written = manage.put(
-            scoped(True), key, body.text, ttl=body.ttl, if_version=if_version, writer=writer_of(claims)
+            access.for_writing(),
+            key,
+            body.text,
+            ttl=body.ttl,
+            if_version=if_version,
+            writer=writer_of(claims),
         )
         return StateWriteResponse(key=key, version=written.version)
 
@@ -185,10 +204,12 @@ def _state_routes(kind: ScopeKind) -> None:
         "but a JSON integer is refused (`invalid_value`) and left as it is.",
     )
     def increment_state(
-        scoped: Scope, claims: Claims, key: Key, body: NewIncrement
+        access: Scope, claims: Claims, key: Key, body: NewIncrement
     ) -> StateIncrementResponse:
         with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
-            added = manage.increment(scoped(True), key, body.by, ttl=body.ttl, writer=writer_of(claims))
+            added = manage.increment(
+                access.for_writing(), key, body.by, ttl=body.ttl, writer=writer_of(claims)
+            )
         return StateIncrementResponse(key=key, value=added.value)
 
     @router.delete(
@@ -199,8 +220,8 @@ def _state_routes(kind: ScopeKind) -> None:
         description=f"Remove `key` from {state}{kind.writes}; removing a key that is not there is not an "
         "error.",
     )
-    def delete_state(scoped: Scope, key: Key) -> None:
-        manage.delete(scoped(True), key)
+    def delete_state(access: Scope, key: Key) -> None:
+        manage.delete(access.for_writing(), key)
 
     @router.post(
         kind.prefix + VALUES_READ,
@@ -209,8 +230,8 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"get_{the}_state_many",
         description=f"The values of those of `keys` that {state} holds (others are left out){kind.reads}.",
     )
-    def get_many(scoped: Scope, keys: KeysBody) -> StateValuesResponse:
-        stored = get_state_backend().get_many(scoped(False), keys)
+    def get_many(access: Scope, keys: KeysBody) -> StateValuesResponse:
+        stored = get_state_backend().get_many(access.for_reading(), keys)
         return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
 
     @router.put(
@@ -221,8 +242,8 @@ def _state_routes(kind: ScopeKind) -> None:
         description=f"Store every key-value pair of `values` in {state} and answer each key's new "
         f"version{kind.writes}. Atomic where the backend is (the metastore and Redis backends are).",
     )
-    def set_many(scoped: Scope, claims: Claims, body: NewValues) -> StateVersionsResponse:
-        scope, backend = scoped(True), get_state_backend()
+    def set_many(access: Scope, claims: Claims, body: NewValues) -> StateVersionsResponse:
+        scope, backend = access.for_writing(), get_state_backend()
         expires_at = expiry.expires_at_for(scope, body.ttl, backend)
         versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
         return StateVersionsResponse(versions=versions)
@@ -236,8 +257,8 @@ def _state_routes(kind: ScopeKind) -> None:
         description=f"Remove each of `keys` from {state}{kind.writes}; keys that are not there are not "
         "an error.",
     )
-    def delete_many(scoped: Scope, keys: KeysBody) -> None:
-        get_state_backend().delete_many(scoped(True), keys)
+    def delete_many(access: Scope, keys: KeysBody) -> None:
+        get_state_backend().delete_many(access.for_writing(), keys)
 
 
 @router.post(TASK_SUCCEEDED_PATH, status_code=204, responses=DOCUMENTED)

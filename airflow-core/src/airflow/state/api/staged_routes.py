@@ -11,10 +11,12 @@ from functools import cache
 from typing import Annotated, Any
 
 from airflow.state import codec, expiry
+from airflow.state.api.asset_declarations import declared_asset_id
+from airflow.state.api.authentication import Claims
 from airflow.state.api.errors import DOCUMENTED, UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
 from airflow.state.api.params import body_ttl, fields_only, json_object
 from airflow.state.api.routes import writer_of
-from airflow.state.api.security import Claims, check_task_instance, declared_asset_id
+from airflow.state.api.task_instance_checks import check_task_instance
 from airflow.state.configured_backend import get_state_backend
 from airflow.state.protocol import TASK_STAGED_COMMIT_PATH, TTL_FIELD, Reason
 from airflow_shared.state import (

@@ -33,7 +33,7 @@ def task_instance(
     dag_id: str, run_id: str, task_id: str, map_index: int | None, session: Session
 ) -> NamedScope:
     """The task instance (``map_index=None``: every map index of the task); ``manage.NotFound``."""
-    scope = manage.task_scope(dag_id, run_id, task_id, map_index, session)
+    scope = manage.find_task_scope(dag_id, run_id, task_id, map_index, session)
     index = "" if map_index in (None, -1) else f", map_index={map_index}"
     described = f"task instance (dag_id={dag_id!r}, run_id={run_id!r}, task_id={task_id!r}{index})"
     return NamedScope(scope, described if map_index is not None else f"every map index of {described}")

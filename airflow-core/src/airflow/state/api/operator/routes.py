@@ -65,7 +65,7 @@ RUN = "/dags/{dag_id}/dagRuns/{dag_run_id}"
 
 def _task_scope(dag_id: str, dag_run_id: str, task_id: str, map_index: MapIndex = -1) -> TaskScope:
     with create_session() as session:
-        return manage.task_scope(dag_id, dag_run_id, task_id, map_index, session)
+        return manage.find_task_scope(dag_id, dag_run_id, task_id, map_index, session)
 
 
 def _task_clear_scope(
@@ -80,7 +80,7 @@ def _task_clear_scope(
     if not all_map_indices:
         return _task_scope(dag_id, dag_run_id, task_id, map_index), False
     with create_session() as session:
-        return manage.task_scope(dag_id, dag_run_id, task_id, None, session), True
+        return manage.find_task_scope(dag_id, dag_run_id, task_id, None, session), True
 
 
 def _asset(asset_id: AssetId) -> manage.AssetInfo:
@@ -109,7 +109,9 @@ def _asset_page(asset: Asset, user: OperatorUser) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Kind:
+class ScopeKind:
+    """One kind of scope the operators' API serves: its paths, access, models, what the routes say of it."""
+
     name: str  # in route names: "task", "asset"
     router: APIRouter
     path: str  # the scope's path; its keys are under path + "/state", "/stateEntry", "/stateIncrement"
@@ -127,7 +129,7 @@ class _Kind:
     default_ttl: str
 
 
-TASK = _Kind(
+TASK = ScopeKind(
     name="task",
     router=APIRouter(tags=["Task state"], responses=OPERATOR_DOCUMENTED),
     path=RUN + "/taskInstances/{task_id}",
@@ -144,7 +146,7 @@ TASK = _Kind(
     writer="`updated_by_try` becomes null",
     default_ttl="`[state] default_task_retention`",
 )
-ASSET = _Kind(
+ASSET = ScopeKind(
     name="asset",
     router=APIRouter(tags=["Asset state"], responses=OPERATOR_DOCUMENTED),
     path="/assets/{asset_id}",
@@ -165,7 +167,7 @@ ASSET = _Kind(
 _QUERY_FORM = " The key is the `key` query parameter, so any key can be named."
 
 
-def _state_routes(kind: _Kind) -> None:
+def _state_routes(kind: ScopeKind) -> None:
     read, write, delete = kind.access("GET"), kind.access("PUT"), kind.access("DELETE")
     # After the key and the body: as before, a bad key or body is refused before a lookup.
     Scope = Annotated[StateScope, Depends(kind.scope)]
