@@ -33,7 +33,7 @@ from test_state_api import TEST_DAGS, api, session_key
 __all__ = ["api", "session_key"]  # fixtures, used by name
 
 DAG_ID = "state_clear_cases"
-TASKS = 34  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t33
+TASKS = 42  # the plain tasks of the DAG (dags/state_clear_dags.py), t0 ... t41
 VERIFIER = "c" * 43
 backend = MetastoreStateBackend()
 

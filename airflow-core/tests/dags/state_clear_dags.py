@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 #: One task per scenario, so that each test has task instances of its own in the one run.
-TASKS = 34
+TASKS = 42
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
