@@ -23,7 +23,17 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
-from state_testing.doc_samples import REPO, Sample, all_samples, doc_files, samples_in
+from state_testing.doc_samples import (
+    REPO,
+    Sample,
+    all_samples,
+    doc_files,
+    pip_commands,
+    samples_in,
+    shell_commands,
+    simple_commands,
+    try_it_samples,
+)
 
 pytestmark = pytest.mark.any_database
 
@@ -77,9 +87,17 @@ def test_sphinx_builds_the_documentation_without_a_warning(tmp_path):
 def test_every_sample_is_named_and_has_a_check():
     samples = all_samples()
     checked = set(NOT_RUN) | PYTHON | {name for name, s in samples.items() if s.lang in ("bash", "ini")}
+    checked |= set(try_it_samples())  # run as written by the install test (below)
     assert set(samples) <= checked, f"samples without a check: {sorted(set(samples) - checked)}"
     assert not (set(NOT_RUN) | PYTHON) - set(samples), "checks of samples that no longer exist"
     assert {s.lang for name, s in samples.items() if name in PYTHON} == {"python"}
+
+
+def test_the_install_test_runs_every_sample_of_the_try_it_page():
+    """tests/test_install_from_wheels.py takes each sample of docs/try-it.md by its name and runs it."""
+    install_test = (REPO / "tests/test_install_from_wheels.py").read_text()
+    for name in try_it_samples():
+        assert f'"{name}"' in install_test, f"tests/test_install_from_wheels.py does not run {name}"
 
 
 def test_a_code_block_without_a_name_is_refused(tmp_path):
@@ -90,26 +108,6 @@ def test_a_code_block_without_a_name_is_refused(tmp_path):
 
 
 # Shell samples ---------------------------------------------------------------------------------
-
-
-def shell_commands(code: str) -> list[list[str]]:
-    """The commands of a shell sample as argument lists: continuations joined, comments dropped,
-    variables the sample sets itself (``TI="..."``) expanded."""
-    variables: dict[str, str] = {}
-    commands = []
-    for line in code.replace("\\\n", " ").splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 1 and re.fullmatch(r"[A-Z_]+=.*", words[0]):
-            name, value = words[0].split("=", 1)
-            variables[name] = value
-            continue
-        expanded: list[str] = []
-        for word in words:
-            name = word[1:]
-            expanded += shlex.split(variables[name]) if word.startswith("$") and name in variables else [word]
-        if expanded:
-            commands.append(expanded)
-    return commands
 
 
 @functools.cache
@@ -138,17 +136,30 @@ def distributions() -> dict[str, str]:
 
 
 def check_requirement(text: str) -> None:
+    """A requirement pip can meet from a package index today, at a version the tests use."""
     requirement = Requirement(text)
     if requirement.name in distributions():
-        version = distributions()[requirement.name]
-        assert requirement.specifier.contains(version), f"{text}: this release is {version}"
-    elif requirement.name == "apache-airflow":
+        wheel = requirement.name.replace("-", "_")
+        raise AssertionError(
+            f"pip names {text!r}, which is on no package index yet: name the wheel dev/build-wheels "
+            f"builds, dist/{wheel}-*.whl"
+        )
+    if requirement.name in ("apache-airflow", "apache-airflow-core"):
         tested = airflow_versions_the_tests_install()
         assert any(requirement.specifier.contains(version) for version in tested), (
             f"{text}: the tests install Airflow {sorted(tested)}"
         )
     else:
-        raise AssertionError(f"pip names {text!r}, which is neither ours nor the Airflow the tests run")
+        locked = locked_versions().get(requirement.name)
+        assert locked is not None, f"pip names {text!r}, which is neither Airflow nor a locked dependency"
+        assert requirement.specifier.contains(locked), f"{text}: the tests run {requirement.name} {locked}"
+
+
+@functools.cache
+def locked_versions() -> dict[str, str]:
+    """The third-party distributions the tests install, and their versions (uv.lock)."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    return {package["name"]: package["version"] for package in lock["package"] if "version" in package}
 
 
 def airflow_versions_the_tests_install() -> set[str]:
@@ -165,19 +176,34 @@ def airflow_versions_the_tests_install() -> set[str]:
 
 
 def check_pip(args: list[str], where: str) -> None:
+    """
+    A pip command that works today. Our distributions are on no package index: an install names them
+    as the wheels dev/build-wheels puts in dist/, never by name. An install of airflow-task-state
+    passes constraints/airflow-3.2.txt: without it pip takes a FastAPI and a Cadwyn with which every
+    task fails. Anything else is an Airflow the tests install or a dependency they lock. The install
+    test then has pip resolve each install line in a real virtualenv.
+    """
     assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
+    constraints, wheels = [], []
     words = iter(args[1:])
     for word in words:
         if word == "-c":  # a constraints file of the repository
-            constraints = next(words)
-            assert (REPO / constraints).is_file(), f"{where}: no constraints file {constraints}"
+            constraints.append(next(words))
+            assert (REPO / constraints[-1]).is_file(), f"{where}: no constraints file {constraints[-1]}"
         elif word.startswith("dist/") and word.endswith(".whl"):  # a wheel dev/build-wheels built
             name = word.removeprefix("dist/").split("-", 1)[0].replace("_", "-")
             assert name in distributions(), f"{where}: {word} is no wheel of this repository"
-        elif args[0] == "uninstall" and word in FORMER_NAMES:
+            wheels.append(name)
+        elif word.startswith("-"):
             continue
-        elif not word.startswith("-"):
+        elif args[0] == "uninstall":  # what is installed goes by its name
+            assert word in distributions() or word in FORMER_NAMES, f"{where}: pip uninstall {word}"
+        else:
             check_requirement(word)
+    if "airflow-task-state" in wheels:
+        assert "constraints/airflow-3.2.txt" in constraints, (
+            f"{where}: an install of airflow-task-state needs -c constraints/airflow-3.2.txt"
+        )
 
 
 # Names our distributions had before, which the pages tell users to uninstall.
@@ -338,7 +364,10 @@ BROKEN_SHELL = [
     "airflow state get k --dag-id d --run-id r --task-id t --output xml",
     "PYTHONPATH=dev uv run python bench/bench_atomic.py --no-such-flag",
     'pip install "airflow-state-redis>=99"',
+    "pip install airflow-state-redis",  # on no package index
+    'pip install "apache-airflow==3.2.2" dist/airflow_task_state-*.whl',  # without the constraints
     "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
+    'pip install "sqlalchemy>=2.1"',  # not the version the tests run
     "export AIRFLOW__STATE__NO_SUCH_OPTION=1",
     "airflow-state-upgrade --drop-tables",
 ]
@@ -348,6 +377,13 @@ SHELL = sorted(name for name, sample in all_samples().items() if sample.lang == 
 @pytest.mark.parametrize("name", SHELL)
 def test_shell_sample(name):
     sample = all_samples()[name]
+    if name in try_it_samples():
+        # Run as written by the install test; here, the commands of ours and pip's are parsed.
+        for words in shell_commands(sample.code):
+            for command in simple_commands(words):
+                if command[0] in ("airflow", "pip"):
+                    check_shell_command(command, sample.where)
+        return
     if name == "rest-api-curl":
         # The first call is Airflow's own /auth/token; the others are ours and must exist.
         check_rest_calls(sample)
@@ -379,6 +415,14 @@ INI = sorted(name for name, sample in all_samples().items() if sample.lang == "i
 def test_ini_sample(name):
     sample = all_samples()[name]
     check_ini(sample.code, sample.where)
+
+
+def test_every_pip_command_of_the_pages_and_readmes_works_today():
+    """In code blocks and in inline code, samples or not, every README of the repository included."""
+    commands = pip_commands()
+    assert len(commands) >= 15, commands  # the pages hold that many: the search finds them
+    for args, where in commands:
+        check_pip(args, where)
 
 
 @pytest.mark.parametrize("code", BROKEN_SHELL)

@@ -7,6 +7,8 @@ database of the test run.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -443,6 +445,34 @@ def test_the_provider_hook_registers_the_group_in_the_real_airflow_command(ti):
     assert missing.returncode == 1
     assert missing.stderr.strip().splitlines()[-1] == "no state stored under key 'nope'"
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.any_database
+def test_what_commands_print_for_scripts_is_alone_on_stdout_at_airflows_log_level(ti, monkeypatch):
+    """
+    Airflow logs INFO to stdout, at its default level (the tests run at WARNING), and importing its
+    models logged alembic 1.20's set-up there: seven lines before the document of `-o json`, in every
+    process. The provider info, read before Airflow configures logging, sets that logger to WARNING;
+    and our commands load quietly, so they print their output alone even with it at INFO.
+    """
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+
+    def run(python: str, *args: str) -> str:
+        command = [sys.executable, "-c", python, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, check=True).stdout
+
+    assert run("from airflow.models import TaskInstance") == ""
+    # The `airflow` command, with alembic's logger put back to INFO after the provider info set it.
+    airflow_as_before = (
+        "import logging, sys\n"
+        "from airflow.__main__ import main\n"
+        "logging.getLogger('alembic.runtime.plugins').setLevel(logging.INFO)\n"
+        "sys.argv[0] = 'airflow'\n"
+        "main()\n"
+    )
+    assert run(airflow_as_before, "state", "increment", "n", *ti) == "1\n"  # n=$(airflow state increment ...)
+    [row] = json.loads(run(airflow_as_before, "state", "get", "n", *ti, "-o", "json"))
+    assert row["value"] == 1
 
 
 # --- versions, expiry, increment ----------------------------------------------------------

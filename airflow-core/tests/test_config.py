@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from airflow.configuration import conf
-from airflow.state import StateConfigurationError, StateUnavailableError, config
+from airflow.state import StateConfigurationError, config
 from airflow.state.state_options import STATE_OPTIONS
 
 # Runs in the SQLite pass only: configuration is read without the metadata database.
@@ -75,49 +75,129 @@ def test_a_size_limit_that_is_not_a_positive_number_names_the_option(monkeypatch
         getattr(config, option)()
 
 
-def test_api_url_falls_back_to_the_execution_api_url(monkeypatch, no_url):
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://ignored:1/")
-    monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://api:8080/execution/")
-    assert config.api_url() == "http://api:8080/state"
-    monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "https://proxy.example/airflow/execution")
-    assert config.api_url() == "https://proxy.example/airflow/state"
+# Each way a deployment tells Airflow where its API server is: ([api] base_url,
+# [core] execution_api_server_url) (None: not set), and where the state API then is.
+SHAPES = {
+    "nothing set: airflow standalone, a first api-server": (None, None, "http://localhost:8080/state"),
+    "base_url, another host": ("https://airflow.example.com", None, "https://airflow.example.com/state"),
+    "base_url, another port": ("http://127.0.0.1:9091", None, "http://127.0.0.1:9091/state"),
+    "base_url with a path, behind a proxy": (
+        "https://example.com/airflow/",
+        None,
+        "https://example.com/airflow/state",
+    ),
+    "relative base_url /": ("/", None, "http://localhost:8080/state"),
+    "relative base_url with a path": ("/airflow", None, "http://localhost:8080/airflow/state"),
+    "execution URL, trailing slash": (None, "http://api:9090/execution/", "http://api:9090/state"),
+    "execution URL, no trailing slash": (None, "http://api:9090/execution", "http://api:9090/state"),
+    "execution URL with a path, which wins over base_url": (
+        "https://ignored.example",
+        "https://proxy.example/airflow/execution/",
+        "https://proxy.example/airflow/state",
+    ),
+}
 
 
-@pytest.mark.parametrize(
-    ("base_url", "expected"),
-    [
-        ("https://airflow.example.com", "https://airflow.example.com/state"),
-        ("https://airflow.example.com/team-a/", "https://airflow.example.com/team-a/state"),
-        # Relative, as Airflow's executors read it: the API server on localhost:8080.
-        ("/", "http://localhost:8080/state"),
-        ("/airflow", "http://localhost:8080/airflow/state"),
-    ],
-)
-def test_api_url_falls_back_to_the_api_base_url_as_airflow_does(monkeypatch, no_url, base_url, expected):
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", base_url)
+def _deploy(monkeypatch, base_url: str | None, execution_url: str | None) -> None:
+    monkeypatch.delenv("AIRFLOW__STATE__API_URL", raising=False)
+    for name, value in (("API__BASE_URL", base_url), ("CORE__EXECUTION_API_SERVER_URL", execution_url)):
+        if value is None:
+            monkeypatch.delenv(f"AIRFLOW__{name}", raising=False)
+        else:
+            monkeypatch.setenv(f"AIRFLOW__{name}", value)
+    assert conf.get("api", "base_url", fallback=None) == base_url  # no airflow.cfg of the tests sets them
+    assert conf.get("core", "execution_api_server_url", fallback=None) == execution_url
+
+
+@pytest.mark.parametrize(("base_url", "execution_url", "expected"), SHAPES.values(), ids=SHAPES.keys())
+def test_api_url_in_each_shape_of_deployment(monkeypatch, base_url, execution_url, expected):
+    _deploy(monkeypatch, base_url, execution_url)
     assert config.api_url() == expected
 
 
-def test_api_url_base_url_fallback_matches_airflows_execution_api_url(monkeypatch, no_url):
-    """The same [api] base_url gives Airflow's Execution API and our state API side by side."""
-    import inspect
+def _execution_api_of_local_executor() -> str:
+    """Where Airflow's LocalExecutor (``airflow standalone``'s) sends a try to the Execution API."""
+    from types import SimpleNamespace
 
-    from airflow.sdk.execution_time import execute_workload
+    from airflow.executors import local_executor
+    from airflow.executors.base_executor import ExecutorConf
+    from airflow.sdk.execution_time import supervisor
 
-    # Airflow builds its default Execution API URL from [api] base_url in this function; we mirror it.
-    assert 'conf.get("api", "base_url", fallback="/")' in inspect.getsource(execute_workload)
-    assert 'f"http://localhost:8080{base_url}"' in inspect.getsource(execute_workload)
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "/sub")
-    assert config.api_url() == "http://localhost:8080/sub/state"
+    called = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(supervisor, "supervise", lambda **kwargs: called.update(kwargs))
+        patch.setattr(local_executor, "setproctitle", lambda *args: None)
+        fields = {"dag_rel_path": "", "bundle_info": None, "token": "", "log_path": None}
+        local_executor._execute_work(
+            None, SimpleNamespace(ti=SimpleNamespace(id="ti"), **fields), ExecutorConf()
+        )
+    return called["server"]
 
 
-def test_api_url_without_any_option_names_them_all(no_url):
-    with pytest.raises(StateConfigurationError) as raised:
-        config.api_url()
-    message = str(raised.value)
-    for option in ("[state] api_url", "[core] execution_api_server_url", "[api] base_url"):
-        assert option in message
-    assert isinstance(raised.value, StateUnavailableError)
+def _execution_api_of_kubernetes_pod() -> str:
+    """Where a KubernetesExecutor pod (``python -m airflow.sdk.execution_time.execute_workload``) sends it."""
+    import airflow.sdk.log
+    import airflow.settings
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.sdk.execution_time import execute_workload, supervisor
+
+    called = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(supervisor, "supervise", lambda **kwargs: called.update(kwargs))
+        patch.setattr(airflow.sdk.log, "configure_logging", lambda **kwargs: None)  # the pod's stdout
+        patch.setattr(airflow.settings, "dispose_orm", lambda **kwargs: None)
+        fields = {"ti": None, "dag_rel_path": "", "bundle_info": None, "token": "", "log_path": None}
+        execute_workload.execute_workload(ExecuteTask.model_construct(**fields))
+    return called["server"]
+
+
+def _execution_api_of_celery_worker() -> str:
+    """Where a Celery worker sends it (the provider's path for Airflow before 3.3)."""
+    import uuid
+    from types import SimpleNamespace
+
+    from airflow.executors.workloads import BundleInfo, ExecuteTask, TaskInstanceDTO
+    from airflow.providers.celery.executors import celery_executor_utils
+    from airflow.sdk.execution_time import supervisor
+
+    ids = {"id": uuid.uuid4(), "dag_version_id": uuid.uuid4(), "dag_id": "d", "run_id": "r", "task_id": "t"}
+    ti = TaskInstanceDTO(**ids, try_number=1, pool_slots=1, queue="default", priority_weight=1)
+    workload = ExecuteTask(
+        ti=ti, dag_rel_path="d.py", bundle_info=BundleInfo(name="b"), token="", log_path=None
+    )
+    called = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(supervisor, "supervise", lambda **kwargs: called.update(kwargs))
+        running = SimpleNamespace(current_task=SimpleNamespace(request=SimpleNamespace(id="celery-task")))
+        patch.setattr(celery_executor_utils, "app", running)
+        celery_executor_utils._execute_workload_pre_3_3(workload.model_dump_json())
+    return called["server"]
+
+
+@pytest.mark.parametrize(
+    "airflow_sends_to",
+    (_execution_api_of_local_executor, _execution_api_of_celery_worker, _execution_api_of_kubernetes_pod),
+)
+@pytest.mark.parametrize(("base_url", "execution_url", "expected"), SHAPES.values(), ids=SHAPES.keys())
+def test_api_url_is_beside_the_execution_api_airflow_itself_uses(
+    monkeypatch, airflow_sends_to, base_url, execution_url, expected
+):
+    """Airflow's own executors, run in each shape, send a try to <base>/execution; ours is <base>/state."""
+    _deploy(monkeypatch, base_url, execution_url)
+    execution_api = airflow_sends_to().rstrip("/")
+    assert execution_api.endswith("/execution")
+    assert config.api_url() == execution_api.removesuffix("/execution") + "/state" == expected
+
+
+def test_api_url_set_wins_over_airflows_urls(monkeypatch):
+    _deploy(monkeypatch, "https://ignored.example", "http://ignored:9090/execution/")
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", " https://state.example/state/ ")
+    assert config.api_url() == "https://state.example/state"
+
+
+def test_api_url_options_set_empty_count_as_not_set(no_url):
+    """``AIRFLOW__API__BASE_URL=`` is no base URL: Airflow's own default, not a relative ``/state``."""
+    assert config.api_url() == "http://localhost:8080/state"
 
 
 def test_in_process_serving_needs_no_key_and_leaves_the_configuration_alone(monkeypatch):

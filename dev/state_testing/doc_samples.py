@@ -10,11 +10,14 @@ Directive blocks (```` ```{toctree} ````, ```` ```{eval-rst} ````) are MyST mark
 from __future__ import annotations
 
 import re
+import shlex
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: The newcomer's page: tests/test_install_from_wheels.py runs every sample of it as written.
+TRY_IT = REPO / "docs" / "try-it.md"
 MARKER = re.compile(r"^\s*<!-- sample: ([a-z0-9-]+) -->\s*$")
 FENCE = re.compile(r"^(\s*)```(\S*)(?:\s.*)?$")
 
@@ -43,6 +46,11 @@ def doc_files() -> list[Path]:
         REPO / "providers" / "redis" / "README.md",
         *sorted((REPO / "docs").glob("*.md")),
     ]
+
+
+#: READMEs whose code blocks are not samples (each distribution's own page on an index); their
+#: install lines are checked all the same (pip_commands).
+OTHER_READMES = (REPO / "shared" / "state" / "README.md", REPO / "upgrade" / "README.md")
 
 
 def samples_in(path: Path) -> list[Sample]:
@@ -86,3 +94,73 @@ def all_samples() -> dict[str, Sample]:
                 raise ValueError(f"sample {sample.name!r} named twice: {first}, {sample.where}")
             by_name[sample.name] = sample
     return by_name
+
+
+def shell_commands(code: str) -> list[list[str]]:
+    """The commands of a shell sample as argument lists: continuations joined, comments dropped,
+    variables the sample sets itself (``TI="..."``) expanded."""
+    variables: dict[str, str] = {}
+    commands = []
+    for line in code.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 1 and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+            name, value = words[0].split("=", 1)
+            variables[name] = value
+            continue
+        expanded: list[str] = []
+        for word in words:
+            name = word[1:]
+            expanded += shlex.split(variables[name]) if word.startswith("$") and name in variables else [word]
+        if expanded:
+            commands.append(expanded)
+    return commands
+
+
+def try_it_samples() -> dict[str, Sample]:
+    """The samples of docs/try-it.md, by name, in the page's order."""
+    return {sample.name: sample for sample in samples_in(TRY_IT)}
+
+
+#: What separates the commands of one shell line.
+_OPERATORS = {"|", "||", "&&", ";"}
+
+
+def simple_commands(words: list[str]) -> list[list[str]]:
+    """The commands of one shell line (``a && b | c``: a, b and c)."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _OPERATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [command for command in commands if command]
+
+
+def _pip_args(command: list[str]) -> list[str] | None:
+    """The arguments of a pip command (``pip ...`` or ``.../python -m pip ...``), else None."""
+    if command[0] == "pip":
+        return command[1:]
+    if Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "pip"]:
+        return command[3:]
+    return None
+
+
+def pip_commands() -> list[tuple[list[str], str]]:
+    """
+    Every pip command of the pages and READMEs, in code blocks and in inline code, as (its
+    arguments, where it is): ``(["install", "-c", "constraints/airflow-3.2.txt", ...], "docs/x.md")``.
+    """
+    found = []
+    for path in (*doc_files(), *OTHER_READMES):
+        text = path.read_text()
+        blocks = re.findall(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```", text, re.M | re.S)
+        spans = re.findall(r"`([^`\n]*\bpip (?:install|uninstall)\b[^`\n]*)`", text)
+        for code in [textwrap.dedent(block) for block in blocks] + spans:
+            for line in code.replace("\\\n", " ").splitlines():
+                if not re.search(r"\bpip (install|uninstall)\b", line):
+                    continue
+                for command in simple_commands(shlex.split(line, comments=True)):
+                    args = _pip_args(command)
+                    if args is not None:
+                        found.append((args, str(_shown(path))))
+    return found

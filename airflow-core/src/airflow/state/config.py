@@ -114,23 +114,32 @@ def retired_api_secret_is_set() -> bool:
 
 
 def api_url() -> str:
-    """Where workers reach the state API: as ``[state] api_url``'s description says."""
+    """Where workers reach the state API: ``[state] api_url``, else beside Airflow's Execution API."""
     configured = _state_option("api_url").strip()
     if configured:
         return configured.rstrip("/")
+    return api_server_url() + URL_PREFIX
+
+
+#: Where Airflow's task processes look for the API server when nothing says otherwise.
+DEFAULT_API_SERVER = "http://localhost:8080"
+
+
+def api_server_url() -> str:
+    """
+    The API server as Airflow's own task processes find it (LocalExecutor, Celery and Kubernetes
+    workers alike): ``[core] execution_api_server_url`` without its trailing ``/execution``; else
+    ``[api] base_url``; a relative base_url, or none, is on ``http://localhost:8080``, which is what
+    ``airflow standalone`` and a newcomer's ``airflow api-server`` serve.
+    """
     execution = (conf.get("core", "execution_api_server_url", fallback="") or "").strip().rstrip("/")
     if execution:
-        base = execution[: -len("/execution")] if execution.endswith("/execution") else execution
-        return base + URL_PREFIX
-    base_url = (conf.get("api", "base_url", fallback="") or "").strip()
-    if base_url:
-        if base_url.startswith("/"):
-            base_url = "http://localhost:8080" + base_url
-        return base_url.rstrip("/") + URL_PREFIX
-    raise StateConfigurationError(
-        "Cannot find the state API: set [state] api_url (e.g. http://api-server:8080/state), "
-        "[core] execution_api_server_url or [api] base_url"
-    )
+        return execution.removesuffix("/execution")
+    # Airflow reads an unset base_url as "/"; an empty one (AIRFLOW__API__BASE_URL=) is unset too.
+    base_url = (conf.get("api", "base_url", fallback="") or "").strip() or "/"
+    if base_url.startswith("/"):
+        base_url = DEFAULT_API_SERVER + base_url
+    return base_url.rstrip("/")
 
 
 # --- the [workers] settings shared with Airflow's Execution API client ----------------------------

@@ -8,12 +8,18 @@ it imports nothing from Airflow, and the storage's reset hook only when Airflow 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from airflow.state.state_options import STATE_OPTIONS
 
 
 def get_provider_info() -> dict[str, Any]:
+    # alembic 1.20 logs seven "setup plugin ..." lines at INFO when Airflow's models first import it,
+    # and Airflow 3.2 logs INFO to stdout: they came before the document of every `-o json`. Airflow
+    # asks for this info before it configures logging, which keeps the level of a logger it does not
+    # name; a logging config that names the logger still decides.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     # The earliest code of ours that runs in every `airflow` command: the place to say that Airflow
     # 3.3 was installed over this distribution (see overinstall).
     from airflow.state.overinstall import warn_if_airflow_installed_over_us

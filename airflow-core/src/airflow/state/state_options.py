@@ -51,10 +51,12 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         sensitive=True,
     ),
     "api_url": _option(
-        "Base URL of the state API as workers reach it. Not set: ``[core] execution_api_server_url``\n"
-        "with ``/state`` in place of its trailing ``/execution``; if that is not set either,\n"
-        "``[api] base_url`` plus ``/state`` (``http://localhost:8080`` in front of a relative\n"
-        "base_url), the way Airflow finds its Execution API.\n",
+        "Base URL of the state API as workers reach it. Not set: beside Airflow's Execution API,\n"
+        "found as Airflow's task processes find it: ``[core] execution_api_server_url`` with\n"
+        "``/state`` in place of its trailing ``/execution``; if that is not set either,\n"
+        "``[api] base_url`` plus ``/state``, on ``http://localhost:8080`` when base_url is\n"
+        "relative or not set (as with ``airflow standalone``). Set it only when workers reach\n"
+        "the state API by another address than the Execution API.\n",
         example="http://airflow-api-server:8080/state",
     ),
     "max_value_bytes": _option(

@@ -3,12 +3,15 @@
 external managers), the provider's CLI hook (``"cli"`` in ``provider_info``).
 
 Airflow imports this module during provider discovery, while it is still initialising: it imports
-only ``airflow.cli.cli_config``, and the commands are loaded when run (``lazy_load_command``).
+only ``airflow.cli.cli_config``, and the commands are imported when run (``_imported_when_run``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from airflow.cli.cli_config import (
@@ -18,7 +21,6 @@ from airflow.cli.cli_config import (
     ActionCommand,
     Arg,
     GroupCommand,
-    lazy_load_command,
 )
 
 #: Airflow's map_index and asset id columns are 32-bit: a larger number names nothing, and SQLite
@@ -156,6 +158,29 @@ SCOPE_HELP = (
 )
 
 
+def _imported_when_run(import_path: str) -> Callable[[argparse.Namespace], None]:
+    """
+    The command at *import_path*, imported when it runs, as ``lazy_load_command`` would, but with
+    logs and warnings held back during the import unless ``--verbose`` (as reads hold them back
+    while they run): importing Airflow's models can log, and Airflow logs to stdout, where what a
+    command prints for scripts (``-o json``, ``export``, ``increment``) must stand alone.
+    """
+    module, _, name = import_path.rpartition(".")
+
+    def run(args: argparse.Namespace) -> None:
+        from airflow.utils.cli import suppress_logs_and_warning
+
+        @suppress_logs_and_warning
+        def load(_: argparse.Namespace) -> None:
+            importlib.import_module(module)
+
+        load(argparse.Namespace(verbose=getattr(args, "verbose", False)))
+        getattr(sys.modules[module], name)(args)
+
+    run.__name__ = name
+    return run
+
+
 def _command(name: str, function: str, help: str, args: tuple[Arg, ...], description: str) -> ActionCommand:
     return ActionCommand(
         name=name,
@@ -163,7 +188,7 @@ def _command(name: str, function: str, help: str, args: tuple[Arg, ...], descrip
         # The commands that name one task instance or asset say how; export and import do not.
         description=f"{description}\n\n{SCOPE_HELP}" if ARG_DAG_ID in args else description,
         # Imported when run, not here: Airflow reads this module while it starts (see above).
-        func=lazy_load_command(f"airflow.state.cli.{function}"),
+        func=_imported_when_run(f"airflow.state.cli.{function}"),
         args=args,
     )
 
