@@ -121,14 +121,14 @@ def test_a_commit_whose_reply_is_lost_then_answered_503_has_an_unknown_outcome(
     from airflow.state import StateOutcomeUnknownError, get_state_backend, task_scope
     from airflow.state.api.credentials import issue_credential
     from airflow.state.api.signing_keys import signing_key
-    from airflow_shared.state import COMMIT_KEY
+    from airflow_shared.state import commit_records_scope
     from state_testing.proxy import DroppingProxy, autocommit_engine_through_a_proxy
 
     claims = exercise_ti  # its try succeeded: it may commit
     scope = task_scope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
     backend = get_state_backend()
-    for key in ("rows_loaded", COMMIT_KEY):  # no commit of this try applied yet
-        backend.delete(scope, key)
+    backend.delete(scope, "rows_loaded")
+    backend.delete(commit_records_scope(scope), claims.ti_id)  # no commit of this try applied yet
     for name, value in _FAST_RETRIES.items():
         monkeypatch.setenv(name, value)
     # Long enough for the database to be gone before the first retry (see fail_over below).
@@ -168,5 +168,116 @@ def test_a_commit_whose_reply_is_lost_then_answered_503_has_an_unknown_outcome(
         assert isinstance(error, StateOutcomeUnknownError), repr(error)
         assert "503 database_unavailable" in str(error), error  # the retries met the failover
     finally:
-        for key in ("rows_loaded", COMMIT_KEY):
-            backend.delete(scope, key)
+        backend.delete(scope, "rows_loaded")
+        backend.delete(commit_records_scope(scope), claims.ti_id)
+
+
+# --- what the API server knows of a write whose database reply was lost ---
+
+
+def _client_for(server, monkeypatch) -> client.StateClient:
+    """A StateClient of a fresh task instance that talks to *server* (an httpx handler) with a credential."""
+    for name, value in _FAST_RETRIES.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state-api.test/state")
+    ti = types.SimpleNamespace(id=uuid.uuid4(), task_id="counting", task=types.SimpleNamespace())
+    state_client = client.StateClient(ti)
+    http = httpx.Client(base_url=state_client.base_url, transport=httpx.MockTransport(server))
+    monkeypatch.setitem(client._clients, (os.getpid(), state_client.base_url, False), http)
+    far = time.monotonic() + 3600
+    monkeypatch.setitem(client._credentials, (os.getpid(), str(ti.id)), client._Credential("t", far, far))
+    return state_client
+
+
+def _unavailable(*, outcome_unknown: bool = False) -> httpx.Response:
+    detail = {"reason": "database_unavailable", "message": "the metadata database cannot be reached"}
+    if outcome_unknown:
+        detail["outcome_unknown"] = True
+    return httpx.Response(503, json={"detail": detail})
+
+
+@pytest.mark.any_database
+def test_a_write_the_database_never_ran_is_sent_again_even_an_increment(monkeypatch):
+    """A 503 database_unavailable without outcome_unknown says the write was not applied: an
+    increment during a database restart is sent again, not reported as of unknown outcome."""
+    answers = iter([_unavailable(), httpx.Response(200, json={"value": 1})])
+    sent = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return next(answers)
+
+    state_client = _client_for(server, monkeypatch)
+    response = state_client.request("POST", "/task-instances/x/increment", idempotent=False, json={"by": 1})
+    assert (response.status_code, len(sent)) == (200, 2)
+
+
+@pytest.mark.any_database
+def test_a_write_whose_database_reply_was_lost_has_an_unknown_outcome_whatever_later_attempts_answer(
+    monkeypatch,
+):
+    from airflow.state import StateOutcomeUnknownError
+
+    answers = iter([_unavailable(outcome_unknown=True), _unavailable(), _unavailable()])
+    state_client = _client_for(lambda request: next(answers), monkeypatch)
+    with pytest.raises(StateOutcomeUnknownError, match="may or may not have been applied"):
+        state_client.request("POST", "/task-instances/x/staged/commit", json={})
+    # Not idempotent: not sent again at all.
+    answers = iter([_unavailable(outcome_unknown=True)])
+    with pytest.raises(StateOutcomeUnknownError, match="may or may not have been applied"):
+        state_client.request("POST", "/task-instances/x/increment", idempotent=False, json={"by": 1})
+
+
+@pytest.mark.skipif(
+    "config.getoption('--db') == 'sqlite'",
+    reason="SQLite has no server whose reply can be lost",
+)
+def test_a_commit_whose_database_reply_is_lost_then_answered_503_has_an_unknown_outcome(
+    api, exercise_ti, monkeypatch, caplog
+):
+    """
+    The API server sends the commit's COMMIT, the database commits it, and the reply is lost
+    between them; the database then fails over, so every retry is answered 503. The API server's
+    first answer says the outcome is unknown, and the task's log must not say "NONE applied".
+    """
+    from airflow.state import StateOutcomeUnknownError, get_state_backend, task_scope
+    from airflow.state.api.credentials import issue_credential
+    from airflow.state.api.signing_keys import signing_key
+    from airflow_shared.state import commit_records_scope
+    from state_testing.proxy import airflow_sessions_through_a_proxy
+
+    claims = exercise_ti
+    scope = task_scope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
+    backend = get_state_backend()
+    backend.delete(scope, "rows_loaded")
+    backend.delete(commit_records_scope(scope), claims.ti_id)  # no commit of this try applied yet
+    for name, value in _FAST_RETRIES.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(client, "_clients", {})
+    far = time.monotonic() + 3600
+    credential = client._Credential(issue_credential(claims, signing_key()), far, far)
+    monkeypatch.setattr(client, "_credentials", {(os.getpid(), claims.ti_id): credential})
+    ti = types.SimpleNamespace(
+        id=uuid.UUID(claims.ti_id), task_id=claims.task_id, task=types.SimpleNamespace()
+    )
+
+    with airflow_sessions_through_a_proxy() as database, _served(api.app) as port:
+        monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{port}")
+
+        def fail_over() -> None:
+            database.dropped.wait(timeout=60)
+            database.close()
+
+        threading.Thread(target=fail_over, name="fail-over", daemon=True).start()
+        database.arm(b"COMMIT")
+        told = _succeed_after_staging(ti, monkeypatch, caplog)
+        assert database.dropped.is_set(), "the proxy never lost the COMMIT's reply"
+
+    try:
+        assert int(backend.get(scope, "rows_loaded")) == 100, "the database did not commit it"
+        _assert_not_reported_as_never_applied(told)
+        assert told.exc_info is not None
+        assert isinstance(told.exc_info[1], StateOutcomeUnknownError), repr(told.exc_info[1])
+    finally:
+        backend.delete(scope, "rows_loaded")
+        backend.delete(commit_records_scope(scope), claims.ti_id)

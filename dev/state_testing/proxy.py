@@ -103,3 +103,29 @@ def autocommit_engine_through_a_proxy() -> Iterator[DroppingProxy]:
         settings.SQL_ALCHEMY_CONN = direct
         _engine._cached = None
         proxy.close()
+
+
+@contextmanager
+def airflow_sessions_through_a_proxy() -> Iterator[DroppingProxy]:
+    """
+    Sessions made by Airflow's ``create_session`` (what a write of several statements and a staged
+    commit run in) connect through a :class:`DroppingProxy` while the block runs, one connection each.
+    """
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.orm import scoped_session, sessionmaker
+    from sqlalchemy.pool import NullPool
+
+    url = make_url(settings.SQL_ALCHEMY_CONN)
+    proxy = DroppingProxy(url.host or "127.0.0.1", url.port or 0)
+    engine = create_engine(url.set(host="127.0.0.1", port=proxy.port), poolclass=NullPool)
+    direct = settings.Session
+    settings.Session = scoped_session(sessionmaker(bind=engine, expire_on_commit=False))
+    try:
+        yield proxy
+    finally:
+        settings.Session.remove()
+        settings.Session = direct
+        engine.dispose()
+        proxy.close()

@@ -57,6 +57,11 @@ NEVER_EXPIRES = "never"
 
 KEY_PARAMETER = "key"
 
+# Set (true) in the body of a 503 ``database_unavailable`` when the server lost its database
+# connection after sending the write: the write may have been applied. A client that retries the
+# request then reports an unknown outcome if no later attempt is answered.
+OUTCOME_UNKNOWN_FIELD = "outcome_unknown"
+
 # The handshake that gives a task process its credential (see airflow.state.worker.handshake): the
 # task's supervisor writes the proof among the rendered fields, then the task redeems it (POST);
 # a running try renews its credential before it expires (POST, with the credential).

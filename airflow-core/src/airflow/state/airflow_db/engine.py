@@ -25,19 +25,22 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow import settings
 from airflow.configuration import conf
 from airflow.state import config
 from airflow.utils.orm_event_handlers import setup_event_handlers
+from airflow.utils.session import create_session
 from sqlalchemy import Select, event
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, StatementError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine, Executable
     from sqlalchemy.engine import Dialect
+    from sqlalchemy.orm import Session
     from sqlalchemy.sql.compiler import SQLCompiler
 
 
@@ -70,6 +73,8 @@ class _Compiled:
             if (convert := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         }
         columns = statement.selected_columns if isinstance(statement, Select) else ()
+        #: Whether the statement changes anything (what a lost reply may leave applied).
+        self.writes = not isinstance(statement, Select)
         self._from_driver = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
@@ -143,20 +148,23 @@ class _AutocommitEngine:
     def execute(self, statement: Executable, values: dict[str, Any], idempotent: bool) -> Outcome:
         compiled = compiled_for(statement, self._dialect)
         parameters = compiled.parameters(values)
+        lost_after_sending: _Lost | None = None  # a write the server may have run, its reply lost
         for last in (False, True):
             try:
                 return self._run(compiled, parameters, idempotent)
             except _Lost as lost:
-                if lost.sent and not idempotent:
-                    raise StatementOutcomeUnknownError(
-                        compiled.sql,
-                        parameters,
-                        lost.driver_error,
-                        hide_parameters=True,
-                        connection_invalidated=True,
-                    ) from lost.error
+                if lost.sent and compiled.writes:
+                    lost_after_sending = lost
+                if (lost.sent and not idempotent) or (last and lost_after_sending):
+                    raise _outcome_unknown(compiled.sql, parameters, lost) from lost.error
                 if last:
                     raise lost.error from lost.__cause__
+            except DBAPIError as error:
+                # Sent again after its reply was lost, and refused now (the server is gone): the
+                # first attempt may still have been applied.
+                if lost_after_sending is not None and is_unavailable(error):
+                    raise _outcome_unknown(compiled.sql, parameters, lost_after_sending) from error
+                raise
         raise AssertionError("unreachable")
 
     def _run(self, compiled: _Compiled, parameters: Any, idempotent: bool) -> Outcome:
@@ -220,6 +228,31 @@ def _served_before(connection: Any) -> bool:
     served = connection.info.get(_SERVED, False)
     connection.info[_SERVED] = True
     return served
+
+
+def _outcome_unknown(sql: str, parameters: Any, lost: _Lost) -> StatementOutcomeUnknownError:
+    return StatementOutcomeUnknownError(
+        sql, parameters, lost.driver_error, hide_parameters=True, connection_invalidated=True
+    )
+
+
+@contextmanager
+def committing_session() -> Iterator[Session]:
+    """
+    Airflow's ``create_session`` (committed at the end, rolled back when the block raises), for a
+    write of several statements; the connection lost while its COMMIT is in flight raises
+    :class:`StatementOutcomeUnknownError`: the server may have committed it.
+    """
+    with create_session() as session:
+        yield session
+        try:
+            session.commit()
+        except DBAPIError as error:
+            if not is_unavailable(error):
+                raise
+            raise StatementOutcomeUnknownError(
+                "COMMIT", None, error.orig or error, hide_parameters=True, connection_invalidated=True
+            ) from error
 
 
 class _Lost(Exception):

@@ -10,7 +10,7 @@ from airflow.api_fastapi.compat import HTTP_422_UNPROCESSABLE_CONTENT
 from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 from airflow.state.exceptions import StateConfigurationError
 from airflow.state.manage import NotFound
-from airflow.state.protocol import Reason
+from airflow.state.protocol import OUTCOME_UNKNOWN_FIELD, Reason
 from airflow_shared.state import StateCapabilityError, StateConflictError
 from fastapi import HTTPException, Request, Response, status
 from fastapi.encoders import jsonable_encoder
@@ -138,11 +138,15 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     if not is_unavailable(error):
         raise error
     if isinstance(error, StatementOutcomeUnknownError):
-        # Still 503: the database is what failed. Clients send such requests (an increment, a
-        # conditional write) as not idempotent and do not retry them on a 503.
-        message = str(error)
-    else:
-        message = f"the metadata database cannot be reached ({type(error).__name__}); retry later"
+        # Still 503: the database is what failed. The write may have been applied: the client must
+        # not take a later attempt's answer for this one's (it says so if none is answered).
+        return _answer(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            Reason.DATABASE_UNAVAILABLE,
+            str(error),
+            **{OUTCOME_UNKNOWN_FIELD: True},
+        )
+    message = f"the metadata database cannot be reached ({type(error).__name__}); retry later"
     return _answer(status.HTTP_503_SERVICE_UNAVAILABLE, Reason.DATABASE_UNAVAILABLE, message)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow.state.airflow_db.engine import committing_session
 from airflow.state.metastore import cleanup as _cleanup
 from airflow.state.metastore import listing
 from airflow.state.metastore import operations as op
 from airflow.state.metastore.operations import Work, adrive, drive
 from airflow.state.metastore.statements import WRITE_PATHS, WritePath
-from airflow.utils.session import create_session
 from airflow_shared.state import BaseStateBackend, StagedCommit
 
 if TYPE_CHECKING:
@@ -99,8 +99,8 @@ class MetastoreStateBackend(BaseStateBackend):
         """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
         if session is not None:
             return super().apply_commit(commit, session=session)
-        # create_session commits at the end, and rolls everything back when a write raises.
-        with create_session() as own:
+        # Committed at the end; everything is rolled back when a write raises.
+        with committing_session() as own:
             return super().apply_commit(commit, session=own)
 
     # The listings run as ordinary queries on a session, and the clean-up on sessions of its own

@@ -20,12 +20,18 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
 
 from airflow._shared.timezones import timezone
-from airflow.state.airflow_db.engine import Outcome, autocommit_engine, compiled_for, execute
+from airflow.state.airflow_db.engine import (
+    Outcome,
+    autocommit_engine,
+    committing_session,
+    compiled_for,
+    execute,
+)
 from airflow.state.exceptions import StateConflictError
 from airflow.state.metastore import statements
 from airflow.state.metastore.listing import entry
 from airflow.state.metastore.statements import WritePath
-from airflow.utils.session import create_session, create_session_async
+from airflow.utils.session import create_session_async
 from airflow_shared.state import (
     StateCapabilityError,
     StateEntry,
@@ -456,8 +462,8 @@ def _run_write(
     if chosen == "returning":
         return execute(write.returning, operation.values, idempotent=operation.idempotent)
     if write.read_back is not None:
-        # Two statements, so one transaction (create_session commits it, or rolls it back).
-        with create_session() as own:
+        # Two statements, so one transaction (committed, or rolled back when a statement fails).
+        with committing_session() as own:
             return _write_in_session(write, operation.values, own.connection(), chosen)
     written = execute(write.last_insert_id, operation.values, idempotent=operation.idempotent)
     return _last_insert_id_reply(write, operation.values, written.rowcount, written.last_insert_id)

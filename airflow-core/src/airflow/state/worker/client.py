@@ -5,9 +5,10 @@ The first call of a task process proves which task instance it runs (see
 :mod:`airflow.state.worker.handshake`) and gets a credential for that try, which later calls send
 and renew. Connection errors and 5xx answers are retried as Airflow retries its Execution API calls
 (the ``[workers] execution_api_retr*`` options), so a state call survives an API server restart;
-an increment or a conditional write only when it surely never reached the server (applied twice, a
-counter counts twice, a conditional write conflicts with itself), otherwise ``StateUnavailableError``
-says the outcome is unknown. Other errors fail at once, dispatched on the ``reason`` the server
+an increment or a conditional write only when it surely was not applied (applied twice, a counter
+counts twice, a conditional write conflicts with itself): it never reached the server, or the
+server says its database never ran it. Otherwise ``StateOutcomeUnknownError`` says the outcome is
+unknown, as it does for any request of which an attempt may have been applied. Other errors fail at once, dispatched on the ``reason`` the server
 gives, never on message text.
 
 Under ``dag.test()`` the client serves the same app in-process (no API server, no handshake).
@@ -43,6 +44,7 @@ from airflow.state.protocol import (
     CREDENTIALS_PATH,
     IF_VERSION_PARAMETER,
     KEY_PARAMETER,
+    OUTCOME_UNKNOWN_FIELD,
     PROOF_SCHEME,
     Reason,
 )
@@ -185,8 +187,10 @@ class StateClient:
             else:
                 if not _retryable(response):
                     return response
-                if not idempotent:
-                    raise _outcome_unknown(method, path, _answered(response))
+                if _may_have_applied(response):
+                    if not idempotent:
+                        raise _outcome_unknown(method, path, _answered(response))
+                    may_have_reached = True
                 if last and may_have_reached:
                     # An earlier attempt's reply was lost: what this one answers (a 503 while the
                     # database fails over) says nothing about whether that one was applied.
@@ -353,6 +357,16 @@ def _outcome_unknown(
 def _answered(response: httpx.Response) -> str:
     reason, message = _reason(response)
     return f"{response.status_code} {reason or ''}: {message}"
+
+
+def _may_have_applied(response: httpx.Response) -> bool:
+    """
+    Whether a 5xx answer leaves open that the request was applied: only the state API's own
+    ``database_unavailable`` says it was not, unless it says the database lost its reply too.
+    """
+    if _reason(response)[0] != Reason.DATABASE_UNAVAILABLE:
+        return True  # a proxy's 502, or a server error in the middle of the request
+    return response.json()["detail"].get(OUTCOME_UNKNOWN_FIELD) is True
 
 
 def _retryable(response: httpx.Response) -> bool:
