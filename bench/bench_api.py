@@ -79,11 +79,11 @@ def wait_until_running(deployment) -> dict:
 
 
 def run(args, ti: dict, credential: str) -> None:
-    from airflow.state import codec
-    from airflow.state.metastore import MetastoreStateBackend
-    from airflow.state.protocol import TASK_VALUE_PATH, TASK_VALUES_PATH
-    from airflow.state.worker import client as state_client
     from airflow_shared.state import TaskScope
+    from airflow_task_state import codec
+    from airflow_task_state.metastore import MetastoreStateBackend
+    from airflow_task_state.protocol import TASK_VALUE_PATH, TASK_VALUES_PATH
+    from airflow_task_state.worker import client as state_client
 
     # What StateClient reads of the running task instance.
     running = SimpleNamespace(**ti)  # id, dag_id, run_id, task_id, map_index, try_number

@@ -95,8 +95,8 @@ def contention(backend, scope, processes: int, increments: int) -> tuple[float, 
 
 def run(args, redis_url: str | None) -> None:
     from airflow import settings
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow_shared.state import TaskScope
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     create_dag_run("bench", "run")
     # The metastore finds the dag run itself; Redis keys on the run's incarnation.

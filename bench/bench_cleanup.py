@@ -63,8 +63,8 @@ def fill(rows: int) -> float:
 
 def load(stop, out) -> None:
     """Read and write live keys of another task until *stop* is set; send the latencies (ms)."""
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow_shared.state import TaskScope
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     backend, scope = MetastoreStateBackend(), TaskScope("bench", "run", "live_task")
     reads, writes = [], []
@@ -103,8 +103,8 @@ def percentiles(latencies: list[float]) -> str:
 
 def run(args) -> None:
     from airflow._shared.timezones import timezone
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow_shared.state import TaskScope
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     create_dag_run("bench", "run")
     backend = MetastoreStateBackend()

@@ -30,10 +30,10 @@ def main() -> None:
 
 
 def run(args, redis_url: str) -> None:
-    from airflow.state import task_scope
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow_shared.state import BaseStateBackend
     from airflow_state_redis import RedisStateBackend
+    from airflow_task_state import task_scope
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     create_dag_run("bench", "run")
     scope = task_scope("bench", "run", "task")

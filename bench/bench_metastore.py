@@ -43,9 +43,9 @@ def main() -> None:
 
 def run(args) -> None:
     from airflow import settings
-    from airflow.state.metastore import MetastoreStateBackend
-    from airflow.state.metastore import statements as sql
     from airflow_shared.state import TaskScope
+    from airflow_task_state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import statements as sql
 
     create_dag_run("bench", "run")
     scope = TaskScope("bench", "run", "task")
@@ -116,7 +116,7 @@ def run(args) -> None:
 
 def compare_write_paths(args, scope) -> None:
     """RETURNING against LAST_INSERT_ID on the same server, rounds alternating between them."""
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     paths = {path: MetastoreStateBackend(write_path=path) for path in ("returning", "last_insert_id")}
     batch = {f"batch_{n}": "v" for n in range(10)}

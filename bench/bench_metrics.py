@@ -40,10 +40,10 @@ def main() -> None:
 
 
 def run(args) -> None:
-    from airflow.state.metastore import MetastoreStateBackend
-    from airflow.state.metrics import ensure_stats_configured, measured
     from airflow_shared.state import TaskScope
     from airflow_shared.state.testing import MemoryStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
+    from airflow_task_state.metrics import ensure_stats_configured, measured
 
     ensure_stats_configured()
     create_dag_run("bench", "run")

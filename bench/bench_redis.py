@@ -26,9 +26,9 @@ def main() -> None:
 
 def run(args, redis_url: str) -> None:
     import redis
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow_shared.state import TaskScope
     from airflow_state_redis import RedisStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     create_dag_run("bench", "run")
     # The metastore finds the dag run itself; Redis keys on the run's incarnation.

@@ -149,7 +149,7 @@ def p50_p99(samples: list[float]) -> tuple[float, float]:
 class Scale:
     def __init__(self, db: str, args, deployment, ti: dict, credential: str) -> None:
         from airflow import settings
-        from airflow.state.metastore import MetastoreStateBackend
+        from airflow_task_state.metastore import MetastoreStateBackend
 
         self.db, self.args, self.deployment, self.ti, self.credential = db, args, deployment, ti, credential
         self.engine = settings.engine
@@ -486,10 +486,10 @@ class Scale:
         return seconds, time.perf_counter() - start
 
     def measure_api(self) -> dict[str, float]:
-        from airflow.state import codec
-        from airflow.state.protocol import TASK_VALUE_PATH
-        from airflow.state.worker import client as state_client
         from airflow_shared.state import TaskScope
+        from airflow_task_state import codec
+        from airflow_task_state.protocol import TASK_VALUE_PATH
+        from airflow_task_state.worker import client as state_client
 
         ti = self.ti
         client = state_client.StateClient(SimpleNamespace(**ti))
@@ -519,8 +519,8 @@ class Scale:
     # -- the plans ----------------------------------------------------------------------------
 
     def explain(self) -> None:
-        from airflow.state.metastore import statements as sql
         from airflow_shared.state import TaskScope
+        from airflow_task_state.metastore import statements as sql
 
         dialect = self.engine.dialect
         now = datetime.now(UTC)

@@ -16,7 +16,7 @@ each in a fresh task process, that
 
 3.3.2's store is reached as its task code reaches it, ``context["task_state_store"]`` (each call a
 message to the supervisor, which calls the Execution API); this project's through
-``airflow.state.task_state``. Runs alternate between the sides (``--rounds`` runs each, the first
+``airflow_task_state.task_state``. Runs alternate between the sides (``--rounds`` runs each, the first
 side swapped every round), so drift on the machine hits both alike. Medians: the first call over
 all task processes of a side, the others over the per-process medians.
 
@@ -56,7 +56,7 @@ HUNDRED_REPEATS = 5
 OFFSETS = {{f"partition-{{p}}": p * 1000 for p in range(100)}}
 
 try:
-    from airflow.state import task_state  # this project (Airflow 3.2)
+    from airflow_task_state import task_state  # this project (Airflow 3.2)
 except ImportError:  # Airflow 3.3's own airflow.state has no task_state
     task_state = None
 

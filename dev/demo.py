@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import airflow.state.example_dags as example_dags
+import airflow_task_state.example_dags as example_dags
 import httpx
 from state_testing.deployment import Deployment, airflow_deployment
 

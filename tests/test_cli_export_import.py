@@ -20,15 +20,15 @@ from airflow._shared.timezones.timezone import utcnow
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.models.taskinstance import TaskInstance
-from airflow.state import codec, task_scope
-from airflow.state.cli import export_command
-from airflow.state.configured_backend import get_state_backend, reset_state_backend
-from airflow.state.metastore import MetastoreStateBackend
 from airflow.utils.session import create_session
 from airflow.utils.state import DagRunState
 from airflow.utils.types import DagRunType
 from airflow_shared.state import CLI_WRITER, AssetScope, BaseStateBackend, StateScope, StateWriter, TaskScope
 from airflow_shared.state._memory import MemoryStateBackend
+from airflow_task_state import codec, task_scope
+from airflow_task_state.cli import export_command
+from airflow_task_state.configured_backend import get_state_backend, reset_state_backend
+from airflow_task_state.metastore import MetastoreStateBackend
 from sqlalchemy import delete, insert, update
 
 REDIS = "airflow_state_redis.RedisStateBackend"

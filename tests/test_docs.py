@@ -245,8 +245,8 @@ def check_uv_run(args: list[str]) -> None:
 @functools.cache
 def known_options() -> dict[str, set[str]]:
     """Options of the sections we own, as Airflow's provider manager reads them."""
-    from airflow.state.provider_info import get_provider_info as core_info
     from airflow_state_redis.provider_info import get_provider_info as redis_info
+    from airflow_task_state.provider_info import get_provider_info as core_info
 
     sections = {**core_info()["config"], **redis_info()["config"]}
     return {name: set(section["options"]) for name, section in sections.items()}
@@ -346,7 +346,7 @@ def check_shell_command(words: list[str], where: str) -> None:
 
 def check_rest_calls(sample: Sample) -> None:
     """The curl calls name routes of the plugin's app, with their methods."""
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
     from starlette.routing import Match
 
     app = create_app()
@@ -434,7 +434,7 @@ def test_a_broken_shell_sample_fails(code):
 
 def test_a_broken_ini_sample_fails():
     with pytest.raises(AssertionError, match="no option"):
-        check_ini("[state]\nbakend = airflow.state.metastore.MetastoreStateBackend\n", "broken")
+        check_ini("[state]\nbakend = airflow_task_state.metastore.MetastoreStateBackend\n", "broken")
 
 
 # Options named in the text ---------------------------------------------------------------------

@@ -28,8 +28,8 @@ DAG_ID = "docs_samples"
 # What the samples take from their surroundings: the reader's own functions and assets.
 STAND_INS = """
 from airflow.sdk import Asset, BaseOperator
-from airflow.state.example_dags import simulated_jobs
-from airflow.state.example_dags.simulated_jobs import SimulatedJobTrigger
+from airflow_task_state.example_dags import simulated_jobs
+from airflow_task_state.example_dags.simulated_jobs import SimulatedJobTrigger
 
 ORDERS = Asset("docs_orders")
 EVENTS = Asset("docs_events")
@@ -198,7 +198,7 @@ def docs_dag_run(tmp_path_factory):
 
 @pytest.fixture
 def backend():
-    from airflow.state.metastore.backend import MetastoreStateBackend
+    from airflow_task_state.metastore.backend import MetastoreStateBackend
 
     return MetastoreStateBackend()
 

@@ -350,7 +350,7 @@ def _airflow33_state_store_imports(
 ) -> subprocess.CompletedProcess[str]:
     """Whether Airflow 3.3's default state store backend can be imported in the environment."""
     return subprocess.run(
-        [str(venv.python), "-c", "from airflow.state.metastore import MetastoreBackend"],
+        [str(venv.python), "-c", "from airflow_task_state.metastore import MetastoreBackend"],
         env=env,
         capture_output=True,
         text=True,

@@ -20,7 +20,7 @@ def test_demo_shows_the_crash_the_retry_the_reconnect_and_the_state_kept(db_kind
     result = subprocess.run([demo], capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     out = result.stdout
-    assert "[state] backend = airflow.state.metastore.MetastoreStateBackend" in out
+    assert "[state] backend = airflow_task_state.metastore.MetastoreStateBackend" in out
     job = re.search(r"attempt=1: Submitted job (app_\w+)", out).group(1)
     assert "attempt=1: Simulating a worker crash: SIGKILL" in out
     assert f"attempt=2: Reconnecting to job {job}" in out

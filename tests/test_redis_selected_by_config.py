@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from airflow.state import get_state_backend, resolve_state_backend
-from airflow.state.configured_backend import reset_state_backend
+from airflow_task_state import get_state_backend, resolve_state_backend
+from airflow_task_state.configured_backend import reset_state_backend
 
 # What Airflow makes of our package and settings, whatever database it uses: the SQLite pass only.
 pytestmark = pytest.mark.any_database
@@ -39,7 +39,7 @@ def test_task_code_on_redis_keeps_every_key_and_a_recreated_run_starts_empty(red
     import importlib.util
     from pathlib import Path
 
-    from airflow.state import task_scope
+    from airflow_task_state import task_scope
     from state_testing.airflow_cli import run_airflow
 
     dags = Path(__file__).parents[1] / "airflow-core" / "tests" / "dags"

@@ -9,9 +9,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from airflow.state import get_state_backend, task_scope
-from airflow.state.configured_backend import reset_state_backend
 from airflow_shared.state import COMMIT_KEY, AssetScope, StagedCommit, StagedOp, StagedWrite
+from airflow_task_state import get_state_backend, task_scope
+from airflow_task_state.configured_backend import reset_state_backend
 from sqlalchemy import select
 from state_testing.airflow_cli import run_airflow
 

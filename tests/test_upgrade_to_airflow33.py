@@ -303,7 +303,7 @@ def _iso(text: str | None) -> datetime | None:
 
 def test_airflow_33_reads_every_key_back_equal(upgrade: Upgrade, setup32: Setup, db_kind: str):
     read = read_back_33(upgrade, setup32)
-    assert read["backend"] == "airflow.state.metastore.MetastoreBackend"
+    assert read["backend"] == "airflow_task_state.metastore.MetastoreBackend"
     wrong = []
     for item, (value, row) in zip(setup32.expected["task"], read["task"], strict=True):
         if value is None or json.loads(value) != item["value"]:

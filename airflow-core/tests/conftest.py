@@ -75,6 +75,6 @@ def make_asset(unique) -> Iterator[Callable[[int], int]]:
 
 @pytest.fixture
 def backend():
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     return MetastoreStateBackend()

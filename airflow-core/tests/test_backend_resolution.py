@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from airflow.state import get_state_backend, resolve_state_backend
-from airflow.state.configured_backend import reset_state_backend
-from airflow.state.metastore import MetastoreStateBackend
 from airflow_shared.state import BaseStateBackend
+from airflow_task_state import get_state_backend, resolve_state_backend
+from airflow_task_state.configured_backend import reset_state_backend
+from airflow_task_state.metastore import MetastoreStateBackend
 
 # Runs in the SQLite pass only: which class [state] backend names does not depend on the metadata database.
 pytestmark = pytest.mark.any_database
@@ -56,9 +56,9 @@ def test_default_is_the_metastore():
 def test_default_is_the_one_the_provider_info_declares(monkeypatch):
     """Without provider configuration loaded, the default still comes from the provider info."""
     from airflow.configuration import conf
-    from airflow.state.state_options import STATE_OPTIONS
+    from airflow_task_state.state_options import STATE_OPTIONS
 
-    assert STATE_OPTIONS["backend"]["default"] == "airflow.state.metastore.MetastoreStateBackend"
+    assert STATE_OPTIONS["backend"]["default"] == "airflow_task_state.metastore.MetastoreStateBackend"
     monkeypatch.setattr(conf, "get", lambda section, key, fallback=None, **kwargs: fallback)
     assert resolve_state_backend() is MetastoreStateBackend
     monkeypatch.setitem(STATE_OPTIONS["backend"], "default", f"{__name__}.CountingBackend")

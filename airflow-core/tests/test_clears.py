@@ -17,15 +17,15 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from airflow.state import manage
-from airflow.state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
-from airflow.state.api.first_credential import claims_granted_for_proof
-from airflow.state.cli.formats import count
-from airflow.state.exceptions import StateConfigurationError
-from airflow.state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
-from airflow.state.metastore import MetastoreStateBackend
-from airflow.state.protocol import PROOF_FIELD, proof
 from airflow_shared.state import TaskScope
+from airflow_task_state import manage
+from airflow_task_state.airflow_db.clears import ArchivedTry, discard_boundary, pending_try
+from airflow_task_state.api.first_credential import claims_granted_for_proof
+from airflow_task_state.cli.formats import count
+from airflow_task_state.exceptions import StateConfigurationError
+from airflow_task_state.keep_choice import KEEP_FIELD, KeepTaskState, parse_keep_choice
+from airflow_task_state.metastore import MetastoreStateBackend
+from airflow_task_state.protocol import PROOF_FIELD, proof
 from sqlalchemy import select, text, update
 from state_testing.airflow_cli import run_airflow
 from test_state_api import TEST_DAGS, api, session_key
@@ -369,8 +369,8 @@ def test_map_indexes_are_decided_each_on_its_own_tries(run_id):
 
 @pytest.mark.parametrize(("chosen", "kept"), [({}, []), ({KEEP_FIELD: "always"}, ["job"])])
 def test_under_dag_test_the_in_process_credential_discards_the_same(instance, chosen, kept):
-    from airflow.state.airflow_db.first_touch import discard_what_a_clear_left
     from airflow.utils.session import create_session
+    from airflow_task_state.airflow_db.first_touch import discard_what_a_clear_left
 
     instance.write("job")
     instance.cleared()
@@ -387,7 +387,7 @@ def test_redeeming_a_proof_decides_who_is_asking_and_removes_nothing(instance):
     Authentication only says who is asking: the proof alone leaves what the clear left in place.
     The step that grants the try its first credential removes it, before the credential exists.
     """
-    from airflow.state.api.proofs import claims_for_proof
+    from airflow_task_state.api.proofs import claims_for_proof
 
     instance.write("job")  # by try 1, which succeeded
     instance.cleared()
@@ -518,7 +518,7 @@ def test_a_recorded_choice_that_is_no_choice_follows_the_default_and_breaks_noth
 
 
 def test_a_misconfigured_default_says_what_to_set(keep_by_default):
-    from airflow.state import config
+    from airflow_task_state import config
 
     keep_by_default("sometimes")
     with pytest.raises(StateConfigurationError, match=r"\[state\] keep_task_state is 'sometimes'.*'never'"):
@@ -534,7 +534,7 @@ def test_a_misconfigured_default_says_what_to_set(keep_by_default):
 
 def test_a_tasks_attribute_travels_as_a_rendered_field_and_a_bad_one_is_refused():
     from airflow.sdk.bases.operator import BaseOperator
-    from airflow.state.worker.handshake import keep_choice_field
+    from airflow_task_state.worker.handshake import keep_choice_field
 
     class Resumable(BaseOperator):
         keep_task_state = "never"
@@ -631,7 +631,7 @@ def operator_token(monkeypatch) -> dict[str, str]:
 
 
 def test_the_operators_api_writes_a_key_it_reported_absent(instance, operator_token):
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
     from fastapi.testclient import TestClient
 
     _cleared_with_a_counter(instance)

@@ -112,8 +112,8 @@ def test_a_progress_line_wider_than_the_terminal_is_still_rewritten_in_place(mon
     import struct
     import termios
 
-    from airflow.state.cli.export_command import _Tally
-    from airflow.state.cli.progress import Progress
+    from airflow_task_state.cli.export_command import _Tally
+    from airflow_task_state.cli.progress import Progress
 
     monkeypatch.setenv("COLUMNS", "80")
     terminal, side = pty.openpty()

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from airflow._shared.timezones.timezone import utcnow
 from airflow.models.taskinstance import TaskInstance
-from airflow.state import get_state_backend, manage, task_scope
-from airflow.state.cli.definition import STATE_COMMANDS
-from airflow.state.configured_backend import reset_state_backend
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, BaseStateBackend, StateWriter
 from airflow_shared.state._memory import MemoryStateBackend
+from airflow_task_state import get_state_backend, manage, task_scope
+from airflow_task_state.cli.definition import STATE_COMMANDS
+from airflow_task_state.configured_backend import reset_state_backend
 from sqlalchemy import delete, insert
 from state_testing.airflow_cli import run_airflow
 

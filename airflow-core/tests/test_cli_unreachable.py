@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from airflow.state.configured_backend import reset_state_backend
 from airflow_shared.state import BaseStateBackend
 from airflow_shared.state._memory import MemoryStateBackend
+from airflow_task_state.configured_backend import reset_state_backend
 from state_testing.airflow_cli import run_airflow
 
 pytestmark = pytest.mark.any_database

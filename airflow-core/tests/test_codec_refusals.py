@@ -1,5 +1,5 @@
 """
-The value codec (airflow.state.codec), which the task side (set, set_many, stage), the state APIs
+The value codec (airflow_task_state.codec), which the task side (set, set_many, stage), the state APIs
 and the CLI use: a value comes back as it was stored, or is refused saying what was wrong.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from airflow.state import codec
+from airflow_task_state import codec
 
 # Pure code, no database: it runs once, in the SQLite pass.
 pytestmark = pytest.mark.any_database

@@ -1,11 +1,11 @@
-"""Every setting is read in airflow.state.config, with the defaults the provider info declares."""
+"""Every setting is read in airflow_task_state.config, with the defaults the provider info declares."""
 
 from __future__ import annotations
 
 import pytest
 from airflow.configuration import conf
-from airflow.state import StateConfigurationError, config
-from airflow.state.state_options import STATE_OPTIONS
+from airflow_task_state import StateConfigurationError, config
+from airflow_task_state.state_options import STATE_OPTIONS
 
 # Runs in the SQLite pass only: configuration is read without the metadata database.
 pytestmark = pytest.mark.any_database
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.any_database
 @pytest.fixture(autouse=True)
 def _no_process_key(monkeypatch):
     """Each test starts without the in-process key, and leaves none behind for later tests."""
-    from airflow.state.api import signing_keys
+    from airflow_task_state.api import signing_keys
 
     monkeypatch.setattr(signing_keys, "_process_key", None)
 
@@ -28,7 +28,7 @@ def no_url(monkeypatch):
 
 def test_defaults_come_from_the_provider_info():
     assert config.backend_path() == STATE_OPTIONS["backend"]["default"]
-    assert config.backend_path() == "airflow.state.metastore.MetastoreStateBackend"
+    assert config.backend_path() == "airflow_task_state.metastore.MetastoreStateBackend"
     assert config.max_value_bytes() == int(STATE_OPTIONS["max_value_bytes"]["default"]) == 65536
 
 
@@ -45,6 +45,17 @@ def test_defaults_when_airflow_has_not_loaded_the_providers_configuration(monkey
     # The dict is the one place: change it and the fallback follows (no second literal to drift).
     monkeypatch.setitem(STATE_OPTIONS["max_value_bytes"], "default", "1234")
     assert config.max_value_bytes() == 1234
+
+
+def test_a_backend_configured_by_the_import_path_of_0_7_names_the_same_class(monkeypatch):
+    """0.7 and earlier lived in airflow.state, which is Airflow's own package on 3.3: a deployment's
+    configuration keeps working on both lines."""
+    from airflow_task_state.configured_backend import resolve_state_backend
+    from airflow_task_state.metastore import MetastoreStateBackend
+
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "airflow.state.metastore.MetastoreStateBackend")
+    assert config.backend_path() == "airflow_task_state.metastore.MetastoreStateBackend"
+    assert resolve_state_backend() is MetastoreStateBackend
 
 
 def test_each_option_reads_its_environment_variable(monkeypatch):
@@ -209,10 +220,10 @@ def test_in_process_serving_needs_no_key_and_leaves_the_configuration_alone(monk
     """
     from types import SimpleNamespace
 
-    import airflow.state.plugin  # noqa: F401 (as Airflow loads it: it serves the state API in-process)
-    from airflow.state import StateAccessDeniedError
-    from airflow.state.api.signing_keys import forget_configured_keys
-    from airflow.state.worker import client
+    import airflow_task_state.plugin  # noqa: F401 (as Airflow loads it: it serves the state API in-process)
+    from airflow_task_state import StateAccessDeniedError
+    from airflow_task_state.api.signing_keys import forget_configured_keys
+    from airflow_task_state.worker import client
 
     for option in ("STATE__SESSION_KEY", "API_AUTH__JWT_SECRET", "API_AUTH__JWT_PRIVATE_KEY_PATH"):
         monkeypatch.setenv(f"AIRFLOW__{option}", "")

@@ -153,7 +153,7 @@ def postgres_url(db_kind) -> str:
 @pytest.fixture
 def pooled_engine(monkeypatch):
     """The autocommit engine with a pool, as deployed (the test run disables pooling)."""
-    from airflow.state.airflow_db import engine as _engine
+    from airflow_task_state.airflow_db import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE", str(POOL_SIZE))
@@ -185,7 +185,7 @@ def scope(make_dag_run, unique):
 def test_state_calls_work_again_as_soon_as_postgres_is_back(
     mode, calls_during_restart, postgres_url, pooled_engine, backend, scope
 ):
-    from airflow.state.airflow_db.engine import is_unavailable
+    from airflow_task_state.airflow_db.engine import is_unavailable
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.pool import QueuePool
     from state_testing import dbservers
@@ -258,8 +258,8 @@ def test_statement_errors_do_not_count_as_an_unreachable_database(
     from datetime import UTC, datetime
 
     from airflow import settings
-    from airflow.state.airflow_db.engine import execute, is_unavailable
-    from airflow.state.metastore.models import TaskStateModel
+    from airflow_task_state.airflow_db.engine import execute, is_unavailable
+    from airflow_task_state.metastore.models import TaskStateModel
     from sqlalchemy import insert, text
     from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -308,7 +308,7 @@ def test_a_refused_connection_counts_as_an_unreachable_database(db_kind):
     if db_kind == "sqlite":
         pytest.skip("SQLite has no server to refuse a connection")
     from airflow import settings
-    from airflow.state.airflow_db.engine import is_unavailable
+    from airflow_task_state.airflow_db.engine import is_unavailable
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import OperationalError

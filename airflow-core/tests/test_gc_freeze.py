@@ -6,8 +6,8 @@ import asyncio
 import gc
 
 import pytest
-from airflow.state.api import app as state_app
-from airflow.state.plugin import LazyStateApp
+from airflow_task_state.api import app as state_app
+from airflow_task_state.plugin import LazyStateApp
 
 # Runs in the SQLite pass only: the collector's handling does not depend on the metadata database.
 pytestmark = pytest.mark.any_database

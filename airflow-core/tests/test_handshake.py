@@ -13,9 +13,9 @@ from uuid import UUID
 
 import jwt
 import pytest
-from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
-from airflow.state.api.signing_keys import forget_configured_keys, signing_key
-from airflow.state.protocol import PROOF_FIELD, proof
+from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
+from airflow_task_state.api.signing_keys import forget_configured_keys, signing_key
+from airflow_task_state.protocol import PROOF_FIELD, proof
 from sqlalchemy import select, text
 from test_state_api import api, at, detail, exercise_ti, running, session_key, set_ti_state
 
@@ -348,7 +348,7 @@ def task_client(api, running, monkeypatch):
     """
     from types import SimpleNamespace
 
-    from airflow.state.worker import client, handshake
+    from airflow_task_state.worker import client, handshake
 
     requested: list[str] = []
     send = api.request
@@ -398,7 +398,7 @@ def test_a_first_call_that_finds_no_key_still_brings_the_credential(task_client,
 def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
     task_client, running, monkeypatch
 ):
-    from airflow.state.worker import client
+    from airflow_task_state.worker import client
 
     new_client, requested = task_client
     keys = f"/task-instances/{running.ti_id}/keys"
@@ -416,7 +416,7 @@ def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
     assert requested.count(f"GET {keys} with proof") == 2 and requested.count("SetRenderedFields") == 1
 
     # Once the try has ended, renewal is refused: the credential it holds still reads, never writes.
-    from airflow.state import StateAccessDeniedError
+    from airflow_task_state import StateAccessDeniedError
 
     set_ti_state(running, "success")
     [(cache_key, held)] = client._credentials.items()
@@ -430,7 +430,7 @@ def test_a_running_try_renews_at_half_life_and_re_proves_after_a_key_change(
 
 def test_a_proof_replaced_since_it_was_written_is_written_again(task_client, running):
     """The task runner rewrites the rendered fields after some tasks (overwrite_rtif_after_execution)."""
-    from airflow.state.worker import client
+    from airflow_task_state.worker import client
 
     new_client, requested = task_client
     keys = f"/task-instances/{running.ti_id}/keys"
@@ -445,7 +445,7 @@ def test_an_increment_refused_for_its_proof_is_applied_once_after_the_proof_is_w
     task_client, running
 ):
     """Refused at the door (403 proof_not_found), the request did nothing: sent again, it counts once."""
-    from airflow.state.worker import client, handshake
+    from airflow_task_state.worker import client, handshake
 
     new_client, requested = task_client
     keys = f"/task-instances/{running.ti_id}/keys"

@@ -16,15 +16,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import airflow.state
+import airflow_task_state
 import pytest
 
 # Runs in the SQLite pass only: the import graph is read from the source.
 pytestmark = pytest.mark.any_database
 
-PACKAGE = Path(airflow.state.__file__).parent
+PACKAGE = Path(airflow_task_state.__file__).parent
 
-# Each module's layer: the first folder or module under airflow/state that names one.
+# Each module's layer: the first folder or module under airflow_task_state that names one.
 LAYERS = {
     "airflow_db": 0,
     "metastore": 1,
@@ -42,29 +42,31 @@ FLOOR = 0  # every other module beside __init__
 
 
 def _layer(module: str) -> tuple[str, int]:
-    part = module.split(".")[2] if module.count(".") >= 2 else "__init__"
+    part = module.split(".")[1] if module.count(".") >= 1 else "__init__"
     return part, LAYERS.get(part, FLOOR)
 
 
 def _imports(path: Path) -> list[tuple[int, str, bool]]:
-    """(line, module, names the package face) of every import of airflow.state in *path*."""
+    """(line, module, names the package face) of every import of airflow_task_state in *path*."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("airflow.state"):
-            if node.module == "airflow.state":
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("airflow_task_state"):
+            if node.module == "airflow_task_state":
                 for alias in node.names:
                     face = not (PACKAGE / alias.name).is_dir() and not (PACKAGE / f"{alias.name}.py").exists()
-                    found.append((node.lineno, f"airflow.state.{alias.name}", face))
+                    found.append((node.lineno, f"airflow_task_state.{alias.name}", face))
             else:
                 found.append((node.lineno, node.module, False))
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name, False) for a in node.names if a.name.startswith("airflow.state.")]
+            found += [
+                (node.lineno, a.name, False) for a in node.names if a.name.startswith("airflow_task_state.")
+            ]
     return found
 
 
 def _modules() -> list[tuple[str, Path]]:
     return [
-        ("airflow.state." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts), path)
+        ("airflow_task_state." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts), path)
         for path in sorted(PACKAGE.rglob("*.py"))
     ]
 
@@ -107,7 +109,9 @@ def test_modules_of_the_package_import_defining_modules_not_the_package_face():
 def test_the_checks_see_a_crossing(tmp_path):
     # The walk finds imports at any depth, and the layer table places both sides of a crossing.
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from airflow.state.api.app import create_app\n")
-    assert _imports(probe) == [(2, "airflow.state.api.app", False)]
-    assert _layer("airflow.state.worker.client")[1] == _layer("airflow.state.api.app")[1] == 3
-    assert _layer("airflow.state.airflow_db.engine")[1] < _layer("airflow.state.metastore.backend")[1]
+    probe.write_text("def f():\n    from airflow_task_state.api.app import create_app\n")
+    assert _imports(probe) == [(2, "airflow_task_state.api.app", False)]
+    assert _layer("airflow_task_state.worker.client")[1] == _layer("airflow_task_state.api.app")[1] == 3
+    assert (
+        _layer("airflow_task_state.airflow_db.engine")[1] < _layer("airflow_task_state.metastore.backend")[1]
+    )

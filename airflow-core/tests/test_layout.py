@@ -18,10 +18,10 @@ PROBE = """
 import json, sys
 import airflow.sdk
 before = set(sys.modules)
-import airflow.state.plugin
-import airflow.state.resumable
-import airflow.state.worker.client
-from airflow.state import asset_state, task_state
+import airflow_task_state.plugin
+import airflow_task_state.resumable
+import airflow_task_state.worker.client
+from airflow_task_state import asset_state, task_state
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
@@ -30,13 +30,13 @@ def test_the_worker_side_imports_neither_fastapi_nor_the_orm_nor_server_code():
     loaded = json.loads(
         subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     )
-    assert "airflow.state.worker.accessors" in loaded  # the probe really imported the worker side
+    assert "airflow_task_state.worker.accessors" in loaded  # the probe really imported the worker side
     heavy = [
         name
         for name in loaded
         if name.split(".")[0] in ("fastapi", "starlette", "a2wsgi")
         or name.startswith(
-            ("airflow.state.api", "airflow.state.metastore", "airflow.models", "sqlalchemy.orm")
+            ("airflow_task_state.api", "airflow_task_state.metastore", "airflow.models", "sqlalchemy.orm")
         )
     ]
     assert heavy == []

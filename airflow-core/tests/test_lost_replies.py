@@ -33,8 +33,8 @@ def scope(make_dag_run, unique):
 
 def stored(scope, key):
     """What is stored, read on a direct connection (Airflow's own engine, not the proxy)."""
-    from airflow.state.metastore import MetastoreStateBackend
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     with create_session() as session:
         return MetastoreStateBackend().get_versioned(scope, key, session=session)
@@ -53,7 +53,7 @@ def losing_the_reply(proxy, call):
 
 def assert_outcome_unknown(outcome: object) -> None:
     assert type(outcome).__name__ == "StatementOutcomeUnknownError", repr(outcome)
-    from airflow.state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
+    from airflow_task_state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 
     assert isinstance(outcome, StatementOutcomeUnknownError)
     assert "may or may not have been applied" in str(outcome)

@@ -33,7 +33,7 @@ def statements_on(engine):
 @contextmanager
 def autocommit_statements():
     """Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events)."""
-    from airflow.state.airflow_db.engine import _AutocommitEngine
+    from airflow_task_state.airflow_db.engine import _AutocommitEngine
 
     seen: list[str] = []
     run = _AutocommitEngine._run
@@ -70,7 +70,7 @@ def set_in_a_session(backend, scope, key, value):
 
 
 def test_set_without_a_dag_run_fails_and_writes_nothing(backend, unique):
-    from airflow.state.metastore.models import TaskStateModel
+    from airflow_task_state.metastore.models import TaskStateModel
 
     orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
     with pytest.raises(ValueError, match="No DagRun found"):
@@ -132,7 +132,7 @@ def test_bad_input_never_reaches_the_database(backend, scope):
 
 
 def test_updated_by_try_and_updated_at_are_recorded(backend, scope):
-    from airflow.state.metastore.models import TaskStateModel
+    from airflow_task_state.metastore.models import TaskStateModel
 
     backend.set_by_try(scope, "k", "from try 2", try_number=2)
     (row,) = [r for r in stored_rows(TaskStateModel) if r.dag_id == scope.dag_id]
@@ -147,7 +147,7 @@ def test_updated_by_try_and_updated_at_are_recorded(backend, scope):
 
 
 def test_async_writes_record_the_writing_try_too(backend, scope, make_asset):
-    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+    from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 
     asyncio.run(backend.aset_by_try(scope, "k", "from try 3", try_number=3))
     asyncio.run(backend.aset_by_try(scope, "other", "from outside a task", try_number=None))
@@ -173,8 +173,8 @@ def test_orm_sessions_fill_updated_at_on_insert_and_update(make_dag_run, make_as
     from datetime import timedelta
 
     from airflow._shared.timezones import timezone
-    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 
     dag_run_id = make_dag_run(f"dag_{unique}", "run")
     asset_id = make_asset(1)
@@ -239,8 +239,8 @@ def test_a_callers_session_is_joined_and_not_committed(backend, scope):
 
 def test_deleting_the_dag_run_deletes_its_task_state(backend, make_dag_run, unique):
     from airflow.models.dagrun import DagRun
-    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import TaskStateModel
 
     gone_id = make_dag_run(f"dag_{unique}", "gone")
     make_dag_run(f"dag_{unique}", "kept")
@@ -258,8 +258,8 @@ def test_deleting_the_dag_run_deletes_its_task_state(backend, make_dag_run, uniq
 
 def test_deleting_the_asset_deletes_its_asset_state(backend, make_asset):
     from airflow.models.asset import AssetModel
-    from airflow.state.metastore.models import AssetStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import AssetStateModel
 
     gone, kept = make_asset(1), make_asset(2)
     for asset_id in (gone, kept):
@@ -326,7 +326,7 @@ def test_keys_differing_only_by_trailing_space_stay_apart(backend, scope):
 @pytest.fixture
 def pooled_engine(monkeypatch):
     """The tests run without pooling; this test needs the pool a deployment has."""
-    from airflow.state.airflow_db import engine as _engine
+    from airflow_task_state.airflow_db import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setattr(_engine, "_cached", None)
@@ -339,7 +339,7 @@ def test_the_state_engine_pool_has_its_own_size(monkeypatch, db_kind):
     """[state] database_pool_size, not Airflow's [database] sql_alchemy_pool_size; overflow is Airflow's."""
     if db_kind == "sqlite":
         pytest.skip("Airflow gives SQLite no pool size")
-    from airflow.state.airflow_db import engine as _engine
+    from airflow_task_state.airflow_db import engine as _engine
 
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED", "True")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE", "3")
@@ -436,7 +436,7 @@ def test_a_failing_statement_raises_a_sqlalchemy_error_that_hides_its_parameters
     backend, scope, pooled_engine
 ):
     """Stored values may be secrets: SQLAlchemy must not list them in error messages and logs."""
-    from airflow.state.airflow_db.engine import execute
+    from airflow_task_state.airflow_db.engine import execute
     from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError
 
@@ -478,8 +478,8 @@ def test_every_write_is_one_statement_that_returns_the_new_version(backend, scop
 
 
 def test_a_refused_conditional_write_costs_one_select_and_writes_nothing(backend, scope):
-    from airflow.state.exceptions import StateConflictError
     from airflow_shared.state import VersionedValue
+    from airflow_task_state.exceptions import StateConflictError
 
     backend.write(scope, "k", "first")
     backend.write(scope, "k", "second")
@@ -570,8 +570,8 @@ def test_increment_of_a_missing_dag_run_or_asset_says_so(backend, unique):
 
 
 def test_writers_are_stored_in_their_columns(backend, scope, make_asset):
-    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
     from airflow_shared.state import API_WRITER, StateWriter
+    from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 
     writer = StateWriter.task_try("etl", "manual__1", "load", 4, 3)
     backend.write(scope, "k", "1", writer=writer)
@@ -600,7 +600,7 @@ def test_expired_rows_stay_until_cleanup_and_an_overwrite_continues_their_versio
     from datetime import timedelta
 
     from airflow._shared.timezones import timezone
-    from airflow.state.metastore.models import AssetStateModel, TaskStateModel
+    from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 
     past = timezone.utcnow() - timedelta(seconds=1)
     asset = AssetScope(make_asset(1))
@@ -697,7 +697,7 @@ def test_batches_of_every_size_round_trip(backend, scope, size):
 
 
 def test_set_many_without_a_dag_run_or_asset_fails_and_writes_nothing(backend, unique):
-    from airflow.state.metastore.models import TaskStateModel
+    from airflow_task_state.metastore.models import TaskStateModel
 
     orphan = TaskScope(f"dag_{unique}", "no_such_run", "task")
     with pytest.raises(ValueError, match="No DagRun found"):
@@ -757,7 +757,7 @@ def test_set_many_records_the_writer_and_expiry_of_every_key(backend, scope, mak
 def test_an_operator_reading_one_key_sends_one_statement_in_a_scope_of_10000_keys(backend, scope, make_asset):
     """`manage.entry` (REST GET of a key, `airflow state get/delete`, each import row) reads one row."""
     from airflow import settings
-    from airflow.state import manage
+    from airflow_task_state import manage
 
     asset = AssetScope(make_asset(1))
     for target in (scope, asset):

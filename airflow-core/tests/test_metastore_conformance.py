@@ -18,13 +18,13 @@ class TestMetastoreConformance(StateBackendConformance):
 
     @pytest.fixture
     def backend(self):
-        from airflow.state.metastore import MetastoreStateBackend
+        from airflow_task_state.metastore import MetastoreStateBackend
 
         return MetastoreStateBackend()
 
     @pytest.fixture
     def make_task_scope(self, make_dag_run, unique):
-        from airflow.state.airflow_db.run_identity import task_scope
+        from airflow_task_state.airflow_db.run_identity import task_scope
 
         dag_id = f"conformance_{unique}"
 
@@ -39,10 +39,10 @@ class TestMetastoreConformance(StateBackendConformance):
     def recreate_dag_run(self, make_dag_run) -> Iterator:
         """Really delete the dag_run row (its task_state goes by cascade) and insert it again."""
         from airflow.models.dagrun import DagRun
-        from airflow.state.airflow_db.run_identity import task_scope
         from airflow.utils.session import create_session
         from airflow.utils.state import DagRunState
         from airflow.utils.types import DagRunType
+        from airflow_task_state.airflow_db.run_identity import task_scope
         from sqlalchemy import delete
 
         recreated: set[tuple[str, str]] = set()

@@ -35,7 +35,7 @@ def _write_path(request, db_kind, monkeypatch) -> None:
 
 
 def _backend():
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     return MetastoreStateBackend(write_path=WRITE_PATH)  # type: ignore[arg-type]
 
@@ -48,7 +48,7 @@ def count(scope: StateScope, operations: int, barrier: Any, out: Any, n: int) ->
 
 def append(scope: StateScope, appends: int, barrier: Any, out: Any, n: int) -> None:
     """What task_state.update(key, fn) does: read, change, write only over the version read."""
-    from airflow.state.exceptions import StateConflictError
+    from airflow_task_state.exceptions import StateConflictError
 
     backend = _backend()
     barrier.wait()
@@ -69,7 +69,7 @@ def append(scope: StateScope, appends: int, barrier: Any, out: Any, n: int) -> N
 
 def contend(scope: StateScope, rounds: int, barrier: Any, out: Any, n: int) -> None:
     """Each round every process reads the same version, then all write over it at once."""
-    from airflow.state.exceptions import StateConflictError
+    from airflow_task_state.exceptions import StateConflictError
 
     backend = _backend()
     results = []

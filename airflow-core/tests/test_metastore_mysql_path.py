@@ -40,7 +40,7 @@ class TestLastInsertIdPathConformance(test_metastore_conformance.TestMetastoreCo
 
     @pytest.fixture
     def backend(self):
-        from airflow.state.metastore import MetastoreStateBackend
+        from airflow_task_state.metastore import MetastoreStateBackend
 
         return MetastoreStateBackend(write_path="last_insert_id")
 
@@ -74,7 +74,7 @@ class TestLastInsertIdPathConformance(test_metastore_conformance.TestMetastoreCo
 
 def _mysql_statements() -> dict[str, str]:
     """Every write of the ``last_insert_id`` path, compiled by SQLAlchemy's MySQL dialect."""
-    from airflow.state.metastore import statements
+    from airflow_task_state.metastore import statements
 
     dialect = mysql.dialect()
     compiled = {}
@@ -102,7 +102,7 @@ def test_the_mysql_path_uses_no_returning_and_no_session_variable(name):
 
 @pytest.mark.any_database
 def test_the_mysql_path_compiles_for_mysql_only():
-    from airflow.state.metastore import statements
+    from airflow_task_state.metastore import statements
 
     upsert = statements.for_scope(TaskScope("d", "r", "t"), "last_insert_id").upsert
     for dialect in (postgresql.dialect(), sqlite.dialect()):
@@ -127,7 +127,7 @@ def test_the_mysql_path_compiles_for_mysql_only():
 )
 def test_the_write_path_follows_the_server_the_dialect_reports(url, server, mariadb, expected):
     """What SQLAlchemy's dialect learns from the server on connecting picks the path, not configuration."""
-    from airflow.state.metastore.operations import write_path
+    from airflow_task_state.metastore.operations import write_path
     from sqlalchemy import create_engine
 
     dialect = create_engine(url).dialect
@@ -139,7 +139,7 @@ def test_the_write_path_follows_the_server_the_dialect_reports(url, server, mari
 
 @pytest.mark.any_database
 def test_a_write_path_not_known_is_refused_with_the_choices():
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     with pytest.raises(ValueError, match="returning, last_insert_id, or None to follow the server"):
         MetastoreStateBackend(write_path="insert_returning")  # type: ignore[arg-type]
@@ -147,8 +147,8 @@ def test_a_write_path_not_known_is_refused_with_the_choices():
 
 def test_the_server_of_the_run_picks_its_path(db_kind):
     """MariaDB 10.5+ (the run's) keeps RETURNING: one statement whose reply has the row."""
-    from airflow.state.airflow_db.engine import autocommit_engine
-    from airflow.state.metastore.operations import _autocommit_dialect, write_path
+    from airflow_task_state.airflow_db.engine import autocommit_engine
+    from airflow_task_state.metastore.operations import _autocommit_dialect, write_path
 
     dialect = _autocommit_dialect()
     assert dialect is autocommit_engine().dialect
@@ -160,7 +160,7 @@ def test_the_server_of_the_run_picks_its_path(db_kind):
 
 @pytest.fixture
 def mysql_path_backend(on_mariadb):
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     return MetastoreStateBackend(write_path="last_insert_id")
 
@@ -204,7 +204,7 @@ def test_a_refused_increment_is_told_from_an_insert_by_one(mysql_path_backend, t
 
 
 def test_expired_keys_are_replaced_and_report_their_new_version(mysql_path_backend, task):
-    from airflow.state.metastore.operations import _now
+    from airflow_task_state.metastore.operations import _now
 
     backend = mysql_path_backend
     soon = _now() + timedelta(milliseconds=300)

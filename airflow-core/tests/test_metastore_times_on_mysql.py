@@ -16,7 +16,7 @@ from test_metastore import scope  # noqa: F401  (the fixture)
 
 @pytest.fixture(params=["returning", "last_insert_id"])
 def backend(request, db_kind):
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     if request.param == "last_insert_id" and db_kind != "mysql":
         pytest.skip("the last_insert_id path runs on MySQL/MariaDB only")
@@ -80,7 +80,7 @@ def server_time_zone_behind_utc(db_kind):
     settings.engine.dispose()
     if settings.async_engine is not None:
         settings.async_engine.sync_engine.dispose()
-    from airflow.state.airflow_db.engine import autocommit_engine
+    from airflow_task_state.airflow_db.engine import autocommit_engine
 
     autocommit_engine().dispose()
     yield

@@ -70,7 +70,7 @@ def _reset_stats() -> None:
 @pytest.fixture
 def statsd(monkeypatch) -> Iterator[StatsdReceiver]:
     """[metrics] statsd_on, pointing at a receiver of this test; the configured backend rebuilt."""
-    from airflow.state.configured_backend import reset_state_backend
+    from airflow_task_state.configured_backend import reset_state_backend
 
     receiver = StatsdReceiver()
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
@@ -87,7 +87,7 @@ def statsd(monkeypatch) -> Iterator[StatsdReceiver]:
 
 @pytest.fixture
 def memory_backend(statsd, monkeypatch):
-    from airflow.state import get_state_backend
+    from airflow_task_state import get_state_backend
 
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", MEMORY)
     return get_state_backend()
@@ -185,8 +185,8 @@ def test_conflicts_refusals_and_cleanup_are_counted(statsd, memory_backend):
 
 def test_influxdb_tags_carry_backend_operation_and_reason(statsd, memory_backend, monkeypatch):
     """StatsD with tags (``statsd_influxdb_enabled``) tells the backend, operation and reason."""
-    from airflow.state import get_state_backend
-    from airflow.state.configured_backend import reset_state_backend
+    from airflow_task_state import get_state_backend
+    from airflow_task_state.configured_backend import reset_state_backend
 
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", "True")
     _reset_stats()
@@ -201,7 +201,7 @@ def test_influxdb_tags_carry_backend_operation_and_reason(statsd, memory_backend
 
 
 def test_a_failing_store_is_counted_as_failed(statsd):
-    from airflow.state.metrics import measured
+    from airflow_task_state.metrics import measured
 
     class Down(MemoryStateBackend):
         def get(self, scope, key, *, session=None):
@@ -215,14 +215,14 @@ def test_a_failing_store_is_counted_as_failed(statsd):
 
 
 def _configure_stats_now() -> None:
-    from airflow.state.metrics import ensure_stats_configured
+    from airflow_task_state.metrics import ensure_stats_configured
 
     ensure_stats_configured()
 
 
 def test_metrics_off_returns_the_bare_backend_and_sends_nothing(statsd, monkeypatch):
-    from airflow.state import get_state_backend
-    from airflow.state.configured_backend import unwrap_state_backend
+    from airflow_task_state import get_state_backend
+    from airflow_task_state.configured_backend import unwrap_state_backend
 
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "False")
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", MEMORY)
@@ -234,8 +234,8 @@ def test_metrics_off_returns_the_bare_backend_and_sends_nothing(statsd, monkeypa
 
 
 def test_the_wrapper_declares_the_capabilities_and_unwraps(memory_backend):
-    from airflow.state.configured_backend import unwrap_state_backend
-    from airflow.state.metrics import MeasuredStateBackend, measured
+    from airflow_task_state.configured_backend import unwrap_state_backend
+    from airflow_task_state.metrics import MeasuredStateBackend, measured
 
     assert isinstance(memory_backend, MeasuredStateBackend)
     assert type(unwrap_state_backend(memory_backend)) is MemoryStateBackend
@@ -253,9 +253,9 @@ def test_the_wrapper_declares_the_capabilities_and_unwraps(memory_backend):
 
 def test_the_configured_metastore_is_measured(statsd, make_asset):
     """The default backend on the database of the run, measured as deployed."""
-    from airflow.state import get_state_backend
-    from airflow.state.configured_backend import unwrap_state_backend
-    from airflow.state.metastore import MetastoreStateBackend
+    from airflow_task_state import get_state_backend
+    from airflow_task_state.configured_backend import unwrap_state_backend
+    from airflow_task_state.metastore import MetastoreStateBackend
 
     backend = get_state_backend()
     assert isinstance(unwrap_state_backend(backend), MetastoreStateBackend)
@@ -276,7 +276,7 @@ class TestMeasuredBackendConforms(StateBackendConformance):
 
     @pytest.fixture
     def backend(self, statsd):
-        from airflow.state.metrics import ensure_stats_configured, measured
+        from airflow_task_state.metrics import ensure_stats_configured, measured
 
         ensure_stats_configured()
         return measured(MemoryStateBackend())
@@ -288,7 +288,7 @@ class TestMeasuredBackendIsTransparent(StateBackendWrapperConformance):
 
     @pytest.fixture
     def wrap(self, statsd):
-        from airflow.state.metrics import ensure_stats_configured, measured
+        from airflow_task_state.metrics import ensure_stats_configured, measured
 
         ensure_stats_configured()
         return measured

@@ -19,7 +19,7 @@ from state_testing.airflow_cli import run_airflow
 STATE_TABLES = {"task_state", "asset_state"}
 FIRST = "b7d3e1a90112"
 HEAD = "c4a8f2d60113"
-VERSIONS = Path(__file__).parents[1] / "src/airflow/state/metastore/migrations/versions"
+VERSIONS = Path(__file__).parents[1] / "src/airflow_task_state/metastore/migrations/versions"
 MIGRATIONS = [
     VERSIONS / "0112_3_3_0_add_task_state_and_asset_state.py",
     VERSIONS / "0113_3_3_0_add_versions_expiry_and_writers.py",
@@ -45,7 +45,7 @@ def state_revision() -> str | None:
 def schema_differences() -> list:
     """What Alembic sees between the live tables and the ORM models (our tables only)."""
     from airflow import settings
-    from airflow.state.metastore.models import metadata
+    from airflow_task_state.metastore.models import metadata
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
@@ -60,8 +60,8 @@ def schema_differences() -> list:
 
 
 def test_chain_is_0112_then_0113_and_0113_is_the_head():
-    from airflow.state.metastore.db_manager import StateDBManager
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.db_manager import StateDBManager
 
     with create_session() as session:
         script = StateDBManager(session).get_script_object()
@@ -85,9 +85,9 @@ def test_the_migrations_import_no_model(migration):
         "import importlib.util, sys; "
         f"spec = importlib.util.spec_from_file_location('migration', {str(migration)!r}); "
         "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
-        "print(sorted(m for m in sys.modules if m.startswith('airflow.state.metastore.models')))"
+        "print(sorted(m for m in sys.modules if m.startswith('airflow_task_state.metastore.models')))"
     )
-    # (Importing Airflow loads our provider info, so airflow.state itself is there anyway.)
+    # (Importing Airflow loads our provider info, so airflow_task_state itself is there anyway.)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
     imported = {
@@ -96,7 +96,7 @@ def test_the_migrations_import_no_model(migration):
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     }
-    assert not {name for name in imported if name and name.startswith("airflow.state")}
+    assert not {name for name in imported if name and name.startswith("airflow_task_state")}
 
 
 def _migration_tables() -> sa.MetaData:
@@ -137,7 +137,7 @@ def _migration_tables() -> sa.MetaData:
 
 @pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
 def test_migration_and_models_emit_the_same_ddl(dialect_name):
-    from airflow.state.metastore.models import metadata
+    from airflow_task_state.metastore.models import metadata
     from sqlalchemy.dialects import registry
     from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -221,7 +221,7 @@ def test_db_reset_drops_and_rebuilds_the_state_tables(backend, make_dag_run, uni
     run_airflow("db", "reset", "--yes", *extra)
 
     from airflow import settings
-    from airflow.state.metastore.models import TaskStateModel
+    from airflow_task_state.metastore.models import TaskStateModel
 
     assert table_names() >= STATE_TABLES
     assert state_revision() == HEAD

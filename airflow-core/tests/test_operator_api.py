@@ -54,7 +54,7 @@ def as_role(mint) -> dict[str, dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def api(mint) -> Iterator[TestClient]:
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
 
     with TestClient(create_app()) as client:
         yield client
@@ -76,8 +76,8 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture(params=["metastore", "redis"])
 def backend(request, monkeypatch):
     """The configured state backend ([state] backend), which the API uses."""
-    from airflow.state import get_state_backend
-    from airflow.state.configured_backend import reset_state_backend
+    from airflow_task_state import get_state_backend
+    from airflow_task_state.configured_backend import reset_state_backend
 
     if request.param == "redis":
         monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "airflow_state_redis.RedisStateBackend")
@@ -92,8 +92,8 @@ def records_writes(backend) -> bool:
     Whether the backend records when and by which try a key was written: those that override
     ``entries()`` (the metastore; Redis once its metadata is in); the default knows neither.
     """
-    from airflow.state.metrics import unwrap_state_backend
     from airflow_shared.state import BaseStateBackend
+    from airflow_task_state.metrics import unwrap_state_backend
 
     # With metrics on, the configured backend is wrapped: look at the backend it measures.
     return type(unwrap_state_backend(backend)).entries is not BaseStateBackend.entries
@@ -116,8 +116,8 @@ class Run:
         return f"{V1}/dags/{self.dag_id}/dagRuns/{self.run_id}/state"
 
     def scope(self, task_id: str, map_index: int = -1):
-        from airflow.state.manage import find_task_scope
         from airflow.utils.session import create_session
+        from airflow_task_state.manage import find_task_scope
 
         with create_session() as session:
             return find_task_scope(self.dag_id, self.run_id, task_id, map_index, session)
@@ -829,7 +829,7 @@ class PlainBackend(BaseStateBackend):
 def test_a_backend_without_a_capability_answers_501_and_the_default_retention_is_not_applied(
     api, as_role, run, monkeypatch
 ):
-    from airflow.state.configured_backend import reset_state_backend
+    from airflow_task_state.configured_backend import reset_state_backend
 
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.PlainBackend")
     monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "1d")
@@ -1060,9 +1060,9 @@ def test_a_task_credential_opens_no_operator_route_and_an_operator_token_no_task
     even an admin's, is not a task's credential on the task-facing routes.
     """
     from airflow.models.taskinstance import TaskInstance
-    from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
-    from airflow.state.api.signing_keys import forget_configured_keys, signing_key
     from airflow.utils.session import create_session
+    from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
+    from airflow_task_state.api.signing_keys import forget_configured_keys, signing_key
     from sqlalchemy import select
 
     monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", "operator-api-test-session-key-" + "k" * 40)

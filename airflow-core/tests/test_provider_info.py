@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from airflow.state.provider_info import get_provider_info
-from airflow.state.state_options import STATE_OPTIONS
+from airflow_task_state.provider_info import get_provider_info
+from airflow_task_state.state_options import STATE_OPTIONS
 from state_testing.airflow_cli import run_airflow
 
 # What Airflow makes of our package and settings, whatever database it uses: the SQLite pass only.
@@ -38,7 +38,9 @@ def test_airflow_lists_the_provider():
 
 def test_state_backend_default_is_declared_and_overridable(monkeypatch):
     default = run_airflow("config", "get-value", "state", "backend").stdout.strip()
-    assert default == STATE_OPTIONS["backend"]["default"] == "airflow.state.metastore.MetastoreStateBackend"
+    assert (
+        default == STATE_OPTIONS["backend"]["default"] == "airflow_task_state.metastore.MetastoreStateBackend"
+    )
 
     monkeypatch.setenv("AIRFLOW__STATE__BACKEND", "my_company.state.OtherBackend")
     overridden = run_airflow("config", "get-value", "state", "backend").stdout.strip()

@@ -14,9 +14,9 @@ import logging
 
 import pytest
 from airflow.serialization.serialized_objects import BaseSerialization
-from airflow.state import codec
-from airflow.state.resumable import DeferrableResumableJobMixin
-from airflow.state.worker import resumable
+from airflow_task_state import codec
+from airflow_task_state.resumable import DeferrableResumableJobMixin
+from airflow_task_state.worker import resumable
 
 pytestmark = pytest.mark.any_database
 

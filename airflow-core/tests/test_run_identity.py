@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from airflow.state.airflow_db.run_identity import dag_run_uid, task_scope
 from airflow_shared.state import TaskScope
+from airflow_task_state.airflow_db.run_identity import dag_run_uid, task_scope
 
 
 def micros(instant: datetime) -> int:
@@ -191,11 +191,11 @@ def test_task_scope_reads_through_the_callers_session(runs):
 
 def test_task_scope_is_exported_and_importing_it_leaves_the_orm_models_alone():
     code = (
-        "import sys, airflow.state\n"
-        "from airflow.state import task_scope\n"
-        "from airflow.state.airflow_db.run_identity import task_scope as direct\n"
+        "import sys, airflow_task_state\n"
+        "from airflow_task_state import task_scope\n"
+        "from airflow_task_state.airflow_db.run_identity import task_scope as direct\n"
         "assert task_scope is direct\n"
-        "assert 'task_scope' in airflow.state.__all__\n"
+        "assert 'task_scope' in airflow_task_state.__all__\n"
         "assert 'airflow.models.dagrun' not in sys.modules, 'task_scope imported the ORM models'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from airflow.state.worker import client, listener, staging
-from airflow.state.worker.staging import Staged
 from airflow_shared.state import StagedOp
+from airflow_task_state.worker import client, listener, staging
+from airflow_task_state.worker.staging import Staged
 from test_state_api import api, exercise_ti, session_key  # noqa: F401 (fixtures)
 
 _FAST_RETRIES = {
@@ -118,10 +118,10 @@ def test_a_commit_whose_reply_is_lost_then_answered_503_has_an_unknown_outcome(
     The database then fails over: every retry is answered 503 ``database_unavailable``. That last
     answer says nothing about the first attempt: the outcome is unknown, never "NONE applied".
     """
-    from airflow.state import StateOutcomeUnknownError, get_state_backend, task_scope
-    from airflow.state.api.credentials import issue_credential
-    from airflow.state.api.signing_keys import signing_key
     from airflow_shared.state import commit_records_scope
+    from airflow_task_state import StateOutcomeUnknownError, get_state_backend, task_scope
+    from airflow_task_state.api.credentials import issue_credential
+    from airflow_task_state.api.signing_keys import signing_key
     from state_testing.proxy import DroppingProxy, autocommit_engine_through_a_proxy
 
     claims = exercise_ti  # its try succeeded: it may commit
@@ -216,7 +216,7 @@ def test_a_write_the_database_never_ran_is_sent_again_even_an_increment(monkeypa
 def test_a_write_whose_database_reply_was_lost_has_an_unknown_outcome_whatever_later_attempts_answer(
     monkeypatch,
 ):
-    from airflow.state import StateOutcomeUnknownError
+    from airflow_task_state import StateOutcomeUnknownError
 
     answers = iter([_unavailable(outcome_unknown=True), _unavailable(), _unavailable()])
     state_client = _client_for(lambda request: next(answers), monkeypatch)
@@ -240,10 +240,10 @@ def test_a_commit_whose_database_reply_is_lost_then_answered_503_has_an_unknown_
     between them; the database then fails over, so every retry is answered 503. The API server's
     first answer says the outcome is unknown, and the task's log must not say "NONE applied".
     """
-    from airflow.state import StateOutcomeUnknownError, get_state_backend, task_scope
-    from airflow.state.api.credentials import issue_credential
-    from airflow.state.api.signing_keys import signing_key
     from airflow_shared.state import commit_records_scope
+    from airflow_task_state import StateOutcomeUnknownError, get_state_backend, task_scope
+    from airflow_task_state.api.credentials import issue_credential
+    from airflow_task_state.api.signing_keys import signing_key
     from state_testing.proxy import airflow_sessions_through_a_proxy
 
     claims = exercise_ti

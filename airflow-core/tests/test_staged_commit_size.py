@@ -11,10 +11,10 @@ import types
 import uuid
 
 import pytest
-from airflow.state import config
-from airflow.state.worker import client, staging
-from airflow.state.worker.staging import Staged
 from airflow_shared.state import MAX_MANY_KEYS, StagedOp
+from airflow_task_state import config
+from airflow_task_state.worker import client, staging
+from airflow_task_state.worker.staging import Staged
 
 pytestmark = pytest.mark.any_database
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
-from airflow.state.api.signing_keys import forget_configured_keys, signing_key
 from airflow_shared.state import COMMIT_KEY, AssetScope, TaskScope, commit_records_scope
+from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
+from airflow_task_state.api.signing_keys import forget_configured_keys, signing_key
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from state_testing.airflow_cli import run_airflow
@@ -61,7 +61,7 @@ def _latest_ti(dag_id: str, task_id: str) -> TaskInstanceClaims:
 @pytest.fixture(scope="module")
 def staged_run() -> Iterator[dict]:
     """`state_staged_writes` run once (try 1 fails after staging, try 2 succeeds), and what it left."""
-    from airflow.state import get_state_backend
+    from airflow_task_state import get_state_backend
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(TEST_DAGS))
@@ -83,7 +83,7 @@ def staged_run() -> Iterator[dict]:
 
 
 def _task_scope(claims: TaskInstanceClaims) -> TaskScope:
-    from airflow.state import task_scope
+    from airflow_task_state import task_scope
 
     return task_scope(claims.dag_id, claims.run_id, claims.task_id, claims.map_index)
 
@@ -160,7 +160,7 @@ def test_a_try_that_fails_applies_none_of_its_staged_writes(staged_run):
 
 @pytest.fixture
 def api(monkeypatch) -> Iterator[TestClient]:
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
 
     monkeypatch.setenv("AIRFLOW__STATE__SESSION_KEY", SESSION_KEY)
     forget_configured_keys()
@@ -282,7 +282,7 @@ def test_a_task_process_that_ends_with_writes_staged_says_they_were_never_commit
     script = tmp_path / "ends_with_staged_writes.py"
     script.write_text(
         "import logging, os\n"
-        "from airflow.state.worker import staging\n"
+        "from airflow_task_state.worker import staging\n"
         "from airflow_shared.state import StagedOp\n"
         "logging.basicConfig(level=logging.INFO)\n"
         "held = staging._by_try.setdefault('ti-1', staging._TryWrites(os.getpid()))\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
-from airflow.state.api.signing_keys import forget_configured_keys, signing_key
+from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
+from airflow_task_state.api.signing_keys import forget_configured_keys, signing_key
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from state_testing.airflow_cli import run_airflow
@@ -69,7 +69,7 @@ def session_key(monkeypatch) -> Iterator[str]:
 
 @pytest.fixture
 def api(session_key):
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
 
     with TestClient(create_app()) as client:
         yield client
@@ -120,8 +120,8 @@ def test_round_trip_list_delete_clear(api, running):
 
 
 def test_writes_record_the_try(api, running, backend):
-    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import TaskStateModel
 
     api.put(**at(running, "tried"), json={"value": 1}, headers=auth(running))
     with create_session() as session:
@@ -220,7 +220,7 @@ def test_an_airflow_execution_token_is_not_a_state_credential(api, running, monk
 
 
 def test_server_without_any_key_says_what_to_set(monkeypatch, exercise_ti):
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
 
     for option in ("STATE__SESSION_KEY", "API_AUTH__JWT_SECRET", "API_AUTH__JWT_PRIVATE_KEY_PATH"):
         monkeypatch.setenv(f"AIRFLOW__{option}", "")
@@ -449,13 +449,13 @@ def test_a_database_restart_is_a_503_the_client_retries_never_a_500(api, running
 
 def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
     """Real refusals of the app, as the task's client reads them: by `reason`, one class each."""
-    from airflow.state import (
+    from airflow_task_state import (
         InvalidStateError,
         StateAccessDeniedError,
         StateConfigurationError,
         StateUnavailableError,
     )
-    from airflow.state.worker.client import _checked
+    from airflow_task_state.worker.client import _checked
 
     headers = auth(running)
     undeclared = api.get(
@@ -506,8 +506,8 @@ def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):
 
 
 def _stored_expiry(claims: TaskInstanceClaims, key: str):
-    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import TaskStateModel
 
     with create_session() as session:
         return session.scalar(
@@ -575,8 +575,8 @@ def test_unknown_body_fields_are_refused_not_ignored(api, running):
 
 
 def test_conditional_writes_answer_409_with_the_stored_version(api, running):
-    from airflow.state import StateConflictError
-    from airflow.state.worker.client import _checked
+    from airflow_task_state import StateConflictError
+    from airflow_task_state.worker.client import _checked
 
     headers = auth(running)
     api.delete(**at(running, "cas"), headers=headers)
@@ -644,8 +644,8 @@ def test_an_increment_whose_reply_from_the_database_is_lost_is_a_503_and_never_a
     from types import SimpleNamespace
 
     import httpx
-    from airflow.state import StateUnavailableError
-    from airflow.state.worker.client import StateClient
+    from airflow_task_state import StateUnavailableError
+    from airflow_task_state.worker.client import StateClient
     from state_testing.proxy import autocommit_engine_through_a_proxy
 
     if db_kind == "sqlite":
@@ -701,8 +701,8 @@ def test_asset_writes_record_the_task_try_that_wrote(api, running, backend):
 @pytest.fixture
 def plain_backend(monkeypatch):
     """[state] backend: a minimal BaseStateBackend that stores in a dict and supports nothing more."""
-    from airflow.state import configured_backend
     from airflow_shared.state import BaseStateBackend
+    from airflow_task_state import configured_backend
 
     class DictBackend(BaseStateBackend):
         def __init__(self):
@@ -728,8 +728,8 @@ def plain_backend(monkeypatch):
 def test_a_backend_without_capabilities_answers_501_and_skips_only_the_default_retention(
     api, running, plain_backend, caplog
 ):
-    from airflow.state import StateUnsupportedError
-    from airflow.state.worker.client import _checked
+    from airflow_task_state import StateUnsupportedError
+    from airflow_task_state.worker.client import _checked
 
     headers = auth(running)
     # No ttl: the default retention cannot apply, and that is no reason to refuse the write.
@@ -949,8 +949,8 @@ def test_openapi_documents_the_batch_routes(api):
 def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never(api, running):
     """A new try of the task instance (its try number moves on): writes refused at once, reads after 1 s."""
     from airflow.models.taskinstance import TaskInstance
-    from airflow.state.api.task_instance_checks import READ_CHECK_SECONDS
     from airflow.utils.session import create_session
+    from airflow_task_state.api.task_instance_checks import READ_CHECK_SECONDS
 
     headers = auth(running)
     assert api.put(**at(running, "checked"), json={"value": 1}, headers=headers).status_code == 200

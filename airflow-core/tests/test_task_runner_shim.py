@@ -1,5 +1,5 @@
 """
-The shim around a private function of Airflow's task runner (airflow.state.worker.task_runner_shim):
+The shim around a private function of Airflow's task runner (airflow_task_state.worker.task_runner_shim):
 these tests fail, naming the shim, on the first Airflow release that renames the function, changes
 its signature, stops building the rendered fields it sends with it, or stops redacting secrets.
 """
@@ -11,12 +11,12 @@ import inspect
 
 import pytest
 from airflow.sdk import BaseOperator
-from airflow.state.worker import task_runner_shim
+from airflow_task_state.worker import task_runner_shim
 
 # Runs in the SQLite pass only: the task runner's code does not depend on the metadata database.
 pytestmark = pytest.mark.any_database
 
-SHIM = "airflow.state.worker.task_runner_shim"
+SHIM = "airflow_task_state.worker.task_runner_shim"
 
 
 def _task_runner():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from airflow.state import (
+from airflow_task_state import (
     StateError,
     StateOutcomeUnknownError,
     StateUnavailableError,
@@ -13,8 +13,8 @@ from airflow.state import (
     config,
     task_state,
 )
-from airflow.state.worker import client
-from airflow.state.worker.client import StateClient
+from airflow_task_state.worker import client
+from airflow_task_state.worker.client import StateClient
 
 # Runs in the SQLite pass only: these refusals happen in the task, before any request.
 pytestmark = pytest.mark.any_database
@@ -74,7 +74,7 @@ def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatc
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", f"http://127.0.0.1:{free_port()}/state")
     monkeypatch.setattr(client, "_credentials", {})  # this process holds no credential yet
     # Its supervisor has written the proof (see test_handshake.py for that part).
-    from airflow.state.worker import handshake
+    from airflow_task_state.worker import handshake
 
     monkeypatch.setattr(handshake, "_send", lambda ti, fields: None)
     monkeypatch.setattr(handshake, "_rendered_fields", lambda ti: {})
@@ -91,7 +91,7 @@ def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatc
 
 
 def test_retry_waits_follow_the_workers_settings():
-    from airflow.state.config import RetryPolicy
+    from airflow_task_state.config import RetryPolicy
 
     policy = RetryPolicy(retries=5, wait_min=1.0, wait_max=10.0)
     waits = [policy.wait(attempt) for attempt in range(policy.retries)]
@@ -107,8 +107,8 @@ def test_an_undeclared_asset_is_refused_in_the_task_as_access_denied():
     from types import SimpleNamespace
 
     from airflow.sdk import Asset
-    from airflow.state import StateAccessDeniedError
-    from airflow.state.worker.accessors import _declared_asset
+    from airflow_task_state import StateAccessDeniedError
+    from airflow_task_state.worker.accessors import _declared_asset
 
     declared = Asset(name="orders", uri="s3://bucket/orders")
     ti = SimpleNamespace(task_id="t", task=SimpleNamespace(inlets=[declared], outlets=[]))
@@ -143,8 +143,8 @@ def test_a_wrong_ttl_is_refused_in_the_task_before_any_request(ttl, error, messa
 def test_ttls_as_the_api_takes_them():
     from datetime import timedelta
 
-    from airflow.state import NEVER_EXPIRES
-    from airflow.state.worker.options import ttl_field
+    from airflow_task_state import NEVER_EXPIRES
+    from airflow_task_state.worker.options import ttl_field
 
     assert ttl_field(None) is None
     assert ttl_field(NEVER_EXPIRES) == "never"

@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import airflow.state.example_dags as example_dags
+import airflow_task_state.example_dags as example_dags
 import pytest
 from airflow_shared.state import AssetScope, TaskScope
 from sqlalchemy import select
@@ -116,8 +116,8 @@ def test_resumable_job_resubmits_only_a_failed_job(dags_test, backend):
     assert "remote job" in output and "failed" in output
     first, second = sorted(dags_test.jobs.glob("*.submitted"), key=lambda p: p.stat().st_mtime)
     assert f"Stored job {first.stem} failed; submitting a new one" in output
-    from airflow.state.metastore.models import TaskStateModel
     from airflow.utils.session import create_session
+    from airflow_task_state.metastore.models import TaskStateModel
 
     with create_session() as session:
         value, by_try = session.execute(
@@ -316,7 +316,7 @@ def test_resumable_job_decisions_and_item_keys(dags_test):
     output, _ = dags_test(TEST_DAGS, "state_deferrable_decisions")
     out = returned(output)
     job = out["first_execute"]["job_id"]
-    trigger = "airflow.state.example_dags.simulated_jobs.SimulatedJobTrigger"
+    trigger = "airflow_task_state.example_dags.simulated_jobs.SimulatedJobTrigger"
     assert out["empty"] == ["submit", None, "no job stored in task state"]
     # No job stored: submit, store the id, then defer on a trigger watching that job.
     assert out["first_execute"] == {"method": "execute_complete", "trigger": trigger, "job_id": job}

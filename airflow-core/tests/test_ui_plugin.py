@@ -11,7 +11,7 @@ pytestmark = pytest.mark.any_database
 
 @pytest.fixture(scope="module")
 def client():
-    from airflow.state.api.app import create_app
+    from airflow_task_state.api.app import create_app
 
     with TestClient(create_app()) as client:
         yield client
@@ -19,7 +19,7 @@ def client():
 
 def test_plugin_registers_the_task_instance_tab_and_the_navigation_page():
     from airflow.api_fastapi.core_api.datamodels.plugins import ReactAppResponse
-    from airflow.state.plugin import UI_APP_NAME, TaskStatePlugin
+    from airflow_task_state.plugin import UI_APP_NAME, TaskStatePlugin
 
     apps = {app["destination"]: app for app in TaskStatePlugin.react_apps}
     assert set(apps) == {"task_instance", "nav"}
@@ -36,15 +36,15 @@ def test_plugin_registers_the_task_instance_tab_and_the_navigation_page():
 
 
 def test_the_module_registers_the_apps_name():
-    from airflow.state.api.ui.static import _read
-    from airflow.state.plugin import UI_APP_NAME
+    from airflow_task_state.api.ui.static import _read
+    from airflow_task_state.plugin import UI_APP_NAME
 
     # Airflow 3.2's UI renders globalThis[<app name>]: the module must set exactly that name.
     assert f"globalThis.{UI_APP_NAME} = " in _read("state.js")[0].decode()
 
 
 def test_bundle_url_follows_the_base_url_path(monkeypatch):
-    from airflow.state.plugin import state_react_apps
+    from airflow_task_state.plugin import state_react_apps
 
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/team-a/")
     assert {app["bundle_url"] for app in state_react_apps()} == {"/team-a/state/ui/state.js"}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
-from airflow.state.api.signing_keys import derive
+from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
+from airflow_task_state.api.signing_keys import derive
 
 
 def api_server_key(env: dict[str, str]) -> bytes:

@@ -85,7 +85,7 @@ def autocommit_engine_through_a_proxy() -> Iterator[DroppingProxy]:
     :class:`DroppingProxy` while the block runs; Airflow's own engine still connects directly.
     """
     from airflow import settings
-    from airflow.state.airflow_db import engine as _engine
+    from airflow_task_state.airflow_db import engine as _engine
     from sqlalchemy.engine import make_url
 
     direct = settings.SQL_ALCHEMY_CONN

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, BaseOperator, task
-from airflow.state.example_dags import simulated_jobs
-from airflow.state.worker.resumable import JobStatus, ResumableJobMixin
+from airflow_task_state.example_dags import simulated_jobs
+from airflow_task_state.worker.resumable import JobStatus, ResumableJobMixin
 
 
 class CountedJobOperator(ResumableJobMixin, BaseOperator):

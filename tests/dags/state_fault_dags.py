@@ -16,7 +16,7 @@ def state_writes_through_restart():
         """Writes one key every 0.1 s; the test restarts the API server in the middle."""
         import time
 
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         failures = []
         for i in range(WRITES):
@@ -48,7 +48,7 @@ def state_forked_first_calls():
         """
         import multiprocessing
 
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         context = multiprocessing.get_context("fork")
         start_together = context.Barrier(CHILDREN)
@@ -93,7 +93,7 @@ def state_forked_first_calls():
             if pid == 0:
                 outcome = "ok"
                 try:
-                    from airflow.state import task_state
+                    from airflow_task_state import task_state
 
                     time.sleep(max(0.0, start_at - time.time()))
                     task_state.set(f"late_child_{i}", i)

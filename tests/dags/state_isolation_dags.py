@@ -32,7 +32,7 @@ def _dir() -> Path:
 def isolation_victim():
     @task(outlets=[VICTIM_ASSET, OTHER_ASSET])
     def victim() -> None:
-        from airflow.state import asset_state, task_state
+        from airflow_task_state import asset_state, task_state
 
         task_state.set("secret", {"owner": "victim"})
         asset_state[VICTIM_ASSET].set("watermark", 100)
@@ -75,10 +75,10 @@ def isolation_hostile():
         from airflow.configuration import conf
         from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.comms import SetRenderedFields
-        from airflow.state import config, task_state
-        from airflow.state.api.task_instance_checks import READ_CHECK_SECONDS
-        from airflow.state.protocol import PROOF_FIELD, proof
-        from airflow.state.worker import client as state_client
+        from airflow_task_state import config, task_state
+        from airflow_task_state.api.task_instance_checks import READ_CHECK_SECONDS
+        from airflow_task_state.protocol import PROOF_FIELD, proof
+        from airflow_task_state.worker import client as state_client
 
         context = get_current_context()
         ti = context["ti"]

@@ -20,20 +20,20 @@ def _state_dag(dag_id: str, asset: Asset):
     def leaves_state():
         @task
         def submit() -> None:
-            from airflow.state import task_state
+            from airflow_task_state import task_state
 
             task_state.set("remote_job_id", f"{dag_id}-job-001")
             task_state.set("progress", {"pages": 3, "done": False, "note": "naïve ☃"})
 
         @task
         def partition(n: int) -> None:
-            from airflow.state import task_state
+            from airflow_task_state import task_state
 
             task_state.set("offset", n * 1000)
 
         @task(outlets=[asset])
         def load() -> None:
-            from airflow.state import asset_state
+            from airflow_task_state import asset_state
 
             asset_state[asset].set("watermark", "2026-11-30T00:00:00+00:00")
 
@@ -65,7 +65,7 @@ def writes_while_it_runs():
     def count() -> None:
         import time
 
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         task_state.set("note", "written once, as the task starts")
         deadline = time.monotonic() + LIVE_WAIT_FOR_GO_SECONDS

@@ -7,7 +7,7 @@ import signal
 from datetime import datetime, timedelta
 
 from airflow.sdk import Asset, dag, get_current_context, task
-from airflow.state import asset_state, task_state
+from airflow_task_state import asset_state, task_state
 
 KILLED = Asset(name="staged_e2e_killed", uri="file:///tmp/state-e2e/staged-killed")
 RAISED = Asset(name="staged_e2e_raised", uri="file:///tmp/state-e2e/staged-raised")

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import airflow.state.example_dags as example_dags
+import airflow_task_state.example_dags as example_dags
 import pytest
 from state_testing.deployment import Deployment, airflow_deployment
 

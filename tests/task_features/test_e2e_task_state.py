@@ -83,7 +83,7 @@ def test_asset_watermark_written_by_run_1_is_read_by_run_2(deployment):
 
 
 def test_a_credential_for_one_task_instance_is_refused_on_anothers_state(deployment):
-    from airflow.state.api.credentials import TaskInstanceClaims, issue_credential
+    from airflow_task_state.api.credentials import TaskInstanceClaims, issue_credential
 
     run_to_end(deployment, "example_async_state", "async_tokens")
     [mine] = deployment.query(

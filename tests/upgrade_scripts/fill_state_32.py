@@ -1,7 +1,7 @@
 """
 Run by Airflow 3.2's interpreter (this repository's venv) on the upgrade test's database, after the
 test DAGs ran: fills our task_state and asset_state the way server code does (the configured
-backend, complete scopes from ``airflow.state.task_scope``), then writes what our backend reads
+backend, complete scopes from ``airflow_task_state.task_scope``), then writes what our backend reads
 back, the live content an upgrade must carry, as JSON to the path given as the only argument.
 
 What it writes, on every task instance of every dag run: keys that paths and collations mangle
@@ -20,9 +20,6 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.models.asset import AssetModel
 from airflow.models.taskinstance import TaskInstance
-from airflow.state import get_state_backend, task_scope
-from airflow.state.codec import encode
-from airflow.state.metastore.models import AssetStateModel, TaskStateModel
 from airflow.utils.session import create_session
 from airflow_shared.state import (
     API_WRITER,
@@ -35,6 +32,9 @@ from airflow_shared.state import (
     StateWriter,
     commit_records_scope,
 )
+from airflow_task_state import get_state_backend, task_scope
+from airflow_task_state.codec import encode
+from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 from sqlalchemy import select, update
 
 DAG_IDS = ("upgrade_fill", "upgrade_resumable")

@@ -16,8 +16,8 @@ import sys
 
 from airflow.models.asset_state_store import AssetStateStoreModel
 from airflow.models.task_state_store import TaskStateStoreModel
-from airflow.state import AssetScope, TaskScope, get_state_backend
 from airflow.utils.session import create_session
+from airflow_task_state import AssetScope, TaskScope, get_state_backend
 from sqlalchemy import select
 
 

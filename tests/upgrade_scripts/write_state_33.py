@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from airflow.state import TaskScope, get_state_backend
+from airflow_task_state import TaskScope, get_state_backend
 
 
 def main(dag_id: str, run_id: str, task_id: str, map_index: str, key: str, value_json: str) -> None:

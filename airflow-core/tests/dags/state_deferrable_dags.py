@@ -9,8 +9,8 @@ import time
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, dag, task
-from airflow.state.example_dags import simulated_jobs
-from airflow.state.example_dags.example_deferrable_resumable_job import DeferrableSimulatedJobOperator
+from airflow_task_state.example_dags import simulated_jobs
+from airflow_task_state.example_dags.example_deferrable_resumable_job import DeferrableSimulatedJobOperator
 
 
 class FirstJobFailsDeferrableOperator(DeferrableSimulatedJobOperator):
@@ -47,8 +47,8 @@ def state_deferrable_decisions():
     def decide() -> dict:
         from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import TaskDeferred
-        from airflow.state import task_state
-        from airflow.state.example_dags.example_resumable_job import SimulatedJobOperator
+        from airflow_task_state import task_state
+        from airflow_task_state.example_dags.example_resumable_job import SimulatedJobOperator
 
         context = get_current_context()
         out: dict = {}

@@ -87,7 +87,7 @@ def _exercise(namespace, out: dict, label: str) -> None:
 def state_key_corpus():
     @task(outlets=[CORPUS_ASSET])
     def round_trip_every_key() -> dict:
-        from airflow.state import asset_state, task_state
+        from airflow_task_state import asset_state, task_state
 
         # A run starts empty, even one re-created under the run_id of a deleted run.
         out: dict = {"task_keys_at_start": len(task_state.keys())}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, BaseOperator
-from airflow.state.worker.resumable import ResumableJobMixin
+from airflow_task_state.worker.resumable import ResumableJobMixin
 
 
 class PlainStatusOperator(ResumableJobMixin, BaseOperator):

@@ -13,7 +13,7 @@ STAGED_OTHER = Asset(name="state_tests_staged_other", uri="file:///tmp/state-tes
 
 def _refusals() -> dict:
     """What staging refuses at once, in the task: error class names by case."""
-    from airflow.state import asset_state, task_state
+    from airflow_task_state import asset_state, task_state
 
     cases = {
         "none_value": lambda: task_state.stage("k", None),
@@ -52,7 +52,7 @@ def _seen_by_a_forked_child(key: str) -> dict:
     import json
     import os
 
-    from airflow.state import task_state
+    from airflow_task_state import task_state
 
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -77,7 +77,7 @@ def state_staged_writes():
     @task(inlets=[STAGED_INLET], outlets=[STAGED], retries=1, retry_delay=timedelta(seconds=0))
     def advance() -> dict:
         from airflow.sdk import get_current_context
-        from airflow.state import asset_state, task_state
+        from airflow_task_state import asset_state, task_state
 
         try_number = get_current_context()["ti"].try_number
         asset = asset_state[STAGED]
@@ -124,7 +124,7 @@ state_staged_writes()
 def state_staged_failure():
     @task(outlets=[STAGED])
     def stage_then_fail() -> None:
-        from airflow.state import asset_state, task_state
+        from airflow_task_state import asset_state, task_state
 
         asset_state[STAGED].stage("watermark", "from a failed try")
         asset_state[STAGED].stage_increment("runs", 100)

@@ -16,7 +16,7 @@ def state_shared_across_tries():
     @task(retries=1, retry_delay=timedelta(seconds=0))
     def remember() -> dict:
         from airflow.sdk import get_current_context
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         try_number = get_current_context()["ti"].try_number
         stored = task_state.get("job")
@@ -35,7 +35,7 @@ state_shared_across_tries()
 def state_api_surface():
     @task(inlets=[INLET_ONLY], outlets=[DECLARED])
     def exercise() -> dict:
-        from airflow.state import asset_state, task_state
+        from airflow_task_state import asset_state, task_state
 
         out: dict = {}
         task_state.set("dict", {"nested": [1, 2.5, "ü", True]})
@@ -87,7 +87,7 @@ def _batches(task_state, watermarks) -> dict:
     """get_many / set_many / delete_many, sync and async, each one request."""
     import asyncio
 
-    from airflow.state.worker.client import StateClient
+    from airflow_task_state.worker.client import StateClient
 
     out: dict = {}
     sent: list[str] = []
@@ -128,8 +128,8 @@ def _batches(task_state, watermarks) -> dict:
 
 
 with DAG(dag_id="state_resubmits_failed_job", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
-    from airflow.state.example_dags import simulated_jobs
-    from airflow.state.example_dags.example_resumable_job import SimulatedJobOperator
+    from airflow_task_state.example_dags import simulated_jobs
+    from airflow_task_state.example_dags.example_resumable_job import SimulatedJobOperator
 
     class FirstJobFailsOperator(SimulatedJobOperator):
         """The first job submitted dies without a result, as a cluster job that crashed would."""

@@ -17,7 +17,7 @@ def state_versions_surface():
         import contextvars
         from concurrent.futures import ThreadPoolExecutor
 
-        from airflow.state import (
+        from airflow_task_state import (
             NEVER_EXPIRES,
             InvalidStateError,
             StateConflictError,
@@ -123,13 +123,13 @@ state_versions_surface()
 def state_clear_on_success():
     @task
     def keeps() -> None:
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         task_state.set("kept", 1)
 
     @task
     def clears() -> None:
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         task_state.set("gone", 1)
 

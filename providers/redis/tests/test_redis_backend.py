@@ -30,7 +30,7 @@ from airflow_state_redis._config import Topology
 from redis.crc import key_slot
 from state_testing.dbservers import free_port
 
-# What airflow.state.airflow_db.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
+# What airflow_task_state.airflow_db.run_identity.dag_run_uid builds: the dag_run id and its creation instant.
 UID = "42.1764504000123456"
 TASK = TaskScope("dag", "run_1", "task", -1, UID)
 
@@ -668,7 +668,7 @@ def test_a_task_scope_without_dag_run_uid_is_refused_before_touching_redis(unrea
         call(backend)
     message = str(caught.value)
     assert "dag_id='dag', run_id='run_1'" in message
-    assert "airflow.state.task_scope(dag_id, run_id, task_id, map_index)" in message
+    assert "airflow_task_state.task_scope(dag_id, run_id, task_id, map_index)" in message
     assert "state API fills it" in message
 
 

@@ -91,7 +91,7 @@ if SdkResumableJobMixin is not None:
             return job_result(external_id)
 
 else:
-    from airflow.state.worker.resumable import ResumableJobMixin
+    from airflow_task_state.worker.resumable import ResumableJobMixin
 
     class RemoteJobOperator(ResumableJobMixin, BaseOperator):  # type: ignore[no-redef]
         """Airflow 3.2 with airflow-task-state: the job id lives in task state under "remote_job_id"."""
@@ -134,14 +134,14 @@ def upgrade_fill():
 
     @task
     def process(partition: int) -> None:
-        from airflow.state import task_state
+        from airflow_task_state import task_state
 
         task_state.set("partition", partition)
         task_state.set("checkpoint", {"rows": partition * 1000, "city": "Zürich", "done": False})
 
     @task(outlets=UPGRADE_ASSETS)
     def publish() -> None:
-        from airflow.state import asset_state
+        from airflow_task_state import asset_state
 
         for number, asset in enumerate(UPGRADE_ASSETS):
             asset_state[asset].set("watermark", {"offset": 100 * (number + 1), "by": "publish"})

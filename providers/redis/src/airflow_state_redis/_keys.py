@@ -41,7 +41,7 @@ def require_dag_run_uid(scope: TaskScope) -> str:
             "The Redis state backend needs TaskScope.dag_run_uid, the identity of this incarnation of "
             f"the dag run (dag_id={scope.dag_id!r}, run_id={scope.run_id!r}), so that a run deleted "
             "and created again with the same run_id starts with empty state. In Airflow server "
-            "processes build the scope with airflow.state.task_scope(dag_id, run_id, task_id, "
+            "processes build the scope with airflow_task_state.task_scope(dag_id, run_id, task_id, "
             "map_index); the state API fills it itself."
         )
     return scope.dag_run_uid

@@ -15,8 +15,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from airflow.state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
 from airflow.utils.session import create_session, create_session_async
+from airflow_task_state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
 
 #: Starts the line of stdout that holds the results (Airflow may log to stdout too).
 RESULTS = "OPS-RESULTS "

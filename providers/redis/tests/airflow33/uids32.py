@@ -6,8 +6,8 @@ import json
 import sys
 
 from airflow.models.dagrun import DagRun
-from airflow.state.airflow_db.run_identity import uid_of_run
 from airflow.utils.session import create_session
+from airflow_task_state.airflow_db.run_identity import uid_of_run
 from sqlalchemy import select
 
 dag_id = sys.argv[1]

@@ -35,7 +35,7 @@ def _check(scope: object) -> None:
     if isinstance(scope, TaskScope) and scope.dag_run_uid is None:
         raise ValueError(
             "MemoryStateBackend needs TaskScope.dag_run_uid (the dag run's incarnation); build the "
-            "scope with airflow.state.task_scope(dag_id, run_id, task_id, map_index)"
+            "scope with airflow_task_state.task_scope(dag_id, run_id, task_id, map_index)"
         )
 
 

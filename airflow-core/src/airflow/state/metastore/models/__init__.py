@@ -1,9 +1,0 @@
-"""ORM models of the state tables, on their own MetaData."""
-
-from __future__ import annotations
-
-from airflow.state.metastore.models.asset_state import AssetStateModel
-from airflow.state.metastore.models.base import metadata
-from airflow.state.metastore.models.task_state import TaskStateModel
-
-__all__ = ["AssetStateModel", "TaskStateModel", "metadata"]

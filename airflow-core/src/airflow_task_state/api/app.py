@@ -1,0 +1,66 @@
+"""The FastAPI app of the state API (plugin.py mounts it, built on the first request)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+from fastapi import Depends, FastAPI
+
+from airflow_task_state import config
+from airflow_task_state.api.credential_headers import IssuedCredentialHeaders
+from airflow_task_state.api.errors import EXCEPTION_HANDLERS
+from airflow_task_state.api.handshake import router as handshake_router
+from airflow_task_state.api.operator.routes import router as operator_router
+from airflow_task_state.api.request_checks import json_declared, plain_path_parameters
+from airflow_task_state.api.routes import router
+from airflow_task_state.api.staged_routes import router as staged_router
+from airflow_task_state.api.ui.static import router as ui_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="Airflow task state API",
+        description=(
+            "Task and asset state for code running in Airflow tasks (AIP-103). A task process first "
+            "proves which task instance it runs, through its supervisor's authenticated Execution API "
+            "channel, then redeems that proof (`/credentials`); every state request then carries the "
+            "short-lived credential it got, which names that task instance and try."
+        ),
+        version="1",
+        # Before every route's own dependencies, Airflow's access checks included.
+        dependencies=[Depends(plain_path_parameters), Depends(json_declared)],
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
+    if config.retired_api_secret_is_set():
+        log.warning(
+            "[state] api_secret is set but no longer used: task processes now prove their identity "
+            "through Airflow's Execution API. Remove it from every worker and API server."
+        )
+    for included in (handshake_router, router, staged_router, operator_router, ui_router):
+        app.include_router(included)
+    app.add_middleware(IssuedCredentialHeaders)
+    return app
+
+
+def serving_app() -> FastAPI:
+    """The app an API server serves: built, then the heap frozen if ``[state] freeze_gc_after_startup``."""
+    app = create_app()
+    if config.freeze_gc_after_startup():
+        freeze_heap()
+    return app
+
+
+def freeze_heap() -> None:
+    """
+    Move every object alive now out of the collector's reach (``[state] freeze_gc_after_startup``).
+
+    An API server's heap after start-up is hundreds of thousands of long-lived objects (modules,
+    routes, schemas), and each full collection scans them all: under load ``bench/bench_load.py``
+    measured pauses of seconds that stop every thread. Frozen, they are never scanned again; the
+    garbage among them is collected first so that none is kept forever.
+    """
+    gc.collect()
+    gc.freeze()

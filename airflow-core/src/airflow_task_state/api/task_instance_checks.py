@@ -1,0 +1,120 @@
+"""
+Whether the task instance a credential names may still read or write its state: still at the
+credential's try, and running for writes. A read trusts a check made less than a second ago.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import astuple
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
+from airflow.utils.state import TaskInstanceState
+from airflow_shared.state import TaskScope
+from sqlalchemy import Select, and_, bindparam, select
+
+from airflow_task_state.airflow_db.engine import execute
+from airflow_task_state.airflow_db.run_identity import dag_run_uid
+from airflow_task_state.api.credentials import TaskInstanceClaims
+from airflow_task_state.api.errors import forbidden
+from airflow_task_state.protocol import Reason
+
+
+@cache
+def task_instance_row() -> Select[Any]:
+    """The task instance (bound as ``ti_id``) at its current try, and its dag run's identity."""
+    ti, run = TaskInstance.__table__, DagRun.__table__
+    return (
+        select(
+            ti.c.dag_id,
+            ti.c.run_id,
+            ti.c.task_id,
+            ti.c.map_index,
+            ti.c.state,
+            ti.c.try_number,
+            run.c.id,
+            run.c.created_at,
+            run.c.run_after,
+        )
+        .join_from(ti, run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id))
+        .where(ti.c.id == bindparam("ti_id"))
+    )
+
+
+# A read trusts a check of its task instance made this recently (by a read or a write): a try
+# reads its own state, which every try of the task instance shares, and one whose task instance has
+# just been superseded or deleted can read it this much longer. Writes are checked every time.
+READ_CHECK_SECONDS = 1.0
+_recently_checked: dict[TaskInstanceClaims, tuple[float, TaskScope]] = {}
+_CHECKS_KEPT = 4096
+
+
+def check_task_instance(
+    claims: TaskInstanceClaims, *, write: bool, path_ti_id: str | None = None, succeeded: bool = False
+) -> TaskScope:
+    """
+    The credential's task instance's scope (see scope_of), refused unless it is still at the
+    credential's try (each try has a task instance id of its own) and, for writes, running: an ended
+    try or a zombie must not overwrite state. With *succeeded*, the try must have succeeded instead.
+    """
+    if path_ti_id is not None and path_ti_id != claims.ti_id:
+        raise forbidden(
+            f"a credential for task instance {claims.ti_id} cannot access task instance {path_ti_id}"
+        )
+    if not write and not succeeded:
+        recent = _recently_checked.get(claims)
+        if recent is not None and time.monotonic() < recent[0]:
+            return recent[1]
+    row = row_of(task_instance_row(), claims.ti_id)
+    dag_id, run_id, task_id, map_index, state, try_number = row[:6]
+    if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
+        raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
+    if write:
+        refuse_unless_running(claims.ti_id, state, "write its state")
+    if succeeded and state != TaskInstanceState.SUCCESS:
+        raise forbidden(
+            f"task instance {claims.ti_id} is {state}, not success: only a try that succeeded may "
+            "clear its state on success or commit its staged writes (a running task writes its state "
+            "directly, e.g. task_state.clear() or task_state.set())"
+        )
+    scope = scope_of(row)
+    remember_check(claims, scope)
+    return scope
+
+
+def row_of(query: Select[Any], ti_id: str) -> Any:
+    """*query*'s row for task instance *ti_id* (a task_instance_row with more columns, or that one)."""
+    # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
+    rows = execute(query, {"ti_id": UUID(ti_id)}).rows
+    if not rows:
+        raise forbidden(
+            f"task instance {ti_id} does not exist: its try has ended and a newer one started, "
+            "or its dag run was deleted"
+        )
+    return rows[0]
+
+
+def refuse_unless_running(ti_id: str, state: str | None, doing: str) -> None:
+    if state != TaskInstanceState.RUNNING:
+        raise forbidden(
+            f"task instance {ti_id} is {state}: only a running try may {doing}", Reason.NOT_RUNNING
+        )
+
+
+def scope_of(row: Any) -> TaskScope:
+    """A task_instance_row's scope: a run deleted and created again under its run_id starts empty."""
+    dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
+    return TaskScope(
+        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
+    )
+
+
+def remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
+    """Let reads with *claims* trust this check of their task instance for READ_CHECK_SECONDS."""
+    if len(_recently_checked) >= _CHECKS_KEPT:
+        _recently_checked.clear()
+    _recently_checked[claims] = (time.monotonic() + READ_CHECK_SECONDS, scope)

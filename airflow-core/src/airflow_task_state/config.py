@@ -1,0 +1,184 @@
+"""
+Every setting this package reads: the ``[state]`` options, here and only here, each by one small
+function, and the ``[workers]`` settings the task's client shares with Airflow's own Execution API
+calls (retries, request timeout). The ``[state]`` defaults are written once, in
+``state_options.STATE_OPTIONS``: a process that reads configuration before Airflow has loaded the
+providers' defaults falls back to that same dict. Task processes import this module: it imports
+nothing heavier than ``airflow.configuration``.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from airflow.configuration import conf
+
+from airflow_task_state.durations import parse_duration
+from airflow_task_state.exceptions import StateConfigurationError
+from airflow_task_state.keep_choice import KeepTaskState, parse_keep_choice
+from airflow_task_state.protocol import URL_PREFIX
+from airflow_task_state.state_options import STATE_OPTIONS
+
+SECTION = "state"
+
+
+def _state_option(option: str) -> str:
+    """``[state] option`` as text; its STATE_OPTIONS default when Airflow has not loaded it."""
+    value = conf.get(SECTION, option, fallback=STATE_OPTIONS[option]["default"])
+    return "" if value is None else str(value)
+
+
+#: Where the classes of airflow-task-state 0.7 and earlier lived: Airflow 3.3 has a package of that
+#: name, so a configured path into it names the same class in ``airflow_task_state``.
+LEGACY_PACKAGE = "airflow.state."
+
+
+def backend_path() -> str:
+    """``[state] backend``: the import path of the backend class (empty when set empty)."""
+    path = _state_option("backend").strip()
+    if path.startswith(LEGACY_PACKAGE):
+        return "airflow_task_state." + path.removeprefix(LEGACY_PACKAGE)
+    return path
+
+
+def _positive_int(option: str) -> int:
+    text = _state_option(option).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise StateConfigurationError(f"[state] {option} must be a positive integer, not {text!r}")
+    return number
+
+
+def max_value_bytes() -> int:
+    return _positive_int("max_value_bytes")
+
+
+def max_batch_bytes() -> int:
+    return _positive_int("max_batch_bytes")
+
+
+def database_pool_size() -> int:
+    return _positive_int("database_pool_size")
+
+
+def default_task_retention() -> timedelta | None:
+    """``[state] default_task_retention``; ``None``: forever."""
+    text = _state_option("default_task_retention").strip()
+    try:
+        retention = parse_duration(text, bare_unit="d")
+    except ValueError as error:
+        raise StateConfigurationError(f"[state] default_task_retention: {error}") from None
+    return retention or None
+
+
+def _boolean(option: str) -> bool:
+    text = _state_option(option).strip().lower()
+    if text in ("true", "t", "1", "yes", "on"):
+        return True
+    if text in ("false", "f", "0", "no", "off", ""):
+        return False
+    raise StateConfigurationError(f"[state] {option} must be True or False, not {text!r}")
+
+
+def clear_on_success() -> bool:
+    return _boolean("clear_on_success")
+
+
+def keep_task_state() -> KeepTaskState:
+    text = _state_option("keep_task_state")
+    # Configuration is text: True and False as Airflow spells booleans.
+    value = {"true": True, "false": False}.get(text.strip().lower(), text)
+    try:
+        return parse_keep_choice(value, "[state] keep_task_state")
+    except ValueError as error:
+        raise StateConfigurationError(str(error)) from None
+
+
+def freeze_gc_after_startup() -> bool:
+    return _boolean("freeze_gc_after_startup")
+
+
+# --- the key that signs task credentials: API servers only -------------------------------------
+
+
+def session_key() -> str:
+    """``[state] session_key``: a dedicated credential key (empty: derived, see api.signing_keys)."""
+    return _state_option("session_key")
+
+
+def previous_session_key() -> str:
+    return _state_option("previous_session_key")
+
+
+def retired_api_secret_is_set() -> bool:
+    """Whether ``[state] api_secret``, which earlier releases had on every worker, is still configured."""
+    return bool(conf.get(SECTION, "api_secret", fallback=""))
+
+
+# --- where workers reach the state API -----------------------------------------------------------
+
+
+def api_url() -> str:
+    """Where workers reach the state API: ``[state] api_url``, else beside Airflow's Execution API."""
+    configured = _state_option("api_url").strip()
+    if configured:
+        return configured.rstrip("/")
+    return api_server_url() + URL_PREFIX
+
+
+#: Where Airflow's task processes look for the API server when nothing says otherwise.
+DEFAULT_API_SERVER = "http://localhost:8080"
+
+
+def api_server_url() -> str:
+    """
+    The API server as Airflow's own task processes find it (LocalExecutor, Celery and Kubernetes
+    workers alike): ``[core] execution_api_server_url`` without its trailing ``/execution``; else
+    ``[api] base_url``; a relative base_url, or none, is on ``http://localhost:8080``, which is what
+    ``airflow standalone`` and a newcomer's ``airflow api-server`` serve.
+    """
+    execution = (conf.get("core", "execution_api_server_url", fallback="") or "").strip().rstrip("/")
+    if execution:
+        return execution.removesuffix("/execution")
+    # Airflow reads an unset base_url as "/"; an empty one (AIRFLOW__API__BASE_URL=) is unset too.
+    base_url = (conf.get("api", "base_url", fallback="") or "").strip() or "/"
+    if base_url.startswith("/"):
+        base_url = DEFAULT_API_SERVER + base_url
+    return base_url.rstrip("/")
+
+
+# --- the [workers] settings shared with Airflow's Execution API client ----------------------------
+# Airflow's own options: their defaults come from Airflow's config.yml, loaded in every process.
+
+
+def request_timeout() -> float:
+    """``[workers] execution_api_timeout``: seconds an HTTP request to the API server may take."""
+    return conf.getfloat("workers", "execution_api_timeout")
+
+
+class RetryPolicy:
+    """
+    ``[workers] execution_api_retries`` retries, waiting ``execution_api_retry_wait_min`` seconds and
+    doubling up to ``execution_api_retry_wait_max`` (Airflow's defaults give up after about 31 s);
+    each wait stretched by up to a quarter at random, so tasks do not all come back at once.
+    """
+
+    def __init__(self, retries: int, wait_min: float, wait_max: float) -> None:
+        self.retries = max(retries, 0)
+        self.wait_min = max(wait_min, 0.0)
+        self.wait_max = max(wait_max, self.wait_min)
+
+    @classmethod
+    def from_config(cls) -> RetryPolicy:
+        return cls(
+            conf.getint("workers", "execution_api_retries"),
+            conf.getfloat("workers", "execution_api_retry_wait_min"),
+            conf.getfloat("workers", "execution_api_retry_wait_max"),
+        )
+
+    def wait(self, attempt: int) -> float:
+        return min(self.wait_max, self.wait_min * 2**attempt) * random.uniform(1.0, 1.25)

@@ -1,0 +1,115 @@
+"""The default backend: state in the Airflow metadata database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_shared.state import BaseStateBackend, StagedCommit
+
+from airflow_task_state.airflow_db.engine import committing_session
+from airflow_task_state.metastore import cleanup as _cleanup
+from airflow_task_state.metastore import listing
+from airflow_task_state.metastore import operations as op
+from airflow_task_state.metastore.operations import Work, adrive, drive
+from airflow_task_state.metastore.statements import WRITE_PATHS, WritePath
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
+T = TypeVar("T")
+
+
+def _sync(build: Callable[..., Work[T]]) -> Callable[..., T]:
+    """The sync method that runs what *build* makes of its arguments (the contract's, less ``session``)."""
+
+    def method(self: MetastoreStateBackend, *args: Any, session: Session | None = None, **kwargs: Any) -> T:
+        return drive(build(*args, **kwargs), session, self.write_path)
+
+    return method
+
+
+def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """The async twin of :func:`_sync`."""
+
+    async def method(
+        self: MetastoreStateBackend, *args: Any, session: AsyncSession | None = None, **kwargs: Any
+    ) -> T:
+        return await adrive(build(*args, **kwargs), session, self.write_path)
+
+    return method
+
+
+class MetastoreStateBackend(BaseStateBackend):
+    """
+    Task state in ``task_state``, asset state in ``asset_state`` (docs/metastore.md). Each method
+    of the contract runs the operation of the same arguments
+    (:mod:`airflow_task_state.metastore.operations`), sync or async.
+
+    :param write_path: how writes hand back what they wrote (:data:`.statements.WritePath`). By
+        default each connection's server decides: RETURNING, but LAST_INSERT_ID on MySQL. Naming
+        one runs it on any server of its dialects (``last_insert_id``: MySQL's, MariaDB too).
+    """
+
+    def __init__(self, write_path: WritePath | None = None) -> None:
+        if write_path is not None and write_path not in WRITE_PATHS:
+            raise ValueError(
+                f"write_path must be one of {', '.join(WRITE_PATHS)}, or None to follow the server, "
+                f"not {write_path!r}"
+            )
+        self.write_path = write_path
+
+    supports_versions = True
+    supports_expiry = True
+    supports_increment = True
+    supports_atomic_many = True
+    supports_session_transactions = True
+    supports_atomic_commit = True
+
+    get = _sync(op.get_value)
+    aget = _async(op.get_value)
+    get_versioned = _sync(op.get_versioned)
+    aget_versioned = _async(op.get_versioned)
+    get_entry = _sync(op.get_entry)
+    set = _sync(op.upsert)
+    aset = _async(op.upsert)
+    set_by_try = _sync(op.upsert)
+    aset_by_try = _async(op.upsert)
+    write = _sync(op.write)
+    awrite = _async(op.write)
+    increment = _sync(op.increment)
+    aincrement = _async(op.increment)
+    get_many = _sync(op.get_many)
+    aget_many = _async(op.get_many)
+    set_many = _sync(op.set_many)
+    aset_many = _async(op.set_many)
+    delete_many = _sync(op.delete_many)
+    adelete_many = _async(op.delete_many)
+    delete = _sync(op.delete_key)
+    adelete = _async(op.delete_key)
+    clear = _sync(op.clear)
+    aclear = _async(op.clear)
+    discard_written_through_try = _sync(op.discard_written_through_try)
+    keys = _sync(op.list_keys)
+    akeys = _async(op.list_keys)
+
+    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
+        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
+        if session is not None:
+            return super().apply_commit(commit, session=session)
+        # Committed at the end; everything is rolled back when a write raises.
+        with committing_session() as own:
+            return super().apply_commit(commit, session=own)
+
+    # The listings run as ordinary queries on a session, and the clean-up on sessions of its own
+    # per batch, whatever *session* is given: a caller's transaction would hold every batch's
+    # locks to its end.
+    entries = staticmethod(listing.entries)
+    key_counts = staticmethod(listing.key_counts)
+    cleanup = staticmethod(_cleanup.cleanup)
+
+
+__all__ = ["MetastoreStateBackend"]
