@@ -16,8 +16,8 @@ __all__ = ["MetastoreStateBackend"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MetastoreStateBackend":
-        from airflow_task_state.metastore.backend import MetastoreStateBackend
+    if name == "MetastoreStateBackend":  # the one for this Airflow's tables
+        from airflow_task_state.airflow_line import metastore_backend
 
-        return MetastoreStateBackend
+        return metastore_backend()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

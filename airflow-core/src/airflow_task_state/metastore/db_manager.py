@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from airflow.utils.db_manager import BaseDBManager
 from alembic import command
 
-from airflow_task_state.metastore.models import metadata
+from airflow_task_state.airflow_line import MIGRATION_RELEASES, MIGRATION_VERSION_FOLDERS, state_tables
 
 _HERE = Path(__file__).parent
 
 
 class StateDBManager(BaseDBManager):
-    """The task_state and asset_state tables, versioned in their own ``alembic_version_state`` table."""
+    """This package's tables on this Airflow, versioned in their own ``alembic_version_state`` table."""
 
-    metadata = metadata
+    metadata = state_tables()
     migration_dir = str(_HERE / "migrations")
     alembic_file = str(_HERE / "migrations" / "alembic.ini")
     version_table_name = "alembic_version_state"
     supports_table_dropping = True
     # airflow-task-state releases and the revision each left the chain at (`--to-version`).
-    revision_heads_map = {"0.1.0": "b7d3e1a90112", "0.2.0": "c4a8f2d60113"}
+    revision_heads_map = MIGRATION_RELEASES
+
+    def get_alembic_config(self) -> Any:
+        config = super().get_alembic_config()
+        folders = (_HERE / "migrations" / folder for folder in MIGRATION_VERSION_FOLDERS)
+        config.set_main_option("version_locations", " ".join(str(folder) for folder in folders))
+        return config
 
     def downgrade(
         self, to_revision: str, from_revision: str | None = None, show_sql_only: bool = False

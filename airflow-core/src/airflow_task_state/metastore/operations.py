@@ -135,7 +135,7 @@ def _increment_rows(rowcount: int, last_insert_id: int, values: dict[str, Any]) 
     return []
 
 
-def _missing_parent(scope: StateScope) -> ValueError:
+def missing_parent(scope: StateScope) -> ValueError:
     if isinstance(scope, TaskScope):
         return ValueError(
             f"No DagRun found for dag_id={scope.dag_id!r}, run_id={scope.run_id!r}: task state can "
@@ -149,7 +149,7 @@ def _missing_parent(scope: StateScope) -> ValueError:
 def _written(scope: StateScope, outcome: Outcome) -> int:
     # An upsert writes (and returns) nothing when its SELECT finds no dag run (or asset).
     if not outcome.rows:
-        raise _missing_parent(scope)
+        raise missing_parent(scope)
     return int(outcome.rows[0][0])
 
 
@@ -274,7 +274,7 @@ def write(
         # Nothing live is stored, yet nothing was written: no dag run (or asset), unless the live
         # key was deleted in between; one more attempt tells.
         values["now"] = values["updated_at"] = _now()
-    raise _missing_parent(scope)
+    raise missing_parent(scope)
 
 
 def increment(
@@ -306,7 +306,7 @@ def increment(
             # deleted in between.
             absent_rounds += 1
             if absent_rounds == 2:
-                raise _missing_parent(scope)
+                raise missing_parent(scope)
             continue
         result = incremented(key, stored.value, by)  # ValueError for what no increment accepts
         try:
@@ -373,7 +373,7 @@ def set_many(
 
     def versions(outcome: Outcome) -> dict[str, int | None]:
         if not outcome.rows:
-            raise _missing_parent(scope)
+            raise missing_parent(scope)
         written: dict[str, int | None] = {_text(key): int(version) for key, version in outcome.rows}
         return {key: written[key] for key in checked}
 

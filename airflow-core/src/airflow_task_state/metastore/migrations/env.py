@@ -4,8 +4,9 @@ from typing import Any
 
 from airflow import settings
 from airflow_task_state.metastore.db_manager import StateDBManager
-from airflow_task_state.metastore.models import metadata
 from alembic import context
+
+metadata = StateDBManager.metadata
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:

@@ -1,0 +1,55 @@
+"""
+What differs between the two Airflow lines this package runs on, and only that, in one place.
+
+On Airflow 3.2 state lives in this package's own tables, ``task_state`` and ``asset_state``. Airflow
+3.3 has a state store of its own: tables ``task_state_store`` and ``asset_state_store``, which its
+task accessors, REST API, UI and ``airflow state-store clean`` use. There the rows are those, so both
+APIs see one store, and what they lack (a key's version and writer, an asset key's expiry) is kept
+beside them, in this package's tables ``task_state_meta`` and ``asset_state_meta``
+(:mod:`airflow_task_state.metastore.beside_airflow33`). Everything else is the same code on both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow import __version__ as _airflow_version
+from packaging.version import Version
+
+if TYPE_CHECKING:
+    from airflow_shared.state import BaseStateBackend
+    from sqlalchemy import MetaData
+
+#: Whether this Airflow has its own state store (3.3 and later).
+AIRFLOW_HAS_STATE_STORE = Version(_airflow_version).release[:2] >= (3, 3)
+
+
+def metastore_backend() -> type[BaseStateBackend]:
+    """The class of ``[state] backend``'s default, the metastore, for this Airflow's tables."""
+    if AIRFLOW_HAS_STATE_STORE:
+        from airflow_task_state.metastore.beside_airflow33.backend import Airflow33MetastoreBackend
+
+        return Airflow33MetastoreBackend
+    from airflow_task_state.metastore.backend import MetastoreStateBackend
+
+    return MetastoreStateBackend
+
+
+def state_tables() -> MetaData:
+    """The tables of this package on this Airflow: what ``airflow db migrate`` creates and checks."""
+    if AIRFLOW_HAS_STATE_STORE:
+        from airflow_task_state.metastore.beside_airflow33.models import metadata
+
+        return metadata
+    from airflow_task_state.metastore.models import metadata as own_tables
+
+    return own_tables
+
+
+#: Where the migration chain's revisions are (folders of ``metastore/migrations``): on 3.3 one more,
+#: which moves what 3.2 kept in this package's tables into Airflow's store, beside its meta rows.
+MIGRATION_VERSION_FOLDERS = ("versions", "versions_airflow33") if AIRFLOW_HAS_STATE_STORE else ("versions",)
+#: airflow-task-state releases and the revision each left the chain at (``--to-version``).
+MIGRATION_RELEASES = {"0.1.0": "b7d3e1a90112", "0.2.0": "c4a8f2d60113"}
+if AIRFLOW_HAS_STATE_STORE:
+    MIGRATION_RELEASES["0.8.0"] = "e5b1c7f30114"
