@@ -1,5 +1,5 @@
 """
-A second Python environment with Airflow 3.3, for the tests of the upgrade path.
+A second Python environment with Airflow 3.3: the suites that run on Airflow 3.3, and the upgrade.
 
 ``airflow33()`` returns that environment, building it the first time: a virtualenv made with ``uv``
 from ``dev/airflow33/requirements.txt`` (Airflow 3.3.2 pinned with everything it needs, compiled
@@ -8,11 +8,10 @@ from ``requirements.in``). The virtualenv is cached under ``~/.cache/airflow-tas
 change to either builds a new one and a machine that ran the tests before reuses it; uv's own
 cache makes even a new one quick when the wheels are already downloaded.
 
-This repository's distributions that install beside Airflow 3.3 (the shared contract, the Redis
-provider and the upgrade command) are installed into it from the working tree whenever their files
-changed, so the tests always run the code being tested; a file lock keeps two sessions from
-building or installing at the same time. airflow-task-state itself is never
-installed there: it refuses Airflow 3.3, and the upgrade must work without it.
+This repository's distributions (the contract, airflow-task-state and the Redis provider) are
+installed into it from the working tree whenever their files changed, so the tests always run the
+code being tested; a file lock keeps two sessions from building or installing at the same time. The
+test suites that run on Airflow 3.3 run in it too (``dev/test``).
 
 Processes of this environment get an environment of their own (``Airflow33.env``): nothing of
 the test run's Airflow configuration leaks into them except what the caller passes.
@@ -37,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "dev" / "airflow33" / "requirements.txt"
 AIRFLOW_VERSION = "3.3.2"
 # Installed from the working tree, in this order (each needs the one before it).
-LOCAL_DISTRIBUTIONS = ("shared/state", "providers/redis", "upgrade")
+LOCAL_DISTRIBUTIONS = ("shared/state", "airflow-core", "providers/redis")
 # Written last: a directory without it is a build that was interrupted, and is built again.
 COMPLETE_MARKER = ".complete"
 # Names the working-tree content last installed, so that sessions running at the same time on an
