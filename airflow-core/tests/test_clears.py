@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
 """
 A clear after success starts afresh, a clear after failure keeps state, a retry always keeps it:
 decided at a try's first touch of state (its handshake's proof exchange) from Airflow's own try
@@ -28,6 +29,7 @@ from airflow_task_state.metastore import MetastoreStateBackend
 from airflow_task_state.protocol import PROOF_FIELD, proof
 from sqlalchemy import select, text, update
 from state_testing.airflow_cli import run_airflow
+from test_operator_api import _airflow_token_secret, mint  # noqa: F401 (fixtures: one jwt_secret per run)
 from test_state_api import TEST_DAGS, api, session_key
 
 __all__ = ["api", "session_key"]  # fixtures, used by name
@@ -619,15 +621,13 @@ def test_operator_writes_act_on_the_state_operators_read(instance, write, count_
 
 
 @pytest.fixture
-def operator_token(monkeypatch) -> dict[str, str]:
-    """Headers of a SimpleAuthManager user who may write task state (a fixed [api_auth] jwt_secret)."""
-    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "clears-test-jwt-secret-" + "s" * 48)
-    from airflow.api_fastapi.app import get_auth_manager, init_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    init_auth_manager()
-    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="user", role="user"))
-    return {"Authorization": f"Bearer {token}"}
+def operator_token(mint) -> dict[str, str]:
+    """
+    Headers of a SimpleAuthManager user who may write task state, minted as the operators' API tests
+    mint theirs: Airflow keeps the first [api_auth] jwt_secret its token signer and validator see
+    for the whole process, so every test module must use the same one.
+    """
+    return {"Authorization": f"Bearer {mint('user')}"}
 
 
 def test_the_operators_api_writes_a_key_it_reported_absent(instance, operator_token):
