@@ -3,6 +3,9 @@ DAGs of the end-to-end tests on Airflow 3.3 (tests/on_airflow33/test_e2e_airflow
 mixes Airflow 3.3's own accessors (``context["task_state_store"]``, ``context["asset_state_store"]``)
 with this package's (``task_state``, ``asset_state``) on one store. Tasks report what they saw in
 their return value (XCom) or in files under ``STATE_EXAMPLE_JOBS_DIR``; the tests assert.
+
+Each task imports this package's accessors itself, as Airflow's best practices ask of task code, so
+a task that does not use them (``af33_clear_keep_always``) runs without them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import Asset, dag, task
-from airflow_task_state import asset_state, task_state
 
 MIXED_ASSET = Asset(name="af33_mixed", uri="file:///tmp/af33/mixed")
 RETRY = {"retries": 1, "retry_delay": timedelta(seconds=1)}
@@ -29,6 +31,8 @@ def af33_mixed():
     @task(outlets=[MIXED_ASSET], **RETRY)
     def mixed(task_state_store=None, asset_state_store=None, ti=None) -> dict:
         """Try 1 writes with both APIs and fails; try 2 reads each API's keys through the other."""
+        from airflow_task_state import asset_state, task_state
+
         airflow_asset, our_asset = asset_state_store[MIXED_ASSET], asset_state[MIXED_ASSET]
         if ti.try_number == 1:
             task_state_store.set("written_by_airflow", {"try": 1, "api": "airflow"})
@@ -61,6 +65,8 @@ def _job(task_state_store, ti, *, fail_first_try: bool) -> dict:
     What a clear leaves: Airflow's accessor is the try's first touch of state (no call of ours comes
     first), then ours; each stores this try's job id.
     """
+    from airflow_task_state import task_state
+
     found = {"airflow": task_state_store.get("job_id"), "ours": task_state.get("our_job_id")}
     task_state_store.set("job_id", f"job-of-try-{ti.try_number}")
     task_state.set("our_job_id", f"job-of-try-{ti.try_number}")
@@ -94,11 +100,29 @@ af33_clear_after_failure()
 
 
 @dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def af33_clear_keep_always():
+    """A task written for Airflow 3.3's accessor alone, which keeps its state on every clear (ours)."""
+
+    @task
+    def job(task_state_store=None, ti=None) -> dict:
+        found = task_state_store.get("job_id")
+        task_state_store.set("job_id", f"job-of-try-{ti.try_number}")
+        return {"try": ti.try_number, "found": found}
+
+    job().operator.keep_task_state = "always"
+
+
+af33_clear_keep_always()
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
 def af33_identity():
     """``intruder`` attacks the state of ``victim``, which runs beside it in the same dag run."""
 
     @task
     def victim(ti=None) -> None:
+        from airflow_task_state import task_state
+
         task_state.set("secret", {"owner": "victim"})
         (_shared() / "af33-victim.json").write_text(json.dumps({"ti_id": str(ti.id)}))
         deadline = time.monotonic() + 120
@@ -117,7 +141,7 @@ def af33_identity():
             SetRenderedFields,
             SetTaskStateStore,
         )
-        from airflow_task_state import config
+        from airflow_task_state import config, task_state
         from airflow_task_state.protocol import PROOF_FIELD, proof
         from airflow_task_state.worker import client as state_client
 

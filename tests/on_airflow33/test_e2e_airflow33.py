@@ -55,6 +55,7 @@ FIRST_RUNS = {
     "af33_mixed": ({}, "success"),
     "af33_clear_after_success": ({}, "success"),
     "af33_clear_after_failure": ({}, "failed"),
+    "af33_clear_keep_always": ({}, "success"),
     "af33_identity": ({}, "success"),
     # The job outlives try 1's death and try 2's start, so try 2 finds it running and defers on it.
     DEFERRABLE: ({"crash_first_try": True, "job_seconds": 10}, "success"),
@@ -229,7 +230,7 @@ def test_a_clear_after_success_starts_afresh_and_after_failure_keeps_through_eit
     the try after a clear of a successful try finds nothing, whichever API it asks first (here
     Airflow's accessor), and the try after a clear of a failed try finds its job.
     """
-    for dag_id in ("af33_clear_after_success", "af33_clear_after_failure"):
+    for dag_id in ("af33_clear_after_success", "af33_clear_after_failure", "af33_clear_keep_always"):
         clear_and_rerun(deployment, admin, dag_id, only_failed=dag_id.endswith("failure"))
     assert returned(deployment, "af33_clear_after_success", "job") == {
         "try": 2,
@@ -239,6 +240,9 @@ def test_a_clear_after_success_starts_afresh_and_after_failure_keeps_through_eit
         "try": 2,
         "found": {"airflow": "job-of-try-1", "ours": "job-of-try-1"},
     }
+    # A task that keeps its state on every clear (keep_task_state = "always") keeps it, though it
+    # uses Airflow's accessor alone: the try records its choice before its code runs.
+    assert returned(deployment, "af33_clear_keep_always", "job") == {"try": 2, "found": "job-of-try-1"}
     for dag_id in ("af33_clear_after_success", "af33_clear_after_failure"):
         assert airflow_entries(admin, ti_path(dag_id, "job")) == {
             "job_id": "job-of-try-2",
