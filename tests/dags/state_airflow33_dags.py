@@ -42,7 +42,14 @@ def af33_mixed():
             task_state.increment("tries")
             raise RuntimeError("try 1 fails on purpose: try 2 reads what it wrote")
         task_state.increment("tries")
+        # Expired keys are never returned, whichever API asks (Airflow's own backend returns them).
+        task_state_store.set("short_lived", "gone soon", retention=timedelta(seconds=1))
+        time.sleep(1.5)
         return {
+            "expired": {
+                "airflow": task_state_store.get("short_lived"),
+                "ours": task_state.get("short_lived"),
+            },
             "ours_read": {
                 "task": task_state.get("written_by_airflow"),
                 "asset": our_asset.get("airflow_watermark"),
