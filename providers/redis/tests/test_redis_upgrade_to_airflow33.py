@@ -56,7 +56,7 @@ class Upgraded:
     database: str
 
     def ops(self, *operations: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
-        """Apply *operations* through 3.3's configured backend (``airflow33/ops.py``)."""
+        """Apply *operations* through Airflow 3.3's own configured store (``airflow33/ops.py``)."""
         spec = tmp / f"ops-{uuid.uuid4().hex}.json"
         spec.write_text(json.dumps(operations))
         result = self.af33.run("python", HERE / "ops.py", spec, env=self.env, timeout=120)
@@ -64,7 +64,7 @@ class Upgraded:
         return json.loads(line.removeprefix("OPS-RESULTS "))
 
     def ours(self) -> RedisStateBackend:
-        """The 3.2 backend, as a 3.2 deployment configured it (same server and prefix)."""
+        """Our backend, as both deployments configure it (same server and prefix): what our API reads."""
         return RedisStateBackend(
             self.redis_url, key_prefix=self.prefix, task_ttl_seconds=3600, asset_ttl_seconds=None
         )
