@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from state_testing import deployment as harness
+from state_testing.deployment import airflow33_program
 
 RESULTS_VARIABLE = "STATE_BENCH_RESULTS"
 THIS_AIRFLOW = Path(sys.executable).with_name("airflow")
@@ -95,13 +96,6 @@ def side(
             yield Side(name, deployment, results)
     finally:
         shutil.rmtree(results, ignore_errors=True)
-
-
-def airflow33_program() -> Path:
-    """The ``airflow`` of the cached Airflow 3.3.2 environment (built on first use)."""
-    from state_testing.airflow33 import airflow33
-
-    return airflow33().bin("airflow")
 
 
 def airflow33_python(script: str, env: dict[str, str], *args: str) -> str:

@@ -13,6 +13,9 @@ installed into it from the working tree whenever their files changed, so the tes
 code being tested; a file lock keeps two sessions from building or installing at the same time. The
 test suites that run on Airflow 3.3 run in it too (``dev/test``).
 
+``python -m state_testing.airflow33 ARGS`` (with ``dev`` on ``PYTHONPATH``) runs that environment's
+Python with ARGS, e.g. ``-m pytest --db postgres tests/on_airflow33``.
+
 Processes of this environment get an environment of their own (``Airflow33.env``): nothing of
 the test run's Airflow configuration leaks into them except what the caller passes.
 """
@@ -157,3 +160,8 @@ def airflow33() -> Airflow33:
         build_seconds = time.monotonic() - started if built else 0.0
         _install_working_tree(root)
     return Airflow33(root, build_seconds)
+
+
+if __name__ == "__main__":
+    environment = airflow33()
+    os.execv(environment.python, [str(environment.python), *sys.argv[1:]])

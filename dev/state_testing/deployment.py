@@ -9,6 +9,10 @@ therefore run in real task processes that talk to the real Execution API.
 ``airflow_deployment(dags_folder, triggerer=True)`` also runs ``airflow triggerer``, for deferrable
 tasks; it is off by default, so deployments that defer nothing do not pay for it.
 
+``airflow_deployment(dags_folder, airflow=airflow33_program())`` runs Airflow 3.3.2 instead, from the
+cached environment that holds this working tree's distributions (``state_testing.airflow33``): every
+component and CLI command is that environment's ``airflow``, the rest of the harness is shared.
+
 ``airflow_deployment(dags_folder, executor="celery")`` is shaped like production instead: the
 scheduler runs the CeleryExecutor with a Redis server of its own as broker and result backend, and
 the tasks run under a real ``airflow celery worker`` whose environment (``Deployment.worker_env``)
@@ -35,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ import httpx
 import psutil
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
+from packaging.version import Version
 
 from . import dbservers
 
@@ -79,6 +85,19 @@ FAST_SETTINGS = {
     # The scheduler sleeps this long only after a loop that found nothing to do.
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
 }
+
+
+def airflow33_program() -> Path:
+    """
+    The ``airflow`` of Airflow 3.3 with this working tree's distributions: this environment's when it
+    is one (the suites on Airflow 3.3 run in it), else the cached one's, built on first use.
+    """
+    # The installed version, not airflow.__version__: importing Airflow would read its configuration.
+    if Version(metadata.version("apache-airflow-core")).release[:2] >= (3, 3):
+        return AIRFLOW
+    from .airflow33 import airflow33
+
+    return airflow33().bin("airflow")
 
 
 class DeploymentError(RuntimeError):

@@ -4,7 +4,8 @@ Airflow 3.3's ``[state_store] backend`` for a deployment that runs this package
 task accessors (``context["task_state_store"]``, ``context["asset_state_store"]``), its Execution
 API and ``airflow state-store clean`` then use the backend ``[state] backend`` names, by its rules:
 expired keys are never returned, the try that writes a key is recorded (so a clear treats it as ours),
-and with Redis both APIs share one store (docs/airflow33.md).
+a try finds what a clear left discarded whichever API it asks first, and with Redis both APIs share
+one store (docs/airflow33.md).
 
 It subclasses Airflow's own metastore backend for two things only Airflow's code grants that class:
 ``airflow state-store clean`` cleans no other, and Airflow's Execution API tells only it who wrote an
@@ -14,6 +15,7 @@ asset's key. Every method Airflow calls is overridden here.
 from __future__ import annotations
 
 import asyncio
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,27 +60,33 @@ def _ours(scope: Any, session: Any, *, required: bool = False) -> StateScope | N
         return None
 
 
-def _try_of(scope: TaskScope, session: Any) -> StateWriter | None:
-    """The running try of the task instance that writes through Airflow's accessors."""
+def _first_touch(scope: TaskScope, session: Any) -> StateWriter | None:
+    """
+    The running try of the task instance Airflow's accessors act for (``None``: no such task
+    instance), once that try has made its first touch of state: what a clear left for it to
+    discard is gone (docs/clearing.md), as our handshake makes it go before our API serves the try.
+    Airflow's accessors may come first, or alone, and must not find what ours would not.
+    """
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    query = select(TI.try_number).where(
+    from airflow_task_state.airflow_db.first_touch import discard_what_a_clear_left
+
+    query = select(TI.id, TI.try_number).where(
         TI.dag_id == scope.dag_id,
         TI.run_id == scope.run_id,
         TI.task_id == scope.task_id,
         TI.map_index == scope.map_index,
     )
-    if session is None:
-        with create_session() as own:
-            try_number = own.scalar(query)
-    else:
-        try_number = session.scalar(query)
-    if try_number is None:
-        return None
+    # Airflow's session when it passes one: on SQLite another connection would wait for its lock.
+    with create_session() if session is None else nullcontext(session) as db:
+        row = db.execute(query).one_or_none()
+        if row is None:
+            return None
+        discard_what_a_clear_left(str(row.id), session=db)
     return StateWriter(
-        WriterKind.TASK, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, try_number
+        WriterKind.TASK, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, row.try_number
     )
 
 
@@ -87,6 +95,8 @@ class StateStoreBackend(MetastoreBackend):
 
     def get(self, scope: Any, key: str, *, session: Any = None) -> str | None:
         ours = _ours(scope, session)
+        if isinstance(ours, TaskScope):
+            _first_touch(ours, session)
         return None if ours is None else get_state_backend().get(ours, key, session=session)
 
     def set(
@@ -94,7 +104,7 @@ class StateStoreBackend(MetastoreBackend):
     ) -> None:
         ours = _ours(scope, session, required=True)
         assert ours is not None  # required
-        writer = _try_of(ours, session) if isinstance(ours, TaskScope) else None
+        writer = _first_touch(ours, session) if isinstance(ours, TaskScope) else None
         if expires_at is not None and expires_at.tzinfo is None:
             expires_at = expires_at.replace(tzinfo=UTC)  # Airflow keeps UTC
         get_state_backend().write(ours, key, value, writer=writer, expires_at=expires_at, session=session)
@@ -117,11 +127,13 @@ class StateStoreBackend(MetastoreBackend):
         assert ours is not None
         writer = None
         if dag_id is not None and run_id is not None and task_id is not None and map_index is not None:
-            writer = _try_of(TaskScope(dag_id, run_id, task_id, map_index), session)
+            writer = _first_touch(TaskScope(dag_id, run_id, task_id, map_index), session)
         get_state_backend().write(ours, key, value, writer=writer, session=session)
 
     def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
         if (ours := _ours(scope, session)) is not None:
+            if isinstance(ours, TaskScope):
+                _first_touch(ours, session)
             get_state_backend().delete(ours, key, session=session)
 
     def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:

@@ -9,7 +9,7 @@ means for the state it leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 from uuid import UUID
@@ -19,6 +19,7 @@ from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.taskinstance import TaskInstance
 from airflow_shared.state import TaskScope
 from sqlalchemy import Select, and_, bindparam, select
+from sqlalchemy.orm import Session
 
 from airflow_task_state.airflow_db.clears import (
     boundary_at_first_touch,
@@ -60,7 +61,9 @@ def _current_try() -> Select[Any]:
     )
 
 
-def discard_what_a_clear_left(ti_id: str, chosen: Mapping[str, Any] | None = None) -> None:
+def discard_what_a_clear_left(
+    ti_id: str, chosen: Mapping[str, Any] | None = None, *, session: Session | None = None
+) -> None:
     """
     Remove the keys that earlier tries of task instance *ti_id* wrote when it was cleared since, as
     the task chose (*chosen*: its choice as the handshake records it; by default, as its try
@@ -68,18 +71,23 @@ def discard_what_a_clear_left(ti_id: str, chosen: Mapping[str, Any] | None = Non
     reschedule pokes): keys written by this try are never among them, so the second time removes
     nothing. A failure raises, and the caller grants no credential: the try must not read a job id
     that its clear meant to forget. A task instance that is gone discards nothing (its requests are
-    refused, each saying why).
+    refused, each saying why). With *session*, in that session's transaction (Airflow's own, for
+    its accessors' calls: see :mod:`airflow_task_state.state_store_backend`).
     """
-    rows = execute(_current_try(), {"ti_id": UUID(ti_id)}).rows
-    if not rows:
+    found: Sequence[Any]
+    if session is None:
+        found = execute(_current_try(), {"ti_id": UUID(ti_id)}).rows
+    else:
+        found = session.execute(_current_try(), {"ti_id": UUID(ti_id)}).all()
+    if not found:
         return
-    dag_id, run_id, task_id, map_index, try_number, max_tries, *run, rendered, succeeded_try = rows[0]
+    dag_id, run_id, task_id, map_index, try_number, max_tries, *run, rendered, succeeded_try = found[0]
     scope = TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(*run))
     choice = choice_of(chosen or rendered, f"{dag_id}.{task_id}")
     boundary = boundary_at_first_touch(scope, choice, try_number, max_tries, succeeded_try)
     if boundary is None:
         return
-    removed = get_state_backend().discard_written_through_try(scope, boundary)
+    removed = get_state_backend().discard_written_through_try(scope, boundary, session=session)
     if removed:
         log.info(
             "Discarded %d key(s) of task instance %s/%s/%s[%d] written by tries up to %d: it was cleared "

@@ -1,9 +1,10 @@
 """
 The task process's side of a try starting and ending: an Airflow listener, registered by the state
-plugin, whose hooks Airflow 3.2's task runner calls in the task process itself.
+plugin, whose hooks Airflow's task runner calls in the task process itself.
 
 As the try starts it draws the try's handshake verifier (so that the processes the task forks share
-it) and starts the handshake in the background when the task will need a credential. As the try
+it) and starts the handshake in the background when the task will need a credential (on Airflow
+3.3, a task that sets ``keep_task_state`` records its choice first, before its code runs). As the try
 ends it commits (success) or drops the staged writes, clears the task's state on success if asked,
 and takes the proof out of the rendered fields. The success hook runs after the supervisor has
 reported the success, so the API server commits and clears only because the try has succeeded;
@@ -24,7 +25,9 @@ from typing import Any
 import pluggy
 
 from airflow_task_state import config
+from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 from airflow_task_state.exceptions import StateOutcomeUnknownError
+from airflow_task_state.keep_choice import TASK_ATTRIBUTE
 from airflow_task_state.protocol import TASK_SUCCEEDED_PATH
 from airflow_task_state.worker import handshake, staging
 from airflow_task_state.worker.client import StateClient, start_handshake
@@ -66,6 +69,10 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     ):
         staging.begin(task_instance)
         handshake.prepare(task_instance)
+        if AIRFLOW_HAS_STATE_STORE and getattr(task_instance.task, TASK_ATTRIBUTE, None) is not None:
+            # Airflow 3.3's own accessors may touch state before the handshake below records the
+            # task's keep_task_state, and the API server would discard by the deployment's default.
+            handshake.verifier_with_proof(task_instance)
         clears = wants_clear(task_instance.task)
         if clears or handshake.ACCESSORS_MODULE in sys.modules:
             start_handshake(task_instance, credential=clears)

@@ -1,5 +1,6 @@
 """
-Run with Airflow 3.3: apply a list of operations to the configured ``[state_store] backend``.
+Run with Airflow 3.3: apply a list of operations to Airflow 3.3's own configured state store backend
+(``airflow.state.get_state_backend()``, as its Execution API and ``airflow state-store clean`` call it).
 
 argv[1]: a file holding a JSON list of ``{"op", "scope", ...}``; stdout: a JSON list with one result
 per operation (``{"value": ...}`` or ``{"error": "<type>: <message>"}``). Scopes are
@@ -15,8 +16,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from airflow.state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
 from airflow.utils.session import create_session, create_session_async
-from airflow_task_state import AssetScope, TaskScope, get_state_backend, resolve_state_backend
 
 #: Starts the line of stdout that holds the results (Airflow may log to stdout too).
 RESULTS = "OPS-RESULTS "
@@ -69,10 +70,19 @@ def recreate_run(dag_id: str, run_id: str) -> None:
         session.execute(insert(table).values(**row))
 
 
+def backends() -> dict[str, str]:
+    """The class Airflow 3.3 resolves for its store, and the one it passes each call on to (ours)."""
+    from airflow_task_state import resolve_state_backend as ours
+
+    return {
+        name: f"{cls.__module__}.{cls.__qualname__}"
+        for name, cls in (("state_store", resolve_state_backend()), ("state", ours()))
+    }
+
+
 async def run(backend, op: dict) -> object:
-    if op["op"] == "backend":
-        cls = resolve_state_backend()
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "bases": [b.__module__ for b in cls.__mro__]}
+    if op["op"] == "backends":
+        return backends()
     if op["op"] == "recreate_run":
         return recreate_run(*op["run"])
     if op["op"] == "cleanup":

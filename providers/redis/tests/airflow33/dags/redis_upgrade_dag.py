@@ -1,8 +1,8 @@
 """
-A DAG that runs on Airflow 3.2 and on 3.3: `watch` reports what 3.3's task state store holds.
-
-On 3.2 (where the upgrade test creates the runs) `task_state_store` is not in the context and the
-task does nothing; on 3.3 it writes what ``get("remote_job_id")`` returned to $STATE_UPGRADE_OUT.
+A DAG that runs on Airflow 3.2 and on 3.3: on 3.2 (where the upgrade test creates the runs) `watch`
+stores a job id through this package's task state, in Redis; on 3.3 it reads that key through
+Airflow's own ``context["task_state_store"]``, writes one, and reports what it read to
+$STATE_UPGRADE_OUT.
 """
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ def redis_upgrade():
     @task
     def watch() -> None:
         store = get_current_context().get("task_state_store")
+        if store is None:  # Airflow 3.2, before the upgrade
+            from airflow_task_state import task_state
+
+            task_state.set("remote_job_id", "app_001")
+            return
         out = os.environ.get("STATE_UPGRADE_OUT")
-        if store is not None and out:
+        if out:
+            store.set("written_on_33", {"by": "context['task_state_store']"})
             Path(out).write_text(json.dumps({"remote_job_id": store.get("remote_job_id")}))
 
     @task

@@ -1,18 +1,21 @@
 """
-Redis users upgrade to Airflow 3.3 without moving data: ``airflow_state_redis.airflow33.RedisStoreBackend``
-is 3.3's ``[state_store] backend`` on the Redis keys that ``RedisStateBackend`` wrote on 3.2.
+Redis users upgrade to Airflow 3.3 without moving data: with ``[state] backend =
+airflow_state_redis.RedisStateBackend`` kept as it was on 3.2, and Airflow 3.3's ``[state_store]
+backend`` set to this project's adapter (``airflow_task_state.state_store_backend.StateStoreBackend``),
+Airflow 3.3's own backend calls (its Execution API's, its ``airflow state-store clean``'s) and a 3.3
+task's ``context["task_state_store"]`` read and write the very Redis keys our API does.
 
 Everything 3.3-side runs in the real Airflow 3.3.2 environment (``state_testing.airflow33``), on a
 database of this module's own: migrated by 3.2's ``airflow db migrate``, given dag runs by 3.2's
-``airflow dags test``, then migrated by 3.3's. This process plays the 3.2 side with
-``RedisStateBackend`` itself, with the ``dag_run_uid`` 3.2's own code computes for those runs.
+``airflow dags test`` (whose task stores a job id in Redis through our task state), then migrated
+by 3.3's. This process plays our API with ``RedisStateBackend`` itself, on the keys of the
+``dag_run_uid`` 3.2's own code computes for those runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ from typing import Any
 
 import pytest
 import redis
+import sqlalchemy
 from airflow_shared.state import AssetScope, TaskScope
 from airflow_state_redis import RedisStateBackend
 from state_testing import dbservers
@@ -32,7 +36,9 @@ from state_testing.airflow_cli import run_checked
 HERE = Path(__file__).parent / "airflow33"
 DAGS = HERE / "dags"
 DAG_ID = "redis_upgrade"
-BACKEND = "airflow_state_redis.airflow33.RedisStoreBackend"
+STATE_STORE_BACKEND = "airflow_task_state.state_store_backend.StateStoreBackend"
+STATE_BACKEND = "airflow_state_redis.RedisStateBackend"
+RESOLVED_STATE_BACKEND = "airflow_state_redis.backend.RedisStateBackend"
 ASSET_ID = 4242
 
 
@@ -47,9 +53,10 @@ class Upgraded:
     uids: dict[str, str]
     prefix: str
     redis_url: str
+    database: str
 
     def ops(self, *operations: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
-        """Apply *operations* through 3.3's configured backend (``airflow33/ops.py``)."""
+        """Apply *operations* through Airflow 3.3's own configured store (``airflow33/ops.py``)."""
         spec = tmp / f"ops-{uuid.uuid4().hex}.json"
         spec.write_text(json.dumps(operations))
         result = self.af33.run("python", HERE / "ops.py", spec, env=self.env, timeout=120)
@@ -57,7 +64,7 @@ class Upgraded:
         return json.loads(line.removeprefix("OPS-RESULTS "))
 
     def ours(self) -> RedisStateBackend:
-        """The 3.2 backend, as a 3.2 deployment configured it (same server and prefix)."""
+        """Our backend, as both deployments configure it (same server and prefix): what our API reads."""
         return RedisStateBackend(
             self.redis_url, key_prefix=self.prefix, task_ttl_seconds=3600, asset_ttl_seconds=None
         )
@@ -88,17 +95,28 @@ def _run32(*command: str, env: dict[str, str]) -> str:
     return run_checked(list(command), env=env, label="Airflow 3.2", timeout=300).stdout
 
 
+def _redis_settings(redis_url: str, prefix: str) -> dict[str, str]:
+    """What a Redis user configures, on 3.2 and unchanged on 3.3."""
+    return {
+        "AIRFLOW__STATE__BACKEND": STATE_BACKEND,
+        "AIRFLOW__STATE_REDIS__URL": redis_url,
+        "AIRFLOW__STATE_REDIS__KEY_PREFIX": prefix,
+        "AIRFLOW__STATE_REDIS__TASK_TTL_SECONDS": "3600",
+    }
+
+
 @pytest.fixture(scope="module")
 def upgraded(database33: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Upgraded:
     af33 = airflow33()
     prefix = f"upgrade-{uuid.uuid4().hex[:10]}"
-    # Airflow 3.2 with airflow-task-state (this environment): schema, then two real dag runs.
+    # Airflow 3.2 with airflow-task-state and Redis (this environment): schema, then two real dag runs.
     home32 = tmp_path_factory.mktemp("home32")
     env32 = {
         **os.environ,
         "AIRFLOW_HOME": str(home32),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database33,
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        **_redis_settings(redis_url, prefix),
     }
     airflow32 = str(Path(sys.executable).with_name("airflow"))
     _run32(airflow32, "db", "migrate", env=env32)
@@ -108,36 +126,24 @@ def upgraded(database33: str, redis_url: str, tmp_path_factory: pytest.TempPathF
         _run32(sys.executable, str(HERE / "uids32.py"), DAG_ID, env=env32).strip().splitlines()[-1]
     )
     run1, run2 = sorted(uids)
-    # Then the upgrade: Airflow 3.3's migration on the same database, the Redis backend configured.
+    # Then the upgrade: Airflow 3.3's migration on the same database; [state] and [state_redis] as
+    # they were, and Airflow's own store through this project's adapter.
     env33 = af33.env(
         database33,
         tmp_path_factory.mktemp("home33"),
         AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
-        AIRFLOW__STATE_STORE__BACKEND=BACKEND,
-        AIRFLOW__STATE_REDIS__URL=redis_url,
-        AIRFLOW__STATE_REDIS__KEY_PREFIX=prefix,
-        AIRFLOW__STATE_REDIS__TASK_TTL_SECONDS="3600",
+        AIRFLOW__STATE_STORE__BACKEND=STATE_STORE_BACKEND,
+        **_redis_settings(redis_url, prefix),
     )
     af33.run("airflow", "db", "migrate", env=env33)
-    return Upgraded(af33, env33, run1, run2, uids, prefix, redis_url)
+    return Upgraded(af33, env33, run1, run2, uids, prefix, redis_url, database33)
 
 
-def test_import_on_airflow32_says_which_backend_to_use() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", "import airflow_state_redis.airflow33"], capture_output=True, text=True
-    )
-    assert result.returncode != 0
-    assert "ImportError: airflow_state_redis.airflow33.RedisStoreBackend is a backend for Airflow 3.3" in (
-        result.stderr
-    )
-    assert "[state] backend = airflow_state_redis.RedisStateBackend" in result.stderr
-
-
-def test_airflow33_resolves_it_as_a_store_backend(upgraded: Upgraded, tmp_path: Path) -> None:
-    [resolved] = upgraded.ops({"op": "backend"}, tmp=tmp_path)
+def test_airflow33_resolves_its_store_to_the_adapter_and_ours_to_redis(upgraded: Upgraded, tmp_path: Path):
     # resolve_state_backend() raises TypeError for a class that is not a BaseStoreBackend.
-    assert resolved["value"]["class"] == BACKEND, resolved
-    assert "airflow._shared.state" in resolved["value"]["bases"]
+    [resolved] = upgraded.ops({"op": "backends"}, tmp=tmp_path)
+    expected = {"state_store": STATE_STORE_BACKEND, "state": RESOLVED_STATE_BACKEND}
+    assert resolved == {"value": expected}, resolved
 
 
 def test_state_written_on_32_reads_the_same_on_33_and_back(upgraded: Upgraded, tmp_path: Path) -> None:
@@ -261,17 +267,43 @@ def test_bad_scopes_are_refused_with_the_reason(upgraded: Upgraded, tmp_path: Pa
     assert results[0]["error"].startswith("ValueError: No DagRun found for dag_id='redis_upgrade'")
     assert results[1]["error"].startswith("ValueError: No DagRun found")
     assert results[2] == {"value": None}
-    assert results[3]["error"].startswith("ValueError: RedisStoreBackend keys asset state on the asset's id")
+    assert results[3]["error"].startswith(f"ValueError: {STATE_STORE_BACKEND} runs on the API server")
 
 
-def test_a_real_33_task_reads_state_its_32_try_wrote(upgraded: Upgraded, tmp_path: Path) -> None:
+def test_a_real_33_task_reads_what_its_32_try_stored_and_writes_where_ours_reads(
+    upgraded: Upgraded, tmp_path: Path
+) -> None:
     ours = upgraded.ours()
-    ours.write(upgraded.scope(upgraded.run1, "watch"), "remote_job_id", '"app_001"')
+    scope = upgraded.scope(upgraded.run1, "watch")
+    # What 3.2's `airflow dags test` stored through our task state, in Redis.
+    assert json.loads(ours.get(scope, "remote_job_id") or "null") == "app_001"
     out = tmp_path / "watch.json"
     env = {**upgraded.env, "STATE_UPGRADE_OUT": str(out)}
     upgraded.af33.run("airflow", "tasks", "test", DAG_ID, "watch", upgraded.run1, env=env, timeout=180)
     assert json.loads(out.read_text()) == {"remote_job_id": "app_001"}
+    [written] = [entry for entry in ours.entries(scope).entries if entry.key == "written_on_33"]
+    assert json.loads(written.value) == {"by": "context['task_state_store']"}
+    assert written.updated_by_try == 1  # the try that wrote it, as our API records it
     ours.close()
+    # Our CLI shows both; Airflow 3.3's REST API and UI read its tables, which hold nothing of Redis.
+    listed = upgraded.af33.run(
+        "airflow",
+        "state",
+        "list",
+        "--dag-id",
+        DAG_ID,
+        "--run-id",
+        upgraded.run1,
+        "--task-id",
+        "watch",
+        env=upgraded.env,
+    ).stdout
+    assert "remote_job_id" in listed and "written_on_33" in listed, listed
+    engine = sqlalchemy.create_engine(upgraded.database, poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as connection:
+        for table in ("task_state_store", "asset_state_store"):
+            assert connection.scalar(sqlalchemy.text(f"SELECT COUNT(*) FROM {table}")) == 0
+    engine.dispose()
 
 
 def test_a_run_deleted_and_created_again_starts_empty(upgraded: Upgraded, tmp_path: Path) -> None:
