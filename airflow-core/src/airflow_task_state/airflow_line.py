@@ -1,50 +1,29 @@
 """
-What differs between the two Airflow lines this package runs on, and only that, in one place.
+What differs between the two Airflow lines this package runs on, decided here and nowhere else.
 
 On Airflow 3.2 state lives in this package's own tables, ``task_state`` and ``asset_state``. Airflow
 3.3 has a state store of its own: tables ``task_state_store`` and ``asset_state_store``, which its
 task accessors, REST API, UI and ``airflow state-store clean`` use. There the rows are those, so both
 APIs see one store, and what they lack (a key's version and writer, an asset key's expiry) is kept
-beside them, in this package's tables ``task_state_meta`` and ``asset_state_meta``
-(:mod:`airflow_task_state.metastore.beside_airflow33`). Everything else is the same code on both.
+beside them, in this package's tables ``task_state_meta`` and ``asset_state_meta``. Who reads
+:data:`AIRFLOW_HAS_STATE_STORE`, and for what (everything else is the same code on both lines):
+
+- :mod:`airflow_task_state.metastore`: the metastore's class and tables for this Airflow
+  (:mod:`~airflow_task_state.metastore.beside_airflow33` on 3.3), and the migration chain below;
+- :mod:`airflow_task_state.worker.listener`: a task's ``keep_task_state`` is recorded as its try
+  starts, since Airflow 3.3's own accessors may touch state before ours;
+- :mod:`airflow_task_state.state_store_backend` exists for 3.3's ``[state_store] backend`` only.
+
+This module is on the floor: it imports nothing of this package.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from airflow import __version__ as _airflow_version
 from packaging.version import Version
 
-if TYPE_CHECKING:
-    from airflow_shared.state import BaseStateBackend
-    from sqlalchemy import MetaData
-
 #: Whether this Airflow has its own state store (3.3 and later).
 AIRFLOW_HAS_STATE_STORE = Version(_airflow_version).release[:2] >= (3, 3)
-
-
-def metastore_backend() -> type[BaseStateBackend]:
-    """The class of ``[state] backend``'s default, the metastore, for this Airflow's tables."""
-    if AIRFLOW_HAS_STATE_STORE:
-        from airflow_task_state.metastore.beside_airflow33.backend import Airflow33MetastoreBackend
-
-        return Airflow33MetastoreBackend
-    from airflow_task_state.metastore.backend import MetastoreStateBackend
-
-    return MetastoreStateBackend
-
-
-def state_tables() -> MetaData:
-    """The tables of this package on this Airflow: what ``airflow db migrate`` creates and checks."""
-    if AIRFLOW_HAS_STATE_STORE:
-        from airflow_task_state.metastore.beside_airflow33.models import metadata
-
-        return metadata
-    from airflow_task_state.metastore.models import metadata as own_tables
-
-    return own_tables
-
 
 #: Where the migration chain's revisions are (folders of ``metastore/migrations``): on 3.3 one more,
 #: which moves what 3.2 kept in this package's tables into Airflow's store, beside its meta rows.

@@ -8,7 +8,8 @@ from typing import Any
 from airflow.utils.db_manager import BaseDBManager
 from alembic import command
 
-from airflow_task_state.airflow_line import MIGRATION_RELEASES, MIGRATION_VERSION_FOLDERS, state_tables
+from airflow_task_state.airflow_line import MIGRATION_RELEASES, MIGRATION_VERSION_FOLDERS
+from airflow_task_state.metastore import state_tables
 
 _HERE = Path(__file__).parent
 
