@@ -1,14 +1,16 @@
 """
-Run by Airflow 3.2's interpreter (this repository's venv) on the upgrade test's database, after the
-test DAG ran: adds, through our configured backend, what server code can write on every task
-instance of the run and on every asset of the DAG, then writes as JSON (to the path given as the
-only argument) every live key as our backend reads it back: what the upgrade must carry.
+Run by Airflow 3.2's interpreter (this repository's venv) on the upgrade test's database, once the
+test DAG has a run (run by ``airflow dags test``, or only triggered): adds, through our configured
+backend, what server code can write on every task instance of the DAG's run and on every asset of
+the DAG, then writes as JSON (to the path given as the only argument) every live key as our backend
+reads it back: what the upgrade must carry.
 
 What it adds: keys that paths and collations mangle (slashes, dots, spaces, control characters,
 non-ASCII, emoji, keys differing only in case, 512 characters), values of every JSON kind (nested,
 non-ASCII, large and negative integers, floats, 64 KiB), versions above 1, keys with an expiry in the
 future, and enough keys that the move takes several batches; on assets, a key by each kind of writer
-(task, REST API, CLI) and one with an expiry. Then keys already expired (written with a future
+(task, REST API, CLI) and one with an expiry; a commit of staged writes (its record kept in the
+run's records). Then keys already expired (written with a future
 expiry, then moved into the past by SQL: a write refuses an expiry in the past), which the upgrade
 does not carry, and a commit record as releases up to 0.7 kept it (key ``airflow.staged_commit``).
 """
@@ -20,13 +22,16 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from airflow.models.asset import AssetModel
-from airflow.models.taskinstance import TaskInstance
+from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session
 from airflow_shared.state import (
     API_WRITER,
     CLI_WRITER,
     COMMIT_KEY,
     AssetScope,
+    StagedCommit,
+    StagedOp,
+    StagedWrite,
     StateWriter,
     commit_records_scope,
 )
@@ -36,6 +41,8 @@ from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
 from sqlalchemy import select, update
 
 DAG_ID = "upgrade_state"
+#: The task instances of the DAG's run (tests/dags/upgrade/upgrade_dags.py), mapped ones included.
+TASK_INSTANCES = [("process", 0), ("process", 1), ("process", 2), ("publish", -1), ("run_job", -1)]
 
 UNUSUAL_KEYS = [
     ".",
@@ -78,32 +85,31 @@ def main(out_path: str) -> None:
     backend = get_state_backend()
     future = datetime.now(UTC) + timedelta(days=10)
     with create_session() as session:
-        instances = session.execute(
-            select(TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
-            .where(TaskInstance.dag_id == DAG_ID)
-            .order_by(TaskInstance.task_id, TaskInstance.map_index)
-        ).all()
+        [run_id] = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID)).all()
         assets = session.scalars(
             select(AssetModel.id).where(AssetModel.name.like("upgrade_%")).order_by(AssetModel.id)
         ).all()
-    if len(instances) < 5 or len(assets) < 2:
-        raise SystemExit(f"the test DAG did not run: {len(instances)} task instances, {len(assets)} assets")
+    if len(assets) < 2:
+        raise SystemExit(f"the test DAG's assets are not in the database: {assets}")
 
-    scopes = [task_scope(DAG_ID, *row) for row in instances]
+    scopes = [task_scope(DAG_ID, run_id, task_id, map_index) for task_id, map_index in TASK_INSTANCES]
     for number, scope in enumerate(scopes):
         writer = StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, 1)
-        for i, key in enumerate(UNUSUAL_KEYS):
-            backend.write(scope, key, encode({"i": i, "key": key}), writer=writer)
+        # In batches: one transaction each (a write apiece would take a minute on the slower databases).
+        backend.set_many(
+            scope, {key: encode({"i": i, "key": key}) for i, key in enumerate(UNUSUAL_KEYS)}, writer=writer
+        )
         backend.set_many(scope, {f"many/{i:04d}": encode([number, i]) for i in range(MANY)})
-        for name, value in VALUES.items():
-            backend.write(scope, f"value/{name}", encode(value))
+        backend.set_many(scope, {f"value/{name}": encode(value) for name, value in VALUES.items()})
         backend.write(scope, "twice", encode("first"), writer=writer)
         backend.write(scope, "twice", encode("second"), writer=writer, expires_at=future)
         backend.write(scope, "expired/one", encode("gone"), expires_at=future)
+    staged = StagedWrite(scopes[2], "staged/watermark", StagedOp.SET, encode(2))
+    backend.apply_commit(StagedCommit("commit-of-fill", scopes[2], (staged,), writer=None))
     # A commit record as releases up to 0.7 kept it, in the task instance's own scope.
     backend.write(scopes[0], COMMIT_KEY, encode("commit-0.7"), expires_at=future)
 
-    writers = {"by task": StateWriter.task_try(DAG_ID, scopes[0].run_id, "publish", -1, 3)}
+    writers = {"by task": StateWriter.task_try(DAG_ID, run_id, "publish", -1, 3)}
     writers |= {"by api": API_WRITER, "by cli": CLI_WRITER}
     for asset_id in assets:
         scope = AssetScope(asset_id)
@@ -111,8 +117,8 @@ def main(out_path: str) -> None:
             backend.write(
                 scope, f"watermark {label}", encode({"asset": asset_id, "by": label}), writer=writer
             )
-        for key in UNUSUAL_KEYS[:6] + UNUSUAL_KEYS[-4:]:
-            backend.write(scope, key, encode([asset_id, key]), writer=API_WRITER)
+        keys = UNUSUAL_KEYS[:6] + UNUSUAL_KEYS[-4:]
+        backend.set_many(scope, {key: encode([asset_id, key]) for key in keys}, writer=API_WRITER)
         backend.write(scope, "ttl/five days", encode(5), writer=CLI_WRITER, expires_at=future)
         backend.write(scope, "expired/one", encode("gone"), writer=API_WRITER, expires_at=future)
 
@@ -140,7 +146,7 @@ def main(out_path: str) -> None:
     ]
     if any(item["key"] == "expired/one" for item in task_keys + asset_keys):
         raise SystemExit("our backend still reads an expired key")
-    dump = {"task": task_keys, "asset": asset_keys, "run_id": scopes[0].run_id, "assets": list(assets)}
+    dump = {"task": task_keys, "asset": asset_keys, "run_id": run_id, "assets": list(assets)}
     with open(out_path, "w", encoding="utf-8") as out:
         json.dump(dump, out, ensure_ascii=False)
 

@@ -10,7 +10,8 @@ JSON to the path given as the second (Airflow logs to stdout).
 - Airflow 3.3's REST API (its list route, in-process) for one task instance: what its UI shows.
 
 Output: {"ours": {"task": [entry or null, ...], "asset": [...]}, "airflow": {"task": [value or null,
-...], "asset": [...]}, "expired": [our reads of the keys written to expire], "rest": {...}}.
+...], "asset": [...]}, "keys": {"dag/run/task/map index": [our keys() of it]}, "expired": [our reads
+of the keys written to expire], "rest": {...}}.
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def main(expected_path: str, out_path: str) -> None:
         read["airflow"]["asset"].append(
             airflow.get(AirflowAssetScope(asset_id=item["asset_id"]), item["key"])
         )
+    # Each task instance's keys, as our API lists them: "dag/run/task/map index" -> keys.
+    scopes = {
+        tuple(item[name] for name in ("dag_id", "run_id", "task_id", "map_index"))
+        for item in expected["task"]
+    }
+    read["keys"] = {"/".join(map(str, scope)): ours.keys(TaskScope(*scope)) for scope in sorted(scopes)}
     run_id = expected["run_id"]
     read["expired"] = [
         ours.get(TaskScope("upgrade_state", run_id, "run_job"), "expired/one"),

@@ -9,7 +9,8 @@ in the run); ``publish`` keeps a watermark on each of its
 assets; ``run_job`` submits a (simulated) remote job, keeps its id under ``remote_job_id``, and then
 loses its worker (with ``UPGRADE_TEST_LOSE_WORKER`` set: the run fails with the id kept). After the
 upgrade, Airflow 3.3 runs ``run_job`` of that same run again: it must find the id 3.2 wrote and
-reconnect to the job instead of submitting a second one.
+reconnect to the job instead of submitting a second one (and Airflow 3.3's own accessor, beside
+ours, reads the same id).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def _jobs() -> Path:
 
 class RemoteJobOperator(ResumableJobMixin, BaseOperator):
     poll_interval = 0.2
+
+    def execute(self, context):
+        airflows_own = context.get("task_state_store")  # Airflow 3.3's own accessor (none on 3.2)
+        if airflows_own is not None:
+            self.log.info("Airflow's own accessor reads remote_job_id=%s", airflows_own.get("remote_job_id"))
+        return super().execute(context)
 
     def submit_job(self, context):
         job_id = f"job_{uuid.uuid4().hex[:10]}"
