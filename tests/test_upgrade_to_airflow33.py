@@ -13,7 +13,8 @@ says: on a database of this module's own, on each of SQLite, PostgreSQL and Mari
 2. Airflow 3.3.2 (the cached second venv, with airflow-task-state): ``airflow db migrate`` on that
    database. The first attempt fails on purpose at the end of the move (a trigger refuses a DELETE
    on asset_state): nothing of it may stay. Then a key is given a newer value in Airflow's store, as
-   a 3.3 task would have written it, and ``airflow db migrate`` moves the rest.
+   a 3.3 task would have written it, another one is copied there as the retired
+   airflow-state-upgrade copied keys, and ``airflow db migrate`` moves the rest.
 3. The checks below, then the round trip of a rollback (``airflow state-db downgrade``, then
    ``airflow db migrate`` again), and in the SQLite pass the 3.2 run's lost task, run again by 3.3.
 
@@ -55,7 +56,11 @@ HEAD = "e5b1c7f30114"
 #: (task id, map index, key) of the key Airflow 3.3 wrote again before the move: its value is kept.
 HELD = ("process", 1, "twice")
 HELD_VALUE = json.dumps({"written": "by Airflow 3.3"})
+#: A key airflow-state-upgrade (retired in 0.8) copied into Airflow's store, its value re-encoded.
+COPIED = ("process", 0, "value/text_non_ascii")
 SCOPE = ("dag_id", "run_id", "task_id", "map_index")
+#: The table airflow-state-upgrade (retired in 0.8) kept its record of a move in.
+RETIRED_RECORD = "airflow_state_upgrade"
 
 TIMINGS: dict[str, float] = {}
 
@@ -177,27 +182,30 @@ _REFUSE_A_DELETE = {
 }
 
 
-def _write_as_airflow33(url: str, run_id: str) -> None:
-    """A row of Airflow's task_state_store as Airflow 3.3's own backend writes one (JSON text, now)."""
-    task_id, map_index, key = HELD
+def _write_as_airflow33(url: str, db_kind: str) -> None:
+    """
+    Rows of Airflow's task_state_store from before the move: HELD as Airflow 3.3's own backend
+    writes a key (JSON text, now), COPIED as airflow-state-upgrade copied ours (same time, the
+    value as ``json.dumps`` writes it).
+    """
     with connect(url) as connection:
-        dag_run_id = connection.execute(
-            text("SELECT id FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": DAG_ID, "r": run_id}
-        ).scalar_one()
-        rows = reflected(connection, "task_state_store")
-        connection.execute(
-            rows.insert().values(
-                dag_run_id=dag_run_id,
-                dag_id=DAG_ID,
-                run_id=run_id,
-                task_id=task_id,
-                map_index=map_index,
-                key=key,
-                value=HELD_VALUE,
-                updated_at=datetime.now(UTC) if "postgres" in url else datetime.now(UTC).replace(tzinfo=None),
-                expires_at=None,
+        ours, rows = reflected(connection, "task_state"), reflected(connection, "task_state_store")
+        for (task_id, map_index, key), copied in ((HELD, False), (COPIED, True)):
+            where = [ours.c.task_id == task_id, ours.c.map_index == map_index]
+            where.append(ours.c.key == (key.encode() if db_kind == "mysql" else key))
+            row = connection.execute(select(ours).where(*where)).one()._mapping
+            now = datetime.now(UTC) if db_kind == "postgres" else datetime.now(UTC).replace(tzinfo=None)
+            connection.execute(
+                rows.insert().values(
+                    **{
+                        name: row[name] for name in ("dag_run_id", "dag_id", "run_id", "task_id", "map_index")
+                    },
+                    key=key,
+                    value=json.dumps(json.loads(row["value"])) if copied else HELD_VALUE,
+                    updated_at=row["updated_at"] if copied else now,
+                    expires_at=row["expires_at"] if copied else None,
+                )
             )
-        )
 
 
 @pytest.fixture(scope="module")
@@ -247,10 +255,12 @@ def deployment(database_url: str, db_kind: str, tmp_path_factory) -> Deployment:
         connection.exec_driver_sql(
             "DROP TRIGGER refuse_move" + (" ON asset_state" if db_kind == "postgres" else "")
         )
-    _write_as_airflow33(database_url, deployment.expected["run_id"])
+    _write_as_airflow33(database_url, db_kind)
+    with connect(database_url) as connection:  # what airflow-state-upgrade kept of its moves
+        connection.exec_driver_sql(f"CREATE TABLE {RETIRED_RECORD} (completed_at VARCHAR(40))")
     with phase(f"{db_kind}: 3.3 airflow db migrate"):
         deployment.airflow33("migrate", "db", "migrate")
-    deployment.snapshots["migrated"] = contents(database_url, *OURS, *META, *AIRFLOWS)
+    deployment.snapshots["migrated"] = contents(database_url, *OURS, *META, *AIRFLOWS, RETIRED_RECORD)
     return deployment
 
 
@@ -330,6 +340,7 @@ def test_what_stays_behind_is_kept_whole_and_reported(deployment: Deployment):
         assert f"{name}: {len(stays[kind])} key(s) stayed in table {name}" in output, output[-3000:]
     for item in stays["task"][:20]:
         assert f"{item['task_id']} [{item['map_index']}], key {item['key']!r}: " in output
+    assert migrated[RETIRED_RECORD] is None  # dropped
     held = "process [1], key 'twice': Airflow's store already holds this key"
     assert held in output, output[-3000:]
     if deployment.db_kind == "mysql":
@@ -384,11 +395,12 @@ def read_33(deployment: Deployment) -> dict:
     return json.loads(out.read_text(encoding="utf-8"))
 
 
-def _as_read(item: dict) -> dict:
-    return {
-        name: item[name]
-        for name in ("key", "value", "version", "updated_at", "expires_at", "updated_by_try", "writer")
-    }
+def _as_read(entry: dict | None) -> dict | None:
+    """An entry as the test compares it: its value decoded (the COPIED key's text is json.dumps')."""
+    if entry is None:
+        return None
+    names = ("key", "version", "updated_at", "expires_at", "updated_by_try", "writer")
+    return {name: entry[name] for name in names} | {"value": json.loads(entry["value"])}
 
 
 def test_our_api_reads_every_key_with_its_version_expiry_and_writer(deployment: Deployment, read_33: dict):
@@ -396,7 +408,7 @@ def test_our_api_reads_every_key_with_its_version_expiry_and_writer(deployment: 
         wrong = []
         for item, read in zip(deployment.expected[kind], read_33["ours"][kind], strict=True):
             if not _stays(item, deployment.db_kind):
-                if read != _as_read(item):
+                if _as_read(read) != _as_read(item):
                     wrong.append((item, read))
             elif read is not None and read["value"] == item["value"]:
                 wrong.append(("stayed behind, yet read", item))
@@ -432,7 +444,8 @@ def test_airflow33s_own_backend_and_rest_api_read_the_values(deployment: Deploym
         wrong = [
             (item["key"], read)
             for item, read in zip(deployment.expected[kind], read_33["airflow"][kind], strict=True)
-            if not _stays(item, deployment.db_kind) and read != item["value"]
+            if not _stays(item, deployment.db_kind)
+            and (read is None or json.loads(read) != json.loads(item["value"]))
         ]
         assert wrong == [], wrong[:5]
     rest = read_33["rest"]
@@ -501,8 +514,9 @@ def test_downgrade_copies_every_key_back_and_migrate_moves_it_again(deployment: 
         if _key_of(row, "task_state") == held:
             # Airflow's value and time, version 1 (no meta row), no try: as our API read it on 3.3.
             expected["task_state"][position] = (*row[:6], HELD_VALUE, airflows[8], None, 1, None)
-    assert down["task_state"] == expected["task_state"]
-    assert down["asset_state"] == expected["asset_state"]
+    # (Compared decoded: the COPIED key comes back with the text of Airflow's copy.)
+    assert _decoded(down["task_state"], 6) == _decoded(expected["task_state"], 6)
+    assert _decoded(down["asset_state"], 2) == _decoded(expected["asset_state"], 2)
 
     assert status == 0, output[-3000:]
     again = contents(deployment.url, *OURS, *META, *AIRFLOWS)
@@ -516,6 +530,10 @@ def test_downgrade_copies_every_key_back_and_migrate_moves_it_again(deployment: 
         ]
     else:
         assert again["task_state"] is None and again["asset_state"] is None
+
+
+def _decoded(rows: list[tuple], value_at: int) -> list[tuple]:
+    return [(*row[:value_at], json.loads(row[value_at]), *row[value_at + 1 :]) for row in rows]
 
 
 # --- 6. the same DAG runs on -------------------------------------------------------------------------

@@ -4,10 +4,11 @@ expiries and writers in task_state_meta and asset_state_meta.
 
 Run by ``airflow db migrate`` after Airflow's own migrations created ``task_state_store`` and
 ``asset_state_store``, in one transaction: every key moves, or none. Keys already expired are not
-carried (no read returns them). A key Airflow's store cannot take stays where it was, and the log
-lists it: one Airflow's store already holds (Airflow 3.3 wrote it: newer), or, on MySQL, one
-Airflow's key column cannot hold or does not tell apart from another (docs/upgrading.md, "What stays
-behind"). A table that kept nothing is dropped.
+carried (no read returns them). A key Airflow's store already holds with the same value (a copy
+that airflow-state-upgrade, retired in 0.8, made) counts as moved. A key Airflow's store cannot take
+stays where it was, and the log lists it: one Airflow's store holds with another value (Airflow 3.3
+wrote it: newer), or, on MySQL, one Airflow's key column cannot hold or does not tell apart from
+another (docs/upgrading.md, "What stays behind"). A table that kept nothing is dropped.
 
 The downgrade copies every key of Airflow's store back into the tables of 0113 (created again if
 this revision dropped them), with what the meta rows knew, and drops the meta tables: the first
@@ -21,10 +22,11 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from airflow.models.base import get_id_collation_args
@@ -54,6 +56,15 @@ _HELD = "Airflow's store already holds this key, or one its key column does not 
 
 def _id() -> sa.String:
     return sa.String(250, **get_id_collation_args())
+
+
+class _Tables(NamedTuple):
+    """A scope type's tables: ours of 3.2, Airflow's store, the meta rows; how Airflow's names a key."""
+
+    ours: sa.Table
+    theirs: sa.Table
+    meta: sa.Table
+    unique: list[str]
 
 
 def _airflow_key(connection: Any, table: str) -> sa.types.TypeEngine:
@@ -164,51 +175,74 @@ def _insert_unless_held(connection: Any, table: sa.Table) -> Any:
     return insert(table).on_conflict_do_nothing()
 
 
+def _holds(theirs_value: str | None, ours: str) -> bool:
+    """
+    Whether Airflow's row holds our value: the same text, or the same JSON (the copies that
+    airflow-state-upgrade, retired in 0.8, made re-encoded it).
+    """
+    if theirs_value is None or theirs_value == ours:
+        return theirs_value is not None
+    try:
+        return json.loads(theirs_value) == json.loads(ours)
+    except ValueError:
+        return False
+
+
+def _move_batch(connection: Any, tables: _Tables, rows: list[Any], converted: Callable) -> tuple[int, list]:
+    """Move one batch of our rows: (how many moved, what stayed and why)."""
+    ours, theirs, meta, unique = tables
+    on_mysql = connection.dialect.name == "mysql"
+    candidates, stayed = [], []
+    for row in rows:
+        stored, meta_row = converted({**row, "key": _text(row["key"])})
+        if _storable(stored["key"], on_mysql):
+            candidates.append((row, stored, meta_row))
+        else:
+            stayed.append((stored, _CANNOT_HOLD))
+    if not candidates:
+        return 0, stayed
+    connection.execute(_insert_unless_held(connection, theirs), [stored for _, stored, _ in candidates])
+    # What Airflow's store now holds under these keys, as its key column compares them; a row of ours
+    # moved if that is its very key, time and value (which it is, unless the key was held before).
+    named = [*unique, "updated_at"]
+    wanted = sa.tuple_(*(theirs.c[column] for column in unique)).in_(
+        [tuple(stored[column] for column in unique) for _, stored, _ in candidates]
+    )
+    found = sa.select(*(theirs.c[column] for column in named), theirs.c.value).where(wanted)
+    held = {tuple(row[:-1]): row[-1] for row in connection.execute(found)}
+    landed = []
+    for row, stored, meta_row in candidates:
+        if _holds(held.get(tuple(stored[column] for column in named)), stored["value"]):
+            landed.append((row, meta_row))
+        else:
+            stayed.append((stored, _HELD))
+    if landed:
+        connection.execute(meta.insert(), [meta_row for _, meta_row in landed])
+        primary = [column.name for column in ours.primary_key]
+        ours_key = sa.tuple_(*(ours.c[column] for column in primary))
+        moved_keys = [tuple(row[column] for column in primary) for row, _ in landed]
+        connection.execute(ours.delete().where(ours_key.in_(moved_keys)))
+    return len(landed), stayed
+
+
 def _move(
     connection: Any, name: str, converted: Callable[[Any], tuple[dict, dict]], unique: list[str]
 ) -> tuple[int, int, list[tuple[dict, str]]]:
     """Move what Airflow's store can take out of our table *name*: (moved, expired, what stayed and why)."""
-    ours = sa.Table(name, sa.MetaData(), autoload_with=connection)
-    theirs = sa.Table(f"{name}_store", sa.MetaData(), autoload_with=connection)
-    meta = sa.Table(f"{name}_meta", sa.MetaData(), autoload_with=connection)
+    tables = _Tables(
+        *(
+            sa.Table(table, sa.MetaData(), autoload_with=connection)
+            for table in (name, f"{name}_store", f"{name}_meta")
+        ),
+        unique,
+    )
+    ours = tables.ours
     now = sa.bindparam("now", datetime.now(UTC), type_=UtcDateTime())
     expired = connection.execute(ours.delete().where(ours.c.expires_at <= now)).rowcount
-    on_mysql = connection.dialect.name == "mysql"
-    primary = [column.name for column in ours.primary_key]
-    # A row lands when Airflow's store then holds exactly it (an identical one already there counts).
-    landed_as = [*unique, "value", "updated_at"]
-    insert, moved, stayed = _insert_unless_held(connection, theirs), 0, []
-    for rows in _batches(connection, ours, primary):
-        candidates = []
-        for row in rows:
-            stored, meta_row = converted({**row, "key": _text(row["key"])})
-            if _storable(stored["key"], on_mysql):
-                candidates.append((row, stored, meta_row))
-            else:
-                stayed.append((stored, _CANNOT_HOLD))
-        if not candidates:
-            continue
-        connection.execute(insert, [stored for _, stored, _ in candidates])
-        wanted = sa.tuple_(*(theirs.c[column] for column in unique)).in_(
-            [tuple(stored[column] for column in unique) for _, stored, _ in candidates]
-        )
-        held = {
-            tuple(row)
-            for row in connection.execute(sa.select(*(theirs.c[c] for c in landed_as)).where(wanted))
-        }
-        landed = []
-        for row, stored, meta_row in candidates:
-            if tuple(stored[column] for column in landed_as) in held:
-                landed.append((row, meta_row))
-            else:
-                stayed.append((stored, _HELD))
-        if landed:
-            connection.execute(meta.insert(), [meta_row for _, meta_row in landed])
-            ours_key = sa.tuple_(*(ours.c[column] for column in primary))
-            connection.execute(
-                ours.delete().where(ours_key.in_([tuple(row[c] for c in primary) for row, _ in landed]))
-            )
-            moved += len(landed)
+    moved, stayed = 0, []
+    for rows in _batches(connection, ours, [column.name for column in ours.primary_key]):
+        moved_now, stayed_now = _move_batch(connection, tables, rows, converted)
+        moved, stayed = moved + moved_now, stayed + stayed_now
     return moved, expired, stayed
 
 
@@ -253,7 +287,8 @@ def upgrade() -> None:
         ("task_state", _task_rows, ["dag_run_id", "task_id", "map_index", "key"]),
         ("asset_state", _asset_rows, ["asset_id", "key"]),
     )
-    emptied = []
+    # The record airflow-state-upgrade (retired in 0.8) kept of a move it made: nothing reads it now.
+    emptied = ["airflow_state_upgrade"] if "airflow_state_upgrade" in existing else []
     for name, converted, unique in moves:
         if name in existing:
             moved, expired, stayed = _move(connection, name, converted, unique)
