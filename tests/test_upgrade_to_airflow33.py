@@ -379,20 +379,28 @@ def test_meta_rows_compare_keys_as_airflows_rows_do(deployment: Deployment):
 # --- 3. both APIs read it --------------------------------------------------------------------------
 
 
+def _read(deployment: Deployment, line: str) -> dict:
+    """What *line*'s interpreter reads back (tests/upgrade_scripts/read_state.py), in one process."""
+    home = Path(deployment.env33["AIRFLOW_HOME"])
+    expected, out = home / "expected.json", home / f"read-{line}.json"
+    expected.write_text(json.dumps(deployment.expected, ensure_ascii=False), encoding="utf-8")
+    if line == "3.3":
+        status, output = deployment.airflow33(
+            "read", SCRIPTS / "read_state.py", expected, out, program="python"
+        )
+        assert status == 0, output[-3000:]
+    else:
+        run_checked(
+            [sys.executable, SCRIPTS / "read_state.py", expected, out], env=deployment.env32, label="read"
+        )
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="module")
 def read_33(deployment: Deployment) -> dict:
     """What Airflow 3.3 reads, through our backend, its own, and its REST API (one 3.3 process)."""
-    path, out = (
-        Path(deployment.env33["AIRFLOW_HOME"]) / "expected.json",
-        Path(deployment.env33["AIRFLOW_HOME"]) / "read.json",
-    )
-    path.write_text(json.dumps(deployment.expected, ensure_ascii=False), encoding="utf-8")
     with phase(f"{deployment.db_kind}: 3.3 read back (both APIs, REST)"):
-        status, output = deployment.airflow33(
-            "read", SCRIPTS / "read_state_33.py", path, out, program="python"
-        )
-    assert status == 0, output[-3000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+        return _read(deployment, "3.3")
 
 
 def _as_read(entry: dict | None) -> dict | None:
@@ -485,25 +493,27 @@ def test_migrate_again_changes_nothing_and_check_migrations_is_happy(deployment:
 # --- 5. the way back, and forth again ---------------------------------------------------------------
 
 
-def test_downgrade_copies_every_key_back_and_migrate_moves_it_again(deployment: Deployment):
+def test_rollback_to_airflow32_keeps_every_key_and_the_upgrade_after_it_too(deployment: Deployment):
     """
-    `airflow state-db downgrade` to 0113 (the first step back to Airflow 3.2): our tables again, as
-    3.2 wrote them, with the value Airflow 3.3 wrote last; then `airflow db migrate` finds Airflow's
-    rows identical and counts them as moved. Cost: two 3.3 commands.
+    The rollback of docs/upgrading.md: `airflow state-db downgrade` to 0113 copies every key back
+    into our tables as 3.2 had them (with the value Airflow 3.3 wrote last), `airflow db downgrade`
+    takes Airflow back to 3.2, whose airflow-task-state then reads every key. Then the upgrade once
+    more: the same store as after the first. Cost: three 3.3 commands and a 3.2 process.
     """
-    with phase(f"{deployment.db_kind}: 3.3 state-db downgrade, then db migrate"):
+    kind = deployment.db_kind
+    with phase(f"{kind}: 3.3 state-db downgrade + airflow db downgrade, 3.2 read back"):
         status, output = deployment.airflow33("downgrade", "state-db", "downgrade", "-r", AT_0113, "-y")
         assert status == 0, output[-3000:]
         down = contents(deployment.url, *OURS, *META, *AIRFLOWS)
         with connect(deployment.url) as connection:
             schema = {name: _schema(connection, name) for name in OURS}
-        status, output = deployment.airflow33("migrate back", "db", "migrate")
-    assert state_revision(deployment.url) == HEAD
+        status, output = deployment.airflow33("airflow downgrade", "db", "downgrade", "-n", "3.2.1", "-y")
+        assert status == 0, output[-3000:]
+        read_32 = _read(deployment, "3.2")
     assert down["task_state_meta"] is None and down["asset_state_meta"] is None
     assert schema == deployment.snapshots["3.2 schema"]
-    assert {name: down[name] for name in AIRFLOWS} == {
-        name: deployment.snapshots["migrated"][name] for name in AIRFLOWS
-    }
+    migrated = deployment.snapshots["migrated"]
+    assert {name: down[name] for name in AIRFLOWS} == {name: migrated[name] for name in AIRFLOWS}
     expected = {
         name: [row for row in rows if _key_of(row, name)[3] != "expired/one"]
         for name, rows in deployment.snapshots["3.2"].items()
@@ -517,17 +527,34 @@ def test_downgrade_copies_every_key_back_and_migrate_moves_it_again(deployment: 
     # (Compared decoded: the COPIED key comes back with the text of Airflow's copy.)
     assert _decoded(down["task_state"], 6) == _decoded(expected["task_state"], 6)
     assert _decoded(down["asset_state"], 2) == _decoded(expected["asset_state"], 2)
+    # Airflow 3.2's airflow-task-state reads them all, as it wrote them.
+    for item, read in zip(deployment.expected["task"], read_32["ours"]["task"], strict=True):
+        if (item["task_id"], item["map_index"], item["key"]) == HELD:
+            assert (read["value"], read["version"], read["updated_by_try"]) == (HELD_VALUE, 1, None)
+        else:
+            assert _as_read(read) == _as_read(item), item
+    assert [_as_read(read) for read in read_32["ours"]["asset"]] == [
+        _as_read(item) for item in deployment.expected["asset"]
+    ]
 
+    with phase(f"{kind}: 3.3 airflow db migrate (the upgrade again)"):
+        status, output = deployment.airflow33("upgrade again", "db", "migrate")
     assert status == 0, output[-3000:]
     again = contents(deployment.url, *OURS, *META, *AIRFLOWS)
-    migrated = deployment.snapshots["migrated"]
-    assert {name: again[name] for name in AIRFLOWS} == {name: migrated[name] for name in AIRFLOWS}
+
+    # Airflow's tables are new, and so are the ids of task_state_store; the rows are what they were.
+    def without_ids(rows: list[tuple]) -> list[tuple]:
+        return sorted((row[1:] for row in rows), key=lambda row: row[:4])
+
+    assert without_ids(again["task_state_store"]) == without_ids(migrated["task_state_store"])
+    assert again["asset_state_store"] == migrated["asset_state_store"]
     assert again["asset_state_meta"] == migrated["asset_state_meta"]
     assert len(again["task_state_meta"]) == len(migrated["task_state_meta"]) + 1  # the held key's
-    if deployment.db_kind == "mysql":
+    if kind == "mysql":
         assert again["task_state"] == [
             row for row in migrated["task_state"] if _key_of(row, "task_state") != held
         ]
+        assert again["asset_state"] == migrated["asset_state"]
     else:
         assert again["task_state"] is None and again["asset_state"] is None
 
