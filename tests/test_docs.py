@@ -2,8 +2,8 @@
 The documentation builds without a warning, and every code sample in it is checked.
 
 Python samples run (tests/test_docs_samples.py); shell samples are parsed by the real parsers of the
-commands they call (Airflow's CLI parser with our commands in it, the upgrade command's, argparse of
-each benchmark); ini samples name only options that exist. What cannot be run says why, in NOT_RUN.
+commands they call (Airflow's CLI parser with our commands in it, argparse of each benchmark); ini
+samples name only options that exist. What cannot be run says why, in NOT_RUN.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import ast
 import configparser
 import functools
 import importlib
-import json
 import os
 import re
 import shlex
@@ -129,7 +128,7 @@ def parsed_or_fail(parser, args: list[str], what: str) -> None:
 def distributions() -> dict[str, str]:
     """This repository's distributions and their versions."""
     found = {}
-    for folder in ("shared/state", "airflow-core", "providers/redis", "upgrade"):
+    for folder in ("shared/state", "airflow-core", "providers/redis"):
         project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["project"]
         found[project["name"]] = project["version"]
     return found
@@ -269,43 +268,6 @@ def airflow33_options() -> dict[str, set[str]]:
     return {name: set(section["options"]) for name, section in config.items()}
 
 
-@functools.cache
-def upgrade_parser_verdicts() -> dict[tuple[str, ...], int]:
-    """The exit status of the upgrade command's parser for every `airflow-state-upgrade` line of the
-    samples and of BROKEN_SHELL (0: accepted). The command imports Airflow 3.3, so it parses in the
-    environment the upgrade tests run it in: one process for all of them."""
-    from state_testing.airflow33 import airflow33
-
-    lines = [sample.code for sample in all_samples().values() if sample.lang == "bash"] + BROKEN_SHELL
-    commands = sorted(
-        {
-            tuple(words[1:])
-            for code in lines
-            for words in shell_commands(code)
-            if words[0] == "airflow-state-upgrade"
-        }
-    )
-    script = (
-        "import sys, json\n"
-        "from airflow_state_upgrade.command import _parser\n"
-        "def status(args):\n"
-        "    try:\n"
-        "        _parser().parse_args(args)\n"
-        "    except SystemExit as exit:\n"
-        "        return exit.code or 0\n"
-        "    return 0\n"
-        "print(json.dumps([status(args) for args in json.loads(sys.argv[1])]))\n"
-    )
-    result = subprocess.run(
-        [airflow33().python, "-c", script, json.dumps(commands)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return dict(zip(commands, json.loads(result.stdout.splitlines()[-1]), strict=True))
-
-
 def check_option(section: str, option: str, where: str) -> None:
     if section == "state_store":  # Airflow 3.3's own section, named by the upgrade pages
         known = airflow33_options().get(section, set())
@@ -328,9 +290,6 @@ def check_shell_command(words: list[str], where: str) -> None:
     program, args = words[0], words[1:]
     if program == "airflow":
         parsed_or_fail(airflow_parser(), args, where)
-    elif program == "airflow-state-upgrade":
-        status = upgrade_parser_verdicts()[tuple(args)]
-        assert status == 0, f"{where}: the parser refuses `airflow-state-upgrade {shlex.join(args)}`"
     elif program == "pip":
         check_pip(args, where)
     elif program == "uv" and args[0] == "run":
@@ -369,7 +328,6 @@ BROKEN_SHELL = [
     "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
     'pip install "sqlalchemy>=2.1"',  # not the version the tests run
     "export AIRFLOW__STATE__NO_SUCH_OPTION=1",
-    "airflow-state-upgrade --drop-tables",
 ]
 SHELL = sorted(name for name, sample in all_samples().items() if sample.lang == "bash")
 

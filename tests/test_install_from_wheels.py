@@ -8,9 +8,8 @@ standalone` starts with nothing configured but what the page sets (no [state] op
 stored, and the CLI, the REST API and the UI's State tab must show it as the page does. Every
 other install line of the pages is resolved by pip (uv) in that virtualenv.
 
-Then the mistake the upgrade documentation warns about, on that same environment: Airflow 3.3.2
-installed over it. Every `airflow` command must say what happened and how to repair it; the repair
-it prints must work, and the documented upgrade must then move the state the 3.2 DAG wrote.
+Then the upgrade docs/upgrading.md gives, on that same environment: Airflow 3.3.2 installed by the
+page's command, `airflow db migrate`, and the keys the 3.2 DAG wrote read through both APIs.
 
 It proves packaging and the first hour (the wheels hold everything, the entry points register the
 provider and the plugin, the migration runs from an installed wheel, tasks find the state API in a
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from state_testing.deployer_venv import REPO, DeployerVenv, build_wheels, uv
+from state_testing.deployer_venv import REPO, DeployerVenv, build_wheels
 from state_testing.doc_samples import all_samples, pip_commands, shell_commands, try_it_samples
 from state_testing.newcomer import NewcomerMachine, Terminal, refuse_taken_ports, stop, wait_for_line
 
@@ -80,7 +79,7 @@ def test_every_distribution_is_publishable(wheels: dict[str, Path]) -> None:
     """The licence text in every wheel and sdist, and the classifiers an index lists Airflow add-ons by."""
     folder = wheels["airflow_task_state"].parent
     built = sorted(path.name for path in folder.iterdir() if path.name.endswith((".whl", ".tar.gz")))
-    assert len(built) == 8, built  # wheel and sdist of the three workspace members and of upgrade/
+    assert len(built) == 6, built  # wheel and sdist of the three workspace members
     for wheel in folder.glob("*.whl"):
         with zipfile.ZipFile(wheel) as archive:
             names = archive.namelist()
@@ -148,48 +147,46 @@ def test_every_other_install_line_of_the_pages_resolves(venv: DeployerVenv, whee
         venv.uv_pip("install", "--dry-run", *_resolved(args, wheels))
 
 
-def test_airflow33_installed_over_it_says_how_to_repair_and_the_repair_works(
+def test_upgrading_to_airflow33_in_place_keeps_what_the_dag_stored(
     venv: DeployerVenv, wheels: dict[str, Path], database_32: Path, tmp_path: Path
 ) -> None:
     if not database_32.exists():
         pytest.skip("needs the database of the 3.2 deployment's run, which the test before did not leave")
     env = _airflow_env(tmp_path / "home", database_32)
-    # The installer only warns that airflow-task-state requires apache-airflow-core<3.3.
-    venv.pip_install(f"apache-airflow-core=={AIRFLOW33}")
+    # airflow-task-state is already the release of these wheels: the page's install of Airflow 3.3.
+    [upgrade] = [args for args in _pip_lines(all_samples()["upgrading-airflow"].code) if "install" in args]
+    venv.pip_install(*_resolved(upgrade[1:], wheels))
+    assert venv.version_of("apache-airflow-core") == AIRFLOW33
 
-    broken = _run(venv, "airflow", "version", env=env)
-    assert broken.stdout.strip() == AIRFLOW33
-    assert f"Airflow {AIRFLOW33} (apache-airflow-core) was installed over airflow-task-state" in broken.stderr
-    assert "Traceback" not in broken.stderr
-    assert _airflow33_state_store_imports(venv, env).returncode != 0  # what the message is about
-
-    # The repair the message prints, run as it prints it: this venv, made by uv, has no pip, and a
-    # bare `pip` would be another Python's.
-    repair = [line.strip() for line in broken.stderr.splitlines() if line.startswith("    ")]
-    assert len(repair) == 2 and all(str(venv.python) in command for command in repair), broken.stderr
-    path = f"{Path(uv()).parent}{os.pathsep}{os.environ['PATH']}"
-    for command in repair:
-        subprocess.run(command, shell=True, check=True, capture_output=True, env={**os.environ, "PATH": path})
-    repaired = _run(venv, "airflow", "version", env=env)
-    assert (repaired.stdout.strip(), repaired.stderr) == (AIRFLOW33, "")
-    assert _airflow33_state_store_imports(venv, env).returncode == 0
-
-    # Then the upgrade as documented moves what the 3.2 DAG wrote into Airflow 3.3's store.
-    venv.pip_install(wheels["airflow_task_state_upgrade"])
-    _run(venv, "airflow", "db", "migrate", env=env)
-    _run(venv, "airflow-state-upgrade", env=env)
-    with sqlite3.connect(database_32) as connection:
-        rows = connection.execute(
-            "SELECT key, value FROM task_state_store WHERE dag_id = ? ORDER BY key", (DAG_ID,)
-        ).fetchall()
-    assert [(key, json.loads(value)) for key, value in rows] == [
-        ("reconnected_to", "app_001"),
-        ("remote_job_id", "app_001"),
-    ]
+    migrated = _run(venv, "airflow", "db", "migrate", env=env)
+    assert "task_state: 2 key(s) moved into task_state_store" in migrated.stdout + migrated.stderr
+    read = subprocess.run([str(venv.python), "-c", _READ_BOTH_WAYS], env=env, capture_output=True, text=True)
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert json.loads(read.stdout.splitlines()[-1]) == {
+        # Ours: value, version and the try that wrote it; Airflow's own backend: the stored value.
+        "remote_job_id": [["app_001", 1, 1], '"app_001"'],
+        "reconnected_to": [["app_001", 1, 2], '"app_001"'],
+    }
 
     # The pages' install lines for Airflow 3.3 resolve in it.
     for args in _install_lines(for_airflow33=True):
         venv.uv_pip("install", "--dry-run", *_resolved(args, wheels))
+
+
+# The newcomer's keys through our backend and through Airflow 3.3's own (its [state_store] backend).
+_READ_BOTH_WAYS = f"""
+import json
+from airflow.state import TaskScope as AirflowScope, get_state_backend as airflows
+from airflow_shared.state import TaskScope
+from airflow_task_state import get_state_backend
+where = ({DAG_ID!r}, {RUN_ID!r}, {TASK_ID!r})
+read = {{}}
+for key in ("remote_job_id", "reconnected_to"):
+    entry = get_state_backend().get_entry(TaskScope(*where), key)
+    ours = [json.loads(entry.value), entry.version, entry.updated_by_try]
+    read[key] = [ours, airflows().get(AirflowScope(*where), key)]
+print(json.dumps(read))
+"""
 
 
 def _pip_lines(code: str) -> list[list[str]]:
@@ -199,10 +196,10 @@ def _pip_lines(code: str) -> list[list[str]]:
 def _install_lines(*, for_airflow33: bool) -> list[list[str]]:
     """
     The arguments of the pages' distinct `pip install` commands: those of the upgrade to Airflow 3.3
-    (they name 3.3 or the upgrade's wheel), or all the others.
+    (they name 3.3), or all the others.
     """
     lines = {tuple(args[1:]) for args, _ in pip_commands() if args[0] == "install"}
-    upgrade = re.compile(r"apache-airflow(-core)?==3\.3|airflow_task_state_upgrade")
+    upgrade = re.compile(r"apache-airflow(-core)?==3\.3")
     return [list(args) for args in sorted(lines) if any(map(upgrade.search, args)) == for_airflow33]
 
 
@@ -343,15 +340,3 @@ def _run(
         f"`{program} {' '.join(args)}` exited {result.returncode}:\n{result.stderr}"
     )
     return result
-
-
-def _airflow33_state_store_imports(
-    venv: DeployerVenv, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    """Whether Airflow 3.3's default state store backend can be imported in the environment."""
-    return subprocess.run(
-        [str(venv.python), "-c", "from airflow_task_state.metastore import MetastoreBackend"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )

@@ -97,7 +97,7 @@ class Airflow33:
     def run(
         self, *command: str | Path, env: dict[str, str], check: bool = True, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
-        """Run a program of this environment (``"airflow"``, ``"python"``, ``"airflow-state-upgrade"``)."""
+        """Run a program of this environment (``"airflow"``, ``"python"``)."""
         program, *args = command
         return run_checked(
             [self.bin(str(program)), *args],

@@ -50,7 +50,7 @@ def doc_files() -> list[Path]:
 
 #: READMEs whose code blocks are not samples (each distribution's own page on an index); their
 #: install lines are checked all the same (pip_commands).
-OTHER_READMES = (REPO / "shared" / "state" / "README.md", REPO / "upgrade" / "README.md")
+OTHER_READMES = (REPO / "shared" / "state" / "README.md",)
 
 
 def samples_in(path: Path) -> list[Sample]:
