@@ -19,11 +19,14 @@ This module is on the floor: it imports nothing of this package.
 
 from __future__ import annotations
 
-from airflow import __version__ as _airflow_version
+from importlib.metadata import version
+
 from packaging.version import Version
 
-#: Whether this Airflow has its own state store (3.3 and later).
-AIRFLOW_HAS_STATE_STORE = Version(_airflow_version).release[:2] >= (3, 3)
+#: Whether this Airflow has its own state store (3.3 and later). Read from the installed distribution,
+#: not ``airflow.__version__``: importing ``airflow`` loads its configuration, which discovers the
+#: providers, this package among them, and so would import this module while it is half-made.
+AIRFLOW_HAS_STATE_STORE = Version(version("apache-airflow-core")).release[:2] >= (3, 3)
 
 #: Where the migration chain's revisions are (folders of ``metastore/migrations``): on 3.3 one more,
 #: which moves what 3.2 kept in this package's tables into Airflow's store, beside its meta rows.
