@@ -187,6 +187,7 @@ def check_pip(args: list[str], where: str) -> None:
     install test then has pip resolve each install line in a real virtualenv.
     """
     assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
+    assert args[1:], f"{where}: `pip {args[0]}` of nothing (name the command in prose without code marks)"
     constraints, wheels = [], []
     words = iter(args[1:])
     for word in words:
@@ -333,6 +334,7 @@ BROKEN_SHELL = [
     'pip install "apache-airflow==3.2.2" dist/airflow_task_state-*.whl',  # without the constraints
     'pip install -c constraints/airflow-3.2.txt "apache-airflow==3.3.2" dist/airflow_task_state-*.whl',
     'pip install "apache-airflow==3.3.2"',  # Airflow 3.3 without its constraints
+    "pip install",  # of nothing: the install test could not resolve it
     "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
     'pip install "sqlalchemy>=2.1"',  # not the version the tests run
     "export AIRFLOW__STATE__NO_SUCH_OPTION=1",
