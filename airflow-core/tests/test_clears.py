@@ -151,7 +151,7 @@ class Instance:
             fields = RTIF.get_templated_fields(ti, session=session) or {}
             if KEEP_FIELD not in fields:
                 session.scalar(select(TI).where(TI.id == ti.id)).update_rtif(
-                    {**fields, KEEP_FIELD: keep}, session
+                    {**fields, KEEP_FIELD: keep}, session=session
                 )
 
     def keys(self) -> list[str]:
@@ -215,7 +215,7 @@ class Instance:
             ti = self._ti(session)
             ti_id = str(ti.id)
             fields = {PROOF_FIELD: proof(ti_id, VERIFIER), KEEP_FIELD: keep}
-            session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session)
+            session.scalar(select(TI).where(TI.id == UUID(ti_id))).update_rtif(fields, session=session)
         return ti_id
 
     def rendered_fields_stored_as(self, raw: str) -> bool:
@@ -838,7 +838,7 @@ def test_clean_cleared_keeps_what_a_task_choosing_always_keeps_while_its_next_tr
     instance.running()
     with create_session() as session:  # the task runner's rendered fields replace try 1's
         ti = instance._ti(session)
-        session.scalar(select(TI).where(TI.id == ti.id)).update_rtif({"bash_command": "run"}, session)
+        session.scalar(select(TI).where(TI.id == ti.id)).update_rtif({"bash_command": "run"}, session=session)
     cli("clean", "--cleared", "-y")
     instance.first_touch(keep="always")
     assert instance.keys() == ["job"]

@@ -74,7 +74,10 @@ def test_export_import_and_clean_show_progress_on_a_terminal_ending_in_the_final
     stdout, states = run_on_a_terminal("state", "clean", "--dry-run")
     removed = re.match(r"Dry run: would remove (\d+ keys?) \(expired keys\)", stdout)
     assert removed, stdout
-    final = re.fullmatch(r"Counting expired keys in MetastoreStateBackend: (.*) \(\d+ s\)", states[-1])
+    from airflow_task_state.metastore import MetastoreStateBackend  # this Airflow line's class
+
+    backend = MetastoreStateBackend.__name__
+    final = re.fullmatch(rf"Counting expired keys in {backend}: (.*) \(\d+ s\)", states[-1])
     assert final and final.group(1) == removed.group(1), states
 
 

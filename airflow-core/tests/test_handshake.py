@@ -31,7 +31,7 @@ def put_rendered_fields(ti_id: str, fields: dict) -> None:
 
     with create_session() as session:
         ti = session.scalar(select(TaskInstance).where(TaskInstance.id == UUID(ti_id)))
-        ti.update_rtif(fields, session)
+        ti.update_rtif(fields, session=session)
 
 
 def other_task_instance_id(claims: TaskInstanceClaims) -> str:

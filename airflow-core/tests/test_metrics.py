@@ -59,12 +59,15 @@ class StatsdReceiver:
 
 
 def _reset_stats() -> None:
-    from airflow._shared.observability.metrics.stats import Stats
+    from airflow._shared.observability.metrics import stats
 
-    # Forget the logger built from an earlier test's [metrics], in this process (initialize()
-    # keeps both on the Stats class itself).
-    type.__setattr__(Stats, "factory", None)
-    type.__setattr__(Stats, "instance", None)
+    # Forget the logger built from an earlier test's [metrics], in this process: Airflow 3.3's
+    # initialize() keeps the factory and logger in the module, 3.2's on the Stats class itself.
+    if hasattr(stats, "_factory"):
+        stats._factory = stats._backend = None
+    else:
+        type.__setattr__(stats.Stats, "factory", None)
+        type.__setattr__(stats.Stats, "instance", None)
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 import sqlalchemy as sa
-from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 from state_testing.airflow_cli import run_airflow
 
-pytestmark = pytest.mark.skipif(not AIRFLOW_HAS_STATE_STORE, reason="revision 0114 belongs to Airflow 3.3")
+pytestmark = pytest.mark.only_airflow33  # revision 0114 belongs to Airflow 3.3
 
 META_TABLES = {"task_state_meta", "asset_state_meta"}
 MIGRATION = (

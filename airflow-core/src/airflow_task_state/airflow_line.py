@@ -14,12 +14,16 @@ beside them, in this package's tables ``task_state_meta`` and ``asset_state_meta
   starts, since Airflow 3.3's own accessors may touch state before ours;
 - :mod:`airflow_task_state.state_store_backend` exists for 3.3's ``[state_store] backend`` only.
 
+Airflow's own APIs that changed between the lines are met here too (:func:`initialize_airflow_stats`).
+
 This module is on the floor: it imports nothing of this package.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import version
+from typing import Any
 
 from packaging.version import Version
 
@@ -35,3 +39,27 @@ MIGRATION_VERSION_FOLDERS = ("versions", "versions_airflow33") if AIRFLOW_HAS_ST
 MIGRATION_RELEASES = {"0.1.0": "b7d3e1a90112", "0.2.0": "c4a8f2d60113"}
 if AIRFLOW_HAS_STATE_STORE:
     MIGRATION_RELEASES["0.8.0"] = "e5b1c7f30114"
+
+
+def initialize_airflow_stats() -> None:
+    """
+    Build Airflow's ``Stats`` from ``[metrics]`` unless something in this process did already. Airflow
+    3.3 keeps it in module functions (``initialize(factory=, export_legacy_names=)``, a factory from
+    ``get_stats_factory()``), 3.2 on the ``Stats`` class (``Stats.initialize(factory=)``, a factory from
+    ``get_stats_factory(Stats)``): told apart by what Airflow's module offers, not by its version.
+    """
+    from airflow._shared.observability.metrics import stats
+    from airflow.configuration import conf
+    from airflow.observability.metrics.stats_utils import get_stats_factory
+
+    # The signature differs per line; typed loosely so that one source checks against both.
+    factory_for: Callable[..., Callable[[], Any]] = get_stats_factory
+    initialize_module: Callable[..., None] | None = getattr(stats, "initialize", None)
+    if initialize_module is not None:  # 3.3
+        if getattr(stats, "_factory", None) is None:
+            legacy_names = conf.getboolean("metrics", "legacy_names_on", fallback=True)
+            initialize_module(factory=factory_for(), export_legacy_names=legacy_names)
+        return
+    stats_class: Any = stats.Stats  # 3.2: its metaclass gives it ``factory`` and ``initialize``
+    if stats_class.factory is None:
+        stats_class.initialize(factory=factory_for(stats_class))

@@ -16,8 +16,9 @@ from typing import Any
 
 from airflow._shared.observability.metrics.stats import Stats
 from airflow.configuration import conf
-from airflow.observability.metrics.stats_utils import get_stats_factory
 from airflow_shared.state import BaseStateBackend, StateConflictError, capability_names, contract_methods
+
+from airflow_task_state.airflow_line import initialize_airflow_stats
 
 
 def metrics_enabled() -> bool:
@@ -33,8 +34,7 @@ def ensure_stats_configured() -> None:
     Build ``Stats`` from ``[metrics]`` unless something did already: Airflow 3.2's API server, where
     the state API runs, never does (its other components do), so ``Stats`` would stay a no-op there.
     """
-    if Stats.factory is None:  # type: ignore[attr-defined]
-        Stats.initialize(factory=get_stats_factory(Stats))  # type: ignore[attr-defined]
+    initialize_airflow_stats()
 
 
 # Why input was refused, by the error's class; NotImplementedError: a capability or listing not offered.
