@@ -8,9 +8,8 @@ as server code would. PostgreSQL runs with its default durability settings.
 
 On Airflow 3.3, where this package keeps its keys in Airflow's own ``task_state_store`` (and its
 versions and writers beside them), it measures instead Airflow 3.3.2's own ``MetastoreBackend``
-against this package's backend, on the same tables; run it with the cached 3.3.2 environment's Python:
-
-    PYTHONPATH=dev uv run --no-sync python -m state_testing.airflow33 bench/bench_metastore.py
+against this package's backend, on the same tables: ``--airflow33`` runs it with the Python of the
+cached Airflow 3.3.2 environment (``dev/state_testing/airflow33.py``, this tree's distributions in it).
 
 On MariaDB (``--db mysql``), on Airflow 3.2, it also measures the two write paths side by side:
 RETURNING, which MariaDB 10.5+ takes, and LAST_INSERT_ID, which MySQL 8 takes (forced here, as no
@@ -18,11 +17,13 @@ MySQL server runs on this machine): set, increment, write(if_version=0) of a new
 set_many.
 
     PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] \
-        [--ops 2000] [--rounds 5]
+        [--ops 2000] [--rounds 5] [--airflow33]
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -37,7 +38,13 @@ TARGETS = {"set": 0.6, "get": 0.5}
 def main() -> None:
     parser = parse_args(__doc__, ops=2000)
     parser.add_argument("--db", choices=("postgres", "mysql", "sqlite"), default="postgres")
+    parser.add_argument("--airflow33", action="store_true", help="on Airflow 3.3.2: its backend against ours")
     args = parser.parse_args()
+    if args.airflow33 and not AIRFLOW_HAS_STATE_STORE:
+        from state_testing.airflow33 import airflow33
+
+        python = str(airflow33().python)
+        os.execv(python, [python, *sys.argv])
     from state_testing import dbservers
 
     with ExitStack() as stack:
