@@ -114,6 +114,20 @@ def airflow322_program(folder: Path) -> Path:
     return venv.bin("airflow")
 
 
+def with_bytecode(airflow: Path) -> Path:
+    """
+    *airflow*, once its environment's modules are compiled to bytecode, as pip leaves them. uv installs
+    none, and the harness's processes write none (PYTHONDONTWRITEBYTECODE), so every task process would
+    compile Airflow's modules and ours from source: the timed import of the API with them.
+    """
+    python = airflow.with_name("python")
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = subprocess.run([python, "-c", purelib], capture_output=True, text=True, check=True)
+    # Not checked: a few files of some distributions are not Python 3 (templates, tests).
+    subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", site_packages.stdout.strip()], check=False)
+    return airflow
+
+
 def airflow33_python(script: str, env: dict[str, str], *args: str) -> str:
     """Run *script* with Airflow 3.3.2's Python in *env*; return what it printed."""
     python = airflow33_program().with_name("python")

@@ -33,7 +33,14 @@ import tempfile
 from pathlib import Path
 
 from _common import parse_args
-from _deployments import airflow33_program, airflow322_program, dags_folder, side, wait_for_dags
+from _deployments import (
+    airflow33_program,
+    airflow322_program,
+    dags_folder,
+    side,
+    wait_for_dags,
+    with_bytecode,
+)
 
 DAG_ID = "bench_vs_airflow33"
 # Each side: its label, the deployment it runs on, and the API its tasks use (the runs' conf).
@@ -137,8 +144,8 @@ def main() -> None:
     with dags_folder({f"{DAG_ID}.py": source}) as dags, contextlib.ExitStack() as stack:
         airflow322 = airflow322_program(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         deployments = {
-            "3.3.2": stack.enter_context(side("airflow 3.3.2", dags, airflow33_program())),
-            "3.2.2": stack.enter_context(side("airflow 3.2.2", dags, airflow322)),
+            "3.3.2": stack.enter_context(side("airflow 3.3.2", dags, with_bytecode(airflow33_program()))),
+            "3.2.2": stack.enter_context(side("airflow 3.2.2", dags, with_bytecode(airflow322))),
         }
         wait_for_dags(list(deployments.values()), [DAG_ID])
         names = list(SIDES)
