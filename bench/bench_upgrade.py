@@ -1,23 +1,27 @@
 """
-The move to Airflow 3.3 on PostgreSQL: how long `airflow-state-upgrade` takes for --rows task state
-rows (and --asset-rows asset state rows), per batch size, and how long a second run (which finds
-everything moved and writes nothing) takes.
+The upgrade to Airflow 3.3 on PostgreSQL: how long Airflow 3.3's `airflow db migrate` takes on a 3.2
+database holding --rows task state rows and --asset-rows asset state rows, which our chain's
+revision 0114 moves into Airflow's state store (docs/upgrading.md).
 
 Airflow 3.2 with airflow-task-state migrates a new database; the rows are inserted with INSERT ...
 SELECT generate_series over 100 dag runs, 10 tasks, 10 map indexes (values: a small JSON object
-with non-ASCII text, so every value is re-encoded); then Airflow 3.3 (the cached environment of the
-upgrade tests) runs `airflow db migrate` on the same database and the command, timed as a whole
-process, as a deployer runs it. Between batch sizes Airflow 3.3's tables are emptied and the mark
-of a completed move is dropped.
+with non-ASCII text; every key expires in 30 days, so every key moves). Then Airflow 3.3 (the cached
+environment of the upgrade tests) runs, each command timed as a whole process, as a deployer runs it:
 
-    PYTHONPATH=dev uv run python bench/bench_upgrade.py [--rows 100000] [--asset-rows 10000] \
-        [--batch-size 1000 5000 20000]
+1. `airflow db migrate`: Airflow's migrations from 3.2 to 3.3, then the move;
+2. `airflow state-db downgrade -r c4a8f2d60113 -y`: the first step of a rollback, every key copied
+   back into our 3.2 tables (Airflow's store is then emptied, so that the next move starts afresh);
+3. `airflow db migrate` again: the move alone (Airflow's schema is already 3.3's);
+4. `airflow db migrate` once more: nothing to do, the commands' own start-up.
+
+After 1 and 3 every key must be in Airflow's store, with its meta row, and our tables gone.
+
+    PYTHONPATH=dev uv run python bench/bench_upgrade.py [--rows 100000] [--asset-rows 10000]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from contextlib import ExitStack
@@ -26,6 +30,8 @@ from pathlib import Path
 from _common import create_dag_run, use_migrated_airflow
 
 RUNS, TASKS, MAP_INDEXES, ASSETS = 100, 10, 10, 100
+#: The revision of airflow-task-state 0.2 to 0.7 on Airflow 3.2: where a rollback to 3.2 goes.
+BEFORE_THE_MOVE = "c4a8f2d60113"
 
 
 def main() -> None:
@@ -34,7 +40,6 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--asset-rows", type=int, default=10_000)
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[1000, 5000, 20000])
     args = parser.parse_args()
     from state_testing import dbservers
 
@@ -88,13 +93,39 @@ def fill(rows: int, asset_rows: int) -> float:
     return time.perf_counter() - start
 
 
+def counts() -> dict[str, int | None]:
+    """Rows per table (None: no such table)."""
+    from airflow import settings
+    from sqlalchemy import inspect, text
+
+    tables = ("task_state", "asset_state", "task_state_store", "asset_state_store")
+    tables += ("task_state_meta", "asset_state_meta")
+    with settings.engine.begin() as conn:
+        existing = set(inspect(conn).get_table_names())
+        return {
+            name: conn.execute(text(f"SELECT count(*) FROM {name}")).scalar() if name in existing else None
+            for name in tables
+        }
+
+
+def check_moved(rows: int, asset_rows: int, when: str) -> None:
+    found = counts()
+    wanted = {
+        **{"task_state": None, "asset_state": None},
+        **{"task_state_store": rows, "task_state_meta": rows},
+        **{"asset_state_store": asset_rows, "asset_state_meta": asset_rows},
+    }
+    if found != wanted:
+        raise SystemExit(f"{when}: the tables hold {found}, expected {wanted}")
+
+
 def run(args, url: str) -> None:
     from airflow import settings
     from sqlalchemy import text
     from state_testing.airflow33 import airflow33
 
     seconds = fill(args.rows, args.asset_rows)
-    print(f"fill: {args.rows} task rows, {args.asset_rows} asset rows in {seconds:.1f} s")
+    print(f"fill (Airflow 3.2): {args.rows} task rows, {args.asset_rows} asset rows in {seconds:.1f} s")
     started = time.perf_counter()
     environment = airflow33()
     seconds = time.perf_counter() - started
@@ -102,30 +133,33 @@ def run(args, url: str) -> None:
         f"Airflow 3.3 environment: {seconds:.1f} s (of which building it: {environment.build_seconds:.1f} s)"
     )
     env = environment.env(url, Path(tempfile.mkdtemp(prefix="bench-upgrade-33-")))
-    started = time.perf_counter()
-    environment.run("airflow", "db", "migrate", env=env)
-    print(f"Airflow 3.3 `airflow db migrate`: {time.perf_counter() - started:.1f} s")
+
+    def timed(label: str, *command: str) -> None:
+        started = time.perf_counter()
+        environment.run("airflow", *command, env=env, timeout=3600)
+        print(f"{label:<58} {time.perf_counter() - started:>7.1f} s")
 
     total = args.rows + args.asset_rows
-    print(f"\n{'batch size':>10}  {'move (s)':>9}  {'rows/s':>8}  {'second run (s)':>14}")
-    for batch_size in args.batch_size:
-        with settings.engine.begin() as conn:
-            conn.execute(text("DELETE FROM task_state_store"))
-            conn.execute(text("DELETE FROM asset_state_store"))
-            # The mark of a completed move: without it, the next run moves everything again.
-            conn.execute(text("DROP TABLE IF EXISTS airflow_state_upgrade"))
-        command = ("airflow-state-upgrade", "-o", "json", "--batch-size", str(batch_size))
-        started = time.perf_counter()
-        first = json.loads(environment.run(*command, env=env).stdout)
-        move_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        second = json.loads(environment.run(*command, env=env).stdout)
-        again_seconds = time.perf_counter() - started
-        moved = sum(t["moved"] for t in first["tables"].values())
-        unchanged = sum(t["unchanged"] for t in second["tables"].values())
-        if moved != total or unchanged != total:
-            raise SystemExit(f"moved {moved} and then found {unchanged} unchanged, expected {total}")
-        print(f"{batch_size:>10}  {move_seconds:>9.1f}  {total / move_seconds:>8.0f}  {again_seconds:>14.1f}")
+    print(f"\nAirflow 3.3, {total} keys ({args.rows} task, {args.asset_rows} asset):")
+    timed("1. airflow db migrate (Airflow 3.2 -> 3.3, then the move)", "db", "migrate")
+    check_moved(args.rows, args.asset_rows, "after the upgrade")
+    timed(
+        "2. airflow state-db downgrade (every key copied back)",
+        "state-db",
+        "downgrade",
+        "-r",
+        BEFORE_THE_MOVE,
+        "-y",
+    )
+    found = counts()
+    if (found["task_state"], found["asset_state"]) != (args.rows, args.asset_rows):
+        raise SystemExit(f"after the downgrade: the tables hold {found}")
+    with settings.engine.begin() as conn:
+        conn.execute(text("DELETE FROM task_state_store"))
+        conn.execute(text("DELETE FROM asset_state_store"))
+    timed("3. airflow db migrate (the move alone)", "db", "migrate")
+    check_moved(args.rows, args.asset_rows, "after the second move")
+    timed("4. airflow db migrate (nothing to do: start-up)", "db", "migrate")
 
 
 if __name__ == "__main__":

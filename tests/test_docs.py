@@ -42,8 +42,10 @@ NOT_RUN = {
     "redis-key-layout": "a diagram of Redis key names, not code",
     "security-redis-acl": "a Redis ACL command for a Celery broker; "
     "tests/celery_worker/test_celery_deployment.py runs it against a real broker",
-    "upgrading-installed-over-message": "output, not code: what airflow prints when Airflow 3.3 was "
-    "installed over us (tests/test_install_from_wheels.py checks it)",
+    "upgrading-log": "output, not code: what revision 0114 logs in `airflow db migrate` "
+    "(tests/test_upgrade_to_airflow33.py and tests/test_install_from_wheels.py check those lines)",
+    "upgrading-log-stayed": "output, not code: what revision 0114 logs of a key that stays behind "
+    "(tests/test_upgrade_to_airflow33.py checks those lines)",
     "cli-unreachable-output": "output, not code: what the CLI prints when a server is unreachable "
     "(airflow-core/tests/test_cli_unreachable.py checks it)",
 }
@@ -178,11 +180,14 @@ def check_pip(args: list[str], where: str) -> None:
     """
     A pip command that works today. Our distributions are on no package index: an install names them
     as the wheels dev/build-wheels puts in dist/, never by name. An install of airflow-task-state
-    passes constraints/airflow-3.2.txt: without it pip takes a FastAPI and a Cadwyn with which every
-    task fails. Anything else is an Airflow the tests install or a dependency they lock. The install
-    test then has pip resolve each install line in a real virtualenv.
+    passes the constraints file of the Airflow line it installs beside: constraints/airflow-3.2.txt
+    (without it pip takes a FastAPI and a Cadwyn with which every task fails), or
+    constraints/airflow-3.3.txt where the command installs Airflow 3.3, which needs it as well (its
+    SQLAlchemy pin). Anything else is an Airflow the tests install or a dependency they lock. The
+    install test then has pip resolve each install line in a real virtualenv.
     """
     assert args[0] in ("install", "uninstall"), f"{where}: pip {args[0]}"
+    assert args[1:], f"{where}: `pip {args[0]}` of nothing (name the command in prose without code marks)"
     constraints, wheels = [], []
     words = iter(args[1:])
     for word in words:
@@ -199,9 +204,11 @@ def check_pip(args: list[str], where: str) -> None:
             assert word in distributions() or word in FORMER_NAMES, f"{where}: pip uninstall {word}"
         else:
             check_requirement(word)
-    if "airflow-task-state" in wheels:
-        assert "constraints/airflow-3.2.txt" in constraints, (
-            f"{where}: an install of airflow-task-state needs -c constraints/airflow-3.2.txt"
+    airflow33 = any(re.match(r"apache-airflow(-core)?==3\.3", word) for word in args)
+    if "airflow-task-state" in wheels or airflow33:
+        line = "constraints/airflow-3.3.txt" if airflow33 else "constraints/airflow-3.2.txt"
+        assert constraints == [line], (
+            f"{where}: an install of {'Airflow 3.3' if airflow33 else 'airflow-task-state'} needs -c {line}"
         )
 
 
@@ -325,6 +332,9 @@ BROKEN_SHELL = [
     'pip install "airflow-state-redis>=99"',
     "pip install airflow-state-redis",  # on no package index
     'pip install "apache-airflow==3.2.2" dist/airflow_task_state-*.whl',  # without the constraints
+    'pip install -c constraints/airflow-3.2.txt "apache-airflow==3.3.2" dist/airflow_task_state-*.whl',
+    'pip install "apache-airflow==3.3.2"',  # Airflow 3.3 without its constraints
+    "pip install",  # of nothing: the install test could not resolve it
     "pip install dist/airflow_state_resid-0.6.0-py3-none-any.whl",
     'pip install "sqlalchemy>=2.1"',  # not the version the tests run
     "export AIRFLOW__STATE__NO_SUCH_OPTION=1",

@@ -173,6 +173,84 @@ def test_upgrading_to_airflow33_in_place_keeps_what_the_dag_stored(
         venv.uv_pip("install", "--dry-run", *_resolved(args, wheels))
 
 
+def test_on_airflow33_ours_overwrite_nothing_and_uninstalling_them_leaves_airflow_whole(
+    venv: DeployerVenv, wheels: dict[str, Path]
+) -> None:
+    """
+    Airflow 3.3 ships a package ``airflow.state``; ours are beside it, never in it: no file of ours is
+    a file of another distribution or lives under a top-level package of one, every file Airflow's
+    RECORDs list still has the hash they list, ``airflow.state`` is Airflow's, and after uninstalling
+    ours Airflow runs on.
+    """
+    if venv.version_of("apache-airflow-core") != AIRFLOW33:
+        pytest.skip("needs the virtualenv the upgrade to Airflow 3.3 made")
+    venv.pip_install("-c", REPO / "constraints/airflow-3.3.txt", wheels["airflow_state_redis"])
+    installed = json.loads(_python(venv, _INSTALLED_FILES))
+    assert set(installed["ours"]) == OURS, installed["ours"]
+    assert installed["shared_files"] == {}, "files of ours another distribution also installs"
+    assert installed["shadowed_packages"] == {}, "top-level packages of ours another distribution has"
+    assert installed["changed_files"] == [], "files of other distributions whose hash changed"
+    assert installed["airflow_state"] == "apache-airflow-core"
+
+    venv.uv_pip("uninstall", *sorted(OURS))
+    after = json.loads(_python(venv, _INSTALLED_FILES))
+    assert after["ours"] == [] and after["changed_files"] == []
+    assert after["airflow_state"] == "apache-airflow-core"
+    env = _airflow_env(venv.root / "home", venv.root / "airflow.db")
+    assert AIRFLOW33 in _run(venv, "airflow", "version", env=env).stdout
+
+
+#: The distributions this repository builds.
+OURS = {"airflow-task-state", "airflow-state-contract", "airflow-state-redis"}
+
+# Who owns which file, in the environment it runs in: see the test above.
+_INSTALLED_FILES = f"""
+import base64, hashlib, importlib.metadata as metadata, json
+ours = {sorted(OURS)!r}
+owners, top_levels, changed = {{}}, {{}}, []
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    for file in dist.files or ():
+        path = str(file)
+        owners.setdefault(path, set()).add(name)
+        if "/" in path and ".dist-info/" not in path and not path.startswith(".."):
+            top_levels.setdefault(path.split("/")[0], set()).add(name)
+        if name not in ours and file.hash and file.hash.mode == "sha256":
+            digest = base64.urlsafe_b64encode(hashlib.sha256(file.read_binary()).digest()).rstrip(b"=")
+            if digest.decode() != file.hash.value:
+                changed.append(path)
+def installed(name):
+    try:
+        return metadata.distribution(name).metadata["Name"]
+    except metadata.PackageNotFoundError:
+        return None
+import os, airflow.state
+airflow_state = [
+    dist.metadata["Name"] for dist in metadata.distributions()
+    for file in dist.files or ()
+    if os.path.realpath(file.locate()) == os.path.realpath(airflow.state.__file__)
+]
+print(json.dumps({{
+    "ours": sorted(filter(None, map(installed, ours))),
+    "shared_files": {{
+        path: sorted(names) for path, names in owners.items() if len(names) > 1 and names & set(ours)
+    }},
+    "shadowed_packages": {{
+        top: sorted(names) for top, names in top_levels.items()
+        if names & set(ours) and names - set(ours) and top != "__pycache__"
+    }},
+    "changed_files": changed,
+    "airflow_state": ",".join(airflow_state),
+}}))
+"""
+
+
+def _python(venv: DeployerVenv, code: str) -> str:
+    result = subprocess.run([str(venv.python), "-c", code], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()[-1]
+
+
 # The newcomer's keys through our backend and through Airflow 3.3's own (its [state_store] backend).
 _READ_BOTH_WAYS = f"""
 import json

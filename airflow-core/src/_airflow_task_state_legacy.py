@@ -9,24 +9,27 @@ airflow.state.metastore.MetastoreStateBackend``, the models) keeps working where
 ``airflow.state``: this finder, installed at interpreter start by ``airflow_task_state.pth``, then
 answers for ``airflow.state`` and every module below it with the very module objects of
 ``airflow_task_state`` (never a second copy of a module). Where Airflow has one (3.3), it answers
-for nothing. It imports only the standard library: every Python process of the environment runs it.
+for nothing. Every Python process of the environment runs it, so it imports only what Python has
+already loaded at that point (``importlib.abc`` alone would cost more than the rest of it): the finder
+and loader are such by their methods, and ``importlib.util`` is loaded when an alias is asked for.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
-from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing, which Python has not loaded yet
+if TYPE_CHECKING:
+    from typing import Any
 
 LEGACY = "airflow.state"
 CURRENT = "airflow_task_state"
 
 
-class LegacyImports(MetaPathFinder, Loader):
+class LegacyImports:
     """Answers for ``airflow.state[.*]`` with ``airflow_task_state[.*]``, unless Airflow has its own."""
 
     def __init__(self) -> None:
@@ -39,10 +42,13 @@ class LegacyImports(MetaPathFinder, Loader):
                 return None  # Airflow 3.3's own package
         elif not fullname.startswith(LEGACY + ".") or LEGACY not in self._own_specs:
             return None  # not ours, or below Airflow's own airflow.state
+        import importlib.util
+
         current = importlib.util.find_spec(CURRENT + fullname[len(LEGACY) :])
         if current is None:
             return None
-        return ModuleSpec(fullname, self, is_package=current.submodule_search_locations is not None)
+        is_package = current.submodule_search_locations is not None
+        return ModuleSpec(fullname, self, is_package=is_package)  # type: ignore[arg-type]  # a Loader by its methods
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module(CURRENT + spec.name[len(LEGACY) :])

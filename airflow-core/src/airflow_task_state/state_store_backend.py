@@ -5,7 +5,7 @@ task accessors (``context["task_state_store"]``, ``context["asset_state_store"]`
 API and ``airflow state-store clean`` then use the backend ``[state] backend`` names, by its rules:
 expired keys are never returned, the try that writes a key is recorded (so a clear treats it as ours),
 a try finds what a clear left discarded whichever API it asks first, and with Redis both APIs share
-one store (docs/airflow33.md).
+one store (docs/airflow-lines.md).
 
 It subclasses Airflow's own metastore backend for two things only Airflow's code grants that class:
 ``airflow state-store clean`` cleans no other, and Airflow's Execution API tells only it who wrote an

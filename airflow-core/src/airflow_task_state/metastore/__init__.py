@@ -3,15 +3,14 @@ The default storage: state in the Airflow metadata database. On Airflow 3.3, in 
 state-store tables, with what they lack beside them (:mod:`.beside_airflow33`); on 3.2 in this
 package's tables (see :mod:`airflow_task_state.airflow_line`).
 
-``MetastoreStateBackend`` is imported on first use: this package is also reached while Airflow is
-still initialising (the reset hook, through provider discovery), before its ORM can be imported.
+Everything here is imported on first use: this package is also reached while Airflow is still
+initialising (the reset hook, through provider discovery), before its ORM can be imported, and in
+every Airflow process, most of which never touch state.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 
 if TYPE_CHECKING:
     from sqlalchemy import MetaData
@@ -24,6 +23,8 @@ __all__ = ["MetastoreStateBackend", "state_tables"]
 def __getattr__(name: str) -> Any:
     if name != "MetastoreStateBackend":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
+
     # The class for this Airflow's tables.
     if AIRFLOW_HAS_STATE_STORE:
         from airflow_task_state.metastore.beside_airflow33.backend import Airflow33MetastoreBackend
@@ -36,6 +37,8 @@ def __getattr__(name: str) -> Any:
 
 def state_tables() -> MetaData:
     """This package's tables on this Airflow: what ``airflow db migrate`` creates and checks."""
+    from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
+
     if AIRFLOW_HAS_STATE_STORE:
         from airflow_task_state.metastore.beside_airflow33.models import metadata
 

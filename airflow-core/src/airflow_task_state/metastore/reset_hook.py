@@ -14,10 +14,13 @@ def _drop_state_tables_first(target: MetaData, connection: Any, **kw: Any) -> No
     dropping = {table.name for table in kw.get("tables") or target.tables.values()}
     if not dropping & _REFERENCED_TABLES:
         return
-    from airflow_task_state.metastore.models import metadata
+    from airflow_task_state.metastore import state_tables
+    from airflow_task_state.metastore.models import metadata as airflow32_tables
 
-    if target is not metadata:
-        metadata.drop_all(connection, checkfirst=True)
+    # On Airflow 3.3, 3.2's tables too: keys the upgrade could not move stay in them.
+    for ours in (state_tables(), airflow32_tables):
+        if target is not ours:
+            ours.drop_all(connection, checkfirst=True)
 
 
 def install() -> None:

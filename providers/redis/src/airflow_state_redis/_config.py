@@ -12,23 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from ._defaults import DEFAULT_KEY_PREFIX, DEFAULT_RETRIES, DEFAULT_TASK_TTL_SECONDS, DEFAULT_WAIT_TIMEOUT_MS
 from ._errors import mask_url
 from ._keys import validate_prefix
 
 SECTION = "state_redis"
-DEFAULT_KEY_PREFIX = "airflow:state"
-#: Task state outlives any sensible retry window, then goes with no cascade needed.
-DEFAULT_TASK_TTL_SECONDS = 30 * 24 * 60 * 60
 
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 #: ``[state_redis] mode``: what the URL (or the sentinels) point at.
 MODES = ("standalone", "cluster", "sentinel")
-#: Attempts after the first on a connection error or timeout (and, on a cluster, on a slot that
-#: moved or a cluster that is down): with the backoff below they cover about 10 s, long enough for
-#: a Sentinel or Cluster failover with the usual timeouts.
-DEFAULT_RETRIES = 8
-DEFAULT_WAIT_TIMEOUT_MS = 1000
 #: The whole-number options of :class:`Topology`, each with its least value.
 _COUNTS = {"wait_replicas": 0, "wait_timeout_ms": 1, "retries": 0}
 

@@ -2,7 +2,7 @@
 Declares ``[state_redis]`` to Airflow (entry point ``apache_airflow_provider``), so the options show
 in ``airflow config list``. A plain dict: this distribution never imports Airflow.
 
-The defaults shown are the backend's own (``_config``), imported rather than written twice: with
+The defaults shown are the backend's own (``_defaults``), imported rather than written twice: with
 or without Airflow installed, an option left unset means the same value, and
 ``airflow config list --section state_redis --show-values`` shows it as ``[state]`` shows its own.
 Options without a default (the URL, the connection, Sentinel's) stay unset.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._config import DEFAULT_KEY_PREFIX, DEFAULT_RETRIES, DEFAULT_TASK_TTL_SECONDS, DEFAULT_WAIT_TIMEOUT_MS
+from ._defaults import DEFAULT_KEY_PREFIX, DEFAULT_RETRIES, DEFAULT_TASK_TTL_SECONDS, DEFAULT_WAIT_TIMEOUT_MS
 
 
 def _option(

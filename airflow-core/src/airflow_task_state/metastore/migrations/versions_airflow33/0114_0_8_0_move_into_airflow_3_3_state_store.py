@@ -229,17 +229,14 @@ def _move(
     connection: Any, name: str, converted: Callable[[Any], tuple[dict, dict]], unique: list[str]
 ) -> tuple[int, int, list[tuple[dict, str]]]:
     """Move what Airflow's store can take out of our table *name*: (moved, expired, what stayed and why)."""
-    tables = _Tables(
-        *(
-            sa.Table(table, sa.MetaData(), autoload_with=connection)
-            for table in (name, f"{name}_store", f"{name}_meta")
-        ),
-        unique,
+    ours, theirs, meta = (
+        sa.Table(table, sa.MetaData(), autoload_with=connection)
+        for table in (name, f"{name}_store", f"{name}_meta")
     )
-    ours = tables.ours
+    tables = _Tables(ours, theirs, meta, unique)
     now = sa.bindparam("now", datetime.now(UTC), type_=UtcDateTime())
     expired = connection.execute(ours.delete().where(ours.c.expires_at <= now)).rowcount
-    moved, stayed = 0, []
+    moved, stayed = 0, []  # type: tuple[int, list[tuple[dict, str]]]
     for rows in _batches(connection, ours, [column.name for column in ours.primary_key]):
         moved_now, stayed_now = _move_batch(connection, tables, rows, converted)
         moved, stayed = moved + moved_now, stayed + stayed_now
