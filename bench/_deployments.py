@@ -1,7 +1,9 @@
 """
-Real deployments for the benchmarks that run task code: this project's, an older checkout's and
-Airflow 3.3.2's, each the test harness's (its own PostgreSQL server, api-server, scheduler with the
-LocalExecutor, dag-processor), started with the ``airflow`` program of the environment wanted.
+Real deployments for the benchmarks that run task code: this project's (on this environment's Airflow,
+or on a deployer's Airflow 3.2.2 built from this tree's wheels), an older checkout's and Airflow 3.3.2's
+(with this tree's distributions), each the test harness's (its own PostgreSQL server, api-server,
+scheduler with the LocalExecutor, dag-processor), started with the ``airflow`` program of the
+environment wanted.
 
 Task code reports back through files: a bench DAG is written into a dags folder with its settings
 filled in, and its tasks write JSON samples into the directory named by ``RESULTS_VARIABLE``.
@@ -35,9 +37,9 @@ class Side:
     deployment: harness.Deployment
     results: Path
 
-    def run_dag(self, dag_id: str, run_id: str, timeout: float) -> None:
-        """Trigger *dag_id* as *run_id* and wait until it has succeeded."""
-        self.deployment.trigger(dag_id, run_id)
+    def run_dag(self, dag_id: str, run_id: str, timeout: float, conf: dict | None = None) -> None:
+        """Trigger *dag_id* as *run_id* (with *conf*) and wait until it has succeeded."""
+        self.deployment.trigger(dag_id, run_id, conf)
         state = self.deployment.wait_for_run(dag_id, run_id, timeout=timeout)
         if state != "success":
             raise harness.DeploymentError(
@@ -96,6 +98,34 @@ def side(
             yield Side(name, deployment, results)
     finally:
         shutil.rmtree(results, ignore_errors=True)
+
+
+def airflow322_program(folder: Path) -> Path:
+    """
+    The ``airflow`` of a deployer's Airflow 3.2.2 made in *folder*: this tree's wheels installed as the
+    install docs say (state_testing.deployer_venv), plus the PostgreSQL drivers the harness's server needs.
+    """
+    from state_testing.deployer_venv import CONSTRAINTS, build_wheels, deployer_venv
+
+    started = time.monotonic()
+    venv = deployer_venv(folder / "venv", build_wheels(folder / "dist"))
+    venv.pip_install("-c", CONSTRAINTS, "psycopg2-binary", "asyncpg")
+    print(f"Airflow 3.2.2 environment built in {time.monotonic() - started:.0f}s", flush=True)
+    return venv.bin("airflow")
+
+
+def with_bytecode(airflow: Path) -> Path:
+    """
+    *airflow*, once its environment's modules are compiled to bytecode, as pip leaves them. uv installs
+    none, and the harness's processes write none (PYTHONDONTWRITEBYTECODE), so every task process would
+    compile Airflow's modules and ours from source: the timed import of the API with them.
+    """
+    python = airflow.with_name("python")
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = subprocess.run([python, "-c", purelib], capture_output=True, text=True, check=True)
+    # Not checked: a few files of some distributions are not Python 3 (templates, tests).
+    subprocess.run([python, "-m", "compileall", "-qq", "-j", "0", site_packages.stdout.strip()], check=False)
+    return airflow
 
 
 def airflow33_python(script: str, env: dict[str, str], *args: str) -> str:

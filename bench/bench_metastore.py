@@ -6,22 +6,31 @@ open autocommit connection, their parameters prepared before the clock starts: n
 SQLAlchemy, nothing but the statement. The backend goes through Airflow's configuration exactly
 as server code would. PostgreSQL runs with its default durability settings.
 
-On MariaDB (``--db mysql``) it also measures the two write paths side by side: RETURNING, which
-MariaDB 10.5+ takes, and LAST_INSERT_ID, which MySQL 8 takes (forced here, as no MySQL server runs
-on this machine): set, increment, write(if_version=0) of a new key and a 10-key set_many.
+On Airflow 3.3, where this package keeps its keys in Airflow's own ``task_state_store`` (and its
+versions and writers beside them), it measures instead Airflow 3.3.2's own ``MetastoreBackend``
+against this package's backend, on the same tables: ``--airflow33`` runs it with the Python of the
+cached Airflow 3.3.2 environment (``dev/state_testing/airflow33.py``, this tree's distributions in it).
+
+On MariaDB (``--db mysql``), on Airflow 3.2, it also measures the two write paths side by side:
+RETURNING, which MariaDB 10.5+ takes, and LAST_INSERT_ID, which MySQL 8 takes (forced here, as no
+MySQL server runs on this machine): set, increment, write(if_version=0) of a new key and a 10-key
+set_many.
 
     PYTHONPATH=dev uv run python bench/bench_metastore.py [--db postgres|mysql|sqlite] \
-        [--ops 2000] [--rounds 5]
+        [--ops 2000] [--rounds 5] [--airflow33]
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 from _common import create_dag_run, measure, parse_args, use_migrated_airflow
+from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 
 TARGETS = {"set": 0.6, "get": 0.5}
 
@@ -29,7 +38,13 @@ TARGETS = {"set": 0.6, "get": 0.5}
 def main() -> None:
     parser = parse_args(__doc__, ops=2000)
     parser.add_argument("--db", choices=("postgres", "mysql", "sqlite"), default="postgres")
+    parser.add_argument("--airflow33", action="store_true", help="on Airflow 3.3.2: its backend against ours")
     args = parser.parse_args()
+    if args.airflow33 and not AIRFLOW_HAS_STATE_STORE:
+        from state_testing.airflow33 import airflow33
+
+        python = str(airflow33().python)
+        os.execv(python, [python, *sys.argv])
     from state_testing import dbservers
 
     with ExitStack() as stack:
@@ -38,7 +53,7 @@ def main() -> None:
         else:
             url = stack.enter_context(dbservers.database(args.db, Path(tempfile.mkdtemp())))
         use_migrated_airflow(url)
-        run(args)
+        beside_airflow33(args) if AIRFLOW_HAS_STATE_STORE else run(args)
 
 
 def run(args) -> None:
@@ -112,6 +127,41 @@ def run(args) -> None:
         floor, ours = by_side["floor"], by_side["backend"]
         goal = f">= {TARGETS[op]}" if args.db == "postgres" else ""
         print(f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{goal:>8}")
+
+
+def beside_airflow33(args) -> None:
+    """Airflow 3.3.2's MetastoreBackend against ours, each on a task of the same dag run."""
+    from airflow._shared.state import TaskScope as AirflowTaskScope
+    from airflow.state.metastore import MetastoreBackend
+    from airflow_shared.state import TaskScope
+    from airflow_task_state.metastore import MetastoreStateBackend
+
+    create_dag_run("bench", "run")
+    theirs, their_scope = MetastoreBackend(), AirflowTaskScope("bench", "run", "airflow")
+    ours, our_scope = MetastoreStateBackend(), TaskScope("bench", "run", "ours")
+    keys = [f"key_{i % 100}" for i in range(args.ops)]
+    medians = measure(
+        {
+            "set": {
+                "3.3.2": lambda i: theirs.set(their_scope, keys[i], f"value-{i}"),
+                "ours": lambda i: ours.set(our_scope, keys[i], f"value-{i}"),
+            },
+            "get": {
+                "3.3.2": lambda i: theirs.get(their_scope, keys[i]),
+                "ours": lambda i: ours.get(our_scope, keys[i]),
+            },
+        },
+        args.ops,
+        args.rounds,
+    )
+    print(
+        f"\nAirflow 3.3.2's MetastoreBackend vs ours on 3.3.2, on {args.db}, "
+        f"{args.rounds} rounds x {args.ops} ops, medians"
+    )
+    print(f"{'op':<5}{'3.3.2 ops/s':>14}{'ours ops/s':>14}{'ratio':>8}")
+    for op, by_side in medians.items():
+        theirs_per_s, ours_per_s = by_side["3.3.2"], by_side["ours"]
+        print(f"{op:<5}{theirs_per_s:>14.0f}{ours_per_s:>14.0f}{ours_per_s / theirs_per_s:>8.2f}")
 
 
 def compare_write_paths(args, scope) -> None:
