@@ -4,22 +4,32 @@ and its answer. A statement that is not idempotent (an increment, a create-only 
 write) must then not be sent again, or it counts twice or reports a conflict with itself; the
 caller learns that the outcome is unknown. Idempotent statements are still retried.
 
-A TCP proxy of the test sits between the backend's autocommit engine and the real PostgreSQL or
-MariaDB server. Armed, it forwards the next statement that touches state to the server, waits for
-the server's answer (so the statement has run and committed), drops it and closes both sides.
+A TCP proxy of the test sits between the backend and the real PostgreSQL or MariaDB server. Armed,
+it forwards the statement that applies the write to the server, waits for the server's answer (so
+the write has run and committed), drops it and closes both sides. On Airflow 3.2 that statement is
+the write itself (one statement in autocommit, on the backend's own engine); on Airflow 3.3 a write
+is a transaction of several statements on Airflow's sessions (its rows and ours beside them), and
+the statement that applies it is its COMMIT: a reply lost before the COMMIT leaves nothing applied.
 """
 
 from __future__ import annotations
 
 import pytest
-from state_testing.proxy import autocommit_engine_through_a_proxy
+from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
+from state_testing.proxy import airflow_sessions_through_a_proxy, autocommit_engine_through_a_proxy
+
+#: What the statement that applies a write contains.
+APPLYING = b"COMMIT" if AIRFLOW_HAS_STATE_STORE else b"task_state"
 
 
 @pytest.fixture
 def proxy(db_kind):
     if db_kind == "sqlite":
         pytest.skip("SQLite has no connection to lose")
-    with autocommit_engine_through_a_proxy() as proxy:
+    through = (
+        airflow_sessions_through_a_proxy if AIRFLOW_HAS_STATE_STORE else autocommit_engine_through_a_proxy
+    )
+    with through() as proxy:
         yield proxy
 
 
@@ -40,9 +50,9 @@ def stored(scope, key):
         return MetastoreStateBackend().get_versioned(scope, key, session=session)
 
 
-def losing_the_reply(proxy, call):
-    """Run *call* with the reply to its statement lost; return what it returned or raised."""
-    proxy.arm(b"task_state")
+def losing_the_reply(proxy, call, statement=APPLYING):
+    """Run *call* with the reply to its *statement* lost; return what it returned or raised."""
+    proxy.arm(statement)
     try:
         outcome = call()
     except Exception as error:
@@ -83,8 +93,21 @@ def test_a_conditional_write_whose_reply_is_lost_does_not_conflict_with_itself(b
     assert_outcome_unknown(outcome)
 
 
+@pytest.mark.only_airflow32  # on 3.3 its COMMIT's lost reply says the outcome is unknown, as for any write
 def test_an_idempotent_write_whose_reply_is_lost_is_sent_again(backend, scope, proxy):
     # No error: writing the same value again is harmless, and so is reading again.
     assert losing_the_reply(proxy, lambda: backend.set(scope, "job", "app_001")) is None
     assert stored(scope, "job").value == "app_001"
     assert losing_the_reply(proxy, lambda: backend.get(scope, "job")) == "app_001"
+
+
+@pytest.mark.only_airflow33
+def test_an_increment_that_loses_its_connection_before_it_commits_applies_nothing(backend, scope, proxy):
+    """Its transaction is rolled back with the connection: the call fails, and a retry counts once."""
+    from airflow_task_state.airflow_db.engine import is_unavailable
+
+    assert backend.increment(scope, "rows", 1) == 1
+    outcome = losing_the_reply(proxy, lambda: backend.increment(scope, "rows", 5), statement=b"task_state")
+    assert isinstance(outcome, Exception) and is_unavailable(outcome), repr(outcome)
+    assert stored(scope, "rows").value == "1"
+    assert backend.increment(scope, "rows", 5) == 6
