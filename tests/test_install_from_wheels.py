@@ -174,7 +174,7 @@ def test_upgrading_to_airflow33_in_place_keeps_what_the_dag_stored(
 
 
 def test_on_airflow33_ours_overwrite_nothing_and_uninstalling_them_leaves_airflow_whole(
-    venv: DeployerVenv, wheels: dict[str, Path]
+    venv: DeployerVenv, wheels: dict[str, Path], tmp_path: Path
 ) -> None:
     """
     Airflow 3.3 ships a package ``airflow.state``; ours are beside it, never in it: no file of ours is
@@ -196,7 +196,7 @@ def test_on_airflow33_ours_overwrite_nothing_and_uninstalling_them_leaves_airflo
     after = json.loads(_python(venv, _INSTALLED_FILES))
     assert after["ours"] == [] and after["changed_files"] == []
     assert after["airflow_state"] == "apache-airflow-core"
-    env = _airflow_env(venv.root / "home", venv.root / "airflow.db")
+    env = _airflow_env(tmp_path / "home", tmp_path / "airflow.db")
     assert AIRFLOW33 in _run(venv, "airflow", "version", env=env).stdout
 
 
