@@ -12,7 +12,10 @@ import subprocess
 import sys
 
 import airflow_task_state
+import pytest
 from airflow_task_state import exceptions
+
+pytestmark = pytest.mark.any_database  # no database: processes' imports
 
 # What a process that never touches state may import of ours.
 REGISTRATION = {
