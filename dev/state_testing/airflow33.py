@@ -111,6 +111,7 @@ class Airflow33:
 def _environment_key() -> str:
     digest = hashlib.sha256(REQUIREMENTS.read_bytes())
     digest.update(_base_python().encode())
+    digest.update(b"compiled to bytecode")  # how _build installs: an environment built otherwise is rebuilt
     return digest.hexdigest()[:16]
 
 
@@ -118,10 +119,10 @@ def _build(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
     uv = _uv()
     subprocess.run([uv, "venv", "-q", "--python", _base_python(), str(root)], check=True)
-    subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(root / "bin" / "python"), "-r", str(REQUIREMENTS)],
-        check=True,
-    )
+    # Compiled to bytecode as pip would: processes that run with PYTHONDONTWRITEBYTECODE write none.
+    python = str(root / "bin" / "python")
+    install = [uv, "pip", "install", "-q", "--compile-bytecode", "--python", python]
+    subprocess.run([*install, "-r", str(REQUIREMENTS)], check=True)
     (root / COMPLETE_MARKER).write_text(AIRFLOW_VERSION)
 
 
@@ -140,7 +141,7 @@ def _install_working_tree(root: Path) -> None:
     if marker.exists() and marker.read_text() == tree:
         return
     # --reinstall: the working tree changes while the version numbers do not.
-    command = [_uv(), "pip", "install", "-q", "--python", str(root / "bin" / "python")]
+    command = [_uv(), "pip", "install", "-q", "--compile-bytecode", "--python", str(root / "bin" / "python")]
     command += ["--no-deps", "--reinstall", *(str(REPO / path) for path in LOCAL_DISTRIBUTIONS)]
     subprocess.run(command, check=True)
     marker.write_text(tree)

@@ -57,7 +57,7 @@ class DeployerVenv:
 
     def pip_install(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
         """``pip install`` (uv's, which installs what pip would) into this environment; must succeed."""
-        return self.uv_pip("install", *args)
+        return self.uv_pip("install", "--compile-bytecode", *args)
 
     def uv_pip(self, command: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(

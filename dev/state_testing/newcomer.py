@@ -28,7 +28,8 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 def _stand_ins() -> str:
     """Bash functions that stand in for pip and ``python3 -m venv``, defined before each command."""
     cache = subprocess.run([uv(), "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
-    uv_command = f"UV_CACHE_DIR={cache} {uv()}"
+    # UV_COMPILE_BYTECODE: pip compiles what it installs, and uv does not by default.
+    uv_command = f"UV_CACHE_DIR={cache} UV_COMPILE_BYTECODE=1 {uv()}"
     return (
         "python3() {\n"
         '    if [ "$#" = 3 ] && [ "$1" = -m ] && [ "$2" = venv ]; then\n'
