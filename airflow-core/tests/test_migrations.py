@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from airflow_shared.state import AssetScope, TaskScope, VersionedValue
 from sqlalchemy import inspect, select, text
 from state_testing.airflow_cli import run_airflow
+from state_testing.schema import table_ddl
 
 pytestmark = pytest.mark.only_airflow32
 
@@ -144,19 +145,10 @@ def _migration_tables() -> sa.MetaData:
 @pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
 def test_migration_and_models_emit_the_same_ddl(dialect_name):
     from airflow_task_state.metastore.models import metadata
-    from sqlalchemy.dialects import registry
-    from sqlalchemy.schema import CreateIndex, CreateTable
 
-    dialect = registry.load(dialect_name)()
     migration = _migration_tables()
-
-    def ddl(tables, name):
-        table = tables.tables[name]
-        indexes = sorted(str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes)
-        return [str(CreateTable(table).compile(dialect=dialect)), *indexes]
-
     for name in STATE_TABLES:
-        assert ddl(migration, name) == ddl(metadata, name)
+        assert table_ddl(migration, name, dialect_name) == table_ddl(metadata, name, dialect_name)
 
 
 def test_migration_files_and_orm_build_the_same_schema():

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 from state_testing.airflow_cli import run_airflow
+from state_testing.schema import table_ddl
 
 pytestmark = pytest.mark.only_airflow33  # revision 0114 belongs to Airflow 3.3
 
@@ -57,19 +58,10 @@ def _migration_tables() -> sa.MetaData:
 @pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql", "mysql"])
 def test_0114_and_the_models_emit_the_same_ddl(dialect_name):
     from airflow_task_state.metastore.beside_airflow33.models import metadata
-    from sqlalchemy.dialects import registry
-    from sqlalchemy.schema import CreateIndex, CreateTable
 
-    dialect = registry.load(dialect_name)()
     migration = _migration_tables()
-
-    def ddl(tables: sa.MetaData, name: str) -> list[str]:
-        table = tables.tables[name]
-        indexes = sorted(str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes)
-        return [str(CreateTable(table).compile(dialect=dialect)), *indexes]
-
     for name in META_TABLES:
-        assert ddl(migration, name) == ddl(metadata, name)
+        assert table_ddl(migration, name, dialect_name) == table_ddl(metadata, name, dialect_name)
 
 
 def test_the_chain_run_by_its_files_builds_the_models_tables():

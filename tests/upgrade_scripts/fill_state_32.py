@@ -38,6 +38,7 @@ from airflow_shared.state import (
 from airflow_task_state import get_state_backend, task_scope
 from airflow_task_state.codec import encode
 from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
+from entries import entry_record  # beside this script
 from sqlalchemy import select, update
 
 DAG_ID = "upgrade_state"
@@ -135,12 +136,12 @@ def main(out_path: str) -> None:
             "task_id": scope.task_id,
             "map_index": scope.map_index,
         }
-        | _entry(entry)
+        | entry_record(entry)
         for scope in [*scopes, records]
         for entry in backend.entries(scope).entries
     ]
     asset_keys = [
-        {"asset_id": asset_id} | _entry(entry)
+        {"asset_id": asset_id} | entry_record(entry)
         for asset_id in assets
         for entry in backend.entries(AssetScope(asset_id)).entries
     ]
@@ -149,19 +150,6 @@ def main(out_path: str) -> None:
     dump = {"task": task_keys, "asset": asset_keys, "run_id": run_id, "assets": list(assets)}
     with open(out_path, "w", encoding="utf-8") as out:
         json.dump(dump, out, ensure_ascii=False)
-
-
-def _entry(entry) -> dict:
-    writer = entry.writer
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "version": entry.version,
-        "updated_at": entry.updated_at.isoformat(),
-        "expires_at": entry.expires_at.isoformat() if entry.expires_at else None,
-        "updated_by_try": entry.updated_by_try,
-        "writer": None if writer is None else str(writer),
-    }
 
 
 if __name__ == "__main__":

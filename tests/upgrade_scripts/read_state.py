@@ -24,22 +24,13 @@ os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
 from airflow_shared.state import AssetScope
 from airflow_task_state import get_state_backend, task_scope
 from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
+from entries import entry_record  # beside this script
 
 SCOPE = ("dag_id", "run_id", "task_id", "map_index")
 
 
 def _entry(entry) -> dict | None:
-    if entry is None:
-        return None
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "version": entry.version,
-        "updated_at": entry.updated_at.isoformat(),
-        "expires_at": entry.expires_at.isoformat() if entry.expires_at else None,
-        "updated_by_try": entry.updated_by_try,
-        "writer": None if entry.writer is None else str(entry.writer),
-    }
+    return None if entry is None else entry_record(entry)
 
 
 def read_ours(expected: dict) -> dict:
