@@ -6,17 +6,18 @@ caller learns that the outcome is unknown. Idempotent statements are still retri
 
 A TCP proxy of the test sits between the backend and the real PostgreSQL or MariaDB server. Armed,
 it forwards the statement that applies the write to the server, waits for the server's answer (so
-the write has run and committed), drops it and closes both sides. On Airflow 3.2 that statement is
-the write itself (one statement in autocommit, on the backend's own engine); on Airflow 3.3 a write
-is a transaction of several statements on Airflow's sessions (its rows and ours beside them), and
-the statement that applies it is its COMMIT: a reply lost before the COMMIT leaves nothing applied.
+the write has run and committed), drops it and closes both sides. Both lines write on the backend's
+own autocommit engine. On Airflow 3.2 that statement is the write itself (one statement); on Airflow
+3.3 a write is a transaction of several statements on one connection (Airflow's rows and ours beside
+them), and the statement that applies it is its COMMIT: a connection lost before the COMMIT leaves
+nothing applied, so the whole transaction is sent again on a new connection.
 """
 
 from __future__ import annotations
 
 import pytest
 from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
-from state_testing.proxy import airflow_sessions_through_a_proxy, autocommit_engine_through_a_proxy
+from state_testing.proxy import autocommit_engine_through_a_proxy
 
 #: What the statement that applies a write contains.
 APPLYING = b"COMMIT" if AIRFLOW_HAS_STATE_STORE else b"task_state"
@@ -26,10 +27,7 @@ APPLYING = b"COMMIT" if AIRFLOW_HAS_STATE_STORE else b"task_state"
 def proxy(db_kind):
     if db_kind == "sqlite":
         pytest.skip("SQLite has no connection to lose")
-    through = (
-        airflow_sessions_through_a_proxy if AIRFLOW_HAS_STATE_STORE else autocommit_engine_through_a_proxy
-    )
-    with through() as proxy:
+    with autocommit_engine_through_a_proxy() as proxy:
         yield proxy
 
 
@@ -50,9 +48,12 @@ def stored(scope, key):
         return MetastoreStateBackend().get_versioned(scope, key, session=session)
 
 
-def losing_the_reply(proxy, call, statement=APPLYING):
-    """Run *call* with the reply to its *statement* lost; return what it returned or raised."""
-    proxy.arm(statement)
+def losing_the_reply(proxy, call, statement=APPLYING, and_the_server=False):
+    """
+    Run *call* with the reply to its *statement* lost (and every connection after it refused, *and
+    the server*); return what it returned or raised.
+    """
+    proxy.arm(statement, and_stop=and_the_server)
     try:
         outcome = call()
     except Exception as error:
@@ -102,12 +103,25 @@ def test_an_idempotent_write_whose_reply_is_lost_is_sent_again(backend, scope, p
 
 
 @pytest.mark.only_airflow33
-def test_an_increment_that_loses_its_connection_before_it_commits_applies_nothing(backend, scope, proxy):
-    """Its transaction is rolled back with the connection: the call fails, and a retry counts once."""
-    from airflow_task_state.airflow_db.engine import is_unavailable
+def test_a_write_that_loses_its_connection_before_it_commits_is_sent_again_and_applied_once(
+    backend, scope, proxy
+):
+    """The lost transaction is rolled back with its connection; the one sent again counts once."""
+    assert backend.increment(scope, "rows", 1) == 1
+    assert losing_the_reply(proxy, lambda: backend.increment(scope, "rows", 5), b"task_state") == 6
+    assert stored(scope, "rows").value == "6"
+    assert backend.increment(scope, "rows", 1) == 7
+
+
+@pytest.mark.only_airflow33
+def test_a_write_that_loses_its_connection_and_then_the_server_before_it_commits_applies_nothing(
+    backend, scope, proxy
+):
+    from airflow_task_state.airflow_db.engine import StatementOutcomeUnknownError, is_unavailable
 
     assert backend.increment(scope, "rows", 1) == 1
-    outcome = losing_the_reply(proxy, lambda: backend.increment(scope, "rows", 5), statement=b"task_state")
-    assert isinstance(outcome, Exception) and is_unavailable(outcome), repr(outcome)
+    outcome = losing_the_reply(
+        proxy, lambda: backend.increment(scope, "rows", 5), b"task_state", and_the_server=True
+    )
+    assert is_unavailable(outcome) and not isinstance(outcome, StatementOutcomeUnknownError), repr(outcome)
     assert stored(scope, "rows").value == "1"
-    assert backend.increment(scope, "rows", 5) == 6

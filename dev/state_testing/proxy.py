@@ -22,16 +22,20 @@ class DroppingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._armed: bytes | None = None
+        self._stop_on_drop = False
         self._lock = threading.Lock()
         self.dropped = threading.Event()
         self._stopped = False
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, statement_contains: bytes) -> None:
-        """Lose the reply to the next statement whose bytes contain *statement_contains*."""
+    def arm(self, statement_contains: bytes, *, and_stop: bool = False) -> None:
+        """
+        Lose the reply to the next statement whose bytes contain *statement_contains*; *and_stop*:
+        take no more connections from then on (the server is gone, for the client).
+        """
         self.dropped.clear()
         with self._lock:
-            self._armed = statement_contains
+            self._armed, self._stop_on_drop = statement_contains, and_stop
 
     def close(self) -> None:
         """Take no more connections (those open stay open)."""
@@ -68,6 +72,8 @@ class DroppingProxy:
                     if not data:
                         return
                     if doomed:  # the server ran (and committed) it; the client never hears
+                        if self._stop_on_drop:
+                            self.close()
                         self.dropped.set()
                         return
                     client.sendall(data)

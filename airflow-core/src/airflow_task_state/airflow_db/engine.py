@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from airflow import settings
 from airflow.configuration import conf
@@ -53,6 +53,11 @@ class Outcome(NamedTuple):
     #: The cursor's ``lastrowid``: on MySQL, what the statement gave ``LAST_INSERT_ID(expr)``
     #: (how the metastore's writes hand back a version where there is no RETURNING).
     last_insert_id: int | None = None
+
+
+T = TypeVar("T")
+#: How :func:`transaction`'s work sends a statement with its values, and reads what it returned.
+Run: TypeAlias = "Callable[[Executable, dict[str, Any]], Outcome]"
 
 
 class _Compiled:
@@ -169,23 +174,63 @@ class _AutocommitEngine:
         raise AssertionError("unreachable")
 
     def _run(self, compiled: _Compiled, parameters: Any, idempotent: bool) -> Outcome:
-        dbapi_error = self._dialect.loaded_dbapi.Error
-        connection = cursor = None
-        sent = False
-        try:
-            connection = self.engine.raw_connection()
+        sending = _Sending(compiled.sql, parameters)
+        with self._cursor(sending) as (connection, cursor):
             if _served_before(connection) and not idempotent:
                 # A connection the server dropped is found before a statement that must not run
                 # twice is sent on it, as SQLAlchemy's pre-ping would: a ping costs less than an
                 # outcome unknown after every database restart.
                 assert connection.dbapi_connection is not None  # checked out, so connected
                 self._dialect.do_ping(connection.dbapi_connection)
-            cursor = connection.cursor()
-            sent = True
+            sending.applies = True
             cursor.execute(compiled.sql, parameters)
-            rows = cursor.fetchall() if cursor.description else []
-            # Not every driver's cursor has lastrowid (psycopg's has not); only MySQL's is read.
-            return compiled.outcome(rows, cursor.rowcount, getattr(cursor, "lastrowid", None))
+            return _fetched(cursor, compiled)
+
+    def transaction(self, work: Callable[[Run], T]) -> T:
+        for last in (False, True):
+            try:
+                return self._transact(work)
+            except _Lost as lost:
+                if lost.sent:
+                    raise _outcome_unknown("COMMIT", None, lost) from lost.error
+                if last:
+                    raise lost.error from lost.__cause__
+        raise AssertionError("unreachable")
+
+    def _transact(self, work: Callable[[Run], T]) -> T:
+        sending = _Sending("BEGIN", None)
+
+        def run(statement: Executable, values: dict[str, Any]) -> Outcome:
+            compiled = compiled_for(statement, self._dialect)
+            sending.sql, sending.parameters = compiled.sql, compiled.parameters(values)
+            cursor.execute(sending.sql, sending.parameters)
+            return _fetched(cursor, compiled)
+
+        with self._cursor(sending) as (connection, cursor):
+            # No ping: a connection lost before COMMIT was sent applied nothing, so the whole
+            # transaction is retried on a fresh connection.
+            _served_before(connection)
+            cursor.execute("BEGIN")
+            sending.open = True
+            result = work(run)
+            sending.sql, sending.parameters, sending.applies = "COMMIT", None, True
+            cursor.execute("COMMIT")
+            sending.open = False
+            return result
+
+    @contextmanager
+    def _cursor(self, sending: _Sending) -> Iterator[tuple[Any, Any]]:
+        """
+        A pooled connection and its cursor. A driver error raised in the block is raised as
+        SQLAlchemy's (as :class:`_Lost` for a lost connection); a transaction *sending* left open
+        is rolled back.
+        """
+        dbapi_error = self._dialect.loaded_dbapi.Error
+        connection = cursor = None
+        try:
+            connection = self.engine.raw_connection()
+            cursor = connection.cursor()
+            yield connection, cursor
         except dbapi_error as error:
             disconnected = self._dialect.is_disconnect(error, connection, cursor)
             if disconnected and connection is not None:
@@ -201,9 +246,11 @@ class _AutocommitEngine:
                     self._invalidated_at = time.monotonic()
                 if connection.is_valid:
                     connection.invalidate(error)
+            elif sending.open:
+                _roll_back(connection, cursor, dbapi_error)
             wrapped = DBAPIError.instance(
-                compiled.sql,
-                parameters,
+                sending.sql,
+                sending.parameters,
                 error,
                 dbapi_error,
                 hide_parameters=True,
@@ -211,13 +258,43 @@ class _AutocommitEngine:
                 dialect=self._dialect,
             )
             if disconnected:
-                raise _Lost(wrapped, error, sent) from error
+                raise _Lost(wrapped, error, sending.applies) from error
             raise wrapped from error
+        except BaseException:
+            if sending.open:
+                _roll_back(connection, cursor, dbapi_error)
+            raise
         finally:
             if connection is not None:
                 if cursor is not None and connection.is_valid:
                     cursor.close()
                 connection.close()
+
+
+class _Sending:
+    """What a connection is sending: the SQL and parameters (for errors), and where it stands."""
+
+    def __init__(self, sql: str, parameters: Any) -> None:
+        self.sql = sql
+        self.parameters = parameters
+        #: A transaction is open on the connection (it must end before the pool takes it back).
+        self.open = False
+        #: What was sent may have applied something, its reply lost (a statement, or a COMMIT).
+        self.applies = False
+
+
+def _fetched(cursor: Any, compiled: _Compiled) -> Outcome:
+    rows = cursor.fetchall() if cursor.description else []
+    # Not every driver's cursor has lastrowid (psycopg's has not); only MySQL's is read.
+    return compiled.outcome(rows, cursor.rowcount, getattr(cursor, "lastrowid", None))
+
+
+def _roll_back(connection: Any, cursor: Any, dbapi_error: type[Exception]) -> None:
+    # The pool resets nothing on return (pool_reset_on_return=None): the transaction ends here.
+    try:
+        cursor.execute("ROLLBACK")
+    except dbapi_error as error:
+        connection.invalidate(error)  # in an unknown state: never handed out again
 
 
 def _note_opened(dbapi_connection: Any, record: Any) -> None:
@@ -337,6 +414,17 @@ def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool =
     compiled on first use and kept: pass statements built once, not per call.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
+
+
+def transaction(work: Callable[[Run], T]) -> T:
+    """
+    Call *work* with a :data:`Run` that sends statements (built once, as for :func:`execute`) in one
+    transaction on one pooled connection: BEGIN, then *work*'s statements, then COMMIT, or ROLLBACK
+    when *work* raises. A connection lost before the COMMIT was sent applied nothing: *work* is
+    called once more, on a fresh connection (so it must read what it decides on). One lost while the
+    COMMIT was in flight raises :class:`StatementOutcomeUnknownError`.
+    """
+    return _autocommit_engine().transaction(work)
 
 
 # What drivers say when they cannot reach the server at all. Such errors come from connecting, not

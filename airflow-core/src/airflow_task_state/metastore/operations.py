@@ -420,7 +420,7 @@ def _last_insert_id_reply(
     return Outcome(write.rows(rowcount, last_id or 0, values), rowcount)
 
 
-def _in_session(
+def in_session(
     connection: Connection, statement: Executable, values: dict[str, Any], last_insert_id: bool = False
 ) -> Outcome:
     """*statement* run on a session's *connection*; with its LAST_INSERT_ID if *last_insert_id*."""
@@ -434,7 +434,7 @@ def _in_session(
 async def _in_async_session(
     connection: AsyncConnection, statement: Executable, values: dict[str, Any], last_insert_id: bool = False
 ) -> Outcome:
-    """The async twin of :func:`_in_session`."""
+    """The async twin of :func:`in_session`."""
     compiled = compiled_for(statement, connection.dialect)
     result = await connection.exec_driver_sql(compiled.sql, compiled.parameters(values))
     outcome = compiled.result_outcome(result)
@@ -445,12 +445,12 @@ def _write_in_session(
     write: Write, values: dict[str, Any], connection: Connection, path: WritePath
 ) -> Outcome:
     if path == "returning":
-        return _in_session(connection, write.returning, values)
-    written = _in_session(connection, write.last_insert_id, values, last_insert_id=True)
+        return in_session(connection, write.returning, values)
+    written = in_session(connection, write.last_insert_id, values, last_insert_id=True)
     if write.read_back is None:
         return _last_insert_id_reply(write, values, written.rowcount, written.last_insert_id)
     # The rows just written stay locked by this transaction: the SELECT reads what it wrote.
-    return _in_session(connection, write.read_back, values) if written.rowcount else written
+    return in_session(connection, write.read_back, values) if written.rowcount else written
 
 
 def _run_write(
@@ -499,7 +499,7 @@ def run(operation: Operation[T], session: Session | None, path: WritePath | None
         return operation.read(_run_write(operation, statement, session, path))
     if session is None:
         return operation.read(execute(statement, operation.values, idempotent=operation.idempotent))
-    return operation.read(_in_session(session.connection(), statement, operation.values))
+    return operation.read(in_session(session.connection(), statement, operation.values))
 
 
 # Marks a MySQL connection of the async engine on which this module set the session's time zone.

@@ -122,7 +122,7 @@ def params(scope: StateScope, key: str | None = None) -> dict[str, Any]:
 # --- SQL constructs SQLAlchemy has no cacheable form of --------------------------------------
 
 
-class _Proposed(ColumnElement[Any]):
+class Proposed(ColumnElement[Any]):
     """The value the INSERT proposed for a column: ``excluded.col``, ``VALUES(col)`` on MySQL."""
 
     __visit_name__ = "state_proposed"
@@ -133,13 +133,13 @@ class _Proposed(ColumnElement[Any]):
         self.name = name
 
 
-@compiles(_Proposed)
-def _proposed(element: _Proposed, compiler: Any, **kw: Any) -> str:
+@compiles(Proposed)
+def _proposed(element: Proposed, compiler: Any, **kw: Any) -> str:
     return f"excluded.{compiler.preparer.quote(element.name)}"
 
 
-@compiles(_Proposed, "mysql")
-def _proposed_mysql(element: _Proposed, compiler: Any, **kw: Any) -> str:
+@compiles(Proposed, "mysql")
+def _proposed_mysql(element: Proposed, compiler: Any, **kw: Any) -> str:
     # VALUES(col) rather than a row alias: MariaDB has no row aliases, and MySQL allows no alias
     # on INSERT ... SELECT.
     return f"VALUES({compiler.preparer.quote(element.name)})"
@@ -214,7 +214,7 @@ def _counter_sum_sqlite(element: _CounterSum, compiler: Any, **kw: Any) -> str:
     )
 
 
-class _OnConflictUpdate(ClauseElement):
+class OnConflictUpdate(ClauseElement):
     """
     ``ON CONFLICT (...) DO UPDATE [WHERE ...] RETURNING ...`` / ``ON DUPLICATE KEY UPDATE ...
     RETURNING ...``, rendered after a plain INSERT for each dialect: the statements are built once,
@@ -253,16 +253,16 @@ class _OnConflictUpdate(ClauseElement):
         self.returning = returning
 
 
-@compiles(_OnConflictUpdate)
-def _unsupported(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+@compiles(OnConflictUpdate)
+def _unsupported(clause: OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     raise NotImplementedError(
         f"MetastoreStateBackend supports PostgreSQL, MySQL/MariaDB and SQLite, not {compiler.dialect.name!r}"
     )
 
 
-@compiles(_OnConflictUpdate, "postgresql")
-@compiles(_OnConflictUpdate, "sqlite")
-def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+@compiles(OnConflictUpdate, "postgresql")
+@compiles(OnConflictUpdate, "sqlite")
+def _on_conflict_do_update(clause: OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     quote = compiler.preparer.quote
     conflict = ", ".join(quote(c) for c in clause.conflict_columns)
     updates = ", ".join(
@@ -270,12 +270,12 @@ def _on_conflict_do_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) 
         for name, expression in zip(clause.assigned, clause.expressions, strict=True)
     )
     where = "" if clause.where is None else f" WHERE {compiler.process(clause.where, **kw)}"
-    returning = ", ".join(quote(c) for c in clause.returning)
-    return f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}{where} RETURNING {returning}"
+    returning = _returning([quote(c) for c in clause.returning])
+    return f"ON CONFLICT ({conflict}) DO UPDATE SET {updates}{where}{returning}"
 
 
-@compiles(_OnConflictUpdate, "mysql")
-def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any) -> str:
+@compiles(OnConflictUpdate, "mysql")
+def _on_duplicate_key_update(clause: OnConflictUpdate, compiler: Any, **kw: Any) -> str:
     # SQLAlchemy's MySQL drivers connect with CLIENT_FOUND_ROWS, so an update counts in the
     # rowcount even when it changes nothing; RETURNING needs MariaDB 10.5+.
     quote = compiler.preparer.quote
@@ -294,7 +294,12 @@ def _on_duplicate_key_update(clause: _OnConflictUpdate, compiler: Any, **kw: Any
     returning = [quote(c) for c in clause.returning]
     if clause.where is not None:
         returning.append(_OUTCOME_VARIABLE)
-    return f"ON DUPLICATE KEY UPDATE {', '.join(updates)} RETURNING {', '.join(returning)}"
+    return f"ON DUPLICATE KEY UPDATE {', '.join(updates)}{_returning(returning)}"
+
+
+def _returning(columns: list[str]) -> str:
+    """The RETURNING clause of *columns* (rendered); none without."""
+    return f" RETURNING {', '.join(columns)}" if columns else ""
 
 
 class _OnDuplicateKeyLastInsertId(ClauseElement):
@@ -416,7 +421,7 @@ class _ScopeTable(NamedTuple):
 
     @property
     def written(self) -> list[str]:
-        """What every write replaces besides ``value``; ``expires_at`` last (see ``_OnConflictUpdate``)."""
+        """What every write replaces besides ``value``; ``expires_at`` last (see ``OnConflictUpdate``)."""
         return ["updated_at", *self.writer_columns, "expires_at"]
 
     def source(self, key: Any, value: Any, batch: Any = None) -> Select[Any]:
@@ -439,15 +444,15 @@ class _ScopeTable(NamedTuple):
         ``value`` when it is returned, else the ``version``; nothing for a batch (``key`` returned).
         """
         assignments = [
-            ("value", _Proposed("value") if value is None else value),
+            ("value", Proposed("value") if value is None else value),
             ("version", self.table.c.version + _ONE),
-            *((name, _Proposed(name)) for name in self.written),
+            *((name, Proposed(name)) for name in self.written),
         ]
         columns = [*self.parent_columns, "key", "value", *self.written]
         if path == "returning":
             upsert = insert(self.table).from_select(columns, source)
             conflict = [column.name for column in self.table.primary_key]  # what an upsert conflicts on
-            upsert._post_values_clause = _OnConflictUpdate(
+            upsert._post_values_clause = OnConflictUpdate(
                 self.table.name, conflict, assignments, returning, where
             )
             return upsert
@@ -538,7 +543,7 @@ def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
         increment=scope.upsert(
             guarded_source,
             ["version", "value"],
-            case((_expired(table), _Proposed("value")), else_=cast(counter, Text())),
+            case((_expired(table), Proposed("value")), else_=cast(counter, Text())),
             or_(_expired(table), counter.is_not(None)),
             path,
         ),
@@ -585,16 +590,14 @@ def for_scope(scope: StateScope, path: WritePath = "returning") -> Statements:
 _UNION_TERMS = 250
 
 
-def _batch_rows(table: Any, count: int) -> Any:
+def batch_rows(table: Any, count: int, names: Sequence[str] = ("key", "value")) -> Any:
     """
-    ``(SELECT :key_0 AS key, :value_0 AS value UNION ALL ...)``: the pairs of a set_many; past
-    :data:`_UNION_TERMS` rows, a UNION ALL of such groups, each a subquery of its own.
+    ``(SELECT :key_0 AS key, :value_0 AS value UNION ALL ...)``: the pairs of a set_many (or the
+    columns *names* of *table*, each row binding ``<name>_<n>``); past :data:`_UNION_TERMS` rows, a
+    UNION ALL of such groups, each a subquery of its own.
     """
     rows = [
-        select(
-            bindparam(f"key_{n}", type_=table.c.key.type).label("key"),
-            bindparam(f"value_{n}", type_=table.c.value.type).label("value"),
-        )
+        select(*(bindparam(f"{name}_{n}", type_=table.c[name].type).label(name) for name in names))
         for n in range(count)
     ]
     if count <= _UNION_TERMS:
@@ -602,7 +605,7 @@ def _batch_rows(table: Any, count: int) -> Any:
     groups = []
     for start in range(0, count, _UNION_TERMS):
         group = union_all(*rows[start : start + _UNION_TERMS]).subquery(f"rows_{start}")
-        groups.append(select(group.c.key, group.c.value))
+        groups.append(select(*(group.c[name] for name in names)))
     return union_all(*groups).subquery("batch")
 
 
@@ -611,7 +614,7 @@ def _batch(what: str, kind: str, size: int, path: WritePath) -> Executable:
     scope = _SCOPE_TABLES[kind]
     table = scope.table
     if what == "upsert":
-        rows = _batch_rows(table, size)
+        rows = batch_rows(table, size)
         return scope.upsert(scope.source(rows.c.key, rows.c.value, rows), ["key", "version"], path=path)
     keys = table.c.key.in_([bindparam(f"key_{n}", type_=table.c.key.type) for n in range(size)])
     if what == "select":
@@ -638,13 +641,16 @@ def batch(
       the ``last_insert_id`` *path* it returns nothing, and ``versions`` (the key and version of
       each key named, expired or not), run next in the same transaction, reads what it wrote.
     """
-    keys = list(pairs)
-    if what in ("select", "delete"):
-        keys += keys[-1:] * ((1 << max(len(keys) - 1, 0).bit_length()) - len(keys))  # a power of two
+    keys = padded(list(pairs)) if what in ("select", "delete") else list(pairs)
     values = params(scope) | {f"key_{n}": key for n, key in enumerate(keys)}
     if isinstance(pairs, Mapping):
         values |= {f"value_{n}": value for n, value in enumerate(pairs.values())}
     return _batch(what, _kind(scope), len(keys), path if what == "upsert" else "returning"), values
+
+
+def padded(keys: list[str]) -> list[str]:
+    """*keys*, the last one repeated up to a power of two of them (harmless in an IN list)."""
+    return keys + keys[-1:] * ((1 << max(len(keys) - 1, 0).bit_length()) - len(keys))
 
 
 #: The state tables, for clean-up.

@@ -9,26 +9,27 @@ A read is one statement: the row joined with its meta row. A meta row that is no
 earlier value, so the key reads with the version after the one recorded (1 without any), no try, and
 for an asset the writer Airflow recorded and no expiry (Airflow's asset rows have none).
 
-A write is one transaction: it locks the meta rows of its keys (creating them), reads the rows and
-meta rows, checks what the write requires (``if_version``, an integer to add to), then writes both
-with one time. Concurrent writes of ours queue on the meta rows' locks, and read after them: none
-works from a stale read. Airflow's own writers take no lock of ours: between them and us the last
-writer wins, as between two of theirs.
+A write is one transaction: it locks the meta rows of its keys (creating them where the dag run or
+asset exists), reads the rows and meta rows, checks what the write requires (``if_version``, an
+integer to add to), then writes both with one time. Concurrent writes of ours queue on the meta
+rows' locks, and read after them: none works from a stale read. Airflow's own writers take no lock
+of ours: between them and us the last writer wins, as between two of theirs.
+
+As on Airflow 3.2, calls without a caller's session run statements built once
+(:mod:`.statements`) on the autocommit engine's pooled connections
+(:mod:`airflow_task_state.airflow_db.engine`): a read as one statement, a write or delete as one
+transaction on one connection. With a caller's session they run the same SQL on its connection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from airflow._shared.timezones import timezone
-from airflow.models.asset import AssetModel
-from airflow.models.asset_state_store import AssetStateStoreModel
-from airflow.models.dagrun import DagRun
-from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.utils.session import create_session
 from airflow_shared.state import (
     COMMIT_RECORDS_TASK_ID,
@@ -56,82 +57,34 @@ from airflow_shared.state import (
     validate_write,
 )
 from airflow_shared.state.entries import page_of_keys
-from sqlalchemy import Table, and_, case, delete, exists, func, or_, select, tuple_
+from sqlalchemy import and_, delete, exists, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from airflow_task_state.airflow_db.engine import committing_session
-from airflow_task_state.metastore.beside_airflow33.models import AssetStateMetaModel, TaskStateMetaModel
-from airflow_task_state.metastore.listing import stored_writer
-from airflow_task_state.metastore.operations import missing_parent
-
-
-@dataclass(frozen=True)
-class _Tables:
-    """A scope type's rows (Airflow's) and meta rows (ours), and the columns both name a scope by."""
-
-    rows: Any  # Table: SQLAlchemy types a model's __table__ as any FromClause
-    meta: Any
-    scope_columns: tuple[str, ...]
-
-    @property
-    def joined(self) -> Any:
-        same_key = [self.meta.c[name] == self.rows.c[name] for name in (*self.scope_columns, "key")]
-        return self.rows.outerjoin(self.meta, and_(*same_key))
-
-    @property
-    def current(self) -> Any:
-        """The meta row describes the row's value (no meta row: NULL, so not)."""
-        return self.meta.c.updated_at == self.rows.c.updated_at
-
-    @property
-    def version(self) -> Any:
-        return case((self.current, self.meta.c.version), else_=func.coalesce(self.meta.c.version, 0) + 1)
-
-    @property
-    def expires_at(self) -> Any:
-        if "expires_at" in self.rows.c:
-            return self.rows.c.expires_at
-        return case((self.current, self.meta.c.expires_at))
-
-    def live(self, now: datetime) -> Any:
-        return or_(self.expires_at.is_(None), self.expires_at > now)
-
-    def of_scope(self, scope: StateScope, *, all_map_indices: bool = False) -> list[Any]:
-        rows = self.rows.c
-        if not isinstance(scope, TaskScope):
-            return [rows.asset_id == scope.asset_id]
-        of_task = [rows.dag_id == scope.dag_id, rows.run_id == scope.run_id, rows.task_id == scope.task_id]
-        return of_task if all_map_indices else [*of_task, rows.map_index == scope.map_index]
-
-
-_TASK = _Tables(
-    TaskStateStoreModel.__table__,
-    TaskStateMetaModel.__table__,
-    ("dag_run_id", "task_id", "map_index"),
+from airflow_task_state.airflow_db.engine import (
+    Outcome,
+    Run,
+    autocommit_engine,
+    committing_session,
+    execute,
+    transaction,
 )
-_ASSET = _Tables(AssetStateStoreModel.__table__, AssetStateMetaModel.__table__, ("asset_id",))
+from airflow_task_state.metastore.beside_airflow33 import statements as sql
+from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
+from airflow_task_state.metastore.listing import stored_writer
+from airflow_task_state.metastore.operations import in_session, missing_parent
+from airflow_task_state.metastore.statements import padded, params
+
+T = TypeVar("T")
 # Airflow's asset rows name their writer with the kinds its API knows: "cli" writes as "api".
 _AIRFLOW_WRITER_KIND = {WriterKind.TASK: "task", WriterKind.API: "api", WriterKind.CLI: "api"}
 
 
-def _tables(scope: StateScope) -> _Tables:
-    return _TASK if isinstance(scope, TaskScope) else _ASSET
-
-
-def _entry_columns(tables: _Tables) -> list[Any]:
-    """What an entry shows of a key: the columns :func:`_entry` reads, in its order."""
-    rows, meta = tables.rows.c, tables.meta.c
-    columns = [rows.key, rows.value, rows.updated_at, tables.version.label("version")]
-    columns += [tables.expires_at.label("expires_at")]
-    tried = case((tables.current, meta.updated_by_try)).label("updated_by_try")
-    if tables is _TASK:
-        return [*columns, tried]
-    kind = case((tables.current, meta.updated_by), else_=rows.last_updated_by_kind).label("updated_by")
-    task_instance = [rows[f"last_updated_by_{name}"] for name in ("dag_id", "run_id", "task_id", "map_index")]
-    return [*columns, kind, *task_instance, tried]
+def _kind(scope: StateScope) -> str:
+    return "task" if isinstance(scope, TaskScope) else "asset"
 
 
 def _entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
+    """The entry of a row of :func:`.statements.select_entries`."""
     key, value, updated_at, version, expires_at, *writer = row
     if isinstance(scope, TaskScope):
         return StateEntry(key, value, updated_at, writer[0], version, expires_at)
@@ -147,62 +100,53 @@ class _Stored:
     live: bool
 
 
-def _rowcount(result: Any) -> int:
-    """The rows a DELETE removed (its result is a CursorResult)."""
-    return int(result.rowcount)
+def _next_version(stored: Mapping[str, _Stored], key: str) -> int:
+    return (stored[key].version if key in stored else 0) + 1
 
 
-def _session(session: Session | None) -> AbstractContextManager[Session]:
-    """The caller's session, or one of our own that commits (an unknown outcome says so)."""
-    return committing_session() if session is None else nullcontext(session)
+def _run_one(statement: Any, values: dict[str, Any], session: Session | None) -> Outcome:
+    """One statement: autocommitted, or on the caller's *session*."""
+    return (
+        execute(statement, values) if session is None else in_session(session.connection(), statement, values)
+    )
 
 
-def _upsert(
-    db: Session,
-    table: Table,
-    rows: list[dict[str, Any]],
-    unique: Sequence[str],
-    replace: Callable[[Any], dict[str, Any]],
-) -> Any:
-    """INSERT *rows*, or on a conflict of *unique*, SET what *replace* makes of the proposed row."""
-    dialect = db.get_bind().dialect.name
-    statement: Any
-    if dialect == "mysql":
-        from sqlalchemy.dialects.mysql import insert as mysql_insert
-
-        statement = mysql_insert(table).values(rows)
-        return statement.on_duplicate_key_update(**replace(statement.inserted))
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-    else:
-        raise NotImplementedError(
-            f"the metastore supports PostgreSQL, MySQL/MariaDB and SQLite, not {dialect!r}"
-        )
-    statement = insert(table).values(rows)
-    return statement.on_conflict_do_update(index_elements=list(unique), set_=replace(statement.excluded))
+def _transaction(session: Session | None, work: Callable[[Run], T]) -> T:
+    """*work* in a transaction of its own, or in the caller's *session* (the caller commits)."""
+    return transaction(work) if session is None else work(partial(in_session, session.connection()))
 
 
-def _fits(db: Session, key: str) -> bool:
+def _fits(session: Session | None, keys: Iterable[str]) -> list[str]:
     """
-    Airflow 3.3 keeps keys in utf8mb3 with a PAD SPACE collation on MySQL: a character outside the
-    Basic Multilingual Plane cannot be stored, and ``"key "`` would be the row of ``"key"``.
+    The *keys* that can be stored. Airflow 3.3 keeps keys in utf8mb3 with a PAD SPACE collation on
+    MySQL: a character outside the Basic Multilingual Plane cannot be stored, and ``"key "`` would be
+    the row of ``"key"``.
     """
-    if db.get_bind().dialect.name != "mysql":
-        return True
-    return not key.endswith(" ") and all(ord(character) <= 0xFFFF for character in key)
+    dialect = (autocommit_engine() if session is None else session.get_bind()).dialect
+    if dialect.name != "mysql":
+        return list(keys)
+    return [key for key in keys if not key.endswith(" ") and all(ord(c) <= 0xFFFF for c in key)]
 
 
-def _check_keys_fit(db: Session, keys: Iterable[str]) -> None:
-    for key in keys:
-        if not _fits(db, key):
-            raise StateCapabilityError(
-                "The metastore on MySQL with Airflow 3.3",
-                f"key {key!r:.80}: Airflow 3.3's state store keeps keys as utf8mb3 text, which holds no "
-                "character outside the Basic Multilingual Plane (emoji, for one) and ignores trailing spaces",
-                "use another key; nothing was written",
-            )
+def _keyed(keys: list[str]) -> dict[str, str]:
+    return {f"key_{n}": key for n, key in enumerate(keys)}
+
+
+def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> dict[str, Any]:
+    """What a write binds of its writer and expiry, in the columns of both tables."""
+    task_instance = (
+        (writer.dag_id, writer.run_id, writer.task_id, writer.map_index) if writer else (None,) * 4
+    )
+    return {
+        "expires_at": expires_at,
+        "updated_by_try": writer.try_number if writer else None,
+        "updated_by": writer.kind.value if writer else None,
+        "last_updated_by_kind": _AIRFLOW_WRITER_KIND[writer.kind] if writer else None,
+        **{
+            f"last_updated_by_{name}": value
+            for name, value in zip(("dag_id", "run_id", "task_id", "map_index"), task_instance, strict=True)
+        },
+    }
 
 
 class Airflow33MetastoreBackend(BaseStateBackend):
@@ -217,21 +161,19 @@ class Airflow33MetastoreBackend(BaseStateBackend):
 
     # --- reads -----------------------------------------------------------------------------
 
-    def _rows(
-        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, live: bool = True
-    ) -> list[Any]:
+    def _rows(self, scope: StateScope, keys: Iterable[str] | None, session: Session | None) -> list[Any]:
+        """The entries' rows of the live *keys* (every live key without)."""
         validate_scope(scope)
-        tables = _tables(scope)
-        query = select(*_entry_columns(tables)).select_from(tables.joined).where(*tables.of_scope(scope))
-        if live:
-            query = query.where(tables.live(timezone.utcnow()))
-        with create_session() if session is None else nullcontext(session) as db:
-            if keys is not None:
-                storable = [key for key in keys if _fits(db, key)]  # no other is stored
-                if not storable:
-                    return []
-                query = query.where(tables.rows.c.key.in_(storable))
-            return list(db.execute(query))
+        values = params(scope)
+        values["now"] = timezone.utcnow()
+        size = 0
+        if keys is not None:
+            storable = padded(_fits(session, keys))  # no other is stored
+            if not storable:
+                return []
+            values |= _keyed(storable)
+            size = len(storable)
+        return _run_one(sql.select_entries(_kind(scope), size), values, session).rows
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         validate_key(key)
@@ -239,19 +181,21 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         return _entry(scope, rows[0]) if rows else None
 
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
-        found = self.get_entry(scope, key, session=session)
-        return None if found is None else found.value
+        validate_key(key)
+        rows = self._rows(scope, [key], session)
+        return rows[0][1] if rows else None
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        found = self.get_entry(scope, key, session=session)
-        return None if found is None else VersionedValue(found.value, found.version or 0)
+        validate_key(key)
+        rows = self._rows(scope, [key], session)
+        return VersionedValue(rows[0][1], rows[0][3]) if rows else None
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
         wanted = validate_many_keys(keys, "get_many")
-        return {row.key: row.value for row in self._rows(scope, wanted, session)} if wanted else {}
+        return {row[0]: row[1] for row in self._rows(scope, wanted, session)} if wanted else {}
 
     def keys(self, scope: StateScope, *, session: Any = None) -> list[str]:
-        return sorted(row.key for row in self._rows(scope, None, session))
+        return sorted(row[0] for row in self._rows(scope, None, session))
 
     def entries(
         self,
@@ -263,7 +207,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         session: Any = None,
     ) -> StateEntryPage:
         validate_listing(key_prefix, offset, limit)
-        every = {row.key: row for row in self._rows(scope, None, session)}
+        every = {row[0]: row for row in self._rows(scope, None, session)}
         page, total = page_of_keys(list(every), key_prefix, offset, limit)
         return StateEntryPage([_entry(scope, every[key]) for key in page], total)
 
@@ -272,99 +216,51 @@ class Airflow33MetastoreBackend(BaseStateBackend):
 
     # --- writes ----------------------------------------------------------------------------
 
-    def _locked(
-        self, db: Session, scope: StateScope, keys: Sequence[str]
-    ) -> tuple[dict[str, Any], dict[str, _Stored]]:
-        """
-        The columns that name *scope* in both tables, and what is stored under *keys*, read once
-        their meta rows are locked (created, at version 0 and no time, where there were none).
-        """
-        _check_keys_fit(db, keys)
-        tables = _tables(scope)
-        if isinstance(scope, TaskScope):
-            run = select(DagRun.id).where(DagRun.dag_id == scope.dag_id, DagRun.run_id == scope.run_id)
-            parent = {"dag_run_id": db.scalar(run), "task_id": scope.task_id, "map_index": scope.map_index}
-            found = parent["dag_run_id"] is not None
-        else:
-            parent = {"asset_id": scope.asset_id}
-            found = db.scalar(select(AssetModel.id).where(AssetModel.id == scope.asset_id)) is not None
-        if not found:
-            raise missing_parent(scope)
-        unique = (*tables.scope_columns, "key")
-        placeholders = [{**parent, "key": key, "version": 0} for key in keys]
-        db.execute(
-            _upsert(db, tables.meta, placeholders, unique, lambda _: {"version": tables.meta.c.version})
-        )
-        # A new statement after the lock: a write of ours committed meanwhile is read, not missed.
-        now = timezone.utcnow()
-        stored = {
-            row.key: _Stored(row.value, row.version, row.expires_at is None or row.expires_at > now)
-            for row in self._rows(scope, keys, db, live=False)
-        }
-        return parent, stored
-
-    def _store(
+    def _write(
         self,
-        db: Session,
         scope: StateScope,
-        parent: dict[str, Any],
-        written: Mapping[str, tuple[str, int]],
+        keys: list[str],
+        decide: Callable[[dict[str, _Stored]], dict[str, tuple[str, int]]],
         writer: StateWriter | None,
         expires_at: datetime | None,
-    ) -> None:
-        """Write each key's (value, version) and its meta row, with one time."""
-        tables, now = _tables(scope), timezone.utcnow()
-        rows = [
-            {**parent, "key": key, "value": value, "updated_at": now} for key, (value, _) in written.items()
-        ]
-        meta: dict[str, Any] = {"updated_by_try": writer.try_number if writer else None, "updated_at": now}
-        if isinstance(scope, TaskScope):
-            rows = [
-                {**row, "dag_id": scope.dag_id, "run_id": scope.run_id, "expires_at": expires_at}
-                for row in rows
-            ]
-        else:
-            task_instance = (
-                (writer.dag_id, writer.run_id, writer.task_id, writer.map_index) if writer else (None,) * 4
+        session: Session | None,
+    ) -> dict[str, tuple[str, int]]:
+        """
+        Lock the meta rows of *keys*, read what is stored under them, and write the (value,
+        version) of each key that *decide* makes of it (or raises): one transaction.
+        """
+        if len(fitting := _fits(session, keys)) < len(keys):
+            key = next(key for key in keys if key not in fitting)
+            raise StateCapabilityError(
+                "The metastore on MySQL with Airflow 3.3",
+                f"key {key!r:.80}: Airflow 3.3's state store keeps keys as utf8mb3 text, which holds no "
+                "character outside the Basic Multilingual Plane (emoji, for one) and ignores trailing spaces",
+                "use another key; nothing was written",
             )
-            airflow_writer = {
-                "last_updated_by_kind": _AIRFLOW_WRITER_KIND[writer.kind] if writer else None,
-                **dict(
-                    zip(
-                        (
-                            "last_updated_by_dag_id",
-                            "last_updated_by_run_id",
-                            "last_updated_by_task_id",
-                            "last_updated_by_map_index",
-                        ),
-                        task_instance,
-                        strict=True,
-                    )
-                ),
+        kind, size = _kind(scope), len(keys)
+        values = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
+
+        def work(run: Run) -> dict[str, tuple[str, int]]:
+            values["now"] = values["updated_at"] = now = timezone.utcnow()
+            run(sql.lock(kind, size), values)
+            # A new statement after the lock: a write of ours committed meanwhile is read, not missed.
+            found = run(sql.read_locked(kind, size), values).rows
+            if not found:
+                raise missing_parent(scope)
+            values[sql.TABLES[kind].scope_columns[0]] = found[0][1]  # the dag run's id (the asset's)
+            stored = {
+                key: _Stored(value, version, expires is None or expires > now)
+                for key, _, value, version, expires in found
+                if value is not None
             }
-            rows = [{**row, **airflow_writer} for row in rows]
-            meta |= {"expires_at": expires_at, "updated_by": writer.kind.value if writer else None}
-        unique = (
-            ("dag_run_id", "task_id", "map_index", "key")
-            if isinstance(scope, TaskScope)
-            else ("asset_id", "key")
-        )
-        replaced = [name for name in rows[0] if name not in unique and name not in ("dag_id", "run_id")]
-        db.execute(
-            _upsert(
-                db, tables.rows, rows, unique, lambda proposed: {name: proposed[name] for name in replaced}
-            )
-        )
-        metas = [{**parent, "key": key, "version": version, **meta} for key, (_, version) in written.items()]
-        db.execute(
-            _upsert(
-                db,
-                tables.meta,
-                metas,
-                (*tables.scope_columns, "key"),
-                lambda proposed: {name: proposed[name] for name in ("version", *meta)},
-            )
-        )
+            written = decide(stored)
+            for n, key in enumerate(keys):
+                values[f"value_{n}"], values[f"version_{n}"] = written[key]
+            run(sql.write_rows(kind, size), values)
+            run(sql.write_meta(kind, size), values)
+            return written
+
+        return _transaction(session, work)
 
     def write(
         self,
@@ -381,16 +277,16 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         validate_key(key)
         validate_value(value)
         validate_write(writer, expires_at, if_version)
-        with _session(session) as db:
-            parent, stored = self._locked(db, scope, [key])
+
+        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
             found = stored.get(key)
             if if_version is not None:
                 visible = found.version if found is not None and found.live else 0
                 if visible != if_version:
                     raise StateConflictError(key, if_version, visible)
-            version = (found.version if found else 0) + 1
-            self._store(db, scope, parent, {key: (value, version)}, writer, expires_at)
-            return version
+            return {key: (value, _next_version(stored, key))}
+
+        return self._write(scope, [key], decide, writer, expires_at, session)[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.write(scope, key, value, session=session)
@@ -419,13 +315,11 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         validate_write(writer, expires_at)
         if not checked:
             return {}
-        with _session(session) as db:
-            parent, stored = self._locked(db, scope, list(checked))
-            written = {
-                key: (value, (stored[key].version if key in stored else 0) + 1)
-                for key, value in checked.items()
-            }
-            self._store(db, scope, parent, written, writer, expires_at)
+
+        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
+            return {key: (value, _next_version(stored, key)) for key, value in checked.items()}
+
+        written = self._write(scope, list(checked), decide, writer, expires_at, session)
         return {key: version for key, (_, version) in written.items()}
 
     def increment(
@@ -442,31 +336,29 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         validate_key(key)
         validate_increment(by)
         validate_write(writer, expires_at)
-        with _session(session) as db:
-            parent, stored = self._locked(db, scope, [key])
+
+        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
             found = stored.get(key)
             result = incremented(key, found.value if found and found.live else None, by)
-            version = (found.version if found else 0) + 1
-            self._store(db, scope, parent, {key: (str(result), version)}, writer, expires_at)
-            return result
+            return {key: (str(result), _next_version(stored, key))}
+
+        return int(self._write(scope, [key], decide, writer, expires_at, session)[key][0])
 
     def _delete(
         self, scope: StateScope, session: Session | None, keys: list[str] | None = None, **scope_options: Any
-    ) -> int:
-        """Delete the rows of *keys* (all of the scope's without) and their meta rows; how many rows went."""
-        tables = _tables(scope)
-        rows_of = tables.of_scope(scope, **scope_options)
-        meta_of = [tables.meta.c[name] == tables.rows.c[name] for name in tables.scope_columns]
+    ) -> None:
+        """Delete the rows of *keys* (all of the scope's without) and their meta rows: one transaction."""
+        values = params(scope)
         if keys is not None:
-            rows_of.append(tables.rows.c.key.in_(keys))
-        with _session(session) as db:
-            # The meta rows first, through the rows that name them: after the rows, nothing would.
-            db.execute(
-                delete(tables.meta).where(
-                    exists().where(*meta_of, tables.meta.c.key == tables.rows.c.key, *rows_of)
-                )
-            )
-            return _rowcount(db.execute(delete(tables.rows).where(*rows_of)))
+            keys = padded(keys)
+            values |= _keyed(keys)
+        statements = sql.deletes(_kind(scope), len(keys or ()), **scope_options)
+
+        def work(run: Run) -> None:
+            for statement in statements:
+                run(statement, values)
+
+        _transaction(session, work)
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         validate_scope(scope)
@@ -486,21 +378,15 @@ class Airflow33MetastoreBackend(BaseStateBackend):
     def discard_written_through_try(self, scope: TaskScope, try_number: int, *, session: Any = None) -> int:
         """One DELETE of the keys whose current meta row records a try up to *try_number*."""
         validate_discard(scope, try_number)
-        meta = _TASK.meta.c
-        written_by = [
-            *(meta[name] == _TASK.rows.c[name] for name in (*_TASK.scope_columns, "key")),
-            _TASK.current,
-            meta.updated_by_try <= try_number,
-        ]
-        with _session(session) as db:
-            return _rowcount(
-                db.execute(delete(_TASK.rows).where(*_TASK.of_scope(scope), exists().where(*written_by)))
-            )
+        values = params(scope) | {"through_try": try_number}
+        return _run_one(sql.DISCARD_WRITTEN_THROUGH_TRY, values, session).rowcount
 
     def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
         """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
-        with _session(session) as db:
-            return super().apply_commit(commit, session=db)
+        if session is not None:
+            return super().apply_commit(commit, session=session)
+        with committing_session() as own:
+            return super().apply_commit(commit, session=own)
 
     # --- clean-up --------------------------------------------------------------------------
 
@@ -520,19 +406,19 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         """
         validate_cleanup(now, updated_before, batch_size)
         total = 0
-        for tables in (_TASK, _ASSET):
+        for tables in (TASK, ASSET):
             removable = [tables.expires_at.is_not(None), tables.expires_at <= now]
             doomed = and_(*removable)
             if updated_before is not None:
                 old = tables.rows.c.updated_at < updated_before
-                if tables is _TASK:
+                if tables is TASK:
                     old = and_(old, tables.rows.c.task_id != COMMIT_RECORDS_TASK_ID)
                 doomed = or_(doomed, old)
             for batch in self._batches(tables, doomed, batch_size, dry_run):
                 total += batch
         return total
 
-    def _batches(self, tables: _Tables, doomed: Any, batch_size: int, dry_run: bool) -> Iterator[int]:
+    def _batches(self, tables: Tables, doomed: Any, batch_size: int, dry_run: bool) -> Iterator[int]:
         names = [tables.rows.c[name] for name in (*tables.scope_columns, "key")]
         found = select(*names).select_from(tables.joined).where(doomed)
         if dry_run:

@@ -1,0 +1,256 @@
+"""
+The SQL of the metastore on Airflow 3.3 (:mod:`.backend` says what each call sends), built once per
+scope type and number of keys with bound parameters only, as :mod:`..statements` builds 3.2's, so
+that the autocommit engine compiles each once per dialect. Every statement binds the scope's fields
+by their names (:func:`..statements.params`) and its keys as ``key_0`` ... ``key_<n-1>``; a write
+binds ``value_<i>`` and ``version_<i>`` for each key too. None returns rows from a write: MySQL 8
+has no RETURNING.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from airflow.models.asset import AssetModel
+from airflow.models.asset_state_store import AssetStateStoreModel
+from airflow.models.dagrun import DagRun
+from airflow.models.task_state_store import TaskStateStoreModel
+from sqlalchemy import (
+    Delete,
+    Insert,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    true,
+)
+
+from airflow_task_state.metastore.beside_airflow33.models import AssetStateMetaModel, TaskStateMetaModel
+from airflow_task_state.metastore.statements import OnConflictUpdate, Proposed, batch_rows
+
+_dag_run = DagRun.__table__
+
+
+def _literal(number: int) -> Any:
+    # Not a bound parameter: the autocommit engine binds only the parameters it is given.
+    return literal_column(str(number), Integer())
+
+
+def _bind(table: Any, name: str, n: int | None = None) -> Any:
+    """A parameter typed as *table*'s column *name*; ``<name>_<n>`` for the *n*-th key's."""
+    return bindparam(name if n is None else f"{name}_{n}", type_=table.c[name].type)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """A scope type's rows (Airflow's) and meta rows (ours), and how its statements find them."""
+
+    rows: Any  # Table: SQLAlchemy types a model's __table__ as any FromClause
+    meta: Any
+    #: The columns both tables name a scope by (the parent's id first).
+    scope_columns: tuple[str, ...]
+    #: The row the state hangs on (the dag run, the asset), and what the meta row takes from it.
+    parent: Any
+    parent_values: tuple[Any, ...]
+    parent_filter: tuple[Any, ...]
+    #: What Airflow's row holds besides scope, key and value, in the order an upsert writes them.
+    row_columns: tuple[str, ...]
+    #: What the meta row holds besides scope, key and version.
+    meta_columns: tuple[str, ...]
+
+    @property
+    def joined(self) -> Any:
+        same_key = [self.meta.c[name] == self.rows.c[name] for name in (*self.scope_columns, "key")]
+        return self.rows.outerjoin(self.meta, and_(*same_key))
+
+    @property
+    def current(self) -> Any:
+        """The meta row describes the row's value (no meta row: NULL, so not)."""
+        return self.meta.c.updated_at == self.rows.c.updated_at
+
+    @property
+    def version(self) -> Any:
+        stored = func.coalesce(self.meta.c.version, _literal(0)) + _literal(1)
+        return case((self.current, self.meta.c.version), else_=stored)
+
+    @property
+    def expires_at(self) -> Any:
+        if "expires_at" in self.rows.c:
+            return self.rows.c.expires_at
+        return case((self.current, self.meta.c.expires_at))
+
+    def of_scope(self, all_map_indices: bool = False) -> list[Any]:
+        """The scope's rows, by the names :func:`..statements.params` binds."""
+        if "asset_id" in self.scope_columns:
+            return [self.rows.c.asset_id == bindparam("asset_id")]
+        names = (
+            ("dag_id", "run_id", "task_id")
+            if all_map_indices
+            else ("dag_id", "run_id", "task_id", "map_index")
+        )
+        return [self.rows.c[name] == _bind(self.rows, name) for name in names]
+
+
+TASK = Tables(
+    TaskStateStoreModel.__table__,
+    TaskStateMetaModel.__table__,
+    ("dag_run_id", "task_id", "map_index"),
+    _dag_run,
+    (
+        _dag_run.c.id,
+        _bind(TaskStateMetaModel.__table__, "task_id"),
+        _bind(TaskStateMetaModel.__table__, "map_index"),
+    ),
+    (_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id")),
+    ("dag_id", "run_id", "updated_at", "expires_at"),
+    ("updated_by_try", "updated_at"),
+)
+_asset = AssetModel.__table__
+ASSET = Tables(
+    AssetStateStoreModel.__table__,
+    AssetStateMetaModel.__table__,
+    ("asset_id",),
+    _asset,
+    (_asset.c.id,),
+    (_asset.c.id == bindparam("asset_id"),),
+    (
+        "updated_at",
+        *(f"last_updated_by_{name}" for name in ("kind", "dag_id", "run_id", "task_id", "map_index")),
+    ),
+    ("updated_by_try", "updated_at", "expires_at", "updated_by"),
+)
+TABLES = {"task": TASK, "asset": ASSET}
+
+
+def live(tables: Tables) -> Any:
+    """Expired keys are invisible to every read (``now`` bound)."""
+    return or_(
+        tables.expires_at.is_(None), tables.expires_at > bindparam("now", type_=tables.rows.c.updated_at.type)
+    )
+
+
+def _keys(column: Any, size: int) -> Any:
+    return column.in_([_bind(column.table, "key", n) for n in range(size)])
+
+
+@cache
+def select_entries(kind: str, size: int) -> Select[Any]:
+    """What an entry shows of each live key named (every live key of the scope for *size* 0)."""
+    tables = TABLES[kind]
+    rows, meta = tables.rows.c, tables.meta.c
+    columns = [rows.key, rows.value, rows.updated_at, tables.version.label("version")]
+    columns += [tables.expires_at.label("expires_at")]
+    tried = case((tables.current, meta.updated_by_try)).label("updated_by_try")
+    if tables is ASSET:
+        kind_column = case((tables.current, meta.updated_by), else_=rows.last_updated_by_kind).label(
+            "updated_by"
+        )
+        task_instance = [
+            rows[f"last_updated_by_{name}"] for name in ("dag_id", "run_id", "task_id", "map_index")
+        ]
+        columns += [kind_column, *task_instance]
+    query = select(*columns, tried).select_from(tables.joined).where(*tables.of_scope(), live(tables))
+    return query.where(_keys(rows.key, size)) if size else query
+
+
+@cache
+def lock(kind: str, size: int) -> Insert:
+    """Create the meta rows of the keys (version 0, no time) where the parent exists; lock them all."""
+    tables = TABLES[kind]
+    keys = batch_rows(tables.meta, size, ("key",))
+    source = select(*tables.parent_values, keys.c.key, _literal(0))
+    source = source.select_from(tables.parent.join(keys, true())).where(*tables.parent_filter)
+    statement = insert(tables.meta).from_select([*tables.scope_columns, "key", "version"], source)
+    unique = [*tables.scope_columns, "key"]
+    statement._post_values_clause = OnConflictUpdate(
+        tables.meta.name, unique, [("version", tables.meta.c.version)], []
+    )
+    return statement
+
+
+@cache
+def read_locked(kind: str, size: int) -> Select[Any]:
+    """
+    Each locked key's meta row (so none where the parent does not exist): key, parent id, and the
+    row's value (NULL: none), version and expiry.
+    """
+    tables = TABLES[kind]
+    meta, rows = tables.meta.c, tables.rows.c
+    if tables is TASK:
+        parent_id = select(_dag_run.c.id).where(*tables.parent_filter).scalar_subquery()
+        of_scope = [
+            meta.dag_run_id == parent_id,
+            meta.task_id == bindparam("task_id"),
+            meta.map_index == bindparam("map_index"),
+        ]
+    else:
+        of_scope = [meta.asset_id == bindparam("asset_id")]
+    same_key = and_(*(meta[name] == rows[name] for name in (*tables.scope_columns, "key")))
+    return (
+        select(meta.key, meta[tables.scope_columns[0]], rows.value, tables.version, tables.expires_at)
+        .select_from(tables.meta.outerjoin(tables.rows, same_key))
+        .where(*of_scope, _keys(meta.key, size))
+    )
+
+
+def _upsert(
+    tables: Tables, table: Any, shared: tuple[str, ...], per_key: tuple[str, ...], size: int
+) -> Insert:
+    """INSERT a row per key (*per_key* bound per key, the scope and *shared* once), or replace it."""
+    bound = {name: _bind(table, name) for name in (*tables.scope_columns, *shared)}
+    rows = [bound | {name: _bind(table, name, n) for name in per_key} for n in range(size)]
+    statement = insert(table).values(rows)
+    replaced = [name for name in (*per_key, *shared) if name not in ("key", "dag_id", "run_id")]
+    statement._post_values_clause = OnConflictUpdate(
+        table.name, [*tables.scope_columns, "key"], [(name, Proposed(name)) for name in replaced], []
+    )
+    return statement
+
+
+@cache
+def write_rows(kind: str, size: int) -> Insert:
+    """Airflow's rows of the keys: their values, the time and the rest of :attr:`Tables.row_columns`."""
+    tables = TABLES[kind]
+    return _upsert(tables, tables.rows, tables.row_columns, ("key", "value"), size)
+
+
+@cache
+def write_meta(kind: str, size: int) -> Insert:
+    """Our meta rows of the keys: their versions, the time and the rest of :attr:`Tables.meta_columns`."""
+    tables = TABLES[kind]
+    return _upsert(tables, tables.meta, tables.meta_columns, ("key", "version"), size)
+
+
+@cache
+def deletes(kind: str, size: int, all_map_indices: bool = False) -> tuple[Delete, Delete]:
+    """
+    Delete the meta rows of the keys named (every key of the scope for *size* 0), then the rows:
+    the meta rows first, through the rows that name them: after the rows, nothing would.
+    """
+    tables = TABLES[kind]
+    rows_of = tables.of_scope(all_map_indices)
+    if size:
+        rows_of.append(_keys(tables.rows.c.key, size))
+    of_row = [tables.meta.c[name] == tables.rows.c[name] for name in (*tables.scope_columns, "key")]
+    return delete(tables.meta).where(exists().where(*of_row, *rows_of)), delete(tables.rows).where(*rows_of)
+
+
+#: Delete every key of a task scope whose current meta row records try ``:through_try`` or an earlier one.
+DISCARD_WRITTEN_THROUGH_TRY = delete(TASK.rows).where(
+    *TASK.of_scope(),
+    exists().where(
+        *(TASK.meta.c[name] == TASK.rows.c[name] for name in (*TASK.scope_columns, "key")),
+        TASK.current,
+        TASK.meta.c.updated_by_try <= bindparam("through_try", type_=Integer()),
+    ),
+)
