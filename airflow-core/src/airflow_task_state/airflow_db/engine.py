@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from airflow import settings
 from airflow.configuration import conf
@@ -56,8 +56,17 @@ class Outcome(NamedTuple):
 
 
 T = TypeVar("T")
-#: How :func:`transaction`'s work sends a statement with its values, and reads what it returned.
-Run: TypeAlias = "Callable[[Executable, dict[str, Any]], Outcome]"
+
+
+class Run(Protocol):
+    """
+    How :func:`transaction`'s work sends *statements* (in order, with *values*), and reads what the
+    last one returned. *last*: nothing but the COMMIT follows them, sent with them (no rows returned).
+    """
+
+    def __call__(
+        self, statements: Sequence[Executable], values: dict[str, Any], last: bool = False
+    ) -> Outcome: ...
 
 
 class _Compiled:
@@ -143,6 +152,10 @@ class _AutocommitEngine:
         # time too, but only its Connection layer (bypassed here) sets it; its public events and
         # ``info`` do the same job.
         self._invalidated_at = 0.0
+        # psycopg2 binds parameters in the client and sends a query string as one message: the
+        # statements of a transaction go together, one round trip, each still a statement of its
+        # own (with its own snapshot).
+        self._together = engine.dialect.driver == "psycopg2"
         event.listen(engine, "connect", _note_opened)
         event.listen(engine, "checkout", self._reopen_if_invalidated)
 
@@ -198,24 +211,36 @@ class _AutocommitEngine:
         raise AssertionError("unreachable")
 
     def _transact(self, work: Callable[[Run], T]) -> T:
-        sending = _Sending("BEGIN", None)
+        sending = _Sending("BEGIN", ())
+        committed = False
 
-        def run(statement: Executable, values: dict[str, Any]) -> Outcome:
-            compiled = compiled_for(statement, self._dialect)
-            sending.sql, sending.parameters = compiled.sql, compiled.parameters(values)
-            cursor.execute(sending.sql, sending.parameters)
-            return _fetched(cursor, compiled)
+        def run(statements: Sequence[Executable], values: dict[str, Any], last: bool = False) -> Outcome:
+            nonlocal committed
+            assert not committed, "nothing is sent after the last statements"
+            compiled = [compiled_for(statement, self._dialect) for statement in statements]
+            parts: list[tuple[str, Any]] = [(each.sql, each.parameters(values)) for each in compiled]
+            parts = ([] if sending.open else [("BEGIN", ())]) + parts + ([("COMMIT", ())] if last else [])
+            if self._together:
+                merged = {
+                    name: value for _, parameters in parts for name, value in (parameters or {}).items()
+                }
+                parts = [("; ".join(sql for sql, _ in parts), merged)]
+            for position, (sql, parameters) in enumerate(parts, 1):
+                sending.sql, sending.parameters, sending.open = sql, parameters, True
+                sending.applies = last and position == len(parts)  # the COMMIT is in flight
+                cursor.execute(sql, parameters)
+            if last:
+                sending.open, committed = False, True
+                return Outcome([], cursor.rowcount)
+            return _fetched(cursor, compiled[-1])
 
         with self._cursor(sending) as (connection, cursor):
             # No ping: a connection lost before COMMIT was sent applied nothing, so the whole
-            # transaction is retried on a fresh connection.
+            # transaction is sent again on a fresh connection.
             _served_before(connection)
-            cursor.execute("BEGIN")
-            sending.open = True
             result = work(run)
-            sending.sql, sending.parameters, sending.applies = "COMMIT", None, True
-            cursor.execute("COMMIT")
-            sending.open = False
+            if not committed:
+                run([], {}, last=True)
             return result
 
     @contextmanager
@@ -418,7 +443,7 @@ def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool =
 
 def transaction(work: Callable[[Run], T]) -> T:
     """
-    Call *work* with a :data:`Run` that sends statements (built once, as for :func:`execute`) in one
+    Call *work* with a :class:`Run` that sends statements (built once, as for :func:`execute`) in one
     transaction on one pooled connection: BEGIN, then *work*'s statements, then COMMIT, or ROLLBACK
     when *work* raises. A connection lost before the COMMIT was sent applied nothing: *work* is
     called once more, on a fresh connection (so it must read what it decides on). One lost while the

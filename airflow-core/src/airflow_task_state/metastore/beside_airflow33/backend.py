@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any, TypeVar
 
 from airflow._shared.timezones import timezone
@@ -113,7 +112,14 @@ def _run_one(statement: Any, values: dict[str, Any], session: Session | None) ->
 
 def _transaction(session: Session | None, work: Callable[[Run], T]) -> T:
     """*work* in a transaction of its own, or in the caller's *session* (the caller commits)."""
-    return transaction(work) if session is None else work(partial(in_session, session.connection()))
+    if session is None:
+        return transaction(work)
+    connection = session.connection()
+
+    def run(statements: Sequence[Any], values: dict[str, Any], last: bool = False) -> Outcome:
+        return [in_session(connection, statement, values) for statement in statements][-1]
+
+    return work(run)
 
 
 def _fits(session: Session | None, keys: Iterable[str]) -> list[str]:
@@ -242,9 +248,8 @@ class Airflow33MetastoreBackend(BaseStateBackend):
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
-            run(sql.lock(kind, size), values)
-            # A new statement after the lock: a write of ours committed meanwhile is read, not missed.
-            found = run(sql.read_locked(kind, size), values).rows
+            # A statement of its own after the lock: a write of ours committed meanwhile is read.
+            found = run([sql.lock(kind, size), sql.read_locked(kind, size)], values).rows
             if not found:
                 raise missing_parent(scope)
             values[sql.TABLES[kind].scope_columns[0]] = found[0][1]  # the dag run's id (the asset's)
@@ -256,8 +261,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
             written = decide(stored)
             for n, key in enumerate(keys):
                 values[f"value_{n}"], values[f"version_{n}"] = written[key]
-            run(sql.write_rows(kind, size), values)
-            run(sql.write_meta(kind, size), values)
+            run([sql.write_rows(kind, size), sql.write_meta(kind, size)], values, last=True)
             return written
 
         return _transaction(session, work)
@@ -353,12 +357,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
             keys = padded(keys)
             values |= _keyed(keys)
         statements = sql.deletes(_kind(scope), len(keys or ()), **scope_options)
-
-        def work(run: Run) -> None:
-            for statement in statements:
-                run(statement, values)
-
-        _transaction(session, work)
+        _transaction(session, lambda run: run(statements, values, last=True))
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:
         validate_scope(scope)

@@ -63,15 +63,19 @@ class Tables:
     parent: Any
     parent_values: tuple[Any, ...]
     parent_filter: tuple[Any, ...]
-    #: What Airflow's row holds besides scope, key and value, in the order an upsert writes them.
+    #: The scope's meta rows.
+    meta_filter: tuple[Any, ...]
+    #: What each table's row holds besides scope, key and value (version), in the order written.
     row_columns: tuple[str, ...]
-    #: What the meta row holds besides scope, key and version.
     meta_columns: tuple[str, ...]
 
     @property
+    def same_key(self) -> Any:
+        return and_(*(self.meta.c[name] == self.rows.c[name] for name in (*self.scope_columns, "key")))
+
+    @property
     def joined(self) -> Any:
-        same_key = [self.meta.c[name] == self.rows.c[name] for name in (*self.scope_columns, "key")]
-        return self.rows.outerjoin(self.meta, and_(*same_key))
+        return self.rows.outerjoin(self.meta, self.same_key)
 
     @property
     def current(self) -> Any:
@@ -90,32 +94,28 @@ class Tables:
         return case((self.current, self.meta.c.expires_at))
 
     def of_scope(self, all_map_indices: bool = False) -> list[Any]:
-        """The scope's rows, by the names :func:`..statements.params` binds."""
-        if "asset_id" in self.scope_columns:
-            return [self.rows.c.asset_id == bindparam("asset_id")]
-        names = (
-            ("dag_id", "run_id", "task_id")
-            if all_map_indices
-            else ("dag_id", "run_id", "task_id", "map_index")
-        )
-        return [self.rows.c[name] == _bind(self.rows, name) for name in names]
+        """The scope's rows (every map index of a task), as :func:`..statements.params` binds them."""
+        names = ("asset_id", "dag_id", "run_id", "task_id") + (() if all_map_indices else ("map_index",))
+        return [self.rows.c[name] == _bind(self.rows, name) for name in names if name in self.rows.c]
 
 
+_task_meta, _asset = TaskStateMetaModel.__table__, AssetModel.__table__
+_run_filter = (_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
 TASK = Tables(
     TaskStateStoreModel.__table__,
-    TaskStateMetaModel.__table__,
+    _task_meta,
     ("dag_run_id", "task_id", "map_index"),
     _dag_run,
+    (_dag_run.c.id, _bind(_task_meta, "task_id"), _bind(_task_meta, "map_index")),
+    _run_filter,
     (
-        _dag_run.c.id,
-        _bind(TaskStateMetaModel.__table__, "task_id"),
-        _bind(TaskStateMetaModel.__table__, "map_index"),
+        _task_meta.c.dag_run_id == select(_dag_run.c.id).where(*_run_filter).scalar_subquery(),
+        _task_meta.c.task_id == _bind(_task_meta, "task_id"),
+        _task_meta.c.map_index == _bind(_task_meta, "map_index"),
     ),
-    (_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id")),
     ("dag_id", "run_id", "updated_at", "expires_at"),
     ("updated_by_try", "updated_at"),
 )
-_asset = AssetModel.__table__
 ASSET = Tables(
     AssetStateStoreModel.__table__,
     AssetStateMetaModel.__table__,
@@ -123,6 +123,7 @@ ASSET = Tables(
     _asset,
     (_asset.c.id,),
     (_asset.c.id == bindparam("asset_id"),),
+    (AssetStateMetaModel.__table__.c.asset_id == bindparam("asset_id"),),
     (
         "updated_at",
         *(f"last_updated_by_{name}" for name in ("kind", "dag_id", "run_id", "task_id", "map_index")),
@@ -134,9 +135,8 @@ TABLES = {"task": TASK, "asset": ASSET}
 
 def live(tables: Tables) -> Any:
     """Expired keys are invisible to every read (``now`` bound)."""
-    return or_(
-        tables.expires_at.is_(None), tables.expires_at > bindparam("now", type_=tables.rows.c.updated_at.type)
-    )
+    now = bindparam("now", type_=tables.rows.c.updated_at.type)
+    return or_(tables.expires_at.is_(None), tables.expires_at > now)
 
 
 def _keys(column: Any, size: int) -> Any:
@@ -186,20 +186,10 @@ def read_locked(kind: str, size: int) -> Select[Any]:
     """
     tables = TABLES[kind]
     meta, rows = tables.meta.c, tables.rows.c
-    if tables is TASK:
-        parent_id = select(_dag_run.c.id).where(*tables.parent_filter).scalar_subquery()
-        of_scope = [
-            meta.dag_run_id == parent_id,
-            meta.task_id == bindparam("task_id"),
-            meta.map_index == bindparam("map_index"),
-        ]
-    else:
-        of_scope = [meta.asset_id == bindparam("asset_id")]
-    same_key = and_(*(meta[name] == rows[name] for name in (*tables.scope_columns, "key")))
     return (
         select(meta.key, meta[tables.scope_columns[0]], rows.value, tables.version, tables.expires_at)
-        .select_from(tables.meta.outerjoin(tables.rows, same_key))
-        .where(*of_scope, _keys(meta.key, size))
+        .select_from(tables.meta.outerjoin(tables.rows, tables.same_key))
+        .where(*tables.meta_filter, _keys(meta.key, size))
     )
 
 
@@ -241,15 +231,16 @@ def deletes(kind: str, size: int, all_map_indices: bool = False) -> tuple[Delete
     rows_of = tables.of_scope(all_map_indices)
     if size:
         rows_of.append(_keys(tables.rows.c.key, size))
-    of_row = [tables.meta.c[name] == tables.rows.c[name] for name in (*tables.scope_columns, "key")]
-    return delete(tables.meta).where(exists().where(*of_row, *rows_of)), delete(tables.rows).where(*rows_of)
+    return delete(tables.meta).where(exists().where(tables.same_key, *rows_of)), delete(tables.rows).where(
+        *rows_of
+    )
 
 
 #: Delete every key of a task scope whose current meta row records try ``:through_try`` or an earlier one.
 DISCARD_WRITTEN_THROUGH_TRY = delete(TASK.rows).where(
     *TASK.of_scope(),
     exists().where(
-        *(TASK.meta.c[name] == TASK.rows.c[name] for name in (*TASK.scope_columns, "key")),
+        TASK.same_key,
         TASK.current,
         TASK.meta.c.updated_by_try <= bindparam("through_try", type_=Integer()),
     ),
