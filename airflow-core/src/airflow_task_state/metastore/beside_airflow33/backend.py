@@ -24,9 +24,8 @@ transaction on one connection. With a caller's session they run the same SQL on 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from airflow._shared.timezones import timezone
 from airflow.utils.session import create_session
@@ -78,8 +77,8 @@ T = TypeVar("T")
 _AIRFLOW_WRITER_KIND = {WriterKind.TASK: "task", WriterKind.API: "api", WriterKind.CLI: "api"}
 
 
-def _kind(scope: StateScope) -> str:
-    return "task" if isinstance(scope, TaskScope) else "asset"
+def _tables(scope: StateScope) -> Tables:
+    return TASK if isinstance(scope, TaskScope) else ASSET
 
 
 def _entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
@@ -90,17 +89,12 @@ def _entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
     return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
 
 
-@dataclass(frozen=True)
-class _Stored:
+class _Stored(NamedTuple):
     """A key as a write finds it, expired or not."""
 
     value: str
     version: int
     live: bool
-
-
-def _next_version(stored: Mapping[str, _Stored], key: str) -> int:
-    return (stored[key].version if key in stored else 0) + 1
 
 
 def _run_one(statement: Any, values: dict[str, Any], session: Session | None) -> Outcome:
@@ -179,7 +173,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 return []
             values |= _keyed(storable)
             size = len(storable)
-        return _run_one(sql.select_entries(_kind(scope), size), values, session).rows
+        return _run_one(sql.select_entries(_tables(scope), size), values, session).rows
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         validate_key(key)
@@ -226,14 +220,14 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         self,
         scope: StateScope,
         keys: list[str],
-        decide: Callable[[dict[str, _Stored]], dict[str, tuple[str, int]]],
+        value_of: Callable[[str, _Stored | None], str],
         writer: StateWriter | None,
         expires_at: datetime | None,
         session: Session | None,
     ) -> dict[str, tuple[str, int]]:
         """
-        Lock the meta rows of *keys*, read what is stored under them, and write the (value,
-        version) of each key that *decide* makes of it (or raises): one transaction.
+        Lock the meta rows of *keys*, read what is stored under them, and write what *value_of*
+        makes of each (or raises), at the next version: one transaction. The (value, version) of each.
         """
         if len(fitting := _fits(session, keys)) < len(keys):
             key = next(key for key in keys if key not in fitting)
@@ -243,25 +237,27 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 "character outside the Basic Multilingual Plane (emoji, for one) and ignores trailing spaces",
                 "use another key; nothing was written",
             )
-        kind, size = _kind(scope), len(keys)
+        tables, size = _tables(scope), len(keys)
         values = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
             # A statement of its own after the lock: a write of ours committed meanwhile is read.
-            found = run([sql.lock(kind, size), sql.read_locked(kind, size)], values).rows
+            found = run([sql.lock(tables, size), sql.read_locked(tables, size)], values).rows
             if not found:
                 raise missing_parent(scope)
-            values[sql.TABLES[kind].scope_columns[0]] = found[0][1]  # the dag run's id (the asset's)
+            values[tables.scope_columns[0]] = found[0][1]  # the dag run's id (the asset's)
             stored = {
                 key: _Stored(value, version, expires is None or expires > now)
                 for key, _, value, version, expires in found
                 if value is not None
             }
-            written = decide(stored)
+            written = {}
             for n, key in enumerate(keys):
+                found_key = stored.get(key)
+                written[key] = value_of(key, found_key), (found_key.version if found_key else 0) + 1
                 values[f"value_{n}"], values[f"version_{n}"] = written[key]
-            run([sql.write_rows(kind, size), sql.write_meta(kind, size)], values, last=True)
+            run([sql.write_rows(tables, size), sql.write_meta(tables, size)], values, last=True)
             return written
 
         return _transaction(session, work)
@@ -282,15 +278,13 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         validate_value(value)
         validate_write(writer, expires_at, if_version)
 
-        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
-            found = stored.get(key)
-            if if_version is not None:
-                visible = found.version if found is not None and found.live else 0
-                if visible != if_version:
-                    raise StateConflictError(key, if_version, visible)
-            return {key: (value, _next_version(stored, key))}
+        def checked(key: str, found: _Stored | None) -> str:
+            visible = found.version if found is not None and found.live else 0
+            if if_version is not None and visible != if_version:
+                raise StateConflictError(key, if_version, visible)
+            return value
 
-        return self._write(scope, [key], decide, writer, expires_at, session)[key][1]
+        return self._write(scope, [key], checked, writer, expires_at, session)[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.write(scope, key, value, session=session)
@@ -320,10 +314,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         if not checked:
             return {}
 
-        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
-            return {key: (value, _next_version(stored, key)) for key, value in checked.items()}
-
-        written = self._write(scope, list(checked), decide, writer, expires_at, session)
+        written = self._write(scope, list(checked), lambda key, _: checked[key], writer, expires_at, session)
         return {key: version for key, (_, version) in written.items()}
 
     def increment(
@@ -341,12 +332,10 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         validate_increment(by)
         validate_write(writer, expires_at)
 
-        def decide(stored: dict[str, _Stored]) -> dict[str, tuple[str, int]]:
-            found = stored.get(key)
-            result = incremented(key, found.value if found and found.live else None, by)
-            return {key: (str(result), _next_version(stored, key))}
+        def added(key: str, found: _Stored | None) -> str:
+            return str(incremented(key, found.value if found and found.live else None, by))
 
-        return int(self._write(scope, [key], decide, writer, expires_at, session)[key][0])
+        return int(self._write(scope, [key], added, writer, expires_at, session)[key][0])
 
     def _delete(
         self, scope: StateScope, session: Session | None, keys: list[str] | None = None, **scope_options: Any
@@ -356,7 +345,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         if keys is not None:
             keys = padded(keys)
             values |= _keyed(keys)
-        statements = sql.deletes(_kind(scope), len(keys or ()), **scope_options)
+        statements = sql.deletes(_tables(scope), len(keys or ()), **scope_options)
         _transaction(session, lambda run: run(statements, values, last=True))
 
     def delete(self, scope: StateScope, key: str, *, session: Any = None) -> None:

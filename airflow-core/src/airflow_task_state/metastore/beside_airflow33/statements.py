@@ -51,7 +51,7 @@ def _bind(table: Any, name: str, n: int | None = None) -> Any:
     return bindparam(name if n is None else f"{name}_{n}", type_=table.c[name].type)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a key of the caches below
 class Tables:
     """A scope type's rows (Airflow's) and meta rows (ours), and how its statements find them."""
 
@@ -130,7 +130,6 @@ ASSET = Tables(
     ),
     ("updated_by_try", "updated_at", "expires_at", "updated_by"),
 )
-TABLES = {"task": TASK, "asset": ASSET}
 
 
 def live(tables: Tables) -> Any:
@@ -144,9 +143,8 @@ def _keys(column: Any, size: int) -> Any:
 
 
 @cache
-def select_entries(kind: str, size: int) -> Select[Any]:
+def select_entries(tables: Tables, size: int) -> Select[Any]:
     """What an entry shows of each live key named (every live key of the scope for *size* 0)."""
-    tables = TABLES[kind]
     rows, meta = tables.rows.c, tables.meta.c
     columns = [rows.key, rows.value, rows.updated_at, tables.version.label("version")]
     columns += [tables.expires_at.label("expires_at")]
@@ -164,9 +162,8 @@ def select_entries(kind: str, size: int) -> Select[Any]:
 
 
 @cache
-def lock(kind: str, size: int) -> Insert:
+def lock(tables: Tables, size: int) -> Insert:
     """Create the meta rows of the keys (version 0, no time) where the parent exists; lock them all."""
-    tables = TABLES[kind]
     keys = batch_rows(tables.meta, size, ("key",))
     source = select(*tables.parent_values, keys.c.key, _literal(0))
     source = source.select_from(tables.parent.join(keys, true())).where(*tables.parent_filter)
@@ -179,12 +176,11 @@ def lock(kind: str, size: int) -> Insert:
 
 
 @cache
-def read_locked(kind: str, size: int) -> Select[Any]:
+def read_locked(tables: Tables, size: int) -> Select[Any]:
     """
     Each locked key's meta row (so none where the parent does not exist): key, parent id, and the
     row's value (NULL: none), version and expiry.
     """
-    tables = TABLES[kind]
     meta, rows = tables.meta.c, tables.rows.c
     return (
         select(meta.key, meta[tables.scope_columns[0]], rows.value, tables.version, tables.expires_at)
@@ -208,26 +204,23 @@ def _upsert(
 
 
 @cache
-def write_rows(kind: str, size: int) -> Insert:
+def write_rows(tables: Tables, size: int) -> Insert:
     """Airflow's rows of the keys: their values, the time and the rest of :attr:`Tables.row_columns`."""
-    tables = TABLES[kind]
     return _upsert(tables, tables.rows, tables.row_columns, ("key", "value"), size)
 
 
 @cache
-def write_meta(kind: str, size: int) -> Insert:
+def write_meta(tables: Tables, size: int) -> Insert:
     """Our meta rows of the keys: their versions, the time and the rest of :attr:`Tables.meta_columns`."""
-    tables = TABLES[kind]
     return _upsert(tables, tables.meta, tables.meta_columns, ("key", "version"), size)
 
 
 @cache
-def deletes(kind: str, size: int, all_map_indices: bool = False) -> tuple[Delete, Delete]:
+def deletes(tables: Tables, size: int, all_map_indices: bool = False) -> tuple[Delete, Delete]:
     """
     Delete the meta rows of the keys named (every key of the scope for *size* 0), then the rows:
     the meta rows first, through the rows that name them: after the rows, nothing would.
     """
-    tables = TABLES[kind]
     rows_of = tables.of_scope(all_map_indices)
     if size:
         rows_of.append(_keys(tables.rows.c.key, size))
