@@ -24,6 +24,7 @@ transaction on one connection. With a caller's session they run the same SQL on 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import astuple
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -134,18 +135,15 @@ def _keyed(keys: list[str]) -> dict[str, str]:
 
 def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> dict[str, Any]:
     """What a write binds of its writer and expiry, in the columns of both tables."""
-    task_instance = (
-        (writer.dag_id, writer.run_id, writer.task_id, writer.map_index) if writer else (None,) * 4
-    )
+    # StateWriter's fields: kind, the task instance (dag_id, run_id, task_id, map_index), the try.
+    kind, *task_instance, tried = (None,) * 6 if writer is None else astuple(writer)
+    written_by = (f"last_updated_by_{name}" for name in ("dag_id", "run_id", "task_id", "map_index"))
     return {
         "expires_at": expires_at,
-        "updated_by_try": writer.try_number if writer else None,
-        "updated_by": writer.kind.value if writer else None,
-        "last_updated_by_kind": _AIRFLOW_WRITER_KIND[writer.kind] if writer else None,
-        **{
-            f"last_updated_by_{name}": value
-            for name, value in zip(("dag_id", "run_id", "task_id", "map_index"), task_instance, strict=True)
-        },
+        "updated_by_try": tried,
+        "updated_by": kind and kind.value,
+        "last_updated_by_kind": kind and _AIRFLOW_WRITER_KIND[kind],
+        **dict(zip(written_by, task_instance, strict=True)),
     }
 
 
@@ -161,8 +159,10 @@ class Airflow33MetastoreBackend(BaseStateBackend):
 
     # --- reads -----------------------------------------------------------------------------
 
-    def _rows(self, scope: StateScope, keys: Iterable[str] | None, session: Session | None) -> list[Any]:
-        """The entries' rows of the live *keys* (every live key without)."""
+    def _rows(
+        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, value: bool = False
+    ) -> list[Any]:
+        """The entries' rows of the live *keys* (every live key without), or the *value* of one key."""
         validate_scope(scope)
         values = params(scope)
         values["now"] = timezone.utcnow()
@@ -173,7 +173,9 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 return []
             values |= _keyed(storable)
             size = len(storable)
-        return _run_one(sql.select_entries(_tables(scope), size), values, session).rows
+        tables = _tables(scope)
+        statement = sql.select_value(tables) if value else sql.select_entries(tables, size)
+        return _run_one(statement, values, session).rows
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         validate_key(key)
@@ -182,13 +184,12 @@ class Airflow33MetastoreBackend(BaseStateBackend):
 
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
         validate_key(key)
-        rows = self._rows(scope, [key], session)
-        return rows[0][1] if rows else None
+        rows = self._rows(scope, [key], session, value=True)
+        return rows[0][0] if rows else None
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        validate_key(key)
-        rows = self._rows(scope, [key], session)
-        return VersionedValue(rows[0][1], rows[0][3]) if rows else None
+        found = self.get_entry(scope, key, session=session)
+        return None if found is None else VersionedValue(found.value, found.version or 0)
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
         wanted = validate_many_keys(keys, "get_many")
@@ -257,7 +258,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 found_key = stored.get(key)
                 written[key] = value_of(key, found_key), (found_key.version if found_key else 0) + 1
                 values[f"value_{n}"], values[f"version_{n}"] = written[key]
-            run([sql.write_rows(tables, size), sql.write_meta(tables, size)], values, last=True)
+            run(sql.writes(tables, size), values, last=True)
             return written
 
         return _transaction(session, work)

@@ -57,14 +57,13 @@ class Tables:
 
     rows: Any  # Table: SQLAlchemy types a model's __table__ as any FromClause
     meta: Any
-    #: The columns both tables name a scope by (the parent's id first).
+    #: The columns both tables name a scope by, the parent's id first.
     scope_columns: tuple[str, ...]
-    #: The row the state hangs on (the dag run, the asset), and what the meta row takes from it.
+    #: The row the state hangs on (the dag run, the asset), how a scope's parameters find it, and
+    #: its id as statements find it (a dag run's by its dag and run ids).
     parent: Any
-    parent_values: tuple[Any, ...]
     parent_filter: tuple[Any, ...]
-    #: The scope's meta rows.
-    meta_filter: tuple[Any, ...]
+    parent_id: Any
     #: What each table's row holds besides scope, key and value (version), in the order written.
     row_columns: tuple[str, ...]
     meta_columns: tuple[str, ...]
@@ -93,26 +92,24 @@ class Tables:
             return self.rows.c.expires_at
         return case((self.current, self.meta.c.expires_at))
 
-    def of_scope(self, all_map_indices: bool = False) -> list[Any]:
-        """The scope's rows (every map index of a task), as :func:`..statements.params` binds them."""
-        names = ("asset_id", "dag_id", "run_id", "task_id") + (() if all_map_indices else ("map_index",))
-        return [self.rows.c[name] == _bind(self.rows, name) for name in names if name in self.rows.c]
+    def of_scope(self, table: Any = None, all_map_indices: bool = False) -> list[Any]:
+        """The scope's rows (every map index of a task) in *table* (Airflow's by default), by key prefix."""
+        table = self.rows if table is None else table
+        parent, *others = (
+            name for name in self.scope_columns if not (all_map_indices and name == "map_index")
+        )
+        return [table.c[parent] == self.parent_id, *(table.c[name] == _bind(table, name) for name in others)]
 
 
-_task_meta, _asset = TaskStateMetaModel.__table__, AssetModel.__table__
+_asset = AssetModel.__table__
 _run_filter = (_dag_run.c.dag_id == bindparam("dag_id"), _dag_run.c.run_id == bindparam("run_id"))
 TASK = Tables(
     TaskStateStoreModel.__table__,
-    _task_meta,
+    TaskStateMetaModel.__table__,
     ("dag_run_id", "task_id", "map_index"),
     _dag_run,
-    (_dag_run.c.id, _bind(_task_meta, "task_id"), _bind(_task_meta, "map_index")),
     _run_filter,
-    (
-        _task_meta.c.dag_run_id == select(_dag_run.c.id).where(*_run_filter).scalar_subquery(),
-        _task_meta.c.task_id == _bind(_task_meta, "task_id"),
-        _task_meta.c.map_index == _bind(_task_meta, "map_index"),
-    ),
+    select(_dag_run.c.id).where(*_run_filter).scalar_subquery(),
     ("dag_id", "run_id", "updated_at", "expires_at"),
     ("updated_by_try", "updated_at"),
 )
@@ -121,9 +118,8 @@ ASSET = Tables(
     AssetStateMetaModel.__table__,
     ("asset_id",),
     _asset,
-    (_asset.c.id,),
     (_asset.c.id == bindparam("asset_id"),),
-    (AssetStateMetaModel.__table__.c.asset_id == bindparam("asset_id"),),
+    bindparam("asset_id"),
     (
         "updated_at",
         *(f"last_updated_by_{name}" for name in ("kind", "dag_id", "run_id", "task_id", "map_index")),
@@ -162,10 +158,22 @@ def select_entries(tables: Tables, size: int) -> Select[Any]:
 
 
 @cache
+def select_value(tables: Tables) -> Select[Any]:
+    """The value of ``:key_0`` if live: the entry's join only where the expiry is in the meta row."""
+    table = tables.rows if "expires_at" in tables.rows.c else tables.joined
+    return (
+        select(tables.rows.c.value)
+        .select_from(table)
+        .where(*tables.of_scope(), _keys(tables.rows.c.key, 1), live(tables))
+    )
+
+
+@cache
 def lock(tables: Tables, size: int) -> Insert:
     """Create the meta rows of the keys (version 0, no time) where the parent exists; lock them all."""
     keys = batch_rows(tables.meta, size, ("key",))
-    source = select(*tables.parent_values, keys.c.key, _literal(0))
+    scope = (_bind(tables.meta, name) for name in tables.scope_columns[1:])
+    source = select(tables.parent.c.id, *scope, keys.c.key, _literal(0))
     source = source.select_from(tables.parent.join(keys, true())).where(*tables.parent_filter)
     statement = insert(tables.meta).from_select([*tables.scope_columns, "key", "version"], source)
     unique = [*tables.scope_columns, "key"]
@@ -185,7 +193,7 @@ def read_locked(tables: Tables, size: int) -> Select[Any]:
     return (
         select(meta.key, meta[tables.scope_columns[0]], rows.value, tables.version, tables.expires_at)
         .select_from(tables.meta.outerjoin(tables.rows, tables.same_key))
-        .where(*tables.meta_filter, _keys(meta.key, size))
+        .where(*tables.of_scope(tables.meta), _keys(meta.key, size))
     )
 
 
@@ -196,23 +204,23 @@ def _upsert(
     bound = {name: _bind(table, name) for name in (*tables.scope_columns, *shared)}
     rows = [bound | {name: _bind(table, name, n) for name in per_key} for n in range(size)]
     statement = insert(table).values(rows)
-    replaced = [name for name in (*per_key, *shared) if name not in ("key", "dag_id", "run_id")]
-    statement._post_values_clause = OnConflictUpdate(
-        table.name, [*tables.scope_columns, "key"], [(name, Proposed(name)) for name in replaced], []
-    )
+    replaced = [
+        (name, Proposed(name)) for name in (*per_key, *shared) if name not in ("key", "dag_id", "run_id")
+    ]
+    statement._post_values_clause = OnConflictUpdate(table.name, [*tables.scope_columns, "key"], replaced, [])
     return statement
 
 
 @cache
-def write_rows(tables: Tables, size: int) -> Insert:
-    """Airflow's rows of the keys: their values, the time and the rest of :attr:`Tables.row_columns`."""
-    return _upsert(tables, tables.rows, tables.row_columns, ("key", "value"), size)
-
-
-@cache
-def write_meta(tables: Tables, size: int) -> Insert:
-    """Our meta rows of the keys: their versions, the time and the rest of :attr:`Tables.meta_columns`."""
-    return _upsert(tables, tables.meta, tables.meta_columns, ("key", "version"), size)
+def writes(tables: Tables, size: int) -> tuple[Insert, Insert]:
+    """
+    Write Airflow's rows of the keys (value, time and the rest of :attr:`Tables.row_columns`), then
+    our meta rows (version, time and the rest of :attr:`Tables.meta_columns`).
+    """
+    return (
+        _upsert(tables, tables.rows, tables.row_columns, ("key", "value"), size),
+        _upsert(tables, tables.meta, tables.meta_columns, ("key", "version"), size),
+    )
 
 
 @cache
@@ -221,12 +229,11 @@ def deletes(tables: Tables, size: int, all_map_indices: bool = False) -> tuple[D
     Delete the meta rows of the keys named (every key of the scope for *size* 0), then the rows:
     the meta rows first, through the rows that name them: after the rows, nothing would.
     """
-    rows_of = tables.of_scope(all_map_indices)
+    rows_of = tables.of_scope(all_map_indices=all_map_indices)
     if size:
         rows_of.append(_keys(tables.rows.c.key, size))
-    return delete(tables.meta).where(exists().where(tables.same_key, *rows_of)), delete(tables.rows).where(
-        *rows_of
-    )
+    meta = delete(tables.meta).where(exists().where(tables.same_key, *rows_of))
+    return meta, delete(tables.rows).where(*rows_of)
 
 
 #: Delete every key of a task scope whose current meta row records try ``:through_try`` or an earlier one.
