@@ -1,6 +1,7 @@
 """
 How state calls made without a caller's session reach the database: one statement each, in
-autocommit, straight on a pooled DBAPI cursor.
+autocommit, straight on a pooled DBAPI cursor; or, for a write that needs several (Airflow 3.3's
+layout), one transaction on one such connection (:func:`transaction`).
 
 A single statement is atomic by itself, so it needs no BEGIN and COMMIT round trips, while
 Airflow's own engine pings every connection it hands out (pool_pre_ping) and would flip each one
