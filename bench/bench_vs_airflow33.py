@@ -142,8 +142,8 @@ def {dag_id}():
             values = {{key: offset + repeat for key, offset in OFFSETS.items()}}
             set_100_ms.append(timed_ms(set_100, values))
             get_100_ms.append(timed_ms(get_100, list(OFFSETS)))
-            if get_100(list(OFFSETS)) != values:
-                raise RuntimeError("the 100 keys did not read back as written")
+        if HUNDRED_REPEATS and get_100(list(OFFSETS)) != values:
+            raise RuntimeError("the 100 keys did not read back as written")
         sample = {{
             "first_ms": [first_ms],
             "import_ms": [import_ms],
@@ -261,7 +261,9 @@ def main() -> None:
             shift = round_ % len(order)
             for placement, name in order[shift:] + order[:shift]:
                 line, api, dag_id = planned[placement, name]
-                timeout = 120 + 30 * args.processes
+                # 3.3.2's own store takes 20 to 80 ms a call on a busy 2-core machine, and the
+                # "inside" DAG makes 1,000 + 2 x --ops of them per task process.
+                timeout = 120 + args.processes * (120 + args.ops)
                 deployments[line].run_dag(dag_id, f"{api}-r{round_}", timeout, conf={"api": api})
                 print(f"{name}, {placement}: run {round_} done", flush=True)
         samples = {
