@@ -34,6 +34,7 @@ every call.
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -275,6 +276,11 @@ def main() -> None:
             raise SystemExit(
                 f"{name}, {placement}: {len(found)} samples, expected {args.processes * args.rounds}"
             )
+    kept = Path(tempfile.mkstemp(prefix="bench-vs-airflow33-", suffix=".json")[1])
+    kept.write_text(
+        json.dumps({"args": vars(args), "samples": [[*key, found] for key, found in samples.items()]})
+    )
+    print(f"Samples kept in {kept}", flush=True)
     report(samples, args)
 
 
@@ -306,7 +312,7 @@ def report(samples: dict[tuple[str, str], list[dict]], args) -> None:
     stats = {
         (placement, name, field): summary([value for sample in found for value in sample[field]])
         for (placement, name), found in samples.items()
-        for field in {field for sample in found for field in sample}
+        for field in {field for sample in found for field in sample if sample[field]}
     }
 
     def row(label: str, name: str, measured: tuple[float, ...], base: tuple[float, ...]) -> None:
