@@ -396,7 +396,7 @@ def test_redeeming_a_proof_decides_who_is_asking_and_removes_nothing(instance):
     instance.scheduled()
     instance.running()
     ti_id = instance.proof_written()
-    assert claims_for_proof(ti_id, VERIFIER).try_number == 2
+    assert claims_for_proof(ti_id, VERIFIER)[0].try_number == 2
     assert instance.keys() == ["job"]
     claims_granted_for_proof(ti_id, VERIFIER)
     assert instance.keys() == []

@@ -354,7 +354,7 @@ def task_client(api, running, monkeypatch):
     send = api.request
 
     def recording(method, url, *args, **kwargs):
-        proving = kwargs.get("headers", {}).get("Authorization", "").startswith("StateProof ")
+        proving = (kwargs.get("headers") or {}).get("Authorization", "").startswith("StateProof ")
         requested.append(f"{method} {url}" + (" with proof" if proving else ""))
         return send(method, url, *args, **kwargs)
 
@@ -458,3 +458,80 @@ def test_an_increment_refused_for_its_proof_is_applied_once_after_the_proof_is_w
     )
     assert answer.json()["value"] == 5
     assert requested.count(f"POST {increment} with proof") == 2 and handshake._proofs
+
+
+@pytest.fixture
+def task_runner_write(task_client, monkeypatch):
+    """
+    What the task runner does as the try starts, with the proof riding along: it writes the task's
+    rendered fields (stored as the Execution API stores them), then calls the listeners' running
+    hook. Returns the try's task instance.
+    """
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.execution_time import task_runner
+    from airflow_task_state.worker import handshake, task_runner_shim
+
+    class Templated(BaseOperator):
+        template_fields = ("bash_command",)
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.bash_command = "echo"
+
+    monkeypatch.setattr(task_runner, "_serialize_rendered_fields", task_runner._serialize_rendered_fields)
+    monkeypatch.setattr(task_runner_shim, "_airflows_own", None)
+    handshake.ride_along()  # as the listener does when the task process starts
+    new_client, _ = task_client
+    ti = new_client().ti
+    ti.task = Templated(task_id="templated")
+    with task_runner.set_current_context({"ti": ti}):
+        written = task_runner._serialize_rendered_fields(ti.task)
+    put_rendered_fields(ti.id, written)
+    handshake.prepare(ti)
+    return ti
+
+
+def stored_rendered_fields(ti_id: str) -> dict:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(TaskInstance.id == UUID(ti_id)))
+        return RTIF.get_templated_fields(ti, session=session)
+
+
+def test_a_proof_riding_on_the_task_runners_write_needs_no_write_of_its_own(
+    task_client, task_runner_write, running
+):
+    """The first state call writes nothing through the supervisor; the try's end withdraws the proof."""
+    from airflow_task_state.keep_choice import KEEP_FIELD
+    from airflow_task_state.worker import handshake
+
+    new_client, requested = task_client
+    fields = stored_rendered_fields(running.ti_id)
+    assert fields["bash_command"] == "echo" and KEEP_FIELD in fields and fields[PROOF_FIELD]
+    value = f"/task-instances/{running.ti_id}/value"
+    assert new_client().request("GET", value, params={"key": "absent"}).status_code == 404
+    assert new_client().request("GET", value, params={"key": "absent"}).status_code == 404
+    assert requested == [f"GET {value} with proof", f"GET {value}"]
+
+    # Its verifier went to the API server: the proof goes as the try ends.
+    handshake.withdraw(task_runner_write)
+    assert requested[-1] == "SetRenderedFields"
+    assert PROOF_FIELD not in stored_rendered_fields(running.ti_id)
+
+
+def test_a_try_that_never_touches_state_writes_nothing_for_the_handshake(
+    task_client, task_runner_write, running, api
+):
+    """Its proof, whose verifier never left the try's processes, stays: worth nothing to anyone."""
+    from airflow_task_state.worker import handshake
+
+    _, requested = task_client
+    handshake.withdraw(task_runner_write)
+    assert requested == []
+    # Only the verifier redeems it, and only while the try runs.
+    assert redeem(api, running.ti_id).status_code == 403
+    set_ti_state(running, "success")
+    assert redeem(api, running.ti_id, handshake._proofs[running.ti_id].verifier).status_code == 403

@@ -92,3 +92,49 @@ def test_the_rendered_fields_are_json_with_secrets_redacted():
     assert fields == {"command": "run --token ***", "env": {"A": "***", "B": "2"}, "args": [1, 2]}, (
         f"{SHIM}: the task runner's function serializes rendered fields differently now: {fields}"
     )
+
+
+def test_the_task_runner_writes_the_rendered_fields_before_the_listeners_running_hook():
+    """
+    The proof rides on the task runner's own write (send_along): the listener takes it as written when
+    its running hook comes, which holds only if the task runner sends the fields before that hook.
+    """
+    from airflow.sdk.execution_time.task_runner import _prepare
+
+    source = inspect.getsource(_prepare)
+    sent, hook = source.find("SetRenderedFields("), source.find("on_task_instance_running(")
+    assert -1 < sent < hook, (
+        f"{SHIM}: the task runner's _prepare no longer writes the rendered fields before it calls the "
+        "listeners' on_task_instance_running: the first state call must then write the proof itself"
+    )
+
+
+def test_fields_sent_along_go_with_every_write_of_rendered_fields_and_never_add_one(monkeypatch):
+    task_runner = _task_runner()
+    # Whatever the test does to the task runner's module is undone after it.
+    monkeypatch.setattr(
+        task_runner, task_runner_shim._PRIVATE_NAME, getattr(task_runner, task_runner_shim._PRIVATE_NAME)
+    )
+    monkeypatch.setattr(task_runner_shim, "_airflows_own", None)
+    task_runner_shim.send_along(lambda task: {"extra": task.task_id})
+
+    templated = _Templated(task_id="templated", command="run", env={}, args=())
+    sent = getattr(task_runner, task_runner_shim._PRIVATE_NAME)(templated)
+    assert sent == {"command": "run", "env": {}, "args": [], "extra": "templated"}
+    # What the handshake restores as the try ends: the task runner's own fields, without the extra.
+    assert task_runner_shim.rendered_fields(templated) == {"command": "run", "env": {}, "args": []}
+    # A task without template fields: the task runner writes nothing, and nothing is added.
+    assert getattr(task_runner, task_runner_shim._PRIVATE_NAME)(BaseOperator(task_id="plain")) == {}
+
+    def failing(task):
+        raise RuntimeError("a bug of ours")
+
+    setattr(task_runner, task_runner_shim._PRIVATE_NAME, task_runner_shim._airflows_own)
+    monkeypatch.setattr(task_runner_shim, "_airflows_own", None)
+    task_runner_shim.send_along(failing)
+    # Never the task's failure: its own fields go as they are.
+    assert getattr(task_runner, task_runner_shim._PRIVATE_NAME)(templated) == {
+        "command": "run",
+        "env": {},
+        "args": [],
+    }

@@ -115,3 +115,25 @@ def state_forked_first_calls():
 
 
 state_forked_first_calls()
+
+
+@dag(schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+def state_first_call_writes():
+    @task(retries=0)
+    def never_touches_state() -> None:
+        """Nothing of ours beyond what the plugin's listener imports: not the accessors."""
+        import sys
+
+        if "airflow_task_state.worker.accessors" in sys.modules:
+            raise RuntimeError("a task that never touches state imported the state accessors")
+
+    @task(retries=0)
+    def imports_inside_the_task() -> None:
+        from airflow_task_state import task_state
+
+        task_state.set("first", 1)
+
+    never_touches_state() >> imports_inside_the_task()
+
+
+state_first_call_writes()

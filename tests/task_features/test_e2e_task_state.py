@@ -138,6 +138,42 @@ def test_forked_processes_of_a_try_each_get_a_credential(deployment):
         assert rendered.get("airflow_task_state_proof", "") == "", rendered
 
 
+def test_the_handshake_writes_through_the_supervisor_only_as_the_try_ends_and_only_if_it_used_state(
+    deployment,
+):
+    """
+    The proof rides on the rendered fields the task runner writes as the try starts: a first state
+    call made inside the task writes nothing of its own, and the try's end takes the proof back out
+    (one write); a task that never touches state makes no write beyond Airflow's own.
+    """
+    run_to_end(deployment, "state_first_call_writes", "writes_1")
+    rows = deployment.query(
+        "SELECT task_id, CAST(id AS TEXT) AS id FROM task_instance WHERE dag_id = :d AND run_id = :r",
+        d="state_first_call_writes",
+        r="writes_1",
+    )
+    log = (deployment.home / "api-server.log").read_text(errors="replace")
+    writes = {
+        row["task_id"]: log.count(f"method=PUT path=/execution/task-instances/{row['id']}/rtif ")
+        for row in rows
+    }
+    assert writes == {"never_touches_state": 1, "imports_inside_the_task": 2}, writes
+    assert (
+        task_state(deployment, "state_first_call_writes", "writes_1")["imports_inside_the_task", -1, "first"][
+            0
+        ]
+        == 1
+    )
+    [fields] = deployment.query(
+        "SELECT rendered_fields FROM rendered_task_instance_fields WHERE dag_id = :d AND task_id = :t",
+        d="state_first_call_writes",
+        t="imports_inside_the_task",
+    )
+    rendered = fields["rendered_fields"]
+    rendered = json.loads(rendered) if isinstance(rendered, str) else rendered
+    assert "airflow_task_state_proof" not in rendered, rendered
+
+
 def test_every_key_round_trips_exactly_through_the_api_server(deployment):
     spec = importlib.util.spec_from_file_location("state_key_corpus", CORPUS_DAG)
     corpus = importlib.util.module_from_spec(spec)

@@ -83,7 +83,24 @@ def discard_what_a_clear_left(
         return
     dag_id, run_id, task_id, map_index, try_number, max_tries, *run, rendered, succeeded_try = found[0]
     scope = TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(*run))
-    choice = choice_of(chosen or rendered, f"{dag_id}.{task_id}")
+    discard_at_first_touch(scope, chosen or rendered, try_number, max_tries, succeeded_try, session=session)
+
+
+def discard_at_first_touch(
+    scope: TaskScope,
+    recorded: Any,
+    try_number: int,
+    max_tries: int,
+    succeeded_try: int | None,
+    *,
+    session: Session | None = None,
+) -> None:
+    """
+    :func:`discard_what_a_clear_left`, from what it reads of the try: its *scope*, the choice it
+    *recorded* (its rendered fields), its try and max_tries, and the highest try before it archived in
+    success (the handshake's proof reads them in its own statement).
+    """
+    choice = choice_of(recorded, f"{scope.dag_id}.{scope.task_id}")
     boundary = boundary_at_first_touch(scope, choice, try_number, max_tries, succeeded_try)
     if boundary is None:
         return
@@ -93,10 +110,10 @@ def discard_what_a_clear_left(
             "Discarded %d key(s) of task instance %s/%s/%s[%d] written by tries up to %d: it was cleared "
             "since (keep_task_state=%s); try %d starts afresh",
             removed,
-            dag_id,
-            run_id,
-            task_id,
-            map_index,
+            scope.dag_id,
+            scope.run_id,
+            scope.task_id,
+            scope.map_index,
             boundary,
             choice.value,
             try_number,

@@ -16,7 +16,7 @@ from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.taskinstance import TaskInstance
 from sqlalchemy import Select, and_
 
-from airflow_task_state.airflow_db.clears import decoded, undecoded
+from airflow_task_state.airflow_db.clears import decoded, highest_success_before_current_try, undecoded
 from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.errors import forbidden, unauthorized
 from airflow_task_state.api.task_instance_checks import (
@@ -31,7 +31,10 @@ from airflow_task_state.protocol import PROOF_FIELD, PROOF_SCHEME, Reason, proof
 
 @cache
 def _proof_row() -> Select[Any]:
-    """task_instance_row with the rendered fields, as JSON text."""
+    """
+    task_instance_row with what the try's first touch reads too (:mod:`.first_credential`): max_tries,
+    the highest try before the current one archived in success, and the rendered fields, as JSON text.
+    """
     ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
     same_task_instance = and_(
         *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
@@ -39,14 +42,17 @@ def _proof_row() -> Select[Any]:
     return (
         task_instance_row()
         .outerjoin_from(ti, rendered, same_task_instance)
-        .add_columns(undecoded(rendered.c.rendered_fields))
+        .add_columns(
+            ti.c.max_tries, highest_success_before_current_try(ti), undecoded(rendered.c.rendered_fields)
+        )
     )
 
 
-def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
+def claims_for_proof(ti_id: str, verifier: str) -> tuple[TaskInstanceClaims, Any]:
     """
-    The try the proof of *verifier* speaks for: 403 unless the task instance *ti_id* is running and
-    its rendered fields hold that proof (only the supervisor of its try can put it there).
+    The try the proof of *verifier* speaks for, and its row (see _proof_row): 403 unless the task
+    instance *ti_id* is running and its rendered fields hold that proof (only the supervisor of its
+    try can put it there).
     """
     try:
         UUID(ti_id)
@@ -70,4 +76,4 @@ def claims_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     claims = TaskInstanceClaims(ti_id, dag_id, run_id, task_id, map_index, try_number)
     # Checked as check_task_instance checks a read: the request this proof came with need not ask again.
     remember_check(claims, scope_of(row))
-    return claims
+    return claims, row

@@ -49,7 +49,7 @@ from airflow_task_state.protocol import (
     PROOF_SCHEME,
     Reason,
 )
-from airflow_task_state.worker.handshake import verifier_with_proof
+from airflow_task_state.worker.handshake import verifier_to_present, write_proof
 
 __all__ = ["StateClient", "start_handshake"]
 
@@ -247,12 +247,12 @@ class StateClient:
 
     def _with_proof(self, send: Callable[[str], httpx.Response]) -> httpx.Response:
         """The answer to *send* (verifier), sent once the try's proof is among the rendered fields."""
-        response = send(verifier_with_proof(self.ti))
+        response = send(verifier_to_present(self.ti))
         if response.status_code == 403 and _reason(response)[0] == Reason.PROOF_NOT_FOUND.value:
             # The proof was replaced since it was written (the task runner rewrites the rendered
             # fields after some tasks; a process forked before the try's verifier was drawn writes
             # one of its own): write it again, once. Refused at the door, the request did nothing.
-            response = send(verifier_with_proof(self.ti, rewrite=True))
+            response = send(verifier_to_present(self.ti, rewrite=True))
         return response
 
     def hold_credential(self) -> None:
@@ -299,7 +299,7 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
 
     def prepare() -> None:
         try:
-            verifier_with_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
+            write_proof(ti)  # the first call makes the HTTP client meanwhile, if it comes first
             if credential:
                 client.hold_credential()
         except Exception:

@@ -4,12 +4,19 @@ The task side of the handshake (the server side, and why it proves identity, is 
 its rendered template fields, through the Execution API channel the supervisor authenticates with
 the try's own token. The task process never holds a key, and never sees the supervisor's token.
 
-One proof serves every process of a try. Its verifier is drawn once per try, as the try starts
-(:func:`prepare`, from the plugin's listener), so the processes the task forks inherit it: whichever
-writes the proof first, the others find it there, and concurrent handshakes cannot overwrite each
-other's proof. It is worth nothing without the verifier, and is removed as the try ends
-(:func:`withdraw`). A ``multiprocessing`` child cannot reach the supervisor (it closes standard
-input, the supervisor's socket), so a process that uses state writes the proof before it forks.
+The proof rides on the rendered fields the task runner writes anyway as the try starts, before the
+task's code runs (:func:`ride_along`): the first state call then needs no write of its own, and a
+task that never touches state pays only for drawing its verifier. A task without template fields,
+for which Airflow writes none, has the proof written on its first state call instead.
+
+One proof serves every process of a try. Its verifier is drawn once per try, as the try starts, so
+the processes the task forks inherit it: whichever writes the proof first, the others find it there,
+and concurrent handshakes cannot overwrite each other's proof. It is worth nothing without the
+verifier, and once a process has presented the verifier to the API server it is removed as the try
+ends (:func:`withdraw`); one whose verifier never left the try's processes proves nothing to anyone,
+and is left where it is rather than paying a write. A ``multiprocessing`` child cannot reach the
+supervisor (it closes standard input, the supervisor's socket), so a process that uses state writes
+the proof before it forks, if it is not written yet.
 
 The supervisor's channel is one socket, inherited by forked processes, and Airflow only guards it
 against threads: each exchange here holds an ``fcntl`` lock on a file inherited the same way, so
@@ -34,7 +41,7 @@ from typing import IO, Any
 from airflow_task_state.exceptions import StateConfigurationError, StateUnavailableError
 from airflow_task_state.keep_choice import KEEP_FIELD, TASK_ATTRIBUTE, parse_keep_choice
 from airflow_task_state.protocol import PROOF_FIELD, proof
-from airflow_task_state.worker.task_runner_shim import rendered_fields
+from airflow_task_state.worker.task_runner_shim import rendered_fields, send_along
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +56,8 @@ class _TryProof:
     ti: Any = None
     # An open file the try's forked processes inherit, so one they all see: locked (fcntl locks
     # are per process) around each exchange with the supervisor; its first byte says where the
-    # proof stands: not written yet, written by one of them, or withdrawn as the try ended.
+    # proof stands: not written yet, riding on the task runner's write as the try starts, written,
+    # presented to the API server by one of them, or withdrawn as the try ended.
     shared: IO[bytes] = field(default_factory=tempfile.TemporaryFile)
 
     @property
@@ -61,7 +69,7 @@ class _TryProof:
         os.pwrite(self.shared.fileno(), value, 0)
 
 
-_NOT_WRITTEN, _WRITTEN, _WITHDRAWN = b"-", b"w", b"x"
+_NOT_WRITTEN, _RIDING, _WRITTEN, _PRESENTED, _WITHDRAWN = b"-", b"r", b"w", b"p", b"x"
 
 
 # By task instance id (each try has its own). Inherited by forked processes, which is the point.
@@ -71,35 +79,82 @@ _proofs_lock = threading.Lock()
 _exchange_lock = threading.Lock()
 
 
+def ride_along() -> None:
+    """As a task process starts: the proof goes with the rendered fields its task runner writes."""
+    send_along(_proof_fields)
+
+
+def _proof_fields(task: Any) -> dict[str, Any]:
+    """The proof (and the task's keep choice) for a write of the rendered fields by the task runner."""
+    from airflow.sdk import get_current_context
+
+    try:
+        ti = get_current_context()["ti"]  # the try the task runner prepares or runs
+        fields: dict[str, Any] = keep_choice_field(task)
+    except Exception:  # no try running here, or a keep choice the first state call will report
+        return {}
+    held = _proof_of(str(ti.id))
+    if held.stage == _WITHDRAWN:
+        return {}
+    if held.stage == _NOT_WRITTEN:
+        held.stage = _RIDING
+    return {**fields, PROOF_FIELD: proof(str(ti.id), held.verifier)}
+
+
 def prepare(ti: Any) -> None:
-    """Draw the try's verifier before the task's code runs, so that every process it forks shares it."""
-    _proof_of(str(ti.id)).ti = ti
-
-
-def verifier_with_proof(ti: Any, *, rewrite: bool = False) -> str:
     """
-    The try's verifier, once its proof is among the task instance's rendered fields: written now
-    unless a process of the try already wrote it; with *rewrite*, written again (it may have been
-    replaced: the task runner rewrites the rendered fields after some tasks).
+    As the try starts, before the task's code runs: draw the try's verifier now, so that every process
+    it forks shares it. Airflow calls this after the task runner wrote the rendered fields, so a
+    proof riding on them is there.
+    """
+    held = _proof_of(str(ti.id))
+    held.ti = ti
+    if held.stage == _RIDING:
+        held.stage = _WRITTEN
+
+
+def write_proof(ti: Any) -> None:
+    """Have the try's proof written among the task instance's rendered fields, unless it is there already."""
+    held = _proof_of(str(ti.id))
+    with _supervisor_channel(held):
+        _written(ti, held)
+
+
+def verifier_to_present(ti: Any, *, rewrite: bool = False) -> str:
+    """
+    The try's verifier, to present to the API server, once its proof is among the task instance's
+    rendered fields: written now unless a process of the try already wrote it or it rode on the
+    task runner's write; with *rewrite*, written again (it may have been replaced: the task runner
+    rewrites the rendered fields after some tasks).
     """
     held = _proof_of(str(ti.id))
     with _supervisor_channel(held):
-        if held.stage == _WITHDRAWN:  # a process still busy after its try ended (it gets nothing new)
-            raise StateUnavailableError(f"the try of task instance {ti.id} has ended: no new credential")
-        if rewrite or held.stage == _NOT_WRITTEN:
-            fields = {**_rendered_fields(ti), **keep_choice_field(getattr(ti, "task", None))}
-            _send(ti, {**fields, PROOF_FIELD: proof(str(ti.id), held.verifier)})
-            held.stage = _WRITTEN
+        _written(ti, held, rewrite=rewrite)
+        held.stage = _PRESENTED  # it leaves the try's processes: withdrawn as the try ends
     return held.verifier
 
 
+def _written(ti: Any, held: _TryProof, *, rewrite: bool = False) -> None:
+    """Write the proof unless it is there (call with the supervisor's channel held)."""
+    if held.stage == _WITHDRAWN:  # a process still busy after its try ended (it gets nothing new)
+        raise StateUnavailableError(f"the try of task instance {ti.id} has ended: no new credential")
+    if rewrite or held.stage in (_NOT_WRITTEN, _RIDING):
+        fields = {**_rendered_fields(ti), **keep_choice_field(getattr(ti, "task", None))}
+        _send(ti, {**fields, PROOF_FIELD: proof(str(ti.id), held.verifier)})
+        if held.stage != _PRESENTED:
+            held.stage = _WRITTEN
+
+
 def withdraw(ti: Any) -> None:
-    """Put the rendered fields back as the task runner wrote them, if a process of the try wrote the proof."""
+    """
+    Put the rendered fields back as the task runner wrote them, if a process of the try presented
+    the verifier (a proof whose verifier never left the try's processes is worth nothing: it stays).
+    """
     held = _proofs.get(str(ti.id))
     if held is None:
         return
     with _supervisor_channel(held):
-        if held.stage == _WRITTEN:
+        if held.stage == _PRESENTED:
             # Airflow's Execution API cannot store empty rendered fields (it would render the task's
             # templates instead, and has no task there): a task without any keeps the field, emptied.
             # The task's choice stays: operators' views read it once the try has ended.
@@ -196,9 +251,9 @@ def _before_fork() -> None:
     # supervisor, but it can redeem a proof already there with the verifier it inherits.
     if ACCESSORS_MODULE in sys.modules:
         for held in list(_proofs.values()):
-            if held.ti is not None and held.stage == _NOT_WRITTEN:
+            if held.ti is not None and held.stage in (_NOT_WRITTEN, _RIDING):
                 try:
-                    verifier_with_proof(held.ti)
+                    write_proof(held.ti)
                 except Exception:  # the child's first state call meets it again, and reports it
                     log.debug("Could not write the state handshake's proof before forking", exc_info=True)
     _exchange_lock.acquire()

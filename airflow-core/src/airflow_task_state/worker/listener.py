@@ -2,9 +2,11 @@
 The task process's side of a try starting and ending: an Airflow listener, registered by the state
 plugin, whose hooks Airflow's task runner calls in the task process itself.
 
-As the try starts it draws the try's handshake verifier (so that the processes the task forks share
-it) and starts the handshake in the background when the task will need a credential (on Airflow
-3.3, a task that sets ``keep_task_state`` records its choice first, before its code runs). As the try
+As a task process starts, it has the handshake's proof ride on the rendered fields the task runner
+writes as the try starts. As the try starts it draws the try's handshake verifier, if that write did
+not (so that the processes the task forks share it), and starts the handshake in the background when
+the task will need a credential (on Airflow 3.3, a task that sets ``keep_task_state`` records its
+choice first, before its code runs, if the proof did not ride along). As the try
 ends it commits (success) or drops the staged writes, clears the task's state on success if asked,
 and takes the proof out of the rendered fields. The success hook runs after the supervisor has
 reported the success, so the API server commits and clears only because the try has succeeded;
@@ -61,6 +63,16 @@ def _in_task_process(task_instance: Any) -> bool:
 
 
 @hookimpl
+def on_starting(component: Any) -> None:
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if runner is not None and isinstance(component, getattr(runner, "TaskRunnerMarker", ())):
+        with _logged_if_failing(
+            logging.WARNING, "Could not prepare the state handshake; the first state call will write it"
+        ):
+            handshake.ride_along()
+
+
+@hookimpl
 def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     if not _in_task_process(task_instance):
         return
@@ -72,7 +84,7 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
         if AIRFLOW_HAS_STATE_STORE and getattr(task_instance.task, TASK_ATTRIBUTE, None) is not None:
             # Airflow 3.3's own accessors may touch state before the handshake below records the
             # task's keep_task_state, and the API server would discard by the deployment's default.
-            handshake.verifier_with_proof(task_instance)
+            handshake.write_proof(task_instance)
         clears = wants_clear(task_instance.task)
         if clears or handshake.ACCESSORS_MODULE in sys.modules:
             start_handshake(task_instance, credential=clears)
