@@ -122,10 +122,12 @@ def read(reference: Reference) -> Iterator[bytes]:
     """
     The object's bytes, a chunk at a time, checked as they come: ``LargeValueCorruptedError`` as
     soon as there are more bytes than the reference says, and at the end if there are fewer or the
-    sha256 differs. Consumers must discard what they got when it raises.
+    sha256 differs. The last chunk is held back until the check passes, so a read that ends without
+    an error has read the value as written, and a corrupted one never delivers all of it.
     """
     path = _resolve(reference)
     hasher = _Hasher()
+    held: bytes | None = None
     try:
         try:
             source = path.open("rb")
@@ -139,7 +141,9 @@ def read(reference: Reference) -> Iterator[bytes]:
                 hasher.add(chunk)
                 if hasher.size > reference.size:
                     raise _corrupted(reference, f"it holds more than the {reference.size} bytes written")
-                yield chunk
+                if held is not None:
+                    yield held
+                held = chunk
         digest = hasher.hexdigest()
     finally:
         hasher.close()
@@ -147,6 +151,8 @@ def read(reference: Reference) -> Iterator[bytes]:
         raise _corrupted(reference, f"it holds {hasher.size} bytes, {reference.size} were written")
     if digest != reference.sha256:
         raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if held is not None:
+        yield held
 
 
 def _corrupted(reference: Reference, what: str) -> LargeValueCorruptedError:
