@@ -199,6 +199,7 @@ class StoredObject:
 def listing() -> Iterator[StoredObject]:
     """Every object named like a large value's under the base, with its last-modified time."""
     root = base()
+    root.fs.invalidate_cache(root.path)  # a cached listing would miss what was written since
     try:
         found = root.fs.ls(root.path, detail=True)
     except FileNotFoundError:
