@@ -131,5 +131,5 @@ def check_fresh(text: str) -> None:
             f"large value reference to {reference.path} was started {age} ago, longer than the commit "
             f"window of {commit_window()} (half of [state] object_grace_period): its object may have "
             "been collected by `airflow state clean`; write the value again (`airflow state import` "
-            "copies a reference's object to a fresh one when it still exists)"
+            "writes a reference with a fresh copy of its object)"
         )

@@ -162,6 +162,11 @@ def _corrupted(reference: Reference, what: str) -> LargeValueCorruptedError:
     )
 
 
+def copy(reference: Reference) -> Reference:
+    """A new object holding what *reference* names (checked as it is read), and its reference."""
+    return write(read(reference), reference.kind)
+
+
 def read_all(reference: Reference) -> bytes:
     """The whole object in memory, checked (for JSON values, which are decoded whole anyway)."""
     return b"".join(read(reference))
