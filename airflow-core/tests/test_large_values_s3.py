@@ -65,22 +65,29 @@ def _s3_key(path: str) -> str:
     return path.split(f"{BUCKET}/", 1)[1]
 
 
-def test_objects_round_trip_through_an_airflow_connection(s3_store):
+def test_objects_round_trip_through_an_airflow_connection(s3_store, tmp_path):
     data = os.urandom(3 * 1024 * 1024 + 1)
     reference = _written(data)
     assert reference.path.startswith(f"{s3_store}/") and reference.size == len(data)
     assert b"".join(storage.read(reference)) == data
+    storage.read_into(reference, tmp_path / "downloaded.bin")  # s3fs's own download, hashed alongside
+    assert (tmp_path / "downloaded.bin").read_bytes() == data
     assert [found.path for found in storage.listing()] == [reference.path]
 
 
-def test_a_changed_or_missing_object_on_s3_is_an_error(s3_server, s3_store):
+def test_a_changed_or_missing_object_on_s3_is_an_error(s3_server, s3_store, tmp_path):
     reference = _written(b"a" * 100_000)
     s3_server["client"].put_object(Bucket=BUCKET, Key=_s3_key(reference.path), Body=b"b" * 100_000)
     with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
         b"".join(storage.read(reference))
+    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+        storage.read_into(reference, tmp_path / "downloaded.bin")
+    assert list(tmp_path.iterdir()) == []  # nothing left behind, nothing renamed into place
     storage.remove(reference.path)
     with pytest.raises(LargeValueCorruptedError, match="is missing"):
         b"".join(storage.read(reference))
+    with pytest.raises(LargeValueCorruptedError, match="is missing"):
+        storage.read_into(reference, tmp_path / "downloaded.bin")
 
 
 _KILLED_WRITER = """

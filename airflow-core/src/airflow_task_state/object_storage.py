@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -183,13 +184,64 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
         return
     partial = f"{os.fspath(destination)}.partial-{uuid.uuid4().hex[:8]}"
     try:
-        with open(partial, "wb") as out:
-            for chunk in read(reference):
-                out.write(chunk)
+        path = _resolve(reference)
+        if path.protocol in SEQUENTIAL_DOWNLOADS:
+            _download_checked(reference, path, partial)
+        else:
+            with open(partial, "wb") as out:
+                for chunk in read(reference):
+                    out.write(chunk)
         os.replace(partial, destination)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+
+
+#: Filesystems whose ``get_file`` writes the local file front to back (local copies, s3fs, gcsfs):
+#: their download can be hashed from the file as it grows, in parallel, at the filesystem's own speed.
+SEQUENTIAL_DOWNLOADS = frozenset({"file", "local", "s3", "s3a", "gs", "gcs"})
+
+
+def _download_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
+    """
+    The filesystem's own ``get_file`` into *partial* (a kernel copy for local files, the provider's
+    download for S3 or GCS), hashed by this thread as the file grows, right behind the download.
+    """
+    open(partial, "wb").close()  # there to be read from the start; the download writes it
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def download() -> None:
+        try:
+            path.fs.get_file(path.path, partial)
+        except BaseException as error:  # raised below, in the caller's thread
+            failure.append(error)
+        finally:
+            finished.set()
+
+    downloader = threading.Thread(target=download, name="state-object-download", daemon=True)
+    downloader.start()
+    digest, size = hashlib.sha256(), 0
+    with open(partial, "rb") as growing:
+        while True:
+            done = finished.is_set()  # read before the last read: nothing is written after it
+            chunk = growing.read(CHUNK_BYTES)
+            if chunk:
+                digest.update(chunk)
+                size += len(chunk)
+            elif done:
+                break
+            else:
+                finished.wait(0.002)
+    downloader.join()
+    if failure:
+        if isinstance(failure[0], FileNotFoundError):
+            raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+        raise failure[0]
+    if size != reference.size:
+        raise _corrupted(reference, f"it holds {size} bytes, {reference.size} were written")
+    if digest.hexdigest() != reference.sha256:
+        raise _corrupted(reference, f"its sha256 is {digest.hexdigest()}, {reference.sha256} was written")
 
 
 @dataclass(frozen=True)

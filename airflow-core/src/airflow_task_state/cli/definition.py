@@ -263,7 +263,8 @@ STATE_COMMANDS = (
         "--older-than also every key last written before then; with --cleared also the keys a clear "
         "left for a task instance's next try to discard. Works in batches of "
         "--batch-size keys, each its own short transaction, so tasks keep reading and writing "
-        "meanwhile. Asks first "
+        "meanwhile. With \\[state] object_storage_path set, then also removes the objects of large "
+        "values no key references, older than \\[state] object_grace_period. Asks first "
         "unless -y; --dry-run only counts. Run it from cron or a DAG, as `airflow db clean`.",
     ),
     _command(
