@@ -107,6 +107,32 @@ def write(chunks: Iterable[bytes], kind: str) -> Reference:
     return Reference(kind, str(path), hasher.size, digest, started_at)
 
 
+def write_file(local: str | os.PathLike[str]) -> Reference:
+    """
+    Upload the local file *local* to a new object with the filesystem's own ``put_file`` (a kernel
+    copy for local files; concurrent multipart uploads on S3), hashing the file in a thread beside
+    it. The digest is of the file as this thread reads it: a file changed during the upload makes
+    every later read fail (``LargeValueCorruptedError``), never return other bytes.
+    """
+    root = base()
+    started_at = datetime.now(UTC)  # before the first byte: the collection rule counts from here
+    path = root / uuid.uuid4().hex
+    with ThreadPoolExecutor(1, thread_name_prefix="state-object-hash") as hasher:
+        hashed = hasher.submit(_sha256_of, local)
+        path.fs.put_file(os.fspath(local), path.path)
+        digest, size = hashed.result()
+    return Reference("bytes", str(path), size, digest, started_at)
+
+
+def _sha256_of(local: str | os.PathLike[str]) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(local, "rb") as source:
+        while chunk := source.read(CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 def _resolve(reference: Reference) -> ObjectStoragePath:
     """The object *reference* names, which must be under the configured base (never anywhere else)."""
     root = base()

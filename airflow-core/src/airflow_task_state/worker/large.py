@@ -76,8 +76,9 @@ def store_file(source: str | os.PathLike[str] | BinaryIO | bytes) -> str:
     if isinstance(source, bytes | bytearray | memoryview):
         reference = object_storage.write(_chunks(bytes(source)), "bytes")
     elif isinstance(source, str | os.PathLike):
-        with open(source, "rb") as opened:
-            reference = object_storage.write(object_storage.chunks_of(opened), "bytes")
+        if not os.path.isfile(source):
+            raise FileNotFoundError(f"set_file: no file at {os.fspath(source)!r}")
+        reference = object_storage.write_file(source)
     elif hasattr(source, "read"):
         reference = object_storage.write(object_storage.chunks_of(source), "bytes")
     else:
