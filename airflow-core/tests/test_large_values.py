@@ -27,7 +27,8 @@ from airflow_task_state import object_storage as storage
 from airflow_task_state.cli.object_collector import collect, referenced_paths
 from airflow_task_state.worker import large
 
-pytestmark = pytest.mark.any_database
+# The object store's own tests run in the SQLite pass only (any_database); those of clean and the
+# commit window read and write the metadata database, and run on every database.
 
 
 @pytest.fixture
@@ -53,6 +54,7 @@ def _age(path: str, by: timedelta) -> None:
 # --- the reference and the object ---------------------------------------------------------------
 
 
+@pytest.mark.any_database
 def test_an_object_reads_back_as_written_and_its_reference_says_where_and_what(store):
     data = os.urandom(10_000)
     reference = _written(data)
@@ -63,11 +65,13 @@ def test_an_object_reads_back_as_written_and_its_reference_says_where_and_what(s
     assert again == reference
 
 
+@pytest.mark.any_database
 def test_every_write_gets_its_own_object(store):
     references = {_written(b"same bytes").path for _ in range(20)}
     assert len(references) == 20 and len(list(store.iterdir())) == 20
 
 
+@pytest.mark.any_database
 @pytest.mark.parametrize(
     ("damage", "words"),
     [
@@ -85,6 +89,7 @@ def test_a_changed_object_is_an_error_never_a_value(store, damage, words):
         b"".join(storage.read(reference))
 
 
+@pytest.mark.any_database
 def test_a_failed_read_into_a_path_leaves_the_path_as_it_was(store, tmp_path):
     reference = _written(b"a" * 5000)
     Path(reference.path.removeprefix("file://")).write_bytes(b"b" * 5000)
@@ -96,6 +101,7 @@ def test_a_failed_read_into_a_path_leaves_the_path_as_it_was(store, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["objects", "restored.bin"]
 
 
+@pytest.mark.any_database
 def test_a_missing_object_says_so(store):
     reference = _written(b"gone soon")
     storage.remove(reference.path)
@@ -103,6 +109,7 @@ def test_a_missing_object_says_so(store):
         b"".join(storage.read(reference))
 
 
+@pytest.mark.any_database
 def test_a_reference_outside_the_configured_storage_is_never_followed(store, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -114,6 +121,7 @@ def test_a_reference_outside_the_configured_storage_is_never_followed(store, tmp
         b"".join(storage.read(forged))
 
 
+@pytest.mark.any_database
 @pytest.mark.parametrize(
     "value",
     [
@@ -128,18 +136,21 @@ def test_the_reserved_shape_is_refused_unless_it_is_a_well_formed_reference(valu
         codec.encode(value)
 
 
+@pytest.mark.any_database
 def test_task_code_cannot_store_the_reserved_shape_as_its_own_value(store):
     reference = _written(b"x").as_value()
     with pytest.raises(ValueError, match="reserved for references"):
         large.encode(reference, "task_state.set")
 
 
+@pytest.mark.any_database
 def test_without_object_storage_a_large_value_is_refused_saying_how_to_allow_it(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", "")
     with pytest.raises(ValueError, match=r"max_value_bytes\); set \[state\] object_storage_path"):
         large.encode("x" * 70_000, "task_state.set")
 
 
+@pytest.mark.any_database
 def test_a_large_value_becomes_a_reference_and_reads_back(store, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "1000")
     value = {"rows": list(range(1000)), "name": "ü" * 100}
@@ -154,6 +165,7 @@ def test_a_large_value_becomes_a_reference_and_reads_back(store, monkeypatch):
 # --- the commit window --------------------------------------------------------------------------
 
 
+@pytest.mark.any_database
 def test_a_reference_is_stored_only_within_half_the_grace_period_of_its_upload(store, monkeypatch):
     monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "2h")
     fresh = _written(b"x")
@@ -324,6 +336,7 @@ def race_writers_and_clean(backend, scope: TaskScope, *, seconds: float) -> None
     b"".join(storage.read(current))
 
 
+@pytest.mark.any_database
 def test_bytes_and_file_objects_stream_in_chunks(store, tmp_path):
     source = tmp_path / "checkpoint.bin"
     source.write_bytes(os.urandom(3 * storage.CHUNK_BYTES + 5))
