@@ -72,8 +72,8 @@ class Reference:
 
 
 def is_reference(value: Any) -> bool:
-    """Whether *value* (decoded JSON) has the shape of a reference; cheap enough for every read."""
-    return type(value) is dict and MARKER in value
+    """Whether *value* (decoded JSON) has the reserved shape, a one-key object; cheap for every read."""
+    return type(value) is dict and len(value) == 1 and MARKER in value
 
 
 def parse(value: Any) -> Reference:
@@ -119,7 +119,10 @@ def check_fresh(text: str) -> None:
         return
     import json  # only for references
 
-    reference = parse(json.loads(text))
+    value = json.loads(text)
+    if not is_reference(value):  # an object whose first key is the marker, among others: a value
+        return
+    reference = parse(value)
     age, window = datetime.now(UTC) - reference.started_at, commit_window()
     if age < -window / 4:  # a writer's clock far ahead would stretch its window past the rule's
         raise LargeValueError(
