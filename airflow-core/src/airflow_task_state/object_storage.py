@@ -213,19 +213,23 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
         path = _resolve(reference)
         if path.protocol in SEQUENTIAL_DOWNLOADS:
             _download_checked(reference, path, partial)
-        else:
-            with open(partial, "wb") as out:
-                for chunk in read(reference):
-                    out.write(chunk)
+        else:  # the provider's download (concurrent ranges on S3), then the file hashed once
+            try:
+                path.fs.get_file(path.path, partial)
+            except FileNotFoundError:
+                raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+            digest, size = _sha256_of(partial)
+            _check(reference, digest, size)
         os.replace(partial, destination)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
 
 
-#: Filesystems whose ``get_file`` writes the local file front to back (local copies, s3fs, gcsfs):
-#: their download can be hashed from the file as it grows, in parallel, at the filesystem's own speed.
-SEQUENTIAL_DOWNLOADS = frozenset({"file", "local", "s3", "s3a", "gs", "gcs"})
+#: Filesystems whose ``get_file`` writes the local file front to back (a local copy): it can be
+#: hashed as it grows, in parallel. Others may write ranges out of order (s3fs downloads ranges
+#: concurrently): their file is hashed once downloaded, cheap beside a network download.
+SEQUENTIAL_DOWNLOADS = frozenset({"file", "local"})
 
 
 def _download_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
@@ -264,10 +268,14 @@ def _download_checked(reference: Reference, path: ObjectStoragePath, partial: st
         if isinstance(failure[0], FileNotFoundError):
             raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
         raise failure[0]
+    _check(reference, digest.hexdigest(), size)
+
+
+def _check(reference: Reference, digest: str, size: int) -> None:
     if size != reference.size:
         raise _corrupted(reference, f"it holds {size} bytes, {reference.size} were written")
-    if digest.hexdigest() != reference.sha256:
-        raise _corrupted(reference, f"its sha256 is {digest.hexdigest()}, {reference.sha256} was written")
+    if digest != reference.sha256:
+        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
 
 
 @dataclass(frozen=True)
