@@ -1,11 +1,12 @@
 """
 The objects of large values in ``[state] object_storage_path``: written whole under a fresh random
-name and hashed as they stream (:func:`write`), read back checked against the reference's size and
-sha256 (:func:`read`), listed and removed by ``airflow state clean`` (:func:`listing`, :func:`remove`).
+name and hashed as they go (:func:`write` streams, :func:`write_file` uploads a local file with the
+filesystem's own ``put_file``), read back checked against the reference's size and sha256
+(:func:`read` streams, :func:`read_into` downloads to a path with ``get_file``), copied for an
+import (:func:`copy`), listed and removed by ``airflow state clean`` (:func:`listing`, :func:`remove`).
 
-Memory stays flat: bytes move in chunks of :data:`CHUNK_BYTES`, and each chunk is hashed in a
-thread while the next one is read and this one written (``hashlib`` releases the GIL), so hashing
-adds no time as long as it is faster than the storage.
+Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the sha256 runs in a thread
+beside the I/O (``hashlib`` releases the GIL), so it adds no time while it is faster than the storage.
 """
 
 from __future__ import annotations
@@ -29,7 +30,18 @@ if TYPE_CHECKING:
 
 CHUNK_BYTES = 8 * 1024 * 1024
 
-__all__ = ["CHUNK_BYTES", "base", "configured", "read", "write"]
+__all__ = [
+    "CHUNK_BYTES",
+    "base",
+    "configured",
+    "copy",
+    "listing",
+    "read",
+    "read_into",
+    "remove",
+    "write",
+    "write_file",
+]
 
 
 def configured() -> bool:
