@@ -673,3 +673,38 @@ def test_rows_that_expire_are_refused_on_a_backend_without_expiry(refused, deplo
         assert stored_now(deployment) == {}
     finally:
         reset_state_backend()
+
+
+def test_a_large_value_exports_as_its_reference_and_imports_with_a_copy_of_its_object(
+    cli, refused, deployment, tmp_path, monkeypatch
+):
+    """The export keeps the reference (small); the import writes a fresh copy's, safe from clean."""
+    from airflow_task_state import large_values
+    from airflow_task_state import object_storage as objects
+
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{tmp_path}")
+    scope = deployment.scopes["run1/extract/-1"]
+    data = b"checkpoint " * 10_000
+    original = objects.write([data], "bytes")
+    get_state_backend().set(scope, "ckpt", codec.encode(original.as_value()))
+    path = tmp_path / "rows.jsonl"
+    [row] = [row for row in export_all(cli, deployment, path) if row["key"] == "ckpt"]
+    assert row["value"] == original.as_value()
+    get_state_backend().delete(scope, "ckpt")
+    cli("import", str(path))
+    imported = large_values.parse(json.loads(get_state_backend().get(scope, "ckpt")))
+    assert imported.path != original.path and imported.sha256 == original.sha256
+    assert b"".join(objects.read(imported)) == data
+    # The exported reference's object is gone (collected): nothing is written.
+    objects.remove(original.path)
+    message = refused("import", str(path), "-a", "overwrite", "-y")
+    assert (
+        "LargeValueCorruptedError" in message
+        and "is missing" in message
+        and "nothing was imported" in message
+    )
+    assert get_state_backend().get(scope, "ckpt") == codec.encode(imported.as_value())
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", "")
+    message = refused("import", str(path), "-a", "overwrite", "-y")
+    assert message == "refused 1 of 1 row; nothing was imported"
+    assert "importing it copies its object, which needs [state] object_storage_path" in message.stderr

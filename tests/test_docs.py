@@ -46,6 +46,8 @@ NOT_RUN = {
     "(tests/test_upgrade_to_airflow33.py and tests/test_install_from_wheels.py check those lines)",
     "upgrading-log-stayed": "output, not code: what revision 0114 logs of a key that stays behind "
     "(tests/test_upgrade_to_airflow33.py checks those lines)",
+    "large-values-reference": "a reference as the store keeps it, not code "
+    "(airflow-core/tests/test_large_values.py checks the format)",
     "cli-unreachable-output": "output, not code: what the CLI prints when a server is unreachable "
     "(airflow-core/tests/test_cli_unreachable.py checks it)",
 }
@@ -61,6 +63,7 @@ PYTHON = {
     "clearing-keep-choice",
     "clearing-item-key",
     "resumable-deferrable",
+    "large-values-task",
     "backend-api",
     "redis-standalone-python",
     "redis-example-validate",

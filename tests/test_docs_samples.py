@@ -83,6 +83,9 @@ BODIES = {
         "assert task_state.get('cursor') == 'page-3'"
     ),
     "clearing-item-key": "assert key == 'job:7' and job_id is None",
+    "large-values-task": (
+        "assert len(results['results']) == 5000 and task_state.get_bytes('frontier') == bytes(10_000_000)"
+    ),
 }
 BODIES_OUTLETS = "[ORDERS]"
 # Samples that define tasks or operators run as the DAG file's code; then the tasks they define
@@ -181,6 +184,8 @@ def docs_dag_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(folder))
         mp.setenv("STATE_EXAMPLE_JOBS_DIR", str(tmp_path_factory.mktemp("jobs")))
+        # docs/large-values-in-tasks.md's sample stores a file and a value past max_value_bytes.
+        mp.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{tmp_path_factory.mktemp('objects')}")
         result = run_airflow("dags", "test", DAG_ID, check=False)
     with create_session() as session:
         run_id = session.scalar(

@@ -49,6 +49,39 @@ def make_dag_run() -> Iterator[Callable[[str, str], int]]:
 
 
 @pytest.fixture
+def make_task_instances(make_dag_run) -> Iterator[Callable[..., None]]:
+    """``make(dag_id, run_id, ("task", -1), ("mapped", 0), ...)``: a dag run with these task instances."""
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, insert
+
+    made: list[tuple[str, str]] = []
+
+    def make(dag_id: str, run_id: str, *task_instances: tuple[str, int]) -> None:
+        make_dag_run(dag_id, run_id)
+        made.append((dag_id, run_id))
+        with create_session() as session:
+            for task_id, map_index in task_instances:
+                session.execute(
+                    insert(TaskInstance).values(
+                        dag_id=dag_id,
+                        run_id=run_id,
+                        task_id=task_id,
+                        map_index=map_index,
+                        pool="default_pool",
+                    )
+                )
+
+    yield make
+    with create_session() as session:
+        for dag_id, run_id in made:
+            session.execute(
+                delete(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+            )
+
+
+@pytest.fixture
 def make_asset(unique) -> Iterator[Callable[[int], int]]:
     """Create real asset rows; return ``make(n) -> asset.id`` for the n-th asset of the test."""
     from airflow.models.asset import AssetModel

@@ -10,52 +10,21 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 import yaml
 from airflow._shared.timezones.timezone import utcnow
-from airflow.models.taskinstance import TaskInstance
 from airflow.utils.session import create_session
 from airflow_shared.state import AssetScope, BaseStateBackend, StateWriter
 from airflow_shared.state._memory import MemoryStateBackend
 from airflow_task_state import get_state_backend, manage, task_scope
 from airflow_task_state.cli.definition import STATE_COMMANDS
 from airflow_task_state.configured_backend import reset_state_backend
-from sqlalchemy import delete, insert
 from state_testing.airflow_cli import run_airflow
 
 # --- fixtures and helpers ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def make_task_instances(make_dag_run) -> Iterator[Callable[..., None]]:
-    """``make(dag_id, run_id, ("task", -1), ("mapped", 0), ...)``: a dag run with these task instances."""
-
-    made: list[tuple[str, str]] = []
-
-    def make(dag_id: str, run_id: str, *task_instances: tuple[str, int]) -> None:
-        make_dag_run(dag_id, run_id)
-        made.append((dag_id, run_id))
-        with create_session() as session:
-            for task_id, map_index in task_instances:
-                session.execute(
-                    insert(TaskInstance).values(
-                        dag_id=dag_id,
-                        run_id=run_id,
-                        task_id=task_id,
-                        map_index=map_index,
-                        pool="default_pool",
-                    )
-                )
-
-    yield make
-    with create_session() as session:
-        for dag_id, run_id in made:
-            session.execute(
-                delete(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
-            )
 
 
 @pytest.fixture

@@ -21,7 +21,13 @@ DEV = Path(__file__).parents[2] / "dev"
 
 
 @pytest.fixture(scope="package")
-def operator_deployment(db_kind: str, tmp_path_factory) -> Iterator[Deployment]:
+def operator_objects(tmp_path_factory) -> Path:
+    """The API server's [state] object_storage_path (file://): operators may fetch large values."""
+    return tmp_path_factory.mktemp("operator-objects")
+
+
+@pytest.fixture(scope="package")
+def operator_deployment(db_kind: str, operator_objects: Path, tmp_path_factory) -> Iterator[Deployment]:
     """
     One deployment (PostgreSQL) for every test of the operator surfaces: users of each role, the
     per-DAG auth manager, and one finished run of each operator DAG (run id ``first``), so task
@@ -34,6 +40,7 @@ def operator_deployment(db_kind: str, tmp_path_factory) -> Iterator[Deployment]:
     extra_env = {
         "PYTHONPATH": str(DEV),
         "AIRFLOW__CORE__AUTH_MANAGER": "state_testing.auth_managers.PerDagAuthManager",
+        "AIRFLOW__STATE__OBJECT_STORAGE_PATH": f"file://{operator_objects}",
     }
     with airflow_deployment(folder, extra_env=extra_env, users=OPERATOR_USERS) as running:
         for dag_id in ("operator_alpha", "operator_beta"):

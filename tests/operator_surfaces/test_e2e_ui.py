@@ -916,3 +916,24 @@ def test_state_tab_follows_a_running_task_and_keeps_an_edit_in_progress(
     stored = ui.api("GET", entry, params={"key": "note"}).json()
     assert stored["value"] == {"typed": "while it runs"}
     assert stored["updated_by_try"] is None
+
+
+def test_a_large_value_shows_what_and_where_it_is_and_downloads_only_when_asked(
+    ui: UI, scratch, operator_objects, monkeypatch
+) -> None:
+    """The tab never loads a large value: it shows its size, digest and path, and a Download link."""
+    from airflow_task_state import object_storage
+    from playwright.sync_api import expect
+
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{operator_objects}")
+    data = os.urandom(3 * 1024 * 1024)
+    reference = object_storage.write([data], "bytes")
+    key = scratch("ui_large_checkpoint", reference.as_value())  # an operator may store a fresh one
+    with ui.page("viewer", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}") as page:
+        value = row(page, key).get_by_test_id("state-value")
+        expect(value).to_have_text(f"file, 3.0 MiB, sha256 {reference.sha256[:12]}…, at {reference.path}")
+        link = row(page, key).get_by_test_id("state-download")
+        expect(link).to_have_text("Download 3.0 MiB")
+        fetched = page.request.get(link.get_attribute("href"))
+        assert fetched.ok and fetched.body() == data
+        assert fetched.headers["x-content-sha256"] == reference.sha256

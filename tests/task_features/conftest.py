@@ -35,7 +35,13 @@ def jobs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def deployment(db_kind: str, jobs: Path, tmp_path_factory) -> Iterator[Deployment]:
+def objects(tmp_path_factory) -> Path:
+    """The deployment's [state] object_storage_path (file://), where large values and files go."""
+    return tmp_path_factory.mktemp("state-objects")
+
+
+@pytest.fixture(scope="package")
+def deployment(db_kind: str, jobs: Path, objects: Path, tmp_path_factory) -> Iterator[Deployment]:
     if db_kind != "postgres":
         pytest.skip("the end-to-end deployment runs on PostgreSQL: use --db postgres")
     folder = tmp_path_factory.mktemp("task-feature-dags")
@@ -43,6 +49,7 @@ def deployment(db_kind: str, jobs: Path, tmp_path_factory) -> Iterator[Deploymen
         shutil.copy(path, folder / path.name)
     extra_env = {
         "STATE_EXAMPLE_JOBS_DIR": str(jobs),
+        "AIRFLOW__STATE__OBJECT_STORAGE_PATH": f"file://{objects}",
         # Airflow's own Execution API calls, and so ours, retry for about 4 minutes instead of 31 s:
         # on a loaded 2-core machine an API server restart can take longer than the default budget.
         "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "8",

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # read its provider info, and one that never touches state must not pay for the rest of it.
 _ERRORS = (
     "InvalidStateError",
+    "LargeValueCorruptedError",
+    "LargeValueError",
     "StateAccessDeniedError",
     "StateConfigurationError",
     "StateConflictError",

@@ -9,8 +9,17 @@ from typing import Any
 from airflow_shared.state import validate_value
 
 from airflow_task_state.config import max_value_bytes
+from airflow_task_state.large_values import check_fresh
 
-__all__ = ["decode", "encode", "max_value_bytes"]
+__all__ = ["ValueTooLargeError", "decode", "encode", "max_value_bytes"]
+
+
+class ValueTooLargeError(ValueError):
+    """A value past the limit; ``text`` is its JSON, for the task's client to store as a large value."""
+
+    def __init__(self, message: str, text: str) -> None:
+        super().__init__(message)
+        self.text = text
 
 
 #: How deeply a value may nest: every reader of state (the APIs' responses included) handles that
@@ -34,11 +43,12 @@ def encode(value: Any, limit: int | None = None) -> str:
             f"state values must be JSON-serialisable (dict, list, str, number, bool): {error}"
         ) from None
     validate_value(text)  # a lone surrogate survives json.dumps, but no store can keep it
+    check_fresh(text)  # a large value's reference: only while its object cannot have been collected
     limit = max_value_bytes() if limit is None else limit
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise ValueError(
-            f"state value is {size} bytes as JSON; the limit is {limit} ([state] max_value_bytes)"
+        raise ValueTooLargeError(
+            f"state value is {size} bytes as JSON; the limit is {limit} ([state] max_value_bytes)", text
         )
     return text
 

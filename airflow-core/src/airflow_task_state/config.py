@@ -84,6 +84,25 @@ def _boolean(option: str) -> bool:
     raise StateConfigurationError(f"[state] {option} must be True or False, not {text!r}")
 
 
+def object_storage_path() -> str:
+    """``[state] object_storage_path``: where large values live (empty: off)."""
+    return _state_option("object_storage_path").strip()
+
+
+def object_grace_period() -> timedelta:
+    """``[state] object_grace_period``: how long an unreferenced object is kept."""
+    text = _state_option("object_grace_period").strip()
+    try:
+        grace = parse_duration(text, bare_unit="s")
+    except ValueError as error:
+        raise StateConfigurationError(f"[state] object_grace_period: {error}") from None
+    if grace <= timedelta(0):
+        raise StateConfigurationError(
+            f"[state] object_grace_period must be longer than 0, not {text!r}: uploads finish in half of it"
+        )
+    return grace
+
+
 def clear_on_success() -> bool:
     return _boolean("clear_on_success")
 

@@ -12,6 +12,8 @@ from airflow_task_state.protocol import Reason
 
 __all__ = [
     "InvalidStateError",
+    "LargeValueCorruptedError",
+    "LargeValueError",
     "StateAccessDeniedError",
     "StateConfigurationError",
     "StateConflictError",
@@ -89,3 +91,14 @@ class StateUnsupportedError(StateError, NotImplementedError):
     """
 
     reasons = (Reason.UNSUPPORTED,)
+
+
+class LargeValueError(StateError, ValueError):
+    """
+    A large value's reference that cannot be followed: malformed, naming an object outside
+    ``[state] object_storage_path``, or (when stored) too old to be safe from ``airflow state clean``.
+    """
+
+
+class LargeValueCorruptedError(LargeValueError):
+    """A large value's object is missing, or does not read back as the size and sha256 recorded say."""

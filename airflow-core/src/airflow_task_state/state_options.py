@@ -65,6 +65,25 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         kind="integer",
         default="65536",
     ),
+    "object_storage_path": _option(
+        "Where values larger than ``max_value_bytes``, and files task code stores with\n"
+        "``set_file``, are kept: an Airflow ``ObjectStoragePath`` URL (``s3://``, ``gs://``,\n"
+        "``abfs://``, ``file://``), with an Airflow connection as ``s3://conn_id@bucket/prefix``.\n"
+        "The store keeps a small reference to each object. Empty: off, and larger values are\n"
+        "refused. Needed on workers, and wherever ``airflow state clean`` runs; on API servers\n"
+        "only to let operators fetch large values. See docs/large-values.md.\n",
+        since="0.9.0",
+        default="",
+        example="s3://aws_default@my-bucket/airflow-state",
+    ),
+    "object_grace_period": _option(
+        "How long an object in ``object_storage_path`` that no key references is kept before\n"
+        "``airflow state clean`` removes it; a write must finish its upload and store its\n"
+        "reference within half of it, else the reference is refused. Longer than your longest\n"
+        "upload; the same on every component. A duration: ``90m``, ``12h``, ``2d``.\n",
+        since="0.9.0",
+        default="1d",
+    ),
     "max_batch_bytes": _option(
         "Largest request body of a batch write (``task_state.set_many``), in bytes; each value\n"
         "in it is still limited by ``max_value_bytes``. Checked in the task and again on the\n"

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from airflow._shared.timezones.timezone import utcnow
 from airflow.utils.session import create_session
 
-from airflow_task_state import manage
+from airflow_task_state import manage, object_storage
 from airflow_task_state.cli.errors import command, configured_backend, confirm
 from airflow_task_state.cli.formats import count
+from airflow_task_state.cli.object_collector import collect
 from airflow_task_state.cli.progress import Progress, ticking
 from airflow_task_state.configured_backend import unwrap_state_backend
 from airflow_task_state.durations import parse_duration
@@ -51,6 +52,14 @@ def clean(args: Namespace) -> None:
                 session, dry_run=args.dry_run, counted_before=updated_before
             )
         print(f"{'Would remove' if args.dry_run else 'Removed'} {count(discarded, 'key')} {LEFT_BY_CLEARS}")
+    if object_storage.configured():  # after the keys: objects only expired keys named go too
+        collected = collect(backend, dry_run=args.dry_run)
+        print(
+            f"{'Would remove' if args.dry_run else 'Removed'} {count(collected.removed, 'object')} "
+            f"({collected.removed_bytes} bytes) of large values no key references from "
+            f"{object_storage.base()}; kept {collected.referenced} referenced and {collected.too_young} "
+            "younger than [state] object_grace_period"
+        )
     if not backend.supports_expiry:
         # Not an error: nothing there can expire. But "0 keys" alone would look like a clean store.
         print(f"Note: {name} does not support expiry, so none of its keys ever expire")

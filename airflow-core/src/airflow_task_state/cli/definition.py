@@ -97,6 +97,13 @@ ARG_BY = _number(
     range_text="a 64-bit integer",
     default=1,
 )
+ARG_FETCH_TO = Arg(
+    ("--fetch-to",),
+    help="For a large value (its value is a reference to object storage): stream its object to this "
+    "file, checked against its sha256, instead of printing the entry ('-': stdout). Needs "
+    "\\[state] object_storage_path and the storage's credentials here",
+    metavar="PATH",
+)
 ARG_KEY_PREFIX = Arg(("--key-prefix",), help="Only keys that start with this text", metavar="PREFIX")
 ARG_LIMIT = _number("--limit", "At most this many keys (default: all)", 1)
 ARG_OFFSET = _number("--offset", "Skip this many keys first, in key order (default: 0)", 0, default=0)
@@ -198,11 +205,11 @@ STATE_COMMANDS = (
         "get",
         "state_commands.get",
         "Print the value stored under a key",
-        (ARG_KEY, *SCOPE_ARGS, ARG_OUTPUT, ARG_VERBOSE),
+        (ARG_KEY, *SCOPE_ARGS, ARG_OUTPUT, ARG_FETCH_TO, ARG_VERBOSE),
         "Print one key's value, its version, when it was written and expires, and who wrote it (task "
         "state: the try; asset state: the task instance, 'api' or 'cli'). Exits 1 when the key is not "
         "set (an expired key is not set). json and yaml show the value as it is; table and plain as "
-        "JSON text.",
+        "JSON text. A large value shows as its reference (size, sha256, path); --fetch-to reads it.",
     ),
     _command(
         "set",
@@ -256,7 +263,8 @@ STATE_COMMANDS = (
         "--older-than also every key last written before then; with --cleared also the keys a clear "
         "left for a task instance's next try to discard. Works in batches of "
         "--batch-size keys, each its own short transaction, so tasks keep reading and writing "
-        "meanwhile. Asks first "
+        "meanwhile. With \\[state] object_storage_path set, then also removes the objects of large "
+        "values no key references, older than \\[state] object_grace_period. Asks first "
         "unless -y; --dry-run only counts. Run it from cron or a DAG, as `airflow db clean`.",
     ),
     _command(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from airflow.cli.simple_table import AirflowConsole
 from airflow_shared.state import StateWriter, TaskScope, WriterKind, validate_key
 
-from airflow_task_state import codec
+from airflow_task_state import codec, large_values, object_storage
 from airflow_task_state.cli.definition import LARGEST_INTEGER  # map indexes and try numbers are 32-bit too
 from airflow_task_state.manage import AssetInfo, Entry
 
@@ -142,7 +142,7 @@ def parse_row(text: str) -> ImportRow:
     _refuse_unknown(row, _FIELDS[kind], f"{kind} state")
     _checked(row, "key", validate_key)
     # The codec's checks, the target's [state] max_value_bytes included.
-    value_text = _checked(row, "value", codec.encode)
+    value_text = _checked(row, "value", _value_text)
     _timestamp(row, "updated_at", "null")
     writer = _task_writer(row, target) if isinstance(target, TaskScope) else _asset_writer(row)
     expires_at = _timestamp(row, "expires_at", "null (never)")
@@ -186,6 +186,30 @@ def _refuse_unknown(fields: dict[str, Any], allowed: set[str], what: str) -> Non
     unknown = sorted(set(fields) - allowed)
     if unknown:
         raise RowError(f"unknown field{'s' if len(unknown) > 1 else ''} for {what}: {', '.join(unknown)}")
+
+
+def _value_text(value: Any) -> str:
+    """
+    A row's value as it will be stored. A large value's reference is checked here and written with
+    a copy of its object (:func:`relocated`): its own may be collected any time after its window.
+    """
+    if not large_values.is_reference(value):
+        return codec.encode(value)
+    large_values.parse(value)
+    if not object_storage.configured():
+        raise ValueError(
+            "a large value's reference: importing it copies its object, which needs [state] "
+            "object_storage_path (and the storage's credentials) where the import runs"
+        )
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def relocated(text: str) -> str:
+    """*text*, or for a large value's reference one to a fresh copy of its object (see _value_text)."""
+    if not text.startswith(large_values.TEXT_PREFIX):
+        return text
+    copied = object_storage.copy(large_values.parse(json.loads(text)))
+    return codec.encode(copied.as_value())
 
 
 def _checked(row: dict[str, Any], name: str, check: Callable[[Any], T]) -> T:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from airflow_task_state import manage
 from airflow_task_state.cli.errors import command, configured_backend, confirm
-from airflow_task_state.cli.formats import AssetTarget, RowError, count, parse_row
+from airflow_task_state.cli.formats import AssetTarget, RowError, count, parse_row, relocated
 from airflow_task_state.cli.progress import Progress
 from airflow_task_state.cli.scope_options import NamedScope, asset, task_instance
 from airflow_task_state.configured_backend import unwrap_state_backend
@@ -245,7 +245,7 @@ def _write(file: IO[bytes], backend: BaseStateBackend, plan: Plan, progress: Pro
                 backend.write(
                     row.named.scope,
                     row.key,
-                    parsed.value_text,
+                    relocated(parsed.value_text),  # a large value: a copy of its object
                     writer=parsed.writer,
                     expires_at=parsed.expires_at,
                     session=session,

@@ -12,7 +12,7 @@ from argparse import Namespace
 from airflow.utils.session import create_session
 from airflow_shared.state import CLI_WRITER, TaskScope, validate_key
 
-from airflow_task_state import codec, expiry, manage
+from airflow_task_state import codec, expiry, large_values, manage, object_storage
 from airflow_task_state.cli.errors import command, configured_backend, confirm, refusing
 from airflow_task_state.cli.formats import count, print_entries
 from airflow_task_state.cli.scope_options import named_scope
@@ -28,7 +28,28 @@ def _checked_key(key: str) -> str:
 def get(args: Namespace) -> None:
     key = _checked_key(args.key)
     named = named_scope(args)
-    print_entries([manage.entry(named.scope, key)], args.output, with_try=isinstance(named.scope, TaskScope))
+    found = manage.entry(named.scope, key)
+    if args.fetch_to is not None:
+        _fetch(found.value, key, args.fetch_to)
+        return
+    print_entries([found], args.output, with_try=isinstance(named.scope, TaskScope))
+
+
+def _fetch(value: object, key: str, destination: str) -> None:
+    """Stream a large value's object to *destination* ('-': stdout), checked as it goes."""
+    if not large_values.is_reference(value):
+        raise SystemExit(
+            f"key {key!r} holds a small value, not a large value's reference: leave out --fetch-to"
+        )
+    with refusing("cannot read the large value"):
+        reference = large_values.parse(value)
+        if destination == "-":
+            object_storage.read_into(reference, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        else:
+            object_storage.read_into(reference, destination)
+    if destination != "-":
+        print(f"Wrote {reference.size} bytes (sha256 {reference.sha256}) of key {key!r} to {destination}")
 
 
 @command(writes=False)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import io
 import json
+import os
 import random
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
 import httpx
 from airflow.sdk import Asset, get_current_context
@@ -50,7 +52,7 @@ from airflow_task_state.protocol import (
     VALUES_DELETE,
     VALUES_READ,
 )
-from airflow_task_state.worker import staging
+from airflow_task_state.worker import large, staging
 from airflow_task_state.worker.client import StateClient
 from airflow_task_state.worker.options import Versioned, ttl_field
 
@@ -131,7 +133,7 @@ class _StateNamespace:
         answer = None
         if staged is None or staged.op is StagedOp.INCREMENT:  # a staged set or delete hides the stored
             answer = self._read(key)
-        value = _ABSENT if answer is None else answer["value"]
+        value = _ABSENT if answer is None else large.load(answer["value"], key, f"{self._what}.get")
         if staged is not None:
             value = self._overlay(key, staged, value, "get")
         return default if value is _ABSENT else value
@@ -167,7 +169,9 @@ class _StateNamespace:
         see it at once. Checked now, as set() checks, so a bad key, value or ttl fails the try.
         """
         ttl_text = ttl_field(ttl)
-        self._stage(key, staging.Staged(StagedOp.SET, codec.encode(value), ttl=ttl_text), "stage")
+        # A large value is kept as JSON here and uploaded only as the commit is sent (staging.commit).
+        text = large.encode(value, f"{self._what}.stage", upload=False)
+        self._stage(key, staging.Staged(StagedOp.SET, text, ttl=ttl_text), "stage")
 
     def stage_delete(self, key: str) -> None:
         """Stage removing *key* (see :meth:`stage`); reads in this try no longer see it."""
@@ -201,7 +205,7 @@ class _StateNamespace:
                 f"{self._what}.get_versioned({key!r}): the configured state backend keeps no versions; "
                 "use a backend that does (the metastore and Redis backends do)"
             )
-        return Versioned(answer["value"], answer["version"])
+        return Versioned(large.load(answer["value"], key, f"{self._what}.get_versioned"), answer["version"])
 
     def set(self, key: str, value: Any, *, ttl: Any = None, if_version: int | None = None) -> int | None:
         """
@@ -215,13 +219,76 @@ class _StateNamespace:
             :meth:`get_versioned`; 0: only if it is absent), else raise ``StateConflictError``.
         """
         ttl_text = ttl_field(ttl)
+        validate_write_options(None, if_version)
         # The value is checked here too, so a bad one fails in the task, with no round trip.
-        body = _document('"value":' + codec.encode(value), ttl_text)
+        return self._put(key, large.encode(value, f"{self._what}.set"), ttl_text, if_version)
+
+    def _put(self, key: str, text: str, ttl_text: float | str | None, if_version: int | None) -> int | None:
+        body = _document('"value":' + text, ttl_text)
         validate_write_options(None, if_version)
         params = {} if if_version is None else {IF_VERSION_PARAMETER: str(if_version)}
         # A conditional write must not be repeated blindly: applied twice, it conflicts with itself.
         response = self._one_key("PUT", key, content=body, params=params, idempotent=if_version is None)
         return response.json()["version"]
+
+    # --- files and bytes, streamed through object storage -----------------------------------
+
+    def set_file(
+        self,
+        key: str,
+        source: str | os.PathLike[str] | BinaryIO,
+        *,
+        ttl: Any = None,
+        if_version: int | None = None,
+    ) -> int | None:
+        """
+        Store the bytes of *source* (a local file's path, or a binary file object open for reading)
+        under *key*, streamed to ``[state] object_storage_path`` in chunks, never whole in memory;
+        return the key's new version. ``ttl`` and ``if_version`` as for :meth:`set`. Read them
+        back with :meth:`get_file` or :meth:`get_bytes`.
+        """
+        ttl_text = ttl_field(ttl)
+        validate_key(key)
+        validate_write_options(None, if_version)
+        return self._put(key, large.store_file(source), ttl_text, if_version)
+
+    def set_bytes(
+        self, key: str, data: bytes, *, ttl: Any = None, if_version: int | None = None
+    ) -> int | None:
+        """Store *data* under *key* as :meth:`set_file` does a file's bytes."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"{self._what}.set_bytes takes bytes, not {type(data).__name__}; for JSON use set()"
+            )
+        return self.set_file(key, io.BytesIO(data), ttl=ttl, if_version=if_version)
+
+    def _file_reference(self, key: str, call: str) -> Any:
+        if key in self._staged():
+            raise ValueError(
+                f"{self._what}.{call}({key!r:.60}): the key has a write staged in this try; files are "
+                "never staged, read them once the staged write is committed"
+            )
+        answer = self._read(key)
+        return None if answer is None else large.file_reference(answer["value"], key, f"{self._what}.{call}")
+
+    def get_file(self, key: str, destination: str | os.PathLike[str] | BinaryIO) -> bool:
+        """
+        Stream the bytes stored under *key* (by :meth:`set_file` or :meth:`set_bytes`) into
+        *destination*, a local path or a binary file object open for writing; ``False`` when the
+        key holds nothing. Checked against the size and sha256 recorded when they were written:
+        ``LargeValueCorruptedError`` if they differ. A path is written beside it and renamed only
+        once checked; a file object may have received bytes before the error: discard them.
+        """
+        reference = self._file_reference(key, "get_file")
+        if reference is None:
+            return False
+        large.read_file(reference, destination)
+        return True
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The bytes stored under *key* (see :meth:`get_file`), whole in memory; ``None`` when absent."""
+        reference = self._file_reference(key, "get_bytes")
+        return None if reference is None else large.read_bytes(reference)
 
     def update(
         self,
@@ -317,6 +384,7 @@ class _StateNamespace:
                 raise StateUnavailableError(
                     f"task state API answered for keys that were not asked: {sorted(found)!r:.200}"
                 )
+            found = {key: large.load(value, key, f"{self._what}.get_many") for key, value in found.items()}
         for key in staged.keys() & set(wanted):
             found[key] = self._overlay(key, staged[key], found.get(key, _ABSENT), "get_many")
         return {key: value for key, value in found.items() if value is not _ABSENT}
@@ -342,7 +410,8 @@ class _StateNamespace:
         for key, value in values.items():
             validate_key(key)
             try:
-                pairs.append(json.dumps(key, ensure_ascii=False) + ":" + codec.encode(value))
+                text = large.encode(value, f"{self._what}.set_many")
+                pairs.append(json.dumps(key, ensure_ascii=False) + ":" + text)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"{self._what}.set_many: the value of key {key!r:.60}: {error}") from None
         body = _document('"values":{' + ",".join(pairs) + "}", ttl_text)
@@ -376,6 +445,11 @@ class _StateNamespace:
     aset_many = _in_thread(set_many)
     adelete_many = _in_thread(delete_many)
     aclear = _in_thread(clear)
+    # Streams run in a worker thread too: the event loop never waits on object storage.
+    aset_file = _in_thread(set_file)
+    aset_bytes = _in_thread(set_bytes)
+    aget_file = _in_thread(get_file)
+    aget_bytes = _in_thread(get_bytes)
     akeys = _in_thread(keys)
     # Staging is in memory, but the first staged write of a try obtains its credential.
     astage = _in_thread(stage)

@@ -24,6 +24,7 @@ from airflow_shared.state import MAX_MANY_KEYS, StagedOp, incremented
 
 from airflow_task_state import config
 from airflow_task_state.protocol import TASK_STAGED_COMMIT_PATH, TTL_FIELD
+from airflow_task_state.worker import large
 from airflow_task_state.worker.client import StateClient
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,16 @@ class Staged:
             return Staged(StagedOp.INCREMENT, by=self.by + later.by, ttl=ttl)
         # Over a staged set or delete the stored value no longer matters: the sum is known now.
         return Staged(StagedOp.SET, str(incremented(key, self.read_over(key, None), later.by)), ttl=ttl)
+
+    def as_sent(self, *, upload: bool) -> Staged:
+        """
+        This write as the commit sends it: a value past ``max_value_bytes`` uploaded to object
+        storage and replaced by its reference (not *upload*: by a stand-in as long, to size it).
+        """
+        if self.text is None or not large.is_large(self.text):
+            return self
+        text = large.offload(self.text) if upload else large.placeholder_reference()
+        return Staged(self.op, text, self.by, self.ttl)
 
     def entry(self, target: Target, key: str) -> str:
         """This write as one element of the commit's ``writes``."""
@@ -127,7 +138,8 @@ def stage(ti: Any, target: Target, key: str, write: Staged, what: str) -> None:
         spot = (target, key)
         earlier = held.writes.get(spot)
         merged = write if earlier is None else earlier.then(write, key)
-        size = len(merged.entry(target, key).encode()) + len(_SEPARATOR)  # as commit() joins them
+        # As commit() sends and joins them.
+        size = len(merged.as_sent(upload=False).entry(target, key).encode()) + len(_SEPARATOR)
         total = sum(held.sizes.values()) - held.sizes.get(spot, 0) + size + _ENVELOPE_BYTES
         if earlier is None and len(held.writes) >= MAX_MANY_KEYS:
             raise ValueError(
@@ -178,7 +190,10 @@ def commit(ti: Any) -> int:
         _by_try.pop(str(ti.id))
     if not held.writes:
         return 0
-    body = '{"writes": [' + _SEPARATOR.join(write.entry(*spot) for spot, write in held.writes.items()) + "]}"
+    # Large values are uploaded now, the try having succeeded: each reference is sent at once, well
+    # within its commit window, and a commit that never arrives leaves only collectable objects.
+    sent = (write.as_sent(upload=True).entry(*spot) for spot, write in held.writes.items())
+    body = '{"writes": [' + _SEPARATOR.join(sent) + "]}"
     client = StateClient(ti)
     path = TASK_STAGED_COMMIT_PATH.format(task_instance_id=client.ti_id)
     answer = client.request("POST", path, content=body.encode()).json()

@@ -13,9 +13,10 @@ from typing import Annotated, Any
 from airflow.utils.session import create_session
 from airflow_shared.state import API_WRITER, AssetScope, StateScope, TaskScope
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from airflow_task_state import manage
+from airflow_task_state import large_values, manage, object_storage
 from airflow_task_state.api.datamodels import (
     INCREMENT_BODY,
     WRITE_BODY,
@@ -36,6 +37,7 @@ from airflow_task_state.api.errors import (
     INCREMENT_DOCUMENTED,
     OPERATOR_DOCUMENTED,
     WRITE_DOCUMENTED,
+    refusal,
     refused_as,
 )
 from airflow_task_state.api.operator.auth import (
@@ -213,6 +215,40 @@ def _state_routes(kind: ScopeKind) -> None:
     )
     def get_entry(key: Key, scope: Scope) -> Any:
         return kind.entry.of(manage.entry(scope, key))
+
+    @kind.router.get(
+        kind.path + "/stateObject",
+        dependencies=[read],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/octet-stream": {}, "application/json": {}}}},
+        name=f"get_{the}_state_object",
+        summary=f"Fetch {a} {the} state key's large value",
+        description="The bytes of the object a large value's reference names (its entry shows the "
+        "reference: size, sha256 and path), streamed and checked against the sha256 as they go: a "
+        "mismatch ends the response before its last bytes. 409 `invalid_request` for a key holding a "
+        "small value; 501 `unsupported` when this API server has no `[state] object_storage_path` "
+        "(only workers hold the storage's credentials by default)." + _QUERY_FORM,
+    )
+    def get_object(key: Key, scope: Scope) -> StreamingResponse:
+        value = manage.entry(scope, key).value
+        if not large_values.is_reference(value):
+            raise refusal(409, Reason.INVALID_REQUEST, f"key {key!r} holds a small value: read its entry")
+        with refused_as(Reason.INVALID_VALUE):
+            reference = large_values.parse(value)
+        if not object_storage.configured():
+            raise refusal(
+                501,
+                Reason.UNSUPPORTED,
+                f"key {key!r} holds {reference.size} bytes at {reference.path}; this API server has no "
+                "[state] object_storage_path (and credentials) to read it: set it here, or read it where "
+                "they are",
+            )
+        media_type = "application/json" if reference.kind == "json" else "application/octet-stream"
+        return StreamingResponse(
+            object_storage.read(reference),
+            media_type=media_type,
+            headers={"Content-Length": str(reference.size), "X-Content-SHA256": reference.sha256},
+        )
 
     @kind.router.put(
         entry,

@@ -335,6 +335,7 @@ function taskScope(dagId, runId, taskId, mapIndex) {
     hasWriters: false,
     listUrl: (params) => `${base}/state${queryString({ map_index, ...params })}`,
     entryUrl: (key, params) => `${base}/stateEntry${queryString({ key, map_index, ...params })}`,
+    objectUrl: (key) => `${base}/stateObject${queryString({ key, map_index })}`,
     clearUrl: () => `${base}/state${queryString({ map_index })}`,
     // Airflow's own record of the task instance (its state), read to follow it while it runs.
     instanceUrl: `${AIRFLOW_API}/dags/${enc(dagId)}/dagRuns/${enc(runId)}/taskInstances/${enc(taskId)}${map_index >= 0 ? `/${map_index}` : ""}`,
@@ -351,6 +352,7 @@ function assetScope(assetId) {
     hasWriters: true,
     listUrl: (params) => `${base}/state${queryString(params)}`,
     entryUrl: (key, params) => `${base}/stateEntry${queryString({ key, ...params })}`,
+    objectUrl: (key) => `${base}/stateObject${queryString({ key })}`,
     clearUrl: () => `${base}/state`,
   };
 }
@@ -710,8 +712,38 @@ function writtenBy(entry, showTry, showWriter) {
   return "";
 }
 
-function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onDelete, open, onToggle, columns }) {
-  const oneLine = oneLineJson(entry.value);
+/** The key of a large value's reference (docs/large-values.md): the store holds it, not the value. */
+const LARGE_VALUE = "$airflow_task_state.large_value";
+
+/** A large value's reference ({size, sha256, path, kind}), or null for any other value. */
+function largeValue(value) {
+  if (!value || typeof value !== "object" || Array.isArray(value)) return null;
+  const keys = Object.keys(value);
+  return keys.length === 1 && keys[0] === LARGE_VALUE && value[LARGE_VALUE] && typeof value[LARGE_VALUE] === "object"
+    ? value[LARGE_VALUE]
+    : null;
+}
+
+function formatBytes(size) {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+  let shown = Number(size);
+  let unit = 0;
+  while (shown >= 1024 && unit < units.length - 1) {
+    shown /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${shown} bytes` : `${shown.toFixed(1)} ${units[unit]}`;
+}
+
+/** A large value on one line: what it is and where, never its content (fetched only on request). */
+function largeValueLine(reference) {
+  const what = reference.kind === "bytes" ? "file" : "large JSON value";
+  return `${what}, ${formatBytes(reference.size)}, sha256 ${String(reference.sha256).slice(0, 12)}…, at ${reference.path}`;
+}
+
+function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onDelete, open, onToggle, columns, objectUrl }) {
+  const large = largeValue(entry.value);
+  const oneLine = large ? largeValueLine(large) : oneLineJson(entry.value);
   const [keyRef, keyCut] = useCut(entry.key);
   const [valueRef, valueCut] = useCut(oneLine);
   const writer = writtenBy(entry, showTry, showWriter);
@@ -758,6 +790,16 @@ function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onD
         },
         oneLine,
       ),
+      large && objectUrl
+        ? h(
+            "a",
+            {
+              href: objectUrl(entry.key), download: entry.key, "data-testid": "state-download", style: { fontSize: "0.8rem" },
+              title: "Download it (the API server reads it from object storage; it needs [state] object_storage_path and the storage's credentials)",
+            },
+            `Download ${formatBytes(large.size)}`,
+          )
+        : null,
     ),
     h(
       Table.Cell,
@@ -828,7 +870,7 @@ function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onD
   );
 }
 
-function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdit, onDelete }) {
+function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdit, onDelete, objectUrl }) {
   // Unfolded rows by key: they stay unfolded while a running task's entries refresh.
   const [unfolded, setUnfolded] = useState(() => new Set());
   const toggle = (key) =>
@@ -868,7 +910,7 @@ function EntriesTable({ entries, showTry, showWriter, editable, deletable, onEdi
         null,
         entries.map((entry) =>
           h(EntryRow, {
-            key: entry.key, entry, showTry, showWriter, editable, deletable, onEdit, onDelete, columns,
+            key: entry.key, entry, showTry, showWriter, editable, deletable, onEdit, onDelete, columns, objectUrl,
             open: unfolded.has(entry.key), onToggle: () => toggle(entry.key),
           }),
         ),
@@ -985,7 +1027,7 @@ function StateEntries({ scope, follow, onChange, renderError }) {
       Fragment,
       null,
       h(EntriesTable, {
-        entries, editable, deletable, showTry: scope.hasTries, showWriter: scope.hasWriters,
+        entries, editable, deletable, showTry: scope.hasTries, showWriter: scope.hasWriters, objectUrl: scope.objectUrl,
         onEdit: (entry) => setDialog({ kind: "edit", entry }),
         onDelete: (entry) => setDialog({ kind: "delete", entry }),
       }),

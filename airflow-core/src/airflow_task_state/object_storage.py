@@ -1,0 +1,336 @@
+"""
+The objects of large values in ``[state] object_storage_path``: written whole under a fresh random
+name and hashed as they go (:func:`write` streams, :func:`write_file` uploads a local file with the
+filesystem's own ``put_file``), read back checked against the reference's size and sha256
+(:func:`read` streams, :func:`read_into` downloads to a path with ``get_file``), copied for an
+import (:func:`copy`), listed and removed by ``airflow state clean`` (:func:`listing`, :func:`remove`).
+
+Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the sha256 runs in a thread
+beside the I/O (``hashlib`` releases the GIL), so it adds no time while it is faster than the storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from airflow_task_state import config
+from airflow_task_state.exceptions import LargeValueCorruptedError, LargeValueError, StateConfigurationError
+from airflow_task_state.large_values import KINDS, NAME, Reference
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+CHUNK_BYTES = 8 * 1024 * 1024
+
+__all__ = [
+    "CHUNK_BYTES",
+    "base",
+    "configured",
+    "copy",
+    "listing",
+    "read",
+    "read_into",
+    "remove",
+    "write",
+    "write_file",
+]
+
+
+def configured() -> bool:
+    return bool(config.object_storage_path())
+
+
+def base() -> ObjectStoragePath:
+    """``[state] object_storage_path`` as an ``ObjectStoragePath``; refused when it is not set."""
+    text = config.object_storage_path()
+    if not text:
+        raise StateConfigurationError(
+            "large values and files need [state] object_storage_path (e.g. s3://conn_id@bucket/prefix or "
+            "file:///shared/airflow-state); it is not set here"
+        )
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(text)
+
+
+class _Hasher:
+    """sha256 and size of chunks, each hashed in a thread while the caller moves the next one."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="state-object-hash")
+        self._pending: Future[None] | None = None
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self._wait()  # at most one chunk being hashed: memory stays at a few chunks
+        self._pending = self._thread.submit(self._digest.update, chunk)
+        self.size += len(chunk)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+    def hexdigest(self) -> str:
+        self._wait()
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+
+def chunks_of(source: BinaryIO) -> Iterator[bytes]:
+    """*source*'s bytes, a chunk at a time (any readable binary file object)."""
+    while chunk := source.read(CHUNK_BYTES):
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise TypeError(f"expected a binary file object (open(..., 'rb')), got chunks of {type(chunk)}")
+        yield bytes(chunk)
+
+
+def write(chunks: Iterable[bytes], kind: str) -> Reference:
+    """
+    Write *chunks* to a new object under the base, completely, and return its reference; nothing
+    is referenced yet (the caller writes the reference). A failed write leaves at most an
+    unreferenced object, which ``airflow state clean`` collects.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    root = base()
+    started_at = datetime.now(UTC)  # before the first byte: the collection rule counts from here
+    path = root / uuid.uuid4().hex
+    hasher = _Hasher()
+    try:
+        with path.open("wb") as out:
+            for chunk in chunks:
+                hasher.add(chunk)
+                out.write(chunk)
+        digest = hasher.hexdigest()
+    finally:
+        hasher.close()
+    return Reference(kind, str(path), hasher.size, digest, started_at)
+
+
+def write_file(local: str | os.PathLike[str]) -> Reference:
+    """
+    Upload the local file *local* to a new object with the filesystem's own ``put_file`` (a kernel
+    copy for local files; concurrent multipart uploads on S3), hashing the file in a thread beside
+    it. The digest is of the file as this thread reads it: a file changed during the upload makes
+    every later read fail (``LargeValueCorruptedError``), never return other bytes.
+    """
+    root = base()
+    started_at = datetime.now(UTC)  # before the first byte: the collection rule counts from here
+    path = root / uuid.uuid4().hex
+    with ThreadPoolExecutor(1, thread_name_prefix="state-object-hash") as hasher:
+        hashed = hasher.submit(_sha256_of, local)
+        path.fs.put_file(os.fspath(local), path.path)
+        digest, size = hashed.result()
+    return Reference("bytes", str(path), size, digest, started_at)
+
+
+def _sha256_of(local: str | os.PathLike[str]) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(local, "rb") as source:
+        while chunk := source.read(CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _resolve(reference: Reference) -> ObjectStoragePath:
+    """The object *reference* names, which must be under the configured base (never anywhere else)."""
+    root = base()
+    path = root / reference.name
+    if str(path) != reference.path or not NAME.fullmatch(reference.name):
+        raise LargeValueError(
+            f"large value at {reference.path} is outside [state] object_storage_path ({root}); it was "
+            "written with another setting: set object_storage_path back, or copy the objects there"
+        )
+    return path
+
+
+def read(reference: Reference) -> Iterator[bytes]:
+    """
+    The object's bytes, a chunk at a time, checked as they come: ``LargeValueCorruptedError`` as
+    soon as there are more bytes than the reference says, and at the end if there are fewer or the
+    sha256 differs. The last chunk is held back until the check passes, so a read that ends without
+    an error has read the value as written, and a corrupted one never delivers all of it.
+    """
+    path = _resolve(reference)
+    hasher = _Hasher()
+    held: bytes | None = None
+    try:
+        try:
+            source = path.open("rb")
+        except FileNotFoundError:
+            raise LargeValueCorruptedError(
+                f"large value object {reference.path} is missing: removed by hand, or by `airflow state "
+                "clean` with a grace period shorter than the upload"
+            ) from None
+        with source:
+            while chunk := source.read(CHUNK_BYTES):
+                hasher.add(chunk)
+                if hasher.size > reference.size:
+                    raise _corrupted(reference, f"it holds more than the {reference.size} bytes written")
+                if held is not None:
+                    yield held
+                held = chunk
+        digest = hasher.hexdigest()
+    finally:
+        hasher.close()
+    if hasher.size != reference.size:
+        raise _corrupted(reference, f"it holds {hasher.size} bytes, {reference.size} were written")
+    if digest != reference.sha256:
+        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if held is not None:
+        yield held
+
+
+def _corrupted(reference: Reference, what: str) -> LargeValueCorruptedError:
+    return LargeValueCorruptedError(
+        f"large value object {reference.path} does not read back as written: {what}. It was changed "
+        "after it was written; the value is lost, write it again"
+    )
+
+
+def copy(reference: Reference) -> Reference:
+    """A new object holding what *reference* names (checked as it is read), and its reference."""
+    return write(read(reference), reference.kind)
+
+
+def read_all(reference: Reference) -> bytes:
+    """The whole object in memory, checked (for JSON values, which are decoded whole anyway)."""
+    return b"".join(read(reference))
+
+
+def read_into(reference: Reference, destination: str | os.PathLike[str] | BinaryIO) -> None:
+    """
+    Stream the object into a local file *path* (written beside it and renamed only once checked,
+    so a failed read leaves the path as it was) or a writable binary file object.
+    """
+    if not isinstance(destination, str | os.PathLike):
+        for chunk in read(reference):
+            destination.write(chunk)
+        return
+    partial = f"{os.fspath(destination)}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        path = _resolve(reference)
+        if path.protocol in SEQUENTIAL_DOWNLOADS:
+            _download_checked(reference, path, partial)
+        else:  # the provider's download (concurrent ranges on S3), then the file hashed once
+            try:
+                path.fs.get_file(path.path, partial)
+            except FileNotFoundError:
+                raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+            digest, size = _sha256_of(partial)
+            _check(reference, digest, size)
+        os.replace(partial, destination)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+#: Filesystems whose ``get_file`` writes the local file front to back (a local copy): it can be
+#: hashed as it grows, in parallel. Others may write ranges out of order (s3fs downloads ranges
+#: concurrently): their file is hashed once downloaded, cheap beside a network download.
+SEQUENTIAL_DOWNLOADS = frozenset({"file", "local"})
+
+
+def _download_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
+    """
+    The filesystem's own ``get_file`` into *partial* (a kernel copy for local files, the provider's
+    download for S3 or GCS), hashed by this thread as the file grows, right behind the download.
+    """
+    open(partial, "wb").close()  # there to be read from the start; the download writes it
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def download() -> None:
+        try:
+            path.fs.get_file(path.path, partial)
+        except BaseException as error:  # raised below, in the caller's thread
+            failure.append(error)
+        finally:
+            finished.set()
+
+    downloader = threading.Thread(target=download, name="state-object-download", daemon=True)
+    downloader.start()
+    digest, size = hashlib.sha256(), 0
+    with open(partial, "rb") as growing:
+        while True:
+            done = finished.is_set()  # read before the last read: nothing is written after it
+            chunk = growing.read(CHUNK_BYTES)
+            if chunk:
+                digest.update(chunk)
+                size += len(chunk)
+            elif done:
+                break
+            else:
+                finished.wait(0.002)
+    downloader.join()
+    if failure:
+        if isinstance(failure[0], FileNotFoundError):
+            raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+        raise failure[0]
+    _check(reference, digest.hexdigest(), size)
+
+
+def _check(reference: Reference, digest: str, size: int) -> None:
+    if size != reference.size:
+        raise _corrupted(reference, f"it holds {size} bytes, {reference.size} were written")
+    if digest != reference.sha256:
+        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object under the base as a listing sees it."""
+
+    path: str
+    size: int
+    modified_at: datetime
+
+
+def listing() -> Iterator[StoredObject]:
+    """Every object named like a large value's under the base, with its last-modified time."""
+    root = base()
+    root.fs.invalidate_cache(root.path)  # a cached listing would miss what was written since
+    try:
+        found = root.fs.ls(root.path, detail=True)
+    except FileNotFoundError:
+        return
+    for info in found:
+        name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+        if info.get("type") != "file" or not NAME.fullmatch(name):
+            continue
+        yield StoredObject(str(root / name), int(info.get("size") or 0), _modified_at(info))
+
+
+def _modified_at(info: dict[str, Any]) -> datetime:
+    """When the storage says the object was last written (local files: mtime; S3: LastModified...)."""
+    for field in ("LastModified", "last_modified", "mtime", "updated", "modified"):
+        moment = info.get(field)
+        if isinstance(moment, datetime):
+            return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if isinstance(moment, int | float):
+            return datetime.fromtimestamp(moment, UTC)
+        if isinstance(moment, str) and moment:
+            parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    # No time at all: treated as written now, so it is never collected by mistake.
+    return datetime.now(UTC)
+
+
+def remove(path: str) -> None:
+    """Remove the object at *path* (from :func:`listing`); one already gone is not an error."""
+    from airflow.sdk import ObjectStoragePath
+
+    ObjectStoragePath(path).unlink(missing_ok=True)
