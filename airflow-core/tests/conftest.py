@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,12 @@ def backend():
     from airflow_task_state.metastore import MetastoreStateBackend
 
     return MetastoreStateBackend()
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> Path:
+    """A file:// object store, configured as workers and `airflow state clean` read it."""
+    root = tmp_path / "objects"
+    root.mkdir()
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{root}")
+    return root

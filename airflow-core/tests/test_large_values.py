@@ -31,15 +31,6 @@ from airflow_task_state.worker import large
 # commit window read and write the metadata database, and run on every database.
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch) -> Path:
-    """A file:// object store, configured as workers and `airflow state clean` read it."""
-    root = tmp_path / "objects"
-    root.mkdir()
-    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{root}")
-    return root
-
-
 def _written(data: bytes, kind: str = "bytes") -> large_values.Reference:
     return storage.write([data[i : i + 1000] for i in range(0, len(data), 1000)], kind)
 

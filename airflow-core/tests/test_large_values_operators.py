@@ -32,14 +32,6 @@ from test_operator_api import (  # noqa: F401 (fixtures)
 )
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "objects"
-    root.mkdir()
-    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{root}")
-    return root
-
-
 def _large(scope, key: str, data: bytes, kind: str = "json") -> large_values.Reference:
     """A large value as a task stores it: the object, then its reference."""
     reference = storage.write([data], kind)

@@ -23,6 +23,7 @@ Imports only the standard library and the configuration.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -117,8 +118,6 @@ def check_fresh(text: str) -> None:
     """
     if not text.startswith(TEXT_PREFIX):
         return
-    import json  # only for references
-
     value = json.loads(text)
     if not is_reference(value):  # an object whose first key is the marker, among others: a value
         return
