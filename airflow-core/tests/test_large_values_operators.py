@@ -65,6 +65,15 @@ def test_rest_shows_a_large_values_reference_and_fetches_it_only_when_asked(api,
     refused(api.get(run.ti("submit", object_url("absent")), headers=viewer), 404, "key_not_found")
 
 
+def test_fetching_an_object_needs_a_credential_and_a_forged_one_is_refused(api, mint, run, asset, store):
+    _large(run.scope("submit"), "big", b"secret" * 20_000, "bytes")
+    _large(AssetScope(asset), "big", b"secret" * 20_000, "bytes")
+    for url in (run.ti("submit", object_url("big")), asset_url(asset, object_url("big"))):
+        assert "Not authenticated" in refused(api.get(url), 401, "unauthenticated")
+        forged = {"Authorization": "Bearer " + mint("admin")[:-4] + "AAAA"}
+        assert "not valid" in refused(api.get(url, headers=forged), 403, "forbidden")
+
+
 def test_rest_without_object_storage_shows_the_reference_but_cannot_fetch(
     api, as_role, run, store, monkeypatch
 ):
