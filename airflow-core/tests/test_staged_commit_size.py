@@ -24,6 +24,8 @@ def test_what_stage_accepts_fits_in_the_commit_body(monkeypatch):
     monkeypatch.setattr(staging, "_warn_at_exit", lambda: None)
     ti = types.SimpleNamespace(id=uuid.uuid4())
     limit = config.max_batch_bytes()
+    # Every value stays a small one (inline in the commit's body), however much room is left.
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", str(limit))
     staging.begin(ti)
     held = staging._by_try[str(ti.id)]
     keys = [f"part_{n:04d}" for n in range(MAX_MANY_KEYS)]
