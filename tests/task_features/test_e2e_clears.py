@@ -86,6 +86,37 @@ def rerun(deployment: Deployment, dag_id: str) -> dict:
     return job()
 
 
+#: How each DAG is cleared after its first run (clear_e2e_views is cleared by its test, paused).
+CLEARS = {
+    "clear_e2e_rest": {},
+    "clear_e2e_dag_run": {},
+    "clear_e2e_cli": {},
+    # the upstream task cleared, the job task with it as its downstream
+    "clear_e2e_downstream": {"task_ids": ["start"], "include_downstream": True},
+    "clear_e2e_keep_always": {},
+    "clear_e2e_failure": {"only_failed": True},  # the UI's default
+    "clear_e2e_failure_never": {"only_failed": True},
+}
+
+
+@pytest.fixture(scope="module")
+def first_jobs(deployment: Deployment, api: httpx.Client, jobs: Path) -> dict[str, str | None]:
+    """The job id each DAG stored in its first run, which submitted one job; then every DAG of
+    :data:`CLEARS` cleared at once, so that their reruns run side by side."""
+    stored = {dag_id: stored_job(deployment, dag_id) for dag_id in CLEARS}
+    assert {dag_id: job_count(jobs, dag_id) for dag_id in CLEARS} == dict.fromkeys(CLEARS, 1)
+    for dag_id, body in CLEARS.items():
+        if dag_id == "clear_e2e_dag_run":
+            response = api.post(f"/api/v2/dags/{dag_id}/dagRuns/{RUN}/clear", json={"dry_run": False})
+            assert response.status_code == 200, response.text
+        elif dag_id == "clear_e2e_cli":
+            # Airflow 3.2 matches --task-regex as a substring of the task id.
+            deployment.airflow("tasks", "clear", dag_id, "--task-regex", "job", "--yes")
+        else:
+            clear_task_instances(api, dag_id, **body)
+    return stored
+
+
 def test_a_retry_reconnects_to_its_job(deployment, jobs):
     [job] = deployment.task_instances("clear_e2e_retry", RUN)
     assert (job["state"], job["try_number"]) == ("success", 2)
@@ -93,39 +124,26 @@ def test_a_retry_reconnects_to_its_job(deployment, jobs):
 
 
 @pytest.mark.parametrize("way", ["rest", "dag_run", "cli", "downstream"])
-def test_a_clear_after_success_submits_a_new_job(deployment, api, jobs, way):
+def test_a_clear_after_success_submits_a_new_job(deployment, first_jobs, jobs, way):
     dag_id = f"clear_e2e_{way}"
-    first_job = stored_job(deployment, dag_id)
-    assert first_job is not None and job_count(jobs, dag_id) == 1
-    if way == "rest":
-        clear_task_instances(api, dag_id)
-    elif way == "dag_run":
-        response = api.post(f"/api/v2/dags/{dag_id}/dagRuns/{RUN}/clear", json={"dry_run": False})
-        assert response.status_code == 200, response.text
-    elif way == "cli":
-        # Airflow 3.2 matches --task-regex as a substring of the task id.
-        deployment.airflow("tasks", "clear", dag_id, "--task-regex", "job", "--yes")
-    else:  # the upstream task cleared, the job task with it as its downstream
-        clear_task_instances(api, dag_id, task_ids=["start"], include_downstream=True)
+    first_job = first_jobs[dag_id]
+    assert first_job is not None
     job = rerun(deployment, dag_id)
     assert job["try_number"] == 2
     assert job_count(jobs, dag_id) == 2, deployment.logs()
     assert stored_job(deployment, dag_id) not in (None, first_job)
 
 
-def test_a_task_that_keeps_its_state_always_reconnects_after_success(deployment, api, jobs):
+def test_a_task_that_keeps_its_state_always_reconnects_after_success(deployment, first_jobs, jobs):
     dag_id = "clear_e2e_keep_always"
-    first_job = stored_job(deployment, dag_id)
-    clear_task_instances(api, dag_id)
     assert rerun(deployment, dag_id)["try_number"] == 2
-    assert job_count(jobs, dag_id) == 1 and stored_job(deployment, dag_id) == first_job
+    assert job_count(jobs, dag_id) == 1 and stored_job(deployment, dag_id) == first_jobs[dag_id]
 
 
 @pytest.mark.parametrize(("dag_id", "jobs_after"), [("clear_e2e_failure", 1), ("clear_e2e_failure_never", 2)])
-def test_a_clear_after_failure_reconnects_unless_never_kept(deployment, api, jobs, dag_id, jobs_after):
-    first_job = stored_job(deployment, dag_id)
-    assert first_job is not None and job_count(jobs, dag_id) == 1
-    clear_task_instances(api, dag_id, only_failed=True)  # the UI's default
+def test_a_clear_after_failure_reconnects_unless_never_kept(deployment, first_jobs, jobs, dag_id, jobs_after):
+    first_job = first_jobs[dag_id]
+    assert first_job is not None
     assert rerun(deployment, dag_id)["try_number"] == 2
     assert job_count(jobs, dag_id) == jobs_after, deployment.logs()
     assert (stored_job(deployment, dag_id) == first_job) == (jobs_after == 1)

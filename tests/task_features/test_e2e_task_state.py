@@ -13,16 +13,46 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 from state_testing.credentials import credential_for
 from state_testing.deployment import Deployment
 
 CORPUS_DAG = Path(__file__).parents[2] / "airflow-core" / "tests" / "dags" / "state_key_corpus.py"
 
 
-def run_to_end(deployment: Deployment, dag_id: str, run_id: str, conf: dict | None = None) -> None:
-    deployment.wait_for_dag(dag_id, timeout=90)
-    deployment.trigger(dag_id, run_id, conf=conf)
-    state = deployment.wait_for_run(dag_id, run_id, timeout=120)
+#: The runs the tests check, triggered together as the module starts (the deployment runs four task
+#: instances at once) and each waited for by its test. The second watermark run, which must follow
+#: the first, and the API server restart's run, which wants the deployment to itself, start in their tests.
+RUNS = {
+    "crash_1": "example_resumable_job",
+    "mapped_1": "example_mapped_state",
+    "async_1": "example_async_state",
+    "watermark_1": "example_asset_watermark",
+    "async_tokens": "example_async_state",
+    "forked_1": "state_forked_first_calls",
+    "writes_1": "state_first_call_writes",
+    "corpus_1": "state_key_corpus",
+    "versions_1": "state_versions_surface",
+    "clear_1": "state_clear_on_success",
+    "rows_1": "example_row_counter",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jobs_before(deployment: Deployment, jobs: Path) -> set[Path]:
+    """The simulated jobs other modules' runs submitted, then every run of :data:`RUNS` triggered."""
+    before = set(jobs.glob("*.submitted"))
+    for run_id, dag_id in RUNS.items():
+        deployment.wait_for_dag(dag_id, timeout=90)
+        deployment.trigger(dag_id, run_id)
+    return before
+
+
+def run_to_end(deployment: Deployment, dag_id: str, run_id: str) -> None:
+    if RUNS.get(run_id) != dag_id:
+        deployment.wait_for_dag(dag_id, timeout=90)
+        deployment.trigger(dag_id, run_id)
+    state = deployment.wait_for_run(dag_id, run_id, timeout=240)
     assert state == "success", deployment.logs()
 
 
@@ -38,12 +68,12 @@ def task_state(deployment: Deployment, dag_id: str, run_id: str) -> dict[tuple[s
     }
 
 
-def test_worker_killed_after_submitting_reconnects_on_retry(deployment, jobs):
-    # The deployment's other runs submit simulated jobs too: count the ones this run submitted.
-    before = set(jobs.glob("*.submitted"))
+def test_worker_killed_after_submitting_reconnects_on_retry(deployment, jobs, jobs_before):
+    # The deployment's other runs submit simulated jobs too: count the ones this run submitted
+    # (crash_1 is this module's only run of a DAG that submits them).
     run_to_end(deployment, "example_resumable_job", "crash_1")
 
-    submitted = sorted(path.stem for path in set(jobs.glob("*.submitted")) - before)
+    submitted = sorted(path.stem for path in set(jobs.glob("*.submitted")) - jobs_before)
     assert len(submitted) == 1, f"expected one job, got {submitted}"
     [ti] = deployment.task_instances("example_resumable_job", "crash_1")
     assert (ti["state"], ti["try_number"]) == ("success", 2)
@@ -195,6 +225,8 @@ def test_every_key_round_trips_exactly_through_the_api_server(deployment):
 
 
 def test_writes_survive_an_api_server_restart(deployment):
+    for run_id, dag_id in RUNS.items():  # nothing else is running when the API server goes away
+        deployment.wait_for_run(dag_id, run_id, timeout=240)
     deployment.wait_for_dag("state_writes_through_restart", timeout=90)
     deployment.trigger("state_writes_through_restart", "restart_1")
 
