@@ -25,6 +25,8 @@ EXAMPLE_DAGS = Path(example_dags.__file__).parent
 def dags_test(tmp_path_factory):
     """Run `airflow dags test DAG_ID` on a DAG folder; return its output and the new run's id."""
 
+    serialized: set[Path] = set()
+
     def run(folder: Path, dag_id: str, *extra: str) -> tuple[str, str]:
         # Each run gets its own folder of simulated jobs, kept as run.jobs for the test to count.
         run.jobs = jobs = tmp_path_factory.mktemp("jobs")
@@ -33,7 +35,9 @@ def dags_test(tmp_path_factory):
             mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(folder))
             mp.setenv("STATE_EXAMPLE_JOBS_DIR", str(jobs))
             mp.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
-            run_airflow("dags", "reserialize")
+            if folder not in serialized:  # the files do not change during the module: once a folder
+                run_airflow("dags", "reserialize")
+                serialized.add(folder)
             result = run_airflow("dags", "test", dag_id, *extra)
         return result.stdout + result.stderr, latest_run_id(dag_id)
 
