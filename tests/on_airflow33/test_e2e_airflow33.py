@@ -105,15 +105,12 @@ def viewer(deployment: Deployment) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def first_runs(deployment: Deployment, admin: httpx.Client) -> None:
+def first_runs(deployment: Deployment) -> None:
     """Every DAG's first run, triggered at once and finished as expected."""
     for dag_id in FIRST_RUNS:
         deployment.wait_for_dag(dag_id, timeout=120)
     for dag_id, (conf, _) in FIRST_RUNS.items():
-        triggered = admin.post(
-            f"/api/v2/dags/{dag_id}/dagRuns", json={"dag_run_id": RUN, "logical_date": None, "conf": conf}
-        )
-        assert triggered.status_code == 200, triggered.text
+        deployment.trigger(dag_id, RUN, conf=conf)
     for dag_id, (_, ends) in FIRST_RUNS.items():
         assert deployment.wait_for_run(dag_id, RUN, timeout=240) == ends, deployment.logs()
 
