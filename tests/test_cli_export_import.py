@@ -693,7 +693,7 @@ def test_a_large_value_exports_as_its_reference_and_imports_with_a_copy_of_its_o
     get_state_backend().delete(scope, "ckpt")
     cli("import", str(path))
     imported = large_values.parse(json.loads(get_state_backend().get(scope, "ckpt")))
-    assert imported.path != original.path and imported.sha256 == original.sha256
+    assert imported.path != original.path and imported.digest == original.digest
     assert b"".join(objects.read(imported)) == data
     # The exported reference's object is gone (collected): nothing is written.
     objects.remove(original.path)

@@ -1,12 +1,13 @@
 """
 The objects of large values in ``[state] object_storage_path``: written whole under a fresh random
 name and hashed as they go (:func:`write` streams, :func:`write_file` uploads a local file with the
-filesystem's own ``put_file``), read back checked against the reference's size and sha256
+filesystem's own ``put_file``), read back checked against the reference's size and digest
 (:func:`read` streams, :func:`read_into` downloads to a path with ``get_file``), copied for an
 import (:func:`copy`), listed and removed by ``airflow state clean`` (:func:`listing`, :func:`remove`).
 
-Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the sha256 runs in a thread
-beside the I/O (``hashlib`` releases the GIL), so it adds no time while it is faster than the storage.
+Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the digest (BLAKE3 for new
+objects, sha256 for references written before it: :data:`..large_values.ALGORITHMS`) runs in a
+thread beside the I/O (both release the GIL), so it adds no time while it is faster than the storage.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+import blake3
 
 from airflow_task_state import config
 from airflow_task_state.exceptions import LargeValueCorruptedError, LargeValueError, StateConfigurationError
-from airflow_task_state.large_values import KINDS, NAME, Reference
+from airflow_task_state.large_values import ALGORITHMS, KINDS, NAME, Reference
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -61,13 +64,27 @@ def base() -> ObjectStoragePath:
     return ObjectStoragePath(text)
 
 
-class _Hasher:
-    """sha256 and size of chunks, each hashed in a thread while the caller moves the next one."""
+class _Digest(Protocol):
+    def update(self, data: bytes | bytearray | memoryview, /) -> object: ...
+    def hexdigest(self) -> str: ...
 
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()
+
+def new_digest(algorithm: str = ALGORITHMS[0]) -> _Digest:
+    """An empty digest of *algorithm*: BLAKE3 for new objects, sha256 for references made before it."""
+    if algorithm == "blake3":
+        return blake3.blake3()
+    if algorithm == "sha256":
+        return hashlib.sha256()
+    raise ValueError(f"no digest named {algorithm!r}; large values use one of {ALGORITHMS}")
+
+
+class _Hasher:
+    """The digest and size of chunks, each hashed in a thread while the caller moves the next one."""
+
+    def __init__(self, algorithm: str = ALGORITHMS[0]) -> None:
+        self._digest = new_digest(algorithm)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="state-object-hash")
-        self._pending: Future[None] | None = None
+        self._pending: Future[object] | None = None
         self.size = 0
 
     def add(self, chunk: bytes) -> None:
@@ -130,18 +147,21 @@ def write_file(local: str | os.PathLike[str]) -> Reference:
     started_at = datetime.now(UTC)  # before the first byte: the collection rule counts from here
     path = root / uuid.uuid4().hex
     with ThreadPoolExecutor(1, thread_name_prefix="state-object-hash") as hasher:
-        hashed = hasher.submit(_sha256_of, local)
+        hashed = hasher.submit(_digest_of, local, ALGORITHMS[0])
         path.fs.put_file(os.fspath(local), path.path)
         digest, size = hashed.result()
     return Reference("bytes", str(path), size, digest, started_at)
 
 
-def _sha256_of(local: str | os.PathLike[str]) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(local, "rb") as source:
-        while chunk := source.read(CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
+def _digest_of(local: str | os.PathLike[str], algorithm: str) -> tuple[str, int]:
+    """The digest and size of a local file, read into one reused buffer (no chunk is copied)."""
+    digest, size = new_digest(algorithm), 0
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    with open(local, "rb", buffering=0) as source:
+        while read := source.readinto(buffer):
+            digest.update(view[:read])
+            size += read
     return digest.hexdigest(), size
 
 
@@ -165,7 +185,7 @@ def read(reference: Reference) -> Iterator[bytes]:
     an error has read the value as written, and a corrupted one never delivers all of it.
     """
     path = _resolve(reference)
-    hasher = _Hasher()
+    hasher = _Hasher(reference.algorithm)
     held: bytes | None = None
     try:
         try:
@@ -188,8 +208,8 @@ def read(reference: Reference) -> Iterator[bytes]:
         hasher.close()
     if hasher.size != reference.size:
         raise _corrupted(reference, f"it holds {hasher.size} bytes, {reference.size} were written")
-    if digest != reference.sha256:
-        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if digest != reference.digest:
+        raise _corrupted(reference, f"its {reference.algorithm} is {digest}, {reference.digest} was written")
     if held is not None:
         yield held
 
@@ -202,7 +222,10 @@ def _corrupted(reference: Reference, what: str) -> LargeValueCorruptedError:
 
 
 def copy(reference: Reference) -> Reference:
-    """A new object holding what *reference* names (checked as it is read), and its reference."""
+    """
+    A new object holding what *reference* names (checked as it is read), and its reference, with
+    the current digest (an import of an old sha256 reference gets a BLAKE3 one).
+    """
     return write(read(reference), reference.kind)
 
 
@@ -230,7 +253,7 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
                 path.fs.get_file(path.path, partial)
             except FileNotFoundError:
                 raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
-            digest, size = _sha256_of(partial)
+            digest, size = _digest_of(partial, reference.algorithm)
             _check(reference, digest, size)
         os.replace(partial, destination)
     finally:
@@ -263,14 +286,16 @@ def _download_checked(reference: Reference, path: ObjectStoragePath, partial: st
 
     downloader = threading.Thread(target=download, name="state-object-download", daemon=True)
     downloader.start()
-    digest, size = hashlib.sha256(), 0
-    with open(partial, "rb") as growing:
+    digest, size = new_digest(reference.algorithm), 0
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    with open(partial, "rb", buffering=0) as growing:
         while True:
             done = finished.is_set()  # read before the last read: nothing is written after it
-            chunk = growing.read(CHUNK_BYTES)
-            if chunk:
-                digest.update(chunk)
-                size += len(chunk)
+            read = growing.readinto(buffer)
+            if read:
+                digest.update(view[:read])
+                size += read
             elif done:
                 break
             else:
@@ -286,8 +311,8 @@ def _download_checked(reference: Reference, path: ObjectStoragePath, partial: st
 def _check(reference: Reference, digest: str, size: int) -> None:
     if size != reference.size:
         raise _corrupted(reference, f"it holds {size} bytes, {reference.size} were written")
-    if digest != reference.sha256:
-        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if digest != reference.digest:
+        raise _corrupted(reference, f"its {reference.algorithm} is {digest}, {reference.digest} was written")
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ class _StateNamespace:
         """
         Stream the bytes stored under *key* (by :meth:`set_file` or :meth:`set_bytes`) into
         *destination*, a local path or a binary file object open for writing; ``False`` when the
-        key holds nothing. Checked against the size and sha256 recorded when they were written:
+        key holds nothing. Checked against the size and digest (BLAKE3) recorded when they were written:
         ``LargeValueCorruptedError`` if they differ. A path is written beside it and renamed only
         once checked; a file object may have received bytes before the error: discard them.
         """
