@@ -205,6 +205,28 @@ def test_a_reference_is_stored_only_within_half_the_grace_period_of_its_upload(s
         codec.encode(ahead.as_value())
 
 
+@pytest.mark.any_database
+def test_a_staged_file_committed_late_in_its_window_is_sent_as_a_fresh_copy(store, monkeypatch):
+    """A staged file is uploaded when staged; a commit past half the window re-uploads it, checked."""
+    from airflow_shared.state import StagedOp
+    from airflow_task_state.worker.staging import Staged
+
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "2h")
+    data = os.urandom(100_000)
+    written = _written(data)
+    recent = Staged(StagedOp.SET, codec.encode(written.as_value()))
+    assert recent.as_sent(upload=True) == recent  # within half the window: sent as staged
+    old = large_values.Reference(
+        written.kind, written.path, written.size, written.digest, datetime.now(UTC) - timedelta(minutes=40)
+    )
+    sent = Staged(StagedOp.SET, codec.encode(old.as_value())).as_sent(upload=True)
+    assert sent.text is not None
+    fresh = large_values.parse(json.loads(sent.text))
+    assert fresh.path != old.path and (fresh.size, fresh.digest) == (old.size, old.digest)
+    assert datetime.now(UTC) - fresh.started_at < timedelta(minutes=1)
+    assert b"".join(storage.read(fresh)) == data
+
+
 # --- a writer killed mid-upload -------------------------------------------------------------------
 
 _SLOW_WRITER = """
