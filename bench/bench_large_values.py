@@ -67,10 +67,11 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def timed(operation: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def timed(operation: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of this process (all its threads, user and system)."""
+    start, cpu = time.perf_counter(), time.process_time()
     operation()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def p99(values: list[float]) -> float:
@@ -97,27 +98,48 @@ def compare(storage: str, source: Path, scratch: Path, rounds: int) -> None:
     def our_write() -> None:
         references.append(large_values.parse(json.loads(large.store_file(source))))
 
+    # Each read to a path that does not exist yet, as a task restoring a checkpoint does; the last
+    # one removed untimed. (Replacing an existing file by rename makes ext4 flush the new file to
+    # disk first, auto_da_alloc: seconds for 1 GiB, which a bench overwriting one path would time.)
+    reads = {"fsspec": 0, "ours": 0}
+
+    def fresh_target(side: str) -> Path:
+        previous = scratch / f"{side}-{reads[side]}.bin"
+        previous.unlink(missing_ok=True)
+        reads[side] += 1
+        return scratch / f"{side}-{reads[side]}.bin"
+
     def fsspec_read() -> None:
-        fs.get_file(copies[-1], str(scratch / "fsspec.bin"))
+        fs.get_file(copies[-1], str(targets["fsspec"]))
 
     def our_read() -> None:
-        large.read_file(references[-1], scratch / "ours.bin")
+        large.read_file(references[-1], targets["ours"])
+
+    targets = {"fsspec": fresh_target("fsspec"), "ours": fresh_target("ours")}
 
     size = source.stat().st_size
     print(f"\n{storage}: {size // MIB} MiB, {rounds} rounds")
-    print(f"{'op':<7}{'side':<8}{'median s':>10}{'mean s':>9}{'p99 s':>8}{'MiB/s':>8}{'memory +MiB':>13}")
+    print(
+        f"{'op':<7}{'side':<8}{'median s':>10}{'mean s':>9}{'p99 s':>8}{'MiB/s':>8}{'memory +MiB':>13}"
+        f"{'CPU s':>8}"
+    )
     for op, theirs, ours in (("write", fsspec_write, our_write), ("read", fsspec_read, our_read)):
         times: dict[str, list[float]] = {"fsspec": [], "ours": []}
         grown = {"fsspec": 0, "ours": 0}
+        cpus: dict[str, list[float]] = {"fsspec": [], "ours": []}
         theirs(), ours()  # warm: connections, the first listing
+        targets = {side: fresh_target(side) for side in targets}
         for _ in range(rounds):
             for side, operation in (("fsspec", theirs), ("ours", ours)):
+                targets[side] = fresh_target(side)  # untimed: the previous read's file removed
                 with PeakMemory() as memory:
-                    times[side].append(timed(operation))
+                    wall, cpu = timed(operation)
+                times[side].append(wall)
+                cpus[side].append(cpu)
                 grown[side] = max(grown[side], memory.grown)
         for side, values in times.items():
             median = statistics.median(values)
-            shown = f"{grown[side] / MIB:>13.1f}"
+            shown = f"{grown[side] / MIB:>13.1f}{statistics.median(cpus[side]):>8.2f}"
             print(
                 f"{op:<7}{side:<8}{median:>10.3f}{statistics.mean(values):>9.3f}{p99(values):>8.3f}"
                 f"{size / MIB / median:>8.0f}{shown}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -247,8 +246,8 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
     partial = f"{os.fspath(destination)}.partial-{uuid.uuid4().hex[:8]}"
     try:
         path = _resolve(reference)
-        if path.protocol in SEQUENTIAL_DOWNLOADS:
-            _download_checked(reference, path, partial)
+        if path.protocol in LOCAL_PROTOCOLS:
+            _copy_local_checked(reference, path, partial)
         else:  # the provider's download (concurrent ranges on S3), then the file hashed once
             try:
                 path.fs.get_file(path.path, partial)
@@ -264,51 +263,37 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
             os.remove(partial)
 
 
-#: Filesystems whose ``get_file`` writes the local file front to back (a local copy): it can be
-#: hashed as it grows, in parallel. Others may write ranges out of order (s3fs downloads ranges
-#: concurrently): their file is hashed once downloaded, cheap beside a network download.
-SEQUENTIAL_DOWNLOADS = frozenset({"file", "local"})
+#: Filesystems whose objects are files on this machine: copied by the kernel while this thread
+#: hashes the object where it lies. Others (S3, GCS...) download, then the file is hashed once.
+LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
 
-def _download_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
+def _copy_local_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
     """
-    The filesystem's own ``get_file`` into *partial* (a kernel copy for local files, the provider's
-    download for S3 or GCS), hashed by this thread as the file grows, right behind the download.
+    The filesystem's own ``get_file`` into *partial* (a kernel copy, in a thread), while this
+    thread hashes the object itself from its mapped pages: two cores, no byte copied into Python.
+    The object's inode, size and change time read before and after prove nothing wrote it in
+    between, so the copy holds the bytes hashed (hashing the copy as it grows was twice as slow:
+    the reader and the kernel's writer contend for the same new pages).
     """
-    open(partial, "wb").close()  # there to be read from the start; the download writes it
-    failure: list[BaseException] = []
-    finished = threading.Event()
+    try:
+        before = os.stat(path.path)
+    except FileNotFoundError:
+        raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+    with ThreadPoolExecutor(1, thread_name_prefix="state-object-download") as downloader:
+        copied = downloader.submit(path.fs.get_file, path.path, partial)
+        digest = new_digest(reference.algorithm)
+        with open(path.path, "rb", buffering=0) as source:
+            _hash_mapped(digest, source.fileno(), 0, before.st_size)
+        copied.result()
+    after = os.stat(path.path)
+    if _identity(after) != _identity(before) or os.path.getsize(partial) != before.st_size:
+        raise _corrupted(reference, "it was written to while it was being read")
+    _check(reference, digest.hexdigest(), before.st_size)
 
-    def download() -> None:
-        try:
-            path.fs.get_file(path.path, partial)
-        except BaseException as error:  # raised below, in the caller's thread
-            failure.append(error)
-        finally:
-            finished.set()
 
-    downloader = threading.Thread(target=download, name="state-object-download", daemon=True)
-    downloader.start()
-    digest, size = new_digest(reference.algorithm), 0
-    with open(partial, "rb", buffering=0) as growing:
-        while True:
-            done = finished.is_set()  # read before the size: nothing is written after it
-            written = os.fstat(growing.fileno()).st_size
-            # Whole windows while the download runs (the last page may still be filling), all at the end.
-            end = written if done else written - written % CHUNK_BYTES
-            if end > size:
-                _hash_mapped(digest, growing.fileno(), size, end)
-                size = end
-            elif done:
-                break
-            else:
-                finished.wait(0.002)
-    downloader.join()
-    if failure:
-        if isinstance(failure[0], FileNotFoundError):
-            raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
-        raise failure[0]
-    _check(reference, digest.hexdigest(), size)
+def _identity(status: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _hash_mapped(digest: _Digest, fileno: int, start: int, end: int) -> None:
