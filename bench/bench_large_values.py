@@ -132,6 +132,9 @@ def compare(storage: str, source: Path, scratch: Path, rounds: int) -> None:
         for _ in range(rounds):
             for side, operation in (("fsspec", theirs), ("ours", ours)):
                 targets[side] = fresh_target(side)  # untimed: the previous read's file removed
+                # Untimed: the previous operation's dirty pages written out, so that no side pays
+                # for the other's writeback (1 GiB at the disk's few hundred MB/s takes seconds).
+                os.sync()
                 with PeakMemory() as memory:
                     wall, cpu = timed(operation)
                 times[side].append(wall)
