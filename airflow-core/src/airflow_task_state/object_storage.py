@@ -181,7 +181,7 @@ def read(reference: Reference) -> Iterator[bytes]:
     """
     The object's bytes, a chunk at a time, checked as they come: ``LargeValueCorruptedError`` as
     soon as there are more bytes than the reference says, and at the end if there are fewer or the
-    sha256 differs. The last chunk is held back until the check passes, so a read that ends without
+    digest differs. The last chunk is held back until the check passes, so a read that ends without
     an error has read the value as written, and a corrupted one never delivers all of it.
     """
     path = _resolve(reference)
