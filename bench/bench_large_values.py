@@ -7,15 +7,22 @@ Sides, per storage (``file://`` on local disk; ``--s3``: also moto's S3 server, 
 connection as a deployment reaches S3):
 
 - ``write``: ``task_state.set_file(key, path)``'s upload (``worker.large.store_file``: the
-  filesystem's ``put_file``, the file hashed in a thread beside it) vs ``fs.put_file(path, remote)``;
+  filesystem's ``put_file``, the file's BLAKE3 computed in a thread beside it) vs
+  ``fs.put_file(path, remote)``;
 - ``read``: ``task_state.get_file(key, path)``'s download (``worker.large.read_file``: the
-  filesystem's ``get_file`` beside the path, hashed as it grows, renamed once checked) vs
-  ``fs.get_file(remote, path)``.
+  filesystem's ``get_file`` beside the path, renamed once checked; a local object hashed where it
+  lies while the kernel copies it, a remote one's download hashed once complete) vs
+  ``fs.get_file(remote, path)``. Each read goes to a path that does not exist yet, as a task
+  restoring a checkpoint does.
+
+Before every timed operation, untimed, ``os.sync()`` writes out the dirty pages the previous one
+left, so that no side pays for the other's writeback.
 
 The one small HTTP request set_file/get_file add for the reference is left out: milliseconds
 against seconds. Each row shows seconds (median, mean, p99 of the rounds), the ratio of speeds
 (fsspec time / ours: the target is >= 0.9), and the most the process's resident memory grew during
-each side (ours adds a few 8 MiB chunks to what the filesystem's own client holds).
+each side (ours adds a few 8 MiB chunks to what the filesystem's own client holds), and the CPU
+seconds of each side (all threads: ours hashes on a second core, so its ratio holds when one is free).
 
 Then the small value's path: ``worker.large.encode`` and ``worker.large.load`` (what set() and
 get() now call) vs ``codec.encode`` and nothing, on a 100-byte value, in ns per call.
