@@ -277,16 +277,16 @@ def _copy_local_checked(reference: Reference, path: ObjectStoragePath, partial: 
     the reader and the kernel's writer contend for the same new pages).
     """
     try:
-        before = os.stat(path.path)
-    except FileNotFoundError:
-        raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
-    with ThreadPoolExecutor(1, thread_name_prefix="state-object-download") as downloader:
-        copied = downloader.submit(path.fs.get_file, path.path, partial)
-        digest = new_digest(reference.algorithm)
         with open(path.path, "rb", buffering=0) as source:
-            _hash_mapped(digest, source.fileno(), 0, before.st_size)
-        copied.result()
-    after = os.stat(path.path)
+            before = os.fstat(source.fileno())
+            with ThreadPoolExecutor(1, thread_name_prefix="state-object-download") as downloader:
+                copied = downloader.submit(path.fs.get_file, path.path, partial)
+                digest = new_digest(reference.algorithm)
+                _hash_mapped(digest, source.fileno(), 0, before.st_size)
+                copied.result()
+        after = os.stat(path.path)
+    except FileNotFoundError:  # removed before the read, or during it
+        raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
     if _identity(after) != _identity(before) or os.path.getsize(partial) != before.st_size:
         raise _corrupted(reference, "it was written to while it was being read")
     _check(reference, digest.hexdigest(), before.st_size)
