@@ -7,15 +7,22 @@ Sides, per storage (``file://`` on local disk; ``--s3``: also moto's S3 server, 
 connection as a deployment reaches S3):
 
 - ``write``: ``task_state.set_file(key, path)``'s upload (``worker.large.store_file``: the
-  filesystem's ``put_file``, the file hashed in a thread beside it) vs ``fs.put_file(path, remote)``;
+  filesystem's ``put_file``, the file's BLAKE3 computed in a thread beside it) vs
+  ``fs.put_file(path, remote)``;
 - ``read``: ``task_state.get_file(key, path)``'s download (``worker.large.read_file``: the
-  filesystem's ``get_file`` beside the path, hashed as it grows, renamed once checked) vs
-  ``fs.get_file(remote, path)``.
+  filesystem's ``get_file`` beside the path, renamed once checked; a local object hashed where it
+  lies while the kernel copies it, a remote one's download hashed once complete) vs
+  ``fs.get_file(remote, path)``. Each read goes to a path that does not exist yet, as a task
+  restoring a checkpoint does.
+
+Before every timed operation, untimed, ``os.sync()`` writes out the dirty pages the previous one
+left, so that no side pays for the other's writeback.
 
 The one small HTTP request set_file/get_file add for the reference is left out: milliseconds
 against seconds. Each row shows seconds (median, mean, p99 of the rounds), the ratio of speeds
 (fsspec time / ours: the target is >= 0.9), and the most the process's resident memory grew during
-each side (ours adds a few 8 MiB chunks to what the filesystem's own client holds).
+each side (ours adds a few 8 MiB chunks to what the filesystem's own client holds), and the CPU
+seconds of each side (all threads: ours hashes on a second core, so its ratio holds when one is free).
 
 Then the small value's path: ``worker.large.encode`` and ``worker.large.load`` (what set() and
 get() now call) vs ``codec.encode`` and nothing, on a 100-byte value, in ns per call.
@@ -67,10 +74,11 @@ class PeakMemory:
         return self.peak - self.start
 
 
-def timed(operation: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def timed(operation: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of this process (all its threads, user and system)."""
+    start, cpu = time.perf_counter(), time.process_time()
     operation()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def p99(values: list[float]) -> float:
@@ -97,27 +105,51 @@ def compare(storage: str, source: Path, scratch: Path, rounds: int) -> None:
     def our_write() -> None:
         references.append(large_values.parse(json.loads(large.store_file(source))))
 
+    # Each read to a path that does not exist yet, as a task restoring a checkpoint does; the last
+    # one removed untimed. (Replacing an existing file by rename makes ext4 flush the new file to
+    # disk first, auto_da_alloc: seconds for 1 GiB, which a bench overwriting one path would time.)
+    reads = {"fsspec": 0, "ours": 0}
+
+    def fresh_target(side: str) -> Path:
+        previous = scratch / f"{side}-{reads[side]}.bin"
+        previous.unlink(missing_ok=True)
+        reads[side] += 1
+        return scratch / f"{side}-{reads[side]}.bin"
+
     def fsspec_read() -> None:
-        fs.get_file(copies[-1], str(scratch / "fsspec.bin"))
+        fs.get_file(copies[-1], str(targets["fsspec"]))
 
     def our_read() -> None:
-        large.read_file(references[-1], scratch / "ours.bin")
+        large.read_file(references[-1], targets["ours"])
+
+    targets = {"fsspec": fresh_target("fsspec"), "ours": fresh_target("ours")}
 
     size = source.stat().st_size
     print(f"\n{storage}: {size // MIB} MiB, {rounds} rounds")
-    print(f"{'op':<7}{'side':<8}{'median s':>10}{'mean s':>9}{'p99 s':>8}{'MiB/s':>8}{'memory +MiB':>13}")
+    print(
+        f"{'op':<7}{'side':<8}{'median s':>10}{'mean s':>9}{'p99 s':>8}{'MiB/s':>8}{'memory +MiB':>13}"
+        f"{'CPU s':>8}"
+    )
     for op, theirs, ours in (("write", fsspec_write, our_write), ("read", fsspec_read, our_read)):
         times: dict[str, list[float]] = {"fsspec": [], "ours": []}
         grown = {"fsspec": 0, "ours": 0}
+        cpus: dict[str, list[float]] = {"fsspec": [], "ours": []}
         theirs(), ours()  # warm: connections, the first listing
+        targets = {side: fresh_target(side) for side in targets}
         for _ in range(rounds):
             for side, operation in (("fsspec", theirs), ("ours", ours)):
+                targets[side] = fresh_target(side)  # untimed: the previous read's file removed
+                # Untimed: the previous operation's dirty pages written out, so that no side pays
+                # for the other's writeback (1 GiB at the disk's few hundred MB/s takes seconds).
+                os.sync()
                 with PeakMemory() as memory:
-                    times[side].append(timed(operation))
+                    wall, cpu = timed(operation)
+                times[side].append(wall)
+                cpus[side].append(cpu)
                 grown[side] = max(grown[side], memory.grown)
         for side, values in times.items():
             median = statistics.median(values)
-            shown = f"{grown[side] / MIB:>13.1f}"
+            shown = f"{grown[side] / MIB:>13.1f}{statistics.median(cpus[side]):>8.2f}"
             print(
                 f"{op:<7}{side:<8}{median:>10.3f}{statistics.mean(values):>9.3f}{p99(values):>8.3f}"
                 f"{size / MIB / median:>8.0f}{shown}"

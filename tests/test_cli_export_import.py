@@ -693,7 +693,7 @@ def test_a_large_value_exports_as_its_reference_and_imports_with_a_copy_of_its_o
     get_state_backend().delete(scope, "ckpt")
     cli("import", str(path))
     imported = large_values.parse(json.loads(get_state_backend().get(scope, "ckpt")))
-    assert imported.path != original.path and imported.sha256 == original.sha256
+    assert imported.path != original.path and imported.digest == original.digest
     assert b"".join(objects.read(imported)) == data
     # The exported reference's object is gone (collected): nothing is written.
     objects.remove(original.path)
@@ -708,3 +708,40 @@ def test_a_large_value_exports_as_its_reference_and_imports_with_a_copy_of_its_o
     message = refused("import", str(path), "-a", "overwrite", "-y")
     assert message == "refused 1 of 1 row; nothing was imported"
     assert "importing it copies its object, which needs [state] object_storage_path" in message.stderr
+
+
+def test_clean_on_redis_keeps_objects_only_redis_references_and_collects_the_rest(
+    cli, backend_named, deployment, tmp_path, monkeypatch
+):
+    """
+    `airflow state clean` reads references through the configured backend (entries of every task
+    instance and asset), so on Redis it keeps what Redis names, in task and asset state, and
+    removes objects no key names once past the grace period.
+    """
+    import os
+    import time
+
+    from airflow_task_state import object_storage as objects
+
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{tmp_path}")
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "2h")
+    backend_named("redis")
+    backend = get_state_backend()
+    kept = {name: objects.write([name.encode() * 1000], "bytes") for name in ("task", "mapped", "asset")}
+    backend.set(deployment.scopes["run1/extract/-1"], "ckpt", codec.encode(kept["task"].as_value()))
+    backend.set(deployment.scopes["run1/mapped/1"], "ckpt", codec.encode(kept["mapped"].as_value()))
+    backend.set(deployment.scopes["asset"], "ckpt", codec.encode(kept["asset"].as_value()))
+    orphan = objects.write([b"left by a killed writer"], "bytes")
+    young = objects.write([b"in flight"], "bytes")
+    day_ago = time.time() - 86_400  # every object past the grace period but the one in flight
+    for reference in (*kept.values(), orphan):
+        os.utime(reference.path.removeprefix("file://"), (day_ago, day_ago))
+    # The metastore holds nothing of this: only Redis names the kept objects.
+    assert MetastoreStateBackend().get(deployment.scopes["asset"], "ckpt") is None
+    out = cli("clean", "-y")
+    assert "Removed 1 object (" in out and "kept 3 referenced and 1 younger" in out, out
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left >= {reference.name for reference in (*kept.values(), young)}
+    assert orphan.name not in left
+    for reference in kept.values():
+        assert b"".join(objects.read(reference))[:5] in (b"taskt", b"mappe", b"asset")

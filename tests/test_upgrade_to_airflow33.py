@@ -8,8 +8,9 @@ says: on a database of this module's own, on each of SQLite, PostgreSQL and Mari
    others it is only triggered (its tasks' state is the fill's, and that pass spends the minute
    on what differs by database); then tests/upgrade_scripts/fill_state_32.py writes through our
    backend what server code can (unusual keys and values, versions, expiries future and past,
-   writers of each kind, a commit record, over 1000 keys: several batches) and records every key as
-   our backend reads it.
+   writers of each kind, a commit record, over 1000 keys: several batches), large values as task
+   code writes them (objects in a ``file://`` store both lines are configured with, references in
+   the store), and records every key as our backend reads it.
 2. Airflow 3.3.2 (the cached second venv, with airflow-task-state): ``airflow db migrate`` on that
    database. The first attempt fails on purpose at the end of the move (a trigger refuses a DELETE
    on asset_state): nothing of it may stay. Then a key is given a newer value in Airflow's store, as
@@ -212,6 +213,7 @@ def _write_as_airflow33(url: str, db_kind: str) -> None:
 def deployment(database_url: str, db_kind: str, tmp_path_factory) -> Deployment:
     """Airflow 3.2 with state, then Airflow 3.3's `airflow db migrate`: one that fails, one that works."""
     home32, jobs = tmp_path_factory.mktemp("airflow32-home"), tmp_path_factory.mktemp("remote-jobs")
+    objects = f"file://{tmp_path_factory.mktemp('large-value-objects')}"
     _dags_folder(home32)
     env32 = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW__")}
     env32 |= {
@@ -220,6 +222,7 @@ def deployment(database_url: str, db_kind: str, tmp_path_factory) -> Deployment:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(home32 / "dags"),
         "UPGRADE_TEST_JOBS_DIR": str(jobs),
+        "AIRFLOW__STATE__OBJECT_STORAGE_PATH": objects,
     }
     deployment = Deployment(database_url, db_kind, jobs, env32)
     with phase(f"{db_kind}: 3.2 airflow db migrate + the DAG's run"):
@@ -245,7 +248,11 @@ def deployment(database_url: str, db_kind: str, tmp_path_factory) -> Deployment:
     home33 = tmp_path_factory.mktemp("airflow33-home")
     _dags_folder(home33)
     deployment.env33 = deployment.af33.env(
-        database_url, home33, UPGRADE_TEST_JOBS_DIR=str(jobs), AIRFLOW__LOGGING__LOGGING_LEVEL="INFO"
+        database_url,
+        home33,
+        UPGRADE_TEST_JOBS_DIR=str(jobs),
+        AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+        AIRFLOW__STATE__OBJECT_STORAGE_PATH=objects,
     )
     with phase(f"{db_kind}: 3.3 airflow db migrate, failing in the move"):
         deployment.airflow33("refused", "db", "migrate")
@@ -467,6 +474,24 @@ def test_airflow33s_own_backend_and_rest_api_read_the_values(deployment: Deploym
     shown = {entry["key"]: entry["value"] for entry in rest["body"]["task_state_store"]}
     assert rest["body"]["total_entries"] == len(wanted)
     assert shown == {key: wanted[key] for key in shown} and len(shown) == 100
+
+
+def test_large_values_read_back_through_our_api_and_airflows_own_sees_their_references(
+    deployment: Deployment, read_33: dict
+):
+    """
+    A large value is its reference in the store, moved like any value: task code on 3.3 reads the
+    value it names (checked), and Airflow 3.3's own accessor reads the reference's JSON text.
+    """
+    written = deployment.expected["large"]
+    assert set(written) == {"large/results", "large/checkpoint", "large/asset file"}
+    assert read_33["large"] == written
+    for kind in ("task", "asset"):
+        for item, airflows in zip(deployment.expected[kind], read_33["airflow"][kind], strict=True):
+            if item["key"] in written:
+                reference = json.loads(airflows)
+                assert list(reference) == ["$airflow_task_state.large_value"], airflows[:200]
+                assert reference == json.loads(item["value"])
 
 
 def test_expired_keys_are_not_carried(deployment: Deployment, read_33: dict):

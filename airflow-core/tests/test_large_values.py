@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import blake3
 import pytest
 from airflow_shared.state import AssetScope, TaskScope
 from airflow_task_state import LargeValueCorruptedError, LargeValueError, codec, config, large_values, manage
@@ -49,7 +50,8 @@ def _age(path: str, by: timedelta) -> None:
 def test_an_object_reads_back_as_written_and_its_reference_says_where_and_what(store):
     data = os.urandom(10_000)
     reference = _written(data)
-    assert reference.size == len(data) and reference.sha256 == hashlib.sha256(data).hexdigest()
+    assert reference.algorithm == "blake3" and reference.digest == blake3.blake3(data).hexdigest()
+    assert reference.size == len(data)
     assert reference.path == f"file://{store}/{reference.name}" and len(reference.name) == 32
     assert b"".join(storage.read(reference)) == data
     again = large_values.parse(json.loads(codec.encode(reference.as_value())))
@@ -68,7 +70,7 @@ def test_every_write_gets_its_own_object(store):
     [
         (lambda data: data[:-1], "holds 9999 bytes, 10000 were written"),
         (lambda data: data + b"!", "holds more than the 10000 bytes"),
-        (lambda data: b"X" + data[1:], "its sha256 is"),
+        (lambda data: b"X" + data[1:], "its blake3 is"),
     ],
 )
 def test_a_changed_object_is_an_error_never_a_value(store, damage, words):
@@ -78,6 +80,31 @@ def test_a_changed_object_is_an_error_never_a_value(store, damage, words):
     local.write_bytes(damage(data))
     with pytest.raises(LargeValueCorruptedError, match=words):
         b"".join(storage.read(reference))
+
+
+def _as_written_with_sha256(data: bytes) -> large_values.Reference:
+    """A reference as the first large-value code wrote it: the object's sha256, no blake3."""
+    written = _written(data)
+    value = written.as_value()
+    fields = value[large_values.MARKER]
+    del fields["blake3"]
+    fields["sha256"] = hashlib.sha256(data).hexdigest()
+    return large_values.parse(json.loads(codec.encode(value)))
+
+
+@pytest.mark.any_database
+def test_a_reference_carrying_a_sha256_reads_and_is_checked_as_before(store, tmp_path):
+    data = os.urandom(3 * storage.CHUNK_BYTES // 2)
+    reference = _as_written_with_sha256(data)
+    assert reference.algorithm == "sha256" and '"sha256":' in codec.encode(reference.as_value())
+    assert b"".join(storage.read(reference)) == data
+    storage.read_into(reference, tmp_path / "restored.bin")
+    assert (tmp_path / "restored.bin").read_bytes() == data
+    Path(reference.path.removeprefix("file://")).write_bytes(b"X" + data[1:])
+    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+        b"".join(storage.read(reference))
+    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+        storage.read_into(reference, tmp_path / "again.bin")
 
 
 @pytest.mark.any_database
@@ -106,7 +133,7 @@ def test_a_reference_outside_the_configured_storage_is_never_followed(store, tmp
     outside.mkdir()
     (outside / ("0" * 32)).write_bytes(b"secret")
     forged = large_values.Reference(
-        "bytes", f"file://{outside}/{'0' * 32}", 6, hashlib.sha256(b"secret").hexdigest(), datetime.now(UTC)
+        "bytes", f"file://{outside}/{'0' * 32}", 6, blake3.blake3(b"secret").hexdigest(), datetime.now(UTC)
     )
     with pytest.raises(LargeValueError, match="outside \\[state\\] object_storage_path"):
         b"".join(storage.read(forged))
@@ -119,7 +146,12 @@ def test_a_reference_outside_the_configured_storage_is_never_followed(store, tmp
         {large_values.MARKER: 1},
         {large_values.MARKER: {"format": 2}},
         {large_values.MARKER: {"format": 1, "kind": "json", "path": "file:///x/../etc", "size": 1,
-                               "sha256": "0" * 64, "started_at": "2026-01-01T00:00:00+00:00"}},
+                               "blake3": "0" * 64, "started_at": "2026-01-01T00:00:00+00:00"}},
+        {large_values.MARKER: {"format": 1, "kind": "json", "path": f"file:///x/{'0' * 32}", "size": 1,
+                               "blake3": "0" * 64, "sha256": "0" * 64,
+                               "started_at": "2026-01-01T00:00:00+00:00"}},
+        {large_values.MARKER: {"format": 1, "kind": "json", "path": f"file:///x/{'0' * 32}", "size": 1,
+                               "md5": "0" * 64, "started_at": "2026-01-01T00:00:00+00:00"}},
     ],
 )  # fmt: skip
 def test_the_reserved_shape_is_refused_unless_it_is_a_well_formed_reference(value):
@@ -162,15 +194,37 @@ def test_a_reference_is_stored_only_within_half_the_grace_period_of_its_upload(s
     fresh = _written(b"x")
     assert codec.decode(codec.encode(fresh.as_value())) == fresh.as_value()
     stale = large_values.Reference(
-        fresh.kind, fresh.path, fresh.size, fresh.sha256, datetime.now(UTC) - timedelta(minutes=61)
+        fresh.kind, fresh.path, fresh.size, fresh.digest, datetime.now(UTC) - timedelta(minutes=61)
     )
     with pytest.raises(LargeValueError, match="longer than the commit window of 1:00:00"):
         codec.encode(stale.as_value())
     ahead = large_values.Reference(
-        fresh.kind, fresh.path, fresh.size, fresh.sha256, datetime.now(UTC) + timedelta(hours=1)
+        fresh.kind, fresh.path, fresh.size, fresh.digest, datetime.now(UTC) + timedelta(hours=1)
     )
     with pytest.raises(LargeValueError, match="the worker's clock is wrong"):
         codec.encode(ahead.as_value())
+
+
+@pytest.mark.any_database
+def test_a_staged_file_committed_late_in_its_window_is_sent_as_a_fresh_copy(store, monkeypatch):
+    """A staged file is uploaded when staged; a commit past half the window re-uploads it, checked."""
+    from airflow_shared.state import StagedOp
+    from airflow_task_state.worker.staging import Staged
+
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "2h")
+    data = os.urandom(100_000)
+    written = _written(data)
+    recent = Staged(StagedOp.SET, codec.encode(written.as_value()))
+    assert recent.as_sent(upload=True) == recent  # within half the window: sent as staged
+    old = large_values.Reference(
+        written.kind, written.path, written.size, written.digest, datetime.now(UTC) - timedelta(minutes=40)
+    )
+    sent = Staged(StagedOp.SET, codec.encode(old.as_value())).as_sent(upload=True)
+    assert sent.text is not None
+    fresh = large_values.parse(json.loads(sent.text))
+    assert fresh.path != old.path and (fresh.size, fresh.digest) == (old.size, old.digest)
+    assert datetime.now(UTC) - fresh.started_at < timedelta(minutes=1)
+    assert b"".join(storage.read(fresh)) == data
 
 
 # --- a writer killed mid-upload -------------------------------------------------------------------

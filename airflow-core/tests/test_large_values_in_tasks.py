@@ -66,19 +66,20 @@ def test_the_store_keeps_references_and_clean_removes_only_what_none_names(large
     store: Path = large_runs["store"]
     before = {path.name for path in store.iterdir()}
     # Unreferenced: big's first two versions (update wrote the third), the objects of the two writes
-    # refused for a stale if_version (uploaded before the store said no), and many_big's (deleted).
+    # refused for a stale if_version (uploaded before the store said no), many_big's (deleted), and
+    # the file try 1 of state_large_staged staged (uploaded, but the try failed: never committed).
     monkeypatch.setenv("AIRFLOW__STATE__OBJECT_STORAGE_PATH", f"file://{store}")
     monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "1s")
     time.sleep(1.1)
     collected = collect(backend, dry_run=False)
-    assert (collected.removed, collected.too_young) == (5, 0)
+    assert (collected.removed, collected.too_young) == (6, 0)
     after = {path.name for path in store.iterdir()}
-    assert len(before - after) == 5 and big.name in after
+    assert len(before - after) == 6 and big.name in after
 
 
 def test_a_staged_large_value_is_applied_with_the_commit_or_not_at_all(large_runs, backend):
     out = returned(large_runs["outputs"]["state_large_staged"])
-    assert out == {"seen_in_try": 2}
+    assert out == {"seen_in_try": 2, "file_seen_in_try": "try 2"}
     run_id = latest_run_id("state_large_staged")
     reference = _reference(
         backend.get(task_scope("state_large_staged", run_id, "stage_then_maybe_fail"), "staged_big")
@@ -92,3 +93,10 @@ def test_a_staged_large_value_is_applied_with_the_commit_or_not_at_all(large_run
         if path.stat().st_size < 10**6 and path.read_bytes()[:1] == b"{"
     ]
     assert 1 not in tries
+    # The staged file: try 2's bytes, committed with its success; try 1's object (uploaded as it
+    # was staged) no key names, and clean collects it (the test above).
+    staged_file = _reference(
+        backend.get(task_scope("state_large_staged", run_id, "stage_then_maybe_fail"), "staged_file")
+    )
+    assert staged_file.kind == "bytes"
+    assert Path(staged_file.path.removeprefix("file://")).read_bytes() == b"try 2\n" * 100_000

@@ -1,18 +1,18 @@
 # ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
 """
 Large values on the operators' surfaces: the REST API and the CLI show a large value's reference
-(size, sha256, path) like any value, and read its object only when asked, only where the API server
+(size, blake3 digest, path) like any value, and read its object only when asked, only where the API server
 or the CLI has ``[state] object_storage_path``; a changed object is an error there too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import blake3
 import pytest
 from airflow_shared.state import AssetScope
 from airflow_task_state import LargeValueCorruptedError, codec, large_values, manage
@@ -49,12 +49,12 @@ def test_rest_shows_a_large_values_reference_and_fetches_it_only_when_asked(api,
     reference = _large(run.scope("submit"), "big", document)
     entry = api.get(run.ti("submit", key_url("big")), headers=viewer).json()
     shown = entry["value"][large_values.MARKER]
-    assert shown["size"] == len(document) and shown["sha256"] == hashlib.sha256(document).hexdigest()
+    assert shown["size"] == len(document) and shown["blake3"] == blake3.blake3(document).hexdigest()
     assert shown["path"] == reference.path and shown["path"].startswith(f"file://{store}/")
     fetched = api.get(run.ti("submit", object_url("big")), headers=viewer)
     assert fetched.status_code == 200 and fetched.content == document
     assert fetched.headers["content-type"] == "application/json"
-    assert fetched.headers["x-content-sha256"] == reference.sha256
+    assert fetched.headers["x-content-digest"] == f"blake3={reference.digest}"
     file_bytes = os.urandom(20_000)
     _large(AssetScope(asset), "file", file_bytes, "bytes")
     fetched = api.get(asset_url(asset, object_url("file")), headers=viewer)
@@ -90,7 +90,7 @@ def test_rest_never_delivers_a_corrupted_object_whole(api, as_role, run, store):
     data = os.urandom(3 * storage.CHUNK_BYTES)
     reference = _large(run.scope("submit"), "big", data, "bytes")
     Path(reference.path.removeprefix("file://")).write_bytes(data[:-1] + b"!")
-    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+    with pytest.raises(LargeValueCorruptedError, match="its blake3 is"):
         api.get(run.ti("submit", object_url("big")), headers=as_role["viewer"])
 
 
@@ -100,7 +100,7 @@ def test_operators_may_write_a_fresh_reference_never_a_stale_or_malformed_one(ap
     put = api.put(run.ti("submit", key_url("copied")), json={"value": fresh.as_value()}, headers=user)
     assert put.status_code == 200, put.text
     stale = large_values.Reference(
-        fresh.kind, fresh.path, fresh.size, fresh.sha256, datetime.now(UTC) - timedelta(days=1)
+        fresh.kind, fresh.path, fresh.size, fresh.digest, datetime.now(UTC) - timedelta(days=1)
     )
     put = api.put(run.ti("submit", key_url("stale")), json={"value": stale.as_value()}, headers=user)
     assert "longer than the commit window" in refused(put, 422, "invalid_value")
@@ -115,10 +115,10 @@ def test_cli_shows_the_reference_and_fetches_the_object_to_a_file(cli, run, stor
     reference = _large(run.scope("submit"), "ckpt", data, "bytes")
     scope_args = ["--dag-id", run.dag_id, "--run-id", run.run_id, "--task-id", "submit"]
     [shown] = json.loads(cli("get", "ckpt", *scope_args, "-o", "json"))
-    assert shown["value"][large_values.MARKER]["sha256"] == reference.sha256
+    assert shown["value"][large_values.MARKER]["blake3"] == reference.digest
     target = tmp_path / "fetched.bin"
     out = cli("get", "ckpt", *scope_args, "--fetch-to", str(target))
-    assert f"Wrote 100000 bytes (sha256 {reference.sha256})" in out
+    assert f"Wrote 100000 bytes (blake3 {reference.digest})" in out
     assert target.read_bytes() == data
     manage.put(run.scope("submit"), "small", "1")
     with pytest.raises(SystemExit, match="holds a small value"):

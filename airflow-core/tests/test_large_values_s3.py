@@ -79,9 +79,9 @@ def test_objects_round_trip_through_an_airflow_connection(s3_store, tmp_path):
 def test_a_changed_or_missing_object_on_s3_is_an_error(s3_server, s3_store, tmp_path):
     reference = _written(b"a" * 100_000)
     s3_server["client"].put_object(Bucket=BUCKET, Key=_s3_key(reference.path), Body=b"b" * 100_000)
-    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+    with pytest.raises(LargeValueCorruptedError, match="its blake3 is"):
         b"".join(storage.read(reference))
-    with pytest.raises(LargeValueCorruptedError, match="its sha256 is"):
+    with pytest.raises(LargeValueCorruptedError, match="its blake3 is"):
         storage.read_into(reference, tmp_path / "downloaded.bin")
     assert list(tmp_path.iterdir()) == []  # nothing left behind, nothing renamed into place
     storage.remove(reference.path)

@@ -931,9 +931,9 @@ def test_a_large_value_shows_what_and_where_it_is_and_downloads_only_when_asked(
     key = scratch("ui_large_checkpoint", reference.as_value())  # an operator may store a fresh one
     with ui.page("viewer", f"{ti_path(SCRATCH_TASK)}/{TAB_ROUTE}") as page:
         value = row(page, key).get_by_test_id("state-value")
-        expect(value).to_have_text(f"file, 3.0 MiB, sha256 {reference.sha256[:12]}…, at {reference.path}")
+        expect(value).to_have_text(f"file, 3.0 MiB, blake3 {reference.digest[:12]}…, at {reference.path}")
         link = row(page, key).get_by_test_id("state-download")
         expect(link).to_have_text("Download 3.0 MiB")
         fetched = page.request.get(link.get_attribute("href"))
         assert fetched.ok and fetched.body() == data
-        assert fetched.headers["x-content-sha256"] == reference.sha256
+        assert fetched.headers["x-content-digest"] == f"blake3={reference.digest}"

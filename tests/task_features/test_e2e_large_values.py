@@ -6,9 +6,9 @@ from the last checkpoint, fetched and checked, instead of starting over.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
+import blake3
 from airflow_task_state import large_values
 from airflow_task_state.example_dags.example_large_checkpoint import MIB, _block
 
@@ -35,5 +35,5 @@ def test_a_large_checkpoint_survives_a_killed_try_and_the_retry_resumes_from_it(
     reference = large_values.parse(json.loads(row["value"]))
     expected = b"".join(_block(step, 4 * MIB) for step in range(1, 7))
     assert (reference.kind, reference.size, row["updated_by_try"]) == ("bytes", len(expected), 2)
-    assert reference.sha256 == hashlib.sha256(expected).hexdigest()
+    assert (reference.algorithm, reference.digest) == ("blake3", blake3.blake3(expected).hexdigest())
     assert (objects / reference.name).read_bytes() == expected

@@ -13,6 +13,10 @@ future, and enough keys that the move takes several batches; on assets, a key by
 run's records). Then keys already expired (written with a future
 expiry, then moved into the past by SQL: a write refuses an expiry in the past), which the upgrade
 does not carry, and a commit record as releases up to 0.7 kept it (key ``airflow.staged_commit``).
+Large values (docs/large-values.md) in the ``file://`` store the test configures: a JSON value and
+a file on a task instance, a file on an asset, each a reference whose object the upgrade must leave
+readable; the dump's ``large`` says what each must read back as (kind and BLAKE3 of its bytes, of
+``json.dumps`` of a JSON value).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import sys
 from datetime import UTC, datetime, timedelta
 
+import blake3
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session
@@ -35,9 +40,10 @@ from airflow_shared.state import (
     StateWriter,
     commit_records_scope,
 )
-from airflow_task_state import get_state_backend, task_scope
+from airflow_task_state import get_state_backend, object_storage, task_scope
 from airflow_task_state.codec import encode
 from airflow_task_state.metastore.models import AssetStateModel, TaskStateModel
+from airflow_task_state.worker import large
 from entries import entry_record  # beside this script
 from sqlalchemy import select, update
 
@@ -123,6 +129,8 @@ def main(out_path: str) -> None:
         backend.write(scope, "ttl/five days", encode(5), writer=CLI_WRITER, expires_at=future)
         backend.write(scope, "expired/one", encode("gone"), writer=API_WRITER, expires_at=future)
 
+    large_written = _write_large_values(backend, scopes[0], AssetScope(assets[0]))
+
     past = datetime.now(UTC) - timedelta(hours=1)
     with create_session() as session:
         for model in (TaskStateModel, AssetStateModel):
@@ -148,8 +156,31 @@ def main(out_path: str) -> None:
     if any(item["key"] == "expired/one" for item in task_keys + asset_keys):
         raise SystemExit("our backend still reads an expired key")
     dump = {"task": task_keys, "asset": asset_keys, "run_id": run_id, "assets": list(assets)}
+    dump["large"] = large_written
     with open(out_path, "w", encoding="utf-8") as out:
         json.dump(dump, out, ensure_ascii=False)
+
+
+def _write_large_values(backend, task: object, asset: AssetScope) -> dict[str, dict[str, str]]:
+    """
+    As a task's ``set`` (a value past max_value_bytes) and ``set_file`` write them: the object
+    first, then its reference; by key, what each reads back as.
+    """
+    document = {"rows": [[i, f"row {i}"] for i in range(20_000)]}  # about 300 KB of JSON
+    checkpoint = bytes(range(256)) * 4096 * 3  # 3 MiB
+    written = {
+        "large/results": (task, large.encode(document, "fill"), json.dumps(document).encode()),
+        "large/checkpoint": (task, large.store_file(checkpoint), checkpoint),
+        "large/asset file": (asset, large.store_file(checkpoint[: 1 << 20]), checkpoint[: 1 << 20]),
+    }
+    assert object_storage.configured(), "the upgrade test configures [state] object_storage_path"
+    read_back = {}
+    for key, (scope, reference_text, content) in written.items():
+        assert reference_text.startswith('{"$airflow_task_state.large_value"'), reference_text[:80]
+        backend.write(scope, key, reference_text)
+        kind = "json" if key == "large/results" else "bytes"
+        read_back[key] = {"kind": kind, "blake3": blake3.blake3(content).hexdigest()}
+    return read_back
 
 
 if __name__ == "__main__":

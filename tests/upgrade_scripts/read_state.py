@@ -7,6 +7,9 @@ as JSON to the path given as the second (Airflow logs to stdout):
 - ``ours``: through our backend (``airflow_task_state.get_state_backend()``), each entry with its
   version, expiry and writer; ``keys``: each task instance's keys as our API lists them;
   ``expired``: our reads of the keys written to expire;
+- ``large``: each large value (the dump's ``large``), as task code reads it through our API: the
+  value the reference names, read from ``[state] object_storage_path`` and checked (its kind and
+  BLAKE3, or the error);
 - on Airflow 3.3 also ``airflow``: through Airflow's own backend (``airflow.state.get_state_backend()``,
   its default ``[state_store] backend``), the value its task accessors and Execution API get; and
   ``rest``: Airflow's REST API (its list route, in-process) for one task instance, as its UI shows it.
@@ -21,8 +24,9 @@ import sys
 # Airflow's REST API answers as to an admin (its SimpleAuthManager then issues a token per request).
 os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
 
+import blake3
 from airflow_shared.state import AssetScope
-from airflow_task_state import get_state_backend, task_scope
+from airflow_task_state import get_state_backend, large_values, task_scope
 from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 from entries import entry_record  # beside this script
 
@@ -47,7 +51,29 @@ def read_ours(expected: dict) -> dict:
     expired = [ours.get(run_job, "expired/one")]
     expired += [ours.get(AssetScope(asset_id), "expired/one") for asset_id in expected["assets"]]
     keys = {"/".join(map(str, where)): ours.keys(scope) for where, scope in sorted(scopes.items())}
-    return {"ours": {"task": task, "asset": asset}, "keys": keys, "expired": expired}
+    found = {"ours": {"task": task, "asset": asset}, "keys": keys, "expired": expired}
+    return found | {"large": _read_large(expected, task + asset)}
+
+
+def _read_large(expected: dict, entries: list) -> dict[str, dict[str, str]]:
+    """What task code's get() and get_bytes() return for each large value (worker.large, which they call)."""
+    from airflow_task_state.worker import large
+
+    read: dict[str, dict[str, str]] = {}
+    for item, entry in zip(expected["task"] + expected["asset"], entries, strict=True):
+        if item["key"] not in expected.get("large", {}):
+            continue
+        try:
+            value = json.loads(entry["value"])
+            if large_values.parse(value).kind == "json":
+                content = json.dumps(large.load(value, item["key"], "read")).encode()
+            else:
+                content = large.read_bytes(large.file_reference(value, item["key"], "read"))
+            kind = large_values.parse(value).kind
+            read[item["key"]] = {"kind": kind, "blake3": blake3.blake3(content).hexdigest()}
+        except Exception as error:  # written down: the test shows it
+            read[item["key"]] = {"error": repr(error)}
+    return read
 
 
 def read_airflows(expected: dict) -> dict:

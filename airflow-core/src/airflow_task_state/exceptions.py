@@ -101,4 +101,4 @@ class LargeValueError(StateError, ValueError):
 
 
 class LargeValueCorruptedError(LargeValueError):
-    """A large value's object is missing, or does not read back as the size and sha256 recorded say."""
+    """A large value's object is missing, or does not read back as the size and digest recorded say."""

@@ -6,7 +6,11 @@ A reference is an ordinary JSON value, a one-key object, so every feature that c
 carries it unchanged (versions, batches, expiry, staged writes, export, Airflow 3.3's own store)::
 
     {"$airflow_task_state.large_value": {"format": 1, "kind": "json", "path": "s3://...",
-     "size": 1073741824, "sha256": "...", "started_at": "2026-12-03T19:00:00.000000+00:00"}}
+     "size": 1073741824, "blake3": "...", "started_at": "2026-12-03T19:00:00.000000+00:00"}}
+
+The digest is BLAKE3 (256 bits, hex), cryptographic like sha256 and about 2.5x faster on one core,
+which a 1 GiB checkpoint's read and write are bound by on local disk. References written before it
+carry ``sha256`` in its place; they read and verify as they did, and are never rewritten.
 
 Task code cannot store that shape as a value of its own (the task's client refuses it), so a value
 of that shape is always a reference. ``path`` is a fresh random name under ``[state]
@@ -41,8 +45,10 @@ FORMAT = 1
 KINDS = ("json", "bytes")
 #: An object's name: 32 hex digits, from ``uuid4``.
 NAME = re.compile(r"[0-9a-f]{32}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_FIELDS = {"format", "kind", "path", "size", "sha256", "started_at"}
+#: The digests a reference may carry, by field name; new objects get the first.
+ALGORITHMS = ("blake3", "sha256")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_COMMON_FIELDS = {"format", "kind", "path", "size", "started_at"}
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,10 @@ class Reference:
     kind: str
     path: str
     size: int
-    sha256: str
+    #: Hex digest of the object's bytes, by :attr:`algorithm` (one of :data:`ALGORITHMS`).
+    digest: str
     started_at: datetime
+    algorithm: str = ALGORITHMS[0]
 
     @property
     def name(self) -> str:
@@ -66,7 +74,7 @@ class Reference:
                 "kind": self.kind,
                 "path": self.path,
                 "size": self.size,
-                "sha256": self.sha256,
+                self.algorithm: self.digest,
                 "started_at": self.started_at.isoformat(),
             }
         }
@@ -80,12 +88,13 @@ def is_reference(value: Any) -> bool:
 def parse(value: Any) -> Reference:
     """The :class:`Reference` *value* holds, or ``LargeValueError`` saying what is wrong with it."""
     fields = value.get(MARKER) if isinstance(value, dict) and len(value) == 1 else None
-    if not isinstance(fields, dict) or set(fields) != _FIELDS or fields["format"] != FORMAT:
+    algorithm = _algorithm_of(fields) if isinstance(fields, dict) else None
+    if not isinstance(fields, dict) or algorithm is None or fields["format"] != FORMAT:
         raise LargeValueError(
             f"not a large value's reference of format {FORMAT}: {str(value)[:200]}; a value of the shape "
             f'{{"{MARKER}": ...}} is reserved for references to objects in [state] object_storage_path'
         )
-    path, size, sha256, kind = fields["path"], fields["size"], fields["sha256"], fields["kind"]
+    path, size, digest, kind = fields["path"], fields["size"], fields[algorithm], fields["kind"]
     try:
         started_at = datetime.fromisoformat(fields["started_at"])
     except (TypeError, ValueError):
@@ -96,13 +105,22 @@ def parse(value: Any) -> Reference:
         or not NAME.fullmatch(path.rsplit("/", 1)[-1])
         or type(size) is not int
         or size < 0
-        or not isinstance(sha256, str)
-        or not _SHA256.fullmatch(sha256)
+        or not isinstance(digest, str)
+        or not _HEX_DIGEST.fullmatch(digest)
         or started_at is None
         or started_at.tzinfo is None
     ):
         raise LargeValueError(f"malformed large value reference: {str(fields)[:300]}")
-    return Reference(kind, path, size, sha256, started_at)
+    return Reference(kind, path, size, digest, started_at, algorithm)
+
+
+def _algorithm_of(fields: dict[str, Any]) -> str | None:
+    """The digest field of *fields* when they are exactly a reference's, with one digest."""
+    extra = set(fields) - _COMMON_FIELDS
+    if len(extra) != 1 or len(fields) != len(_COMMON_FIELDS) + 1:
+        return None
+    (algorithm,) = extra
+    return algorithm if algorithm in ALGORITHMS else None
 
 
 def commit_window() -> timedelta:

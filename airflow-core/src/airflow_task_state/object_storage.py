@@ -1,29 +1,32 @@
 """
 The objects of large values in ``[state] object_storage_path``: written whole under a fresh random
 name and hashed as they go (:func:`write` streams, :func:`write_file` uploads a local file with the
-filesystem's own ``put_file``), read back checked against the reference's size and sha256
+filesystem's own ``put_file``), read back checked against the reference's size and digest
 (:func:`read` streams, :func:`read_into` downloads to a path with ``get_file``), copied for an
 import (:func:`copy`), listed and removed by ``airflow state clean`` (:func:`listing`, :func:`remove`).
 
-Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the sha256 runs in a thread
-beside the I/O (``hashlib`` releases the GIL), so it adds no time while it is faster than the storage.
+Memory stays flat: streams move chunks of :data:`CHUNK_BYTES`, and the digest (BLAKE3 for new
+objects, sha256 for references written before it: :data:`..large_values.ALGORITHMS`) runs in a
+thread beside the I/O (both release the GIL), so it adds no time while it is faster than the storage.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
-import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+import blake3
 
 from airflow_task_state import config
 from airflow_task_state.exceptions import LargeValueCorruptedError, LargeValueError, StateConfigurationError
-from airflow_task_state.large_values import KINDS, NAME, Reference
+from airflow_task_state.large_values import ALGORITHMS, KINDS, NAME, Reference
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -61,13 +64,27 @@ def base() -> ObjectStoragePath:
     return ObjectStoragePath(text)
 
 
-class _Hasher:
-    """sha256 and size of chunks, each hashed in a thread while the caller moves the next one."""
+class _Digest(Protocol):
+    def update(self, data: bytes | bytearray | memoryview, /) -> object: ...
+    def hexdigest(self) -> str: ...
 
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()
+
+def new_digest(algorithm: str = ALGORITHMS[0]) -> _Digest:
+    """An empty digest of *algorithm*: BLAKE3 for new objects, sha256 for references made before it."""
+    if algorithm == "blake3":
+        return blake3.blake3()
+    if algorithm == "sha256":
+        return hashlib.sha256()
+    raise ValueError(f"no digest named {algorithm!r}; large values use one of {ALGORITHMS}")
+
+
+class _Hasher:
+    """The digest and size of chunks, each hashed in a thread while the caller moves the next one."""
+
+    def __init__(self, algorithm: str = ALGORITHMS[0]) -> None:
+        self._digest = new_digest(algorithm)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="state-object-hash")
-        self._pending: Future[None] | None = None
+        self._pending: Future[object] | None = None
         self.size = 0
 
     def add(self, chunk: bytes) -> None:
@@ -130,18 +147,21 @@ def write_file(local: str | os.PathLike[str]) -> Reference:
     started_at = datetime.now(UTC)  # before the first byte: the collection rule counts from here
     path = root / uuid.uuid4().hex
     with ThreadPoolExecutor(1, thread_name_prefix="state-object-hash") as hasher:
-        hashed = hasher.submit(_sha256_of, local)
+        hashed = hasher.submit(_digest_of, local, ALGORITHMS[0])
         path.fs.put_file(os.fspath(local), path.path)
         digest, size = hashed.result()
     return Reference("bytes", str(path), size, digest, started_at)
 
 
-def _sha256_of(local: str | os.PathLike[str]) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(local, "rb") as source:
-        while chunk := source.read(CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
+def _digest_of(local: str | os.PathLike[str], algorithm: str) -> tuple[str, int]:
+    """The digest and size of a local file, read into one reused buffer (no chunk is copied)."""
+    digest, size = new_digest(algorithm), 0
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    with open(local, "rb", buffering=0) as source:
+        while read := source.readinto(buffer):
+            digest.update(view[:read])
+            size += read
     return digest.hexdigest(), size
 
 
@@ -161,11 +181,11 @@ def read(reference: Reference) -> Iterator[bytes]:
     """
     The object's bytes, a chunk at a time, checked as they come: ``LargeValueCorruptedError`` as
     soon as there are more bytes than the reference says, and at the end if there are fewer or the
-    sha256 differs. The last chunk is held back until the check passes, so a read that ends without
+    digest differs. The last chunk is held back until the check passes, so a read that ends without
     an error has read the value as written, and a corrupted one never delivers all of it.
     """
     path = _resolve(reference)
-    hasher = _Hasher()
+    hasher = _Hasher(reference.algorithm)
     held: bytes | None = None
     try:
         try:
@@ -188,8 +208,8 @@ def read(reference: Reference) -> Iterator[bytes]:
         hasher.close()
     if hasher.size != reference.size:
         raise _corrupted(reference, f"it holds {hasher.size} bytes, {reference.size} were written")
-    if digest != reference.sha256:
-        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if digest != reference.digest:
+        raise _corrupted(reference, f"its {reference.algorithm} is {digest}, {reference.digest} was written")
     if held is not None:
         yield held
 
@@ -202,7 +222,10 @@ def _corrupted(reference: Reference, what: str) -> LargeValueCorruptedError:
 
 
 def copy(reference: Reference) -> Reference:
-    """A new object holding what *reference* names (checked as it is read), and its reference."""
+    """
+    A new object holding what *reference* names (checked as it is read), and its reference, with
+    the current digest (an import of an old sha256 reference gets a BLAKE3 one).
+    """
     return write(read(reference), reference.kind)
 
 
@@ -223,71 +246,79 @@ def read_into(reference: Reference, destination: str | os.PathLike[str] | Binary
     partial = f"{os.fspath(destination)}.partial-{uuid.uuid4().hex[:8]}"
     try:
         path = _resolve(reference)
-        if path.protocol in SEQUENTIAL_DOWNLOADS:
-            _download_checked(reference, path, partial)
+        if path.protocol in LOCAL_PROTOCOLS:
+            _copy_local_checked(reference, path, partial)
         else:  # the provider's download (concurrent ranges on S3), then the file hashed once
             try:
                 path.fs.get_file(path.path, partial)
             except FileNotFoundError:
                 raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
-            digest, size = _sha256_of(partial)
-            _check(reference, digest, size)
+            with open(partial, "rb", buffering=0) as downloaded:
+                size, digest = os.fstat(downloaded.fileno()).st_size, new_digest(reference.algorithm)
+                _hash_mapped(digest, downloaded.fileno(), 0, size)
+            _check(reference, digest.hexdigest(), size)
         os.replace(partial, destination)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
 
 
-#: Filesystems whose ``get_file`` writes the local file front to back (a local copy): it can be
-#: hashed as it grows, in parallel. Others may write ranges out of order (s3fs downloads ranges
-#: concurrently): their file is hashed once downloaded, cheap beside a network download.
-SEQUENTIAL_DOWNLOADS = frozenset({"file", "local"})
+#: Filesystems whose objects are files on this machine: copied by the kernel while this thread
+#: hashes the object where it lies. Others (S3, GCS...) download, then the file is hashed once.
+LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
 
-def _download_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
+def _copy_local_checked(reference: Reference, path: ObjectStoragePath, partial: str) -> None:
     """
-    The filesystem's own ``get_file`` into *partial* (a kernel copy for local files, the provider's
-    download for S3 or GCS), hashed by this thread as the file grows, right behind the download.
+    The filesystem's own ``get_file`` into *partial* (a kernel copy, in a thread), while this
+    thread hashes the object itself from its mapped pages: two cores, no byte copied into Python.
+    The object's inode, size and change time read before and after prove nothing wrote it in
+    between, so the copy holds the bytes hashed (hashing the copy as it grows was twice as slow:
+    the reader and the kernel's writer contend for the same new pages).
     """
-    open(partial, "wb").close()  # there to be read from the start; the download writes it
-    failure: list[BaseException] = []
-    finished = threading.Event()
+    try:
+        with open(path.path, "rb", buffering=0) as source:
+            before = os.fstat(source.fileno())
+            with ThreadPoolExecutor(1, thread_name_prefix="state-object-download") as downloader:
+                copied = downloader.submit(path.fs.get_file, path.path, partial)
+                digest = new_digest(reference.algorithm)
+                _hash_mapped(digest, source.fileno(), 0, before.st_size)
+                copied.result()
+        after = os.stat(path.path)
+    except FileNotFoundError:  # removed before the read, or during it
+        raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
+    if _identity(after) != _identity(before) or os.path.getsize(partial) != before.st_size:
+        raise _corrupted(reference, "it was written to while it was being read")
+    _check(reference, digest.hexdigest(), before.st_size)
 
-    def download() -> None:
-        try:
-            path.fs.get_file(path.path, partial)
-        except BaseException as error:  # raised below, in the caller's thread
-            failure.append(error)
-        finally:
-            finished.set()
 
-    downloader = threading.Thread(target=download, name="state-object-download", daemon=True)
-    downloader.start()
-    digest, size = hashlib.sha256(), 0
-    with open(partial, "rb") as growing:
-        while True:
-            done = finished.is_set()  # read before the last read: nothing is written after it
-            chunk = growing.read(CHUNK_BYTES)
-            if chunk:
-                digest.update(chunk)
-                size += len(chunk)
-            elif done:
-                break
-            else:
-                finished.wait(0.002)
-    downloader.join()
-    if failure:
-        if isinstance(failure[0], FileNotFoundError):
-            raise LargeValueCorruptedError(f"large value object {reference.path} is missing") from None
-        raise failure[0]
-    _check(reference, digest.hexdigest(), size)
+def _identity(status: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _hash_mapped(digest: _Digest, fileno: int, start: int, end: int) -> None:
+    """
+    Hash bytes *start* to *end* of an open file (*start* a multiple of :data:`CHUNK_BYTES`) from its
+    pages mapped a window at a time: the digest reads the page cache itself, with no copy into
+    this process (a copy of 1 GiB costs as much time as hashing it), and one window is resident at
+    most. Only for files this module writes and nothing truncates: a mapped page cut off a file
+    would kill the process (SIGBUS), so a task's own files are read, not mapped.
+    """
+    while start < end:
+        length = min(CHUNK_BYTES, end - start)
+        with (
+            mmap.mmap(fileno, length, access=mmap.ACCESS_READ, offset=start) as window,
+            memoryview(window) as view,
+        ):
+            digest.update(view)
+        start += length
 
 
 def _check(reference: Reference, digest: str, size: int) -> None:
     if size != reference.size:
         raise _corrupted(reference, f"it holds {size} bytes, {reference.size} were written")
-    if digest != reference.sha256:
-        raise _corrupted(reference, f"its sha256 is {digest}, {reference.sha256} was written")
+    if digest != reference.digest:
+        raise _corrupted(reference, f"its {reference.algorithm} is {digest}, {reference.digest} was written")
 
 
 @dataclass(frozen=True)

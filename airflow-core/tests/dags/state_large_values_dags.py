@@ -92,9 +92,12 @@ def state_large_staged():
         try_number = get_current_context()["ti"].try_number
         task_state.stage("staged_big", {**BIG, "try": try_number})
         seen = task_state.get("staged_big")["try"]
+        # A file staged: uploaded now, its reference stored only by the commit.
+        task_state.stage_bytes("staged_file", f"try {try_number}\n".encode() * 100_000)
+        seen_file = task_state.get_bytes("staged_file")[:5].decode()
         if try_number == 1:
-            raise RuntimeError("try 1 fails after staging a large value")
-        return {"seen_in_try": seen}
+            raise RuntimeError("try 1 fails after staging a large value and a file")
+        return {"seen_in_try": seen, "file_seen_in_try": seen_file}
 
     stage_then_maybe_fail()
 

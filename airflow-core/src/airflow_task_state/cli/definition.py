@@ -100,7 +100,7 @@ ARG_BY = _number(
 ARG_FETCH_TO = Arg(
     ("--fetch-to",),
     help="For a large value (its value is a reference to object storage): stream its object to this "
-    "file, checked against its sha256, instead of printing the entry ('-': stdout). Needs "
+    "file, checked against its digest, instead of printing the entry ('-': stdout). Needs "
     "\\[state] object_storage_path and the storage's credentials here",
     metavar="PATH",
 )
@@ -209,7 +209,7 @@ STATE_COMMANDS = (
         "Print one key's value, its version, when it was written and expires, and who wrote it (task "
         "state: the try; asset state: the task instance, 'api' or 'cli'). Exits 1 when the key is not "
         "set (an expired key is not set). json and yaml show the value as it is; table and plain as "
-        "JSON text. A large value shows as its reference (size, sha256, path); --fetch-to reads it.",
+        "JSON text. A large value shows as its reference (size, digest, path); --fetch-to reads it.",
     ),
     _command(
         "set",

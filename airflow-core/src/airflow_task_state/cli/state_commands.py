@@ -49,7 +49,8 @@ def _fetch(value: object, key: str, destination: str) -> None:
         else:
             object_storage.read_into(reference, destination)
     if destination != "-":
-        print(f"Wrote {reference.size} bytes (sha256 {reference.sha256}) of key {key!r} to {destination}")
+        digest = f"{reference.algorithm} {reference.digest}"
+        print(f"Wrote {reference.size} bytes ({digest}) of key {key!r} to {destination}")
 
 
 @command(writes=False)

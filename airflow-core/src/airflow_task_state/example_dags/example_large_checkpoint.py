@@ -6,7 +6,7 @@ Each step appends a block of ``block_mib`` MiB to a local work file and stores t
 The file is its own progress: steps done = its size // the block size, so one key is enough and a
 try killed between two checkpoints loses only the step in between. With ``crash_first_try`` (the
 default), try 1's process is SIGKILLed after ``crash_after`` steps; try 2 fetches the checkpoint
-with ``task_state.get_file`` (checked against its sha256) and finishes the remaining steps.
+with ``task_state.get_file`` (checked against its digest) and finishes the remaining steps.
 
 Needs ``[state] object_storage_path``; see docs/large-values-in-tasks.md.
 """

@@ -173,6 +173,26 @@ class _StateNamespace:
         text = large.encode(value, f"{self._what}.stage", upload=False)
         self._stage(key, staging.Staged(StagedOp.SET, text, ttl=ttl_text), "stage")
 
+    def stage_file(self, key: str, source: str | os.PathLike[str] | BinaryIO, *, ttl: Any = None) -> None:
+        """
+        Stage storing the bytes of *source* under *key*, as :meth:`set_file` stores them, applied
+        with the try's other staged writes once it succeeds, or not at all. The bytes are uploaded
+        now (the file may be gone by the commit) to an object no key names; only the commit stores
+        its reference, so a try that fails leaves an object that ``airflow state clean`` collects.
+        Reads in this try (``get_file``, ``get_bytes``) see the staged bytes.
+        """
+        ttl_text = ttl_field(ttl)
+        validate_key(key)
+        self._stage(key, staging.Staged(StagedOp.SET, large.store_file(source), ttl=ttl_text), "stage_file")
+
+    def stage_bytes(self, key: str, data: bytes, *, ttl: Any = None) -> None:
+        """Stage storing *data* under *key* as :meth:`stage_file` does a file's bytes."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"{self._what}.stage_bytes takes bytes, not {type(data).__name__}; for JSON use stage()"
+            )
+        self.stage_file(key, io.BytesIO(data), ttl=ttl)
+
     def stage_delete(self, key: str) -> None:
         """Stage removing *key* (see :meth:`stage`); reads in this try no longer see it."""
         self._stage(key, staging.Staged(StagedOp.DELETE), "stage_delete")
@@ -263,11 +283,13 @@ class _StateNamespace:
         return self.set_file(key, io.BytesIO(data), ttl=ttl, if_version=if_version)
 
     def _file_reference(self, key: str, call: str) -> Any:
-        if key in self._staged():
-            raise ValueError(
-                f"{self._what}.{call}({key!r:.60}): the key has a write staged in this try; files are "
-                "never staged, read them once the staged write is committed"
-            )
+        staged = self._staged().get(key)
+        if staged is not None:  # what this try staged shows over what is stored, as get() shows it
+            if staged.op is StagedOp.DELETE:
+                return None
+            if staged.op is StagedOp.INCREMENT:
+                raise TypeError(f"{self._what}.{call}({key!r:.60}) has an increment staged: not a file")
+            return large.file_reference(json.loads(staged.text or ""), key, f"{self._what}.{call}")
         answer = self._read(key)
         return None if answer is None else large.file_reference(answer["value"], key, f"{self._what}.{call}")
 
@@ -275,7 +297,7 @@ class _StateNamespace:
         """
         Stream the bytes stored under *key* (by :meth:`set_file` or :meth:`set_bytes`) into
         *destination*, a local path or a binary file object open for writing; ``False`` when the
-        key holds nothing. Checked against the size and sha256 recorded when they were written:
+        key holds nothing. Checked against the size and digest (BLAKE3) recorded when they were written:
         ``LargeValueCorruptedError`` if they differ. A path is written beside it and renamed only
         once checked; a file object may have received bytes before the error: discard them.
         """
@@ -455,6 +477,8 @@ class _StateNamespace:
     astage = _in_thread(stage)
     astage_delete = _in_thread(stage_delete)
     astage_increment = _in_thread(stage_increment)
+    astage_file = _in_thread(stage_file)
+    astage_bytes = _in_thread(stage_bytes)
 
 
 _ABSENT: Any = object()  # a key with no value, where None could be mistaken for one

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 from airflow_task_state import codec, large_values, object_storage
@@ -41,6 +42,22 @@ def encode(value: Any, what: str, *, upload: bool = True) -> str:
 def offload(text: str) -> str:
     """Write JSON *text* to a new object; the reference's text."""
     return _reference_text(object_storage.write(_chunks(text.encode()), "json"))
+
+
+def needs_fresh_copy(text: str) -> bool:
+    """
+    Whether JSON *text* is a reference (a staged file's) whose upload started more than half the
+    commit window ago: sent now, it could be refused as stale (``large_values.check_fresh``).
+    """
+    if not text.startswith(large_values.TEXT_PREFIX):
+        return False
+    reference = large_values.parse(json.loads(text))
+    return datetime.now(UTC) - reference.started_at > large_values.commit_window() / 2
+
+
+def fresh_copy(text: str) -> str:
+    """The reference text of a new object holding what reference *text* names (read and checked)."""
+    return _reference_text(object_storage.copy(large_values.parse(json.loads(text))))
 
 
 def is_large(text: str) -> bool:

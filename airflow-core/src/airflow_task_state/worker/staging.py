@@ -73,11 +73,18 @@ class Staged:
     def as_sent(self, *, upload: bool) -> Staged:
         """
         This write as the commit sends it: a value past ``max_value_bytes`` uploaded to object
-        storage and replaced by its reference (not *upload*: by a stand-in as long, to size it).
+        storage and replaced by its reference (not *upload*: by a stand-in as long, to size it); a
+        staged file's reference, uploaded when it was staged, copied afresh if the commit comes so
+        late that the server could refuse it (past half its commit window).
         """
-        if self.text is None or not large.is_large(self.text):
+        if self.text is None:
             return self
-        text = large.offload(self.text) if upload else large.placeholder_reference()
+        if large.is_large(self.text):
+            text = large.offload(self.text) if upload else large.placeholder_reference()
+        elif upload and large.needs_fresh_copy(self.text):
+            text = large.fresh_copy(self.text)
+        else:
+            return self
         return Staged(self.op, text, self.by, self.ttl)
 
     def entry(self, target: Target, key: str) -> str:

@@ -224,8 +224,10 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"get_{the}_state_object",
         summary=f"Fetch {a} {the} state key's large value",
         description="The bytes of the object a large value's reference names (its entry shows the "
-        "reference: size, sha256 and path), streamed and checked against the sha256 as they go: a "
-        "mismatch ends the response before its last bytes. 409 `invalid_request` for a key holding a "
+        "reference: size, digest and path; the digest is `blake3`, or `sha256` in references written by "
+        "earlier versions), streamed and checked against the digest as they go (header "
+        "`X-Content-Digest: blake3=<hex>`): a mismatch ends the response before its last bytes. 409 "
+        "`invalid_request` for a key holding a "
         "small value; 501 `unsupported` when this API server has no `[state] object_storage_path` "
         "(only workers hold the storage's credentials by default)." + _QUERY_FORM,
     )
@@ -247,7 +249,10 @@ def _state_routes(kind: ScopeKind) -> None:
         return StreamingResponse(
             object_storage.read(reference),
             media_type=media_type,
-            headers={"Content-Length": str(reference.size), "X-Content-SHA256": reference.sha256},
+            headers={
+                "Content-Length": str(reference.size),
+                "X-Content-Digest": f"{reference.algorithm}={reference.digest}",
+            },
         )
 
     @kind.router.put(

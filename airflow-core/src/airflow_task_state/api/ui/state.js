@@ -715,7 +715,7 @@ function writtenBy(entry, showTry, showWriter) {
 /** The key of a large value's reference (docs/large-values.md): the store holds it, not the value. */
 const LARGE_VALUE = "$airflow_task_state.large_value";
 
-/** A large value's reference ({size, sha256, path, kind}), or null for any other value. */
+/** A large value's reference ({size, blake3 or sha256, path, kind}), or null for any other value. */
 function largeValue(value) {
   if (!value || typeof value !== "object" || Array.isArray(value)) return null;
   const keys = Object.keys(value);
@@ -738,7 +738,10 @@ function formatBytes(size) {
 /** A large value on one line: what it is and where, never its content (fetched only on request). */
 function largeValueLine(reference) {
   const what = reference.kind === "bytes" ? "file" : "large JSON value";
-  return `${what}, ${formatBytes(reference.size)}, sha256 ${String(reference.sha256).slice(0, 12)}…, at ${reference.path}`;
+  // The digest's algorithm by name: blake3 for new values, sha256 in those written by earlier versions.
+  const algorithm = "blake3" in reference ? "blake3" : "sha256";
+  const digest = String(reference[algorithm]).slice(0, 12);
+  return `${what}, ${formatBytes(reference.size)}, ${algorithm} ${digest}…, at ${reference.path}`;
 }
 
 function EntryRow({ entry, showTry, showWriter, editable, deletable, onEdit, onDelete, open, onToggle, columns, objectUrl }) {
