@@ -20,7 +20,9 @@ from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ops", type=int, default=500)
     parser.add_argument("--synchronous-commit", default="on", choices=("on", "off"))
     args = parser.parse_args()
@@ -30,7 +32,7 @@ def main() -> None:
         python = str(airflow33().python)
         os.execv(python, [python, *sys.argv])
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import create_dag_run, use_migrated_airflow
+    from _common import use_migrated_airflow
     from state_testing import dbservers
 
     settings = {
@@ -46,6 +48,7 @@ def main() -> None:
 
 def profile(ops: int, synchronous_commit: str) -> None:
     import psycopg2
+    from _common import create_dag_run
     from airflow import settings
     from airflow._shared.state import TaskScope as AirflowTaskScope
     from airflow.state.metastore import MetastoreBackend
@@ -54,7 +57,9 @@ def profile(ops: int, synchronous_commit: str) -> None:
 
     create_dag_run("bench", "run")
     # The observer's own connection (its statements are left out of the counts below).
-    observer = psycopg2.connect(settings.engine.url.render_as_string(hide_password=False).replace("+psycopg2", ""))
+    observer = psycopg2.connect(
+        settings.engine.url.render_as_string(hide_password=False).replace("+psycopg2", "")
+    )
     observer.autocommit = True
     cursor = observer.cursor()
     cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -63,6 +68,10 @@ def profile(ops: int, synchronous_commit: str) -> None:
     sides = {
         "3.3.2": lambda i: theirs.set(their_scope, f"key_{i % 100}", f"value-{i}"),
         "ours": lambda i: ours.set(our_scope, f"key_{i % 100}", f"value-{i}"),
+        # The path of the writes that read first (if_version, increment): a transaction, two round trips.
+        "ours, as a transaction": lambda i: ours._write(
+            our_scope, [f"key_{i % 100}"], lambda key, _: f"value-{i}", None, None, None
+        ),
     }
     print(f"PostgreSQL, synchronous_commit={synchronous_commit}, {ops} sets per side")
     for side, operation in sides.items():
@@ -83,7 +92,8 @@ def profile(ops: int, synchronous_commit: str) -> None:
         server_ms = sum(total for _, total, _ in statements) / ops
         print(f"\n{side}: {1000 / wall_ms:.0f} sets/s, {wall_ms:.3f} ms a set")
         print(f"  server, statements: {server_ms:.3f} ms a set")
-        print(f"  WAL flushes: {syncs / ops:.2f} a set, {sync_ms / ops:.3f} ms a set ({writes / ops:.2f} writes)")
+        flushes = f"{syncs / ops:.2f} a set"
+        print(f"  WAL flushes: {flushes}, {sync_ms / ops:.3f} ms ({writes / ops:.2f} writes)")
         print(f"  left for the client and the round trips: {wall_ms - server_ms:.3f} ms a set")
         for calls, total, query in statements:
             print(f"  {calls / ops:5.2f} x {total / max(calls, 1):7.3f} ms  {query}")
