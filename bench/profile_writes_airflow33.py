@@ -2,9 +2,9 @@
 Where a set's time goes on Airflow 3.3 with PostgreSQL: Airflow 3.3.2's own ``MetastoreBackend``
 and this package's backend, each writing the same keys of its own task of one dag run. For each:
 the client's wall time per set, the statements the server ran (``pg_stat_statements``, utility
-statements such as BEGIN and COMMIT included) with their server time, and the WAL flushes
-(``pg_stat_wal``: a COMMIT waits for one with the default ``synchronous_commit``). What is left of
-the wall time is the client (Python, the driver) and the round trips.
+statements such as BEGIN and COMMIT included) with their server time (planning + execution), and
+the WAL flushes (``pg_stat_wal``: a COMMIT waits for one with the default ``synchronous_commit``).
+What is left of the wall time is the client (Python, the driver) and the round trips.
 
     PYTHONPATH=dev uv run python bench/profile_writes_airflow33.py [--ops 500] [--synchronous-commit off]
 """
@@ -38,6 +38,7 @@ def main() -> None:
     settings = {
         "shared_preload_libraries": "pg_stat_statements",
         "pg_stat_statements.track_utility": "on",
+        "pg_stat_statements.track_planning": "on",
         "track_wal_io_timing": "on",
         "synchronous_commit": args.synchronous_commit,
     }
@@ -83,20 +84,23 @@ def profile(ops: int, synchronous_commit: str) -> None:
             operation(i)
         wall_ms = (time.perf_counter() - started) * 1000 / ops
         cursor.execute(
-            "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
+            "SELECT calls, total_plan_time, total_exec_time, "
+            "left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
             "FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC"
         )
         statements = cursor.fetchall()
         cursor.execute("SELECT wal_sync, wal_sync_time, wal_write FROM pg_stat_wal")
         syncs, sync_ms, writes = cursor.fetchone()
-        server_ms = sum(total for _, total, _ in statements) / ops
+        plan_ms = sum(plan for _, plan, _, _ in statements) / ops
+        server_ms = plan_ms + sum(total for _, _, total, _ in statements) / ops
         print(f"\n{side}: {1000 / wall_ms:.0f} sets/s, {wall_ms:.3f} ms a set")
-        print(f"  server, statements: {server_ms:.3f} ms a set")
+        print(f"  server, statements: {server_ms:.3f} ms a set, {plan_ms:.3f} of it planning")
         flushes = f"{syncs / ops:.2f} a set"
         print(f"  WAL flushes: {flushes}, {sync_ms / ops:.3f} ms ({writes / ops:.2f} writes)")
         print(f"  left for the client and the round trips: {wall_ms - server_ms:.3f} ms a set")
-        for calls, total, query in statements:
-            print(f"  {calls / ops:5.2f} x {total / max(calls, 1):7.3f} ms  {query}")
+        for calls, plan, total, query in statements:
+            each = max(calls, 1)
+            print(f"  {calls / ops:5.2f} x {plan / each:6.3f} + {total / each:6.3f} ms  {query}")
 
 
 if __name__ == "__main__":
