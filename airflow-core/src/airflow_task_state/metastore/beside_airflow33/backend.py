@@ -32,8 +32,6 @@ from airflow._shared.timezones import timezone
 from airflow.utils.session import create_session
 from airflow_shared.state import (
     COMMIT_RECORDS_TASK_ID,
-    BaseStateBackend,
-    StagedCommit,
     StateCapabilityError,
     StateConflictError,
     StateEntry,
@@ -67,6 +65,7 @@ from airflow_task_state.airflow_db.engine import (
     execute,
     transaction,
 )
+from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
 from airflow_task_state.metastore.listing import stored_writer
@@ -147,15 +146,8 @@ def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> d
     }
 
 
-class Airflow33MetastoreBackend(BaseStateBackend):
+class Airflow33MetastoreBackend(DatabaseBackend):
     """State in Airflow 3.3's state store, with versions, expiry and writers kept beside it."""
-
-    supports_versions = True
-    supports_expiry = True
-    supports_increment = True
-    supports_atomic_many = True
-    supports_session_transactions = True
-    supports_atomic_commit = True
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -383,13 +375,6 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         values = params(scope) | {"through_try": try_number}
         return _run_one(sql.DISCARD_WRITTEN_THROUGH_TRY, values, session).rowcount
 
-    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
-        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
-        if session is not None:
-            return super().apply_commit(commit, session=session)
-        with committing_session() as own:
-            return super().apply_commit(commit, session=own)
-
     # --- clean-up --------------------------------------------------------------------------
 
     def cleanup(
@@ -416,8 +401,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 if tables is TASK:
                     old = and_(old, tables.rows.c.task_id != COMMIT_RECORDS_TASK_ID)
                 doomed = or_(doomed, old)
-            for batch in self._batches(tables, doomed, batch_size, dry_run):
-                total += batch
+            total += sum(self._batches(tables, doomed, batch_size, dry_run))
         return total
 
     def _batches(self, tables: Tables, doomed: Any, batch_size: int, dry_run: bool) -> Iterator[int]:
