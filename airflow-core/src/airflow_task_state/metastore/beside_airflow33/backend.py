@@ -33,7 +33,6 @@ from airflow.utils.session import create_session
 from airflow_shared.state import (
     COMMIT_RECORDS_TASK_ID,
     StateCapabilityError,
-    StateConflictError,
     StateEntry,
     StateEntryPage,
     StateScope,
@@ -65,6 +64,7 @@ from airflow_task_state.airflow_db.engine import (
     execute,
     transaction,
 )
+from airflow_task_state.exceptions import StateConflictError
 from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
