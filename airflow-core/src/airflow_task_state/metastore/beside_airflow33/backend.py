@@ -11,9 +11,11 @@ for an asset the writer Airflow recorded and no expiry (Airflow's asset rows hav
 
 A write is one transaction: it locks the meta rows of its keys (creating them where the dag run or
 asset exists), reads the rows and meta rows, checks what the write requires (``if_version``, an
-integer to add to), then writes both with one time. Concurrent writes of ours queue on the meta
-rows' locks, and read after them: none works from a stale read. Airflow's own writers take no lock
-of ours: between them and us the last writer wins, as between two of theirs.
+integer to add to), then writes both with one time; on PostgreSQL (psycopg2) a write with nothing
+to check is the lock and one statement, sent together (:func:`.statements.write_at_once`).
+Concurrent writes of ours queue on the meta rows' locks, and read after them: none works from a
+stale read. Airflow's own writers take no lock of ours: between them and us the last writer wins,
+as between two of theirs.
 
 As on Airflow 3.2, calls without a caller's session run statements built once
 (:mod:`.statements`) on the autocommit engine's pooled connections

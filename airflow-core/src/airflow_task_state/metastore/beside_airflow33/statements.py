@@ -3,8 +3,8 @@ The SQL of the metastore on Airflow 3.3 (:mod:`.backend` says what each call sen
 scope type and number of keys with bound parameters only, as :mod:`..statements` builds 3.2's, so
 that the autocommit engine compiles each once per dialect. Every statement binds the scope's fields
 by their names (:func:`..statements.params`) and its keys as ``key_0`` ... ``key_<n-1>``; a write
-binds ``value_<i>`` and ``version_<i>`` for each key too. None returns rows from a write: MySQL 8
-has no RETURNING.
+binds ``value_<i>`` and ``version_<i>`` for each key too. No write returns rows (MySQL 8 has no
+RETURNING) but :func:`write_at_once`, which only PostgreSQL runs.
 """
 
 from __future__ import annotations
