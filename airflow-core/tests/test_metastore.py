@@ -828,3 +828,24 @@ def test_every_method_takes_the_contracts_arguments_by_name(backend, scope):
     assert backend.keys(scope=scope) == ["k"]
     backend.clear(scope=scope, all_map_indices=True)
     assert asyncio.run(backend.akeys(scope=scope)) == []
+
+
+@pytest.mark.only_airflow33
+def test_a_write_after_airflows_own_continues_from_the_version_the_key_reads_with(backend, scope):
+    """
+    Airflow's own backend records no version: the key it wrote reads one version on, and a write of
+    ours (one statement on PostgreSQL, a transaction elsewhere) goes one past that, a try recorded.
+    """
+    from airflow._shared.state import TaskScope as AirflowTaskScope
+    from airflow.state.metastore import MetastoreBackend
+
+    theirs = AirflowTaskScope(scope.dag_id, scope.run_id, scope.task_id)
+    assert backend.write(scope, "k", '"ours"') == 1
+    MetastoreBackend().set(theirs, "k", '"theirs"')
+    MetastoreBackend().set(theirs, "fresh", '"theirs"')
+    assert [backend.get_entry(scope, key).version for key in ("k", "fresh")] == [2, 1]
+    backend.set_by_try(scope, "k", '"ours again"', try_number=3)
+    entry = backend.get_entry(scope, "k")
+    assert (entry.value, entry.version, entry.updated_by_try) == ('"ours again"', 3, 3)
+    assert backend.set_many(scope, {"fresh": "1", "new": "2", "k": "3"}) == {"fresh": 2, "new": 1, "k": 4}
+    assert MetastoreBackend().get(theirs, "new") == "2"  # one store: Airflow reads our writes

@@ -78,19 +78,25 @@ class _Compiled:
     after compilation), so the compiled string and the bind processors are all there is to it.
     """
 
-    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+    def __init__(self, statement: Executable | tuple[Executable, ...], dialect: Dialect) -> None:
+        # Several statements go as one string (PostgreSQL runs them as one transaction); their
+        # parameters by name, the last one's rows returned.
+        every = statement if isinstance(statement, tuple) else (statement,)
+        statement = every[-1]
         # Executable does not declare compile(); every statement passed here is a ClauseElement.
-        compiled: SQLCompiler = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
-        self.sql = compiled.string
-        self._positions = list(compiled.positiontup or ()) if compiled.positional else None
+        compiled: list[SQLCompiler] = [each.compile(dialect=dialect) for each in every]  # type: ignore[attr-defined]
+        assert len(every) == 1 or not compiled[0].positional, "statements together need named parameters"
+        self.sql = "; ".join(each.string for each in compiled)
+        self._positions = list(compiled[0].positiontup or ()) if compiled[0].positional else None
         self._to_driver = {
             name: convert
-            for name, bind in compiled.binds.items()
+            for each in compiled
+            for name, bind in each.binds.items()
             if (convert := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         }
         columns = statement.selected_columns if isinstance(statement, Select) else ()
         #: Whether the statement changes anything (what a lost reply may leave applied).
-        self.writes = not isinstance(statement, Select)
+        self.writes = not all(isinstance(each, Select) for each in every)
         self._from_driver = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
@@ -165,7 +171,9 @@ class _AutocommitEngine:
         if record.info.get(_OPENED_AT, 0.0) < self._invalidated_at:
             raise DisconnectionError("opened before a connection of the same pool was found dead")
 
-    def execute(self, statement: Executable, values: dict[str, Any], idempotent: bool) -> Outcome:
+    def execute(
+        self, statement: Executable | tuple[Executable, ...], values: dict[str, Any], idempotent: bool
+    ) -> Outcome:
         compiled = compiled_for(statement, self._dialect)
         parameters = compiled.parameters(values)
         lost_after_sending: _Lost | None = None  # a write the server may have run, its reply lost
@@ -371,10 +379,10 @@ class _Lost(Exception):
 
 # Statements compiled per dialect and driver (the autocommit engine's, and the sync and async
 # drivers of callers' sessions).
-_compiled: dict[tuple[Executable, str, str], _Compiled] = {}
+_compiled: dict[tuple[Executable | tuple[Executable, ...], str, str], _Compiled] = {}
 
 
-def compiled_for(statement: Executable, dialect: Dialect) -> _Compiled:
+def compiled_for(statement: Executable | tuple[Executable, ...], dialect: Dialect) -> _Compiled:
     """
     *statement* compiled for *dialect*, once. Callers' sessions run it with ``exec_driver_sql``:
     SQLAlchemy returns no rows from an INSERT whose RETURNING it did not render itself.
@@ -434,10 +442,14 @@ def autocommit_engine() -> Engine:
     return _autocommit_engine().engine
 
 
-def execute(statement: Executable, values: dict[str, Any], *, idempotent: bool = True) -> Outcome:
+def execute(
+    statement: Executable | tuple[Executable, ...], values: dict[str, Any], *, idempotent: bool = True
+) -> Outcome:
     """
     Run *statement* with *values* as one autocommitted statement (see the module's docstring). It is
-    compiled on first use and kept: pass statements built once, not per call.
+    compiled on first use and kept: pass statements built once, not per call. A tuple of statements
+    is sent as one string, which only PostgreSQL's psycopg2 takes: the server runs them as one
+    transaction, each statement with a snapshot of its own, and the last one's rows come back.
     """
     return _autocommit_engine().execute(statement, values, idempotent)
 

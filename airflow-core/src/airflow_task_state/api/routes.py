@@ -185,14 +185,8 @@ def _state_routes(kind: ScopeKind) -> None:
         access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
     ) -> StateWriteResponse:
         # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-        written = manage.put(
-            access.for_writing(),
-            key,
-            body.text,
-            ttl=body.ttl,
-            if_version=if_version,
-            writer=writer_of(claims),
-        )
+        scope, writer = access.for_writing(), writer_of(claims)
+        written = manage.put(scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer)
         return StateWriteResponse(key=key, version=written.version)
 
     @router.post(

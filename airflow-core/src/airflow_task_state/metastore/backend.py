@@ -43,7 +43,26 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
     return method
 
 
-class MetastoreStateBackend(BaseStateBackend):
+class DatabaseBackend(BaseStateBackend):
+    """What the metastores of both Airflow lines declare, and how they apply a commit."""
+
+    supports_versions = True
+    supports_expiry = True
+    supports_increment = True
+    supports_atomic_many = True
+    supports_session_transactions = True
+    supports_atomic_commit = True
+
+    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
+        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
+        if session is not None:
+            return super().apply_commit(commit, session=session)
+        # Committed at the end; everything is rolled back when a write raises.
+        with committing_session() as own:
+            return super().apply_commit(commit, session=own)
+
+
+class MetastoreStateBackend(DatabaseBackend):
     """
     Task state in ``task_state``, asset state in ``asset_state`` (docs/metastore.md). Each method
     of the contract runs the operation of the same arguments
@@ -61,13 +80,6 @@ class MetastoreStateBackend(BaseStateBackend):
                 f"not {write_path!r}"
             )
         self.write_path = write_path
-
-    supports_versions = True
-    supports_expiry = True
-    supports_increment = True
-    supports_atomic_many = True
-    supports_session_transactions = True
-    supports_atomic_commit = True
 
     get = _sync(op.get_value)
     aget = _async(op.get_value)
@@ -95,14 +107,6 @@ class MetastoreStateBackend(BaseStateBackend):
     discard_written_through_try = _sync(op.discard_written_through_try)
     keys = _sync(op.list_keys)
     akeys = _async(op.list_keys)
-
-    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
-        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
-        if session is not None:
-            return super().apply_commit(commit, session=session)
-        # Committed at the end; everything is rolled back when a write raises.
-        with committing_session() as own:
-            return super().apply_commit(commit, session=own)
 
     # The listings run as ordinary queries on a session, and the clean-up on sessions of its own
     # per batch, whatever *session* is given: a caller's transaction would hold every batch's

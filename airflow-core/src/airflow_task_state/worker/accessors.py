@@ -245,7 +245,6 @@ class _StateNamespace:
 
     def _put(self, key: str, text: str, ttl_text: float | str | None, if_version: int | None) -> int | None:
         body = _document('"value":' + text, ttl_text)
-        validate_write_options(None, if_version)
         params = {} if if_version is None else {IF_VERSION_PARAMETER: str(if_version)}
         # A conditional write must not be repeated blindly: applied twice, it conflicts with itself.
         response = self._one_key("PUT", key, content=body, params=params, idempotent=if_version is None)

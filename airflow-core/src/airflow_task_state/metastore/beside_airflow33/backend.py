@@ -11,9 +11,11 @@ for an asset the writer Airflow recorded and no expiry (Airflow's asset rows hav
 
 A write is one transaction: it locks the meta rows of its keys (creating them where the dag run or
 asset exists), reads the rows and meta rows, checks what the write requires (``if_version``, an
-integer to add to), then writes both with one time. Concurrent writes of ours queue on the meta
-rows' locks, and read after them: none works from a stale read. Airflow's own writers take no lock
-of ours: between them and us the last writer wins, as between two of theirs.
+integer to add to), then writes both with one time; on PostgreSQL (psycopg2) a write with nothing
+to check is the lock and one statement, sent together (:func:`.statements.write_at_once`).
+Concurrent writes of ours queue on the meta rows' locks, and read after them: none works from a
+stale read. Airflow's own writers take no lock of ours: between them and us the last writer wins,
+as between two of theirs.
 
 As on Airflow 3.2, calls without a caller's session run statements built once
 (:mod:`.statements`) on the autocommit engine's pooled connections
@@ -32,10 +34,7 @@ from airflow._shared.timezones import timezone
 from airflow.utils.session import create_session
 from airflow_shared.state import (
     COMMIT_RECORDS_TASK_ID,
-    BaseStateBackend,
-    StagedCommit,
     StateCapabilityError,
-    StateConflictError,
     StateEntry,
     StateEntryPage,
     StateScope,
@@ -67,6 +66,8 @@ from airflow_task_state.airflow_db.engine import (
     execute,
     transaction,
 )
+from airflow_task_state.exceptions import StateConflictError
+from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
 from airflow_task_state.metastore.listing import stored_writer
@@ -147,15 +148,8 @@ def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> d
     }
 
 
-class Airflow33MetastoreBackend(BaseStateBackend):
+class Airflow33MetastoreBackend(DatabaseBackend):
     """State in Airflow 3.3's state store, with versions, expiry and writers kept beside it."""
-
-    supports_versions = True
-    supports_expiry = True
-    supports_increment = True
-    supports_atomic_many = True
-    supports_session_transactions = True
-    supports_atomic_commit = True
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -225,10 +219,12 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         writer: StateWriter | None,
         expires_at: datetime | None,
         session: Session | None,
+        plain: bool = False,
     ) -> dict[str, tuple[str, int]]:
         """
         Lock the meta rows of *keys*, read what is stored under them, and write what *value_of*
         makes of each (or raises), at the next version: one transaction. The (value, version) of each.
+        *plain*: the values do not depend on what is stored (:func:`.statements.write_at_once`).
         """
         if len(fitting := _fits(session, keys)) < len(keys):
             key = next(key for key in keys if key not in fitting)
@@ -240,6 +236,14 @@ class Airflow33MetastoreBackend(BaseStateBackend):
             )
         tables, size = _tables(scope), len(keys)
         values = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
+        if plain and session is None and autocommit_engine().dialect.driver == "psycopg2":
+            # One round trip, not two: nothing to check between the lock and the writes.
+            values |= {f"value_{n}": value_of(key, None) for n, key in enumerate(keys)}
+            values["now"] = values["updated_at"] = timezone.utcnow()
+            versions = dict(execute(sql.write_at_once(tables, size), values).rows)
+            if not versions:
+                raise missing_parent(scope)
+            return {key: (values[f"value_{n}"], versions[key]) for n, key in enumerate(keys)}
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
@@ -285,7 +289,8 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 raise StateConflictError(key, if_version, visible)
             return value
 
-        return self._write(scope, [key], checked, writer, expires_at, session)[key][1]
+        plain = if_version is None
+        return self._write(scope, [key], checked, writer, expires_at, session, plain)[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.write(scope, key, value, session=session)
@@ -315,7 +320,9 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         if not checked:
             return {}
 
-        written = self._write(scope, list(checked), lambda key, _: checked[key], writer, expires_at, session)
+        written = self._write(
+            scope, list(checked), lambda key, _: checked[key], writer, expires_at, session, plain=True
+        )
         return {key: version for key, (_, version) in written.items()}
 
     def increment(
@@ -370,13 +377,6 @@ class Airflow33MetastoreBackend(BaseStateBackend):
         values = params(scope) | {"through_try": try_number}
         return _run_one(sql.DISCARD_WRITTEN_THROUGH_TRY, values, session).rowcount
 
-    def apply_commit(self, commit: StagedCommit, *, session: Session | None = None) -> bool:
-        """The contract's commit, in one transaction: the caller's *session*, else one of its own."""
-        if session is not None:
-            return super().apply_commit(commit, session=session)
-        with committing_session() as own:
-            return super().apply_commit(commit, session=own)
-
     # --- clean-up --------------------------------------------------------------------------
 
     def cleanup(
@@ -403,8 +403,7 @@ class Airflow33MetastoreBackend(BaseStateBackend):
                 if tables is TASK:
                     old = and_(old, tables.rows.c.task_id != COMMIT_RECORDS_TASK_ID)
                 doomed = or_(doomed, old)
-            for batch in self._batches(tables, doomed, batch_size, dry_run):
-                total += batch
+            total += sum(self._batches(tables, doomed, batch_size, dry_run))
         return total
 
     def _batches(self, tables: Tables, doomed: Any, batch_size: int, dry_run: bool) -> Iterator[int]:

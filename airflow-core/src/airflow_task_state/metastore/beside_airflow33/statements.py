@@ -3,8 +3,8 @@ The SQL of the metastore on Airflow 3.3 (:mod:`.backend` says what each call sen
 scope type and number of keys with bound parameters only, as :mod:`..statements` builds 3.2's, so
 that the autocommit engine compiles each once per dialect. Every statement binds the scope's fields
 by their names (:func:`..statements.params`) and its keys as ``key_0`` ... ``key_<n-1>``; a write
-binds ``value_<i>`` and ``version_<i>`` for each key too. None returns rows from a write: MySQL 8
-has no RETURNING.
+binds ``value_<i>`` and ``version_<i>`` for each key too. No write returns rows (MySQL 8 has no
+RETURNING) but :func:`write_at_once`, which only PostgreSQL runs.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 
 from airflow_task_state.metastore.beside_airflow33.models import AssetStateMetaModel, TaskStateMetaModel
@@ -221,6 +222,53 @@ def writes(tables: Tables, size: int) -> tuple[Insert, Insert]:
         _upsert(tables, tables.rows, tables.row_columns, ("key", "value"), size),
         _upsert(tables, tables.meta, tables.meta_columns, ("key", "version"), size),
     )
+
+
+@cache
+def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
+    """
+    For PostgreSQL (psycopg2), a write whose values do not depend on what is stored, sent as one
+    string that the server runs as one transaction: :func:`lock`, then one statement that moves each
+    key's meta row to the version after the one the key reads with (1 without a row) and writes
+    Airflow's rows, as :func:`writes` would, and returns (key, version) of each. In READ COMMITTED
+    each statement reads what was committed when it began, so the second reads after the lock, as
+    :func:`read_locked` does; its parts read the same snapshot, so the version sees the rows before
+    they are written. No parent, no meta row: nothing is written and nothing returned.
+    """
+    meta, rows = tables.meta.c, tables.rows.c
+    row_time = select(rows.updated_at).where(tables.same_key).scalar_subquery()
+    version = case(
+        (row_time.is_(None), _literal(1)),
+        (meta.updated_at == row_time, meta.version + _literal(1)),
+        else_=meta.version + _literal(2),  # one of Airflow's writers wrote since: one version
+    )
+    shared = {name: _bind(tables.meta, name) for name in tables.meta_columns}
+    written = (
+        update(tables.meta)
+        .where(*tables.of_scope(tables.meta), _keys(meta.key, size))
+        .values(version=version, **shared)
+        .returning(meta.key, meta.version)
+        .cte("written")
+    )
+    batch = batch_rows(tables.rows, size)
+    scope = (_bind(tables.rows, name) for name in tables.scope_columns[1:])
+    source = select(
+        tables.parent.c.id,
+        *scope,
+        batch.c.key,
+        batch.c.value,
+        *(_bind(tables.rows, name) for name in tables.row_columns),
+    )
+    source = source.select_from(tables.parent.join(batch, true())).where(*tables.parent_filter)
+    names = [*tables.scope_columns, "key", "value", *tables.row_columns]
+    upsert = insert(tables.rows).from_select(names, source)
+    replaced = [
+        (name, Proposed(name)) for name in ("value", *tables.row_columns) if name not in ("dag_id", "run_id")
+    ]
+    upsert._post_values_clause = OnConflictUpdate(
+        tables.rows.name, [*tables.scope_columns, "key"], replaced, []
+    )
+    return lock(tables, size), select(written.c.key, written.c.version).add_cte(upsert.cte("rows_written"))
 
 
 @cache

@@ -39,9 +39,14 @@ class StagedCommitConformance:
     #: Cluster: one transaction, one hash slot); it must refuse a wider commit, writing nothing.
     commits_span_scopes: bool = True
 
-    def _other_scope(self, ledger, make_asset_scope):
-        """Where a commit's writes beside its ledger go: an asset's scope, where the store allows."""
-        return make_asset_scope(1) if self.commits_span_scopes else ledger
+    def _scopes(self, backend, make_task_scope, make_asset_scope):
+        """
+        A commit's ledger (a task's scope) and where its other writes go: an asset's scope, where the
+        store allows; skipped unless the backend applies commits.
+        """
+        _require_commits(backend)
+        ledger = make_task_scope()
+        return ledger, make_asset_scope(1) if self.commits_span_scopes else ledger
 
     def test_a_commit_wider_than_the_store_allows_is_refused_whole(
         self, backend, make_task_scope, make_asset_scope
@@ -62,9 +67,7 @@ class StagedCommitConformance:
     def test_a_commit_applies_sets_deletes_and_increments_across_scopes(
         self, backend, make_task_scope, make_asset_scope
     ):
-        _require_commits(backend)
-        ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        ledger, asset = self._scopes(backend, make_task_scope, make_asset_scope)
         backend.set(ledger, "doomed", '"old"')
         backend.set(asset, "rows", "40")
         commit = _commit(
@@ -82,9 +85,7 @@ class StagedCommitConformance:
         assert backend.get(ledger, COMMIT_KEY) is None
 
     def test_the_same_commit_applied_again_changes_nothing(self, backend, make_task_scope, make_asset_scope):
-        _require_commits(backend)
-        ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        ledger, asset = self._scopes(backend, make_task_scope, make_asset_scope)
         commit = _commit(
             ledger,
             StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1),
@@ -103,9 +104,7 @@ class StagedCommitConformance:
     def test_a_commit_sent_again_after_its_task_state_was_emptied_applies_nothing(
         self, backend, make_task_scope, make_asset_scope, emptying
     ):
-        _require_commits(backend)
-        ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        ledger, asset = self._scopes(backend, make_task_scope, make_asset_scope)
         commit = _commit(
             ledger,
             StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1),
@@ -123,9 +122,7 @@ class StagedCommitConformance:
     def test_a_commit_sent_again_after_a_clean_up_by_age_applies_nothing(
         self, backend, make_task_scope, make_asset_scope
     ):
-        _require_commits(backend)
-        ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        ledger, asset = self._scopes(backend, make_task_scope, make_asset_scope)
         commit = _commit(ledger, StagedWrite(asset, "runs", StagedOp.INCREMENT, by=1))
         assert backend.apply_commit(commit) is True
         time.sleep(0.1)
@@ -140,9 +137,7 @@ class StagedCommitConformance:
     def test_a_refused_increment_applies_nothing_of_the_commit(
         self, backend, make_task_scope, make_asset_scope
     ):
-        _require_commits(backend)
-        ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        ledger, asset = self._scopes(backend, make_task_scope, make_asset_scope)
         backend.set(asset, "label", '"not a number"')
         commit = _commit(
             ledger,
@@ -198,7 +193,7 @@ class StagedCommitConformance:
     def test_an_atomic_commit_is_never_seen_half_applied(self, backend, make_task_scope, make_asset_scope):
         require(backend.supports_atomic_commit, backend, "atomic commits")
         ledger = make_task_scope()
-        asset = self._other_scope(ledger, make_asset_scope)
+        asset = make_asset_scope(1) if self.commits_span_scopes else ledger
         keys = [f"part-{n}" for n in range(6)]
 
         def write() -> None:
