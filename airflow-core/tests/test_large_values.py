@@ -324,9 +324,9 @@ def test_the_clean_command_reports_what_it_removed(store, backend, cli, make_tas
 def test_clean_racing_writers_never_removes_a_referenced_object(
     store, backend, make_task_instances, unique, monkeypatch
 ):
-    # A commit window (half the grace) of 4 s: wider than a reference write takes on a loaded CI
+    # A commit window (half the grace) of 6 s: wider than a reference write takes on a loaded CI
     # machine, as a day's grace is in production; the writers still stall past it at times.
-    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "8s")
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "12s")
     dag_id = f"lv_{unique}"
     make_task_instances(dag_id, "run", ("t", -1))
     race_writers_and_clean(backend, TaskScope(dag_id, "run", "t"), seconds=12)
@@ -336,7 +336,7 @@ def race_writers_and_clean(backend, scope: TaskScope, *, seconds: float) -> None
     """
     Writers overwrite one key again and again, some stalling between the upload and the reference
     (past the commit window: refused), while clean runs in a loop with the grace period configured
-    (8 s): every reference accepted reads back until it is overwritten, and at the end only the
+    (12 s): every reference accepted reads back until it is overwritten, and at the end only the
     referenced object is left.
     """
     grace = config.object_grace_period().total_seconds()

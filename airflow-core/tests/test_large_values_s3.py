@@ -120,9 +120,9 @@ def test_a_writer_killed_mid_upload_leaves_no_object(s3_server, s3_store):
 def test_clean_racing_writers_on_s3_never_removes_a_referenced_object(
     s3_store, backend, make_task_instances, unique, monkeypatch
 ):
-    # A commit window (half the grace) of 4 s: wider than a reference write takes on a loaded CI
+    # A commit window (half the grace) of 6 s: wider than a reference write takes on a loaded CI
     # machine, as a day's grace is in production; the writers still stall past it at times.
-    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "8s")
+    monkeypatch.setenv("AIRFLOW__STATE__OBJECT_GRACE_PERIOD", "12s")
     dag_id = f"lv_s3_{unique}"
     make_task_instances(dag_id, "run", ("t", -1))
     race_writers_and_clean(backend, TaskScope(dag_id, "run", "t"), seconds=12)
