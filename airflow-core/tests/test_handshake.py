@@ -522,6 +522,39 @@ def test_a_proof_riding_on_the_task_runners_write_needs_no_write_of_its_own(
     assert PROOF_FIELD not in stored_rendered_fields(running.ti_id)
 
 
+def test_a_task_without_template_fields_has_the_proof_ride_if_its_dag_imported_the_accessors(
+    task_client, running, monkeypatch
+):
+    """
+    The task runner writes no rendered fields for such a task (a classic operator built on the
+    resumable mixins): if the accessors are imported as the try starts, the proof goes alone on that
+    write, before the task's code, and the first call writes nothing of its own; if not, no write.
+    """
+    import sys
+
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.execution_time import task_runner
+    from airflow_task_state.worker import accessors, handshake, task_runner_shim
+
+    monkeypatch.setattr(task_runner, "_serialize_rendered_fields", task_runner._serialize_rendered_fields)
+    monkeypatch.setattr(task_runner_shim, "_airflows_own", None)
+    handshake.ride_along()
+    new_client, requested = task_client
+    ti = new_client().ti
+    ti.task = BaseOperator(task_id="plain")
+    with task_runner.set_current_context({"ti": ti}):
+        monkeypatch.delitem(sys.modules, handshake.ACCESSORS_MODULE)
+        assert task_runner._serialize_rendered_fields(ti.task) == {}  # the DAG never imported them
+        monkeypatch.setitem(sys.modules, handshake.ACCESSORS_MODULE, accessors)
+        written = task_runner._serialize_rendered_fields(ti.task)
+    assert written[PROOF_FIELD]
+    put_rendered_fields(ti.id, written)
+    handshake.prepare(ti)
+    value = f"/task-instances/{running.ti_id}/value"
+    assert new_client().request("GET", value, params={"key": "absent"}).status_code == 404
+    assert requested == [f"GET {value} with proof"]
+
+
 def test_a_try_that_never_touches_state_writes_nothing_for_the_handshake(
     task_client, task_runner_write, running, api
 ):

@@ -109,7 +109,7 @@ def test_the_task_runner_writes_the_rendered_fields_before_the_listeners_running
     )
 
 
-def test_fields_sent_along_go_with_every_write_of_rendered_fields_and_never_add_one(monkeypatch):
+def test_fields_sent_along_go_with_every_write_of_rendered_fields_and_alone_only_when_asked(monkeypatch):
     task_runner = _task_runner()
     # Whatever the test does to the task runner's module is undone after it.
     monkeypatch.setattr(
@@ -125,6 +125,18 @@ def test_fields_sent_along_go_with_every_write_of_rendered_fields_and_never_add_
     assert task_runner_shim.rendered_fields(templated) == {"command": "run", "env": {}, "args": []}
     # A task without template fields: the task runner writes nothing, and nothing is added.
     assert getattr(task_runner, task_runner_shim._PRIVATE_NAME)(BaseOperator(task_id="plain")) == {}
+
+    # Unless the caller says the write would be made anyway: then its fields go alone, and only while
+    # it says so (the handshake: while the accessors are imported).
+    setattr(task_runner, task_runner_shim._PRIVATE_NAME, task_runner_shim._airflows_own)
+    monkeypatch.setattr(task_runner_shim, "_airflows_own", None)
+    imported = [True]
+    task_runner_shim.send_along(lambda task: {"extra": task.task_id}, alone=lambda: imported[0])
+    sent_for = getattr(task_runner, task_runner_shim._PRIVATE_NAME)
+    assert sent_for(BaseOperator(task_id="plain")) == {"extra": "plain"}
+    assert sent_for(templated) == {"command": "run", "env": {}, "args": [], "extra": "templated"}
+    imported[0] = False
+    assert sent_for(BaseOperator(task_id="plain")) == {}
 
     def failing(task):
         raise RuntimeError("a bug of ours")

@@ -165,8 +165,12 @@ def settle_pending_discard(
         get_state_backend().discard_written_through_try(scope, boundary, session=session)
 
 
-def _settle(scope: StateScope) -> None:
-    settle_pending_discard(scope, pending_discard(scope))
+def _settle(scope: StateScope, by_running_try: bool) -> None:
+    # A running try's own write has nothing to settle: its first touch applied the discard before
+    # it got its credential (airflow_db/first_touch.py), and a clear since ended that credential's
+    # try, whose writes are refused. Looking again would cost up to three queries on every write.
+    if not by_running_try:
+        settle_pending_discard(scope, pending_discard(scope))
 
 
 def discard_what_clears_left(
@@ -235,14 +239,18 @@ def put(
     ttl: Ttl = None,
     if_version: int | None = None,
     writer: StateWriter | None = None,
+    by_running_try: bool = False,
 ) -> Written:
-    """Store *text* (from :func:`.codec.encode`) under *key* as *writer*, as the backend's ``write``."""
+    """
+    Store *text* (from :func:`.codec.encode`) under *key* as *writer*, as the backend's ``write``;
+    *by_running_try*: the writer is the task instance's running try, whose first touch is done.
+    """
     validate_key(key)
     state = get_state_backend()
     expires_at = expires_at_for(scope, ttl, state)
     validate_value(text)
     validate_write(writer, expires_at, if_version)  # refused before the discard, as before any write
-    _settle(scope)
+    _settle(scope, by_running_try)
     version = state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
     return Written(version, expires_at)
 
@@ -254,6 +262,7 @@ def increment(
     *,
     ttl: Ttl = None,
     writer: StateWriter | None = None,
+    by_running_try: bool = False,
 ) -> Incremented:
     """Add *by* to the integer under *key* (absent: 0) atomically, as the backend's ``increment``."""
     validate_key(key)
@@ -261,13 +270,13 @@ def increment(
     expires_at = expires_at_for(scope, ttl, state)
     validate_increment(by)
     validate_write(writer, expires_at)  # refused before the discard, as before any write
-    _settle(scope)
+    _settle(scope, by_running_try)
     return Incremented(state.increment(scope, key, by, writer=writer, expires_at=expires_at), expires_at)
 
 
-def delete(scope: StateScope, key: str) -> None:
+def delete(scope: StateScope, key: str, *, by_running_try: bool = False) -> None:
     validate_key(key)
-    _settle(scope)
+    _settle(scope, by_running_try)
     get_state_backend().delete(scope, key)
 
 

@@ -186,7 +186,9 @@ def _state_routes(kind: ScopeKind) -> None:
     ) -> StateWriteResponse:
         # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
         scope, writer = access.for_writing(), writer_of(claims)
-        written = manage.put(scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer)
+        written = manage.put(
+            scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer, by_running_try=True
+        )
         return StateWriteResponse(key=key, version=written.version)
 
     @router.post(
@@ -203,7 +205,7 @@ def _state_routes(kind: ScopeKind) -> None:
     ) -> StateIncrementResponse:
         with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
             added = manage.increment(
-                access.for_writing(), key, body.by, ttl=body.ttl, writer=writer_of(claims)
+                access.for_writing(), key, body.by, ttl=body.ttl, writer=writer_of(claims), by_running_try=True
             )
         return StateIncrementResponse(key=key, value=added.value)
 
@@ -216,7 +218,7 @@ def _state_routes(kind: ScopeKind) -> None:
         "error.",
     )
     def delete_state(access: Scope, key: Key) -> None:
-        manage.delete(access.for_writing(), key)
+        manage.delete(access.for_writing(), key, by_running_try=True)
 
     @router.post(
         kind.prefix + VALUES_READ,

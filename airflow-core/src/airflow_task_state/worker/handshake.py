@@ -7,7 +7,8 @@ the try's own token. The task process never holds a key, and never sees the supe
 The proof rides on the rendered fields the task runner writes anyway as the try starts, before the
 task's code runs (:func:`ride_along`): the first state call then needs no write of its own, and a
 task that never touches state pays only for drawing its verifier. A task without template fields,
-for which Airflow writes none, has the proof written on its first state call instead.
+for which Airflow writes none, has the task runner write the proof alone if its DAG file imported
+the accessors, else has it written on its first state call.
 
 One proof serves every process of a try. Its verifier is drawn once per try, as the try starts, so
 the processes the task forks inherit it: whichever writes the proof first, the others find it there,
@@ -80,8 +81,14 @@ _exchange_lock = threading.Lock()
 
 
 def ride_along() -> None:
-    """As a task process starts: the proof goes with the rendered fields its task runner writes."""
-    send_along(_proof_fields)
+    """
+    As a task process starts: the proof goes with the rendered fields its task runner writes. For a
+    task without template fields it goes alone if the accessors are imported by then (the DAG file
+    imports them at its top, as an operator built on the resumable mixins does): the listener would
+    write it as the try starts anyway (``start_handshake``), and written before the task's code, the
+    first call does not wait for it.
+    """
+    send_along(_proof_fields, alone=lambda: ACCESSORS_MODULE in sys.modules)
 
 
 def _proof_fields(task: Any) -> dict[str, Any]:

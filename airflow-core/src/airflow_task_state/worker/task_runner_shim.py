@@ -40,10 +40,12 @@ def rendered_fields(task: Any) -> dict[str, Any]:
     return fields
 
 
-def send_along(extra: Callable[[Any], dict[str, Any]]) -> None:
+def send_along(extra: Callable[[Any], dict[str, Any]], *, alone: Callable[[], bool] = lambda: False) -> None:
     """
     From now on, in this process, the rendered fields the task runner sends for a task carry
-    *extra*(task)'s fields too, whenever it sends any: no write is added where it makes none.
+    *extra*(task)'s fields too, whenever it sends any. For a task without template fields, for which
+    it sends none, it sends *extra*'s alone if *alone*() says so then (the caller's promise that the
+    write would be made anyway, a little later); else no write is added.
     """
     global _airflows_own
     if _airflows_own is not None:
@@ -54,7 +56,7 @@ def send_along(extra: Callable[[Any], dict[str, Any]]) -> None:
 
     def with_extra(task: Any) -> dict[str, Any]:
         fields = serialize(task)
-        if not fields:
+        if not fields and not alone():
             return fields
         try:
             return {**fields, **extra(task)}
