@@ -56,12 +56,15 @@ def test_default_is_the_metastore():
 def test_default_is_the_one_the_provider_info_declares(monkeypatch):
     """Without provider configuration loaded, the default still comes from the provider info."""
     from airflow.configuration import conf
+    from airflow_task_state import config
     from airflow_task_state.state_options import STATE_OPTIONS
 
     assert STATE_OPTIONS["backend"]["default"] == "airflow_task_state.metastore.MetastoreStateBackend"
     monkeypatch.setattr(conf, "get", lambda section, key, fallback=None, **kwargs: fallback)
+    monkeypatch.setattr(config, "_read", {})  # options are read once per process: afresh here
     assert resolve_state_backend() is MetastoreStateBackend
     monkeypatch.setitem(STATE_OPTIONS["backend"], "default", f"{__name__}.CountingBackend")
+    config._read.clear()
     assert resolve_state_backend() is CountingBackend
 
 

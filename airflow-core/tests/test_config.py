@@ -19,6 +19,12 @@ def _no_process_key(monkeypatch):
     monkeypatch.setattr(signing_keys, "_process_key", None)
 
 
+@pytest.fixture(autouse=True)
+def _nothing_read_yet(monkeypatch):
+    """Options are read once per process while their environment stays: each test reads afresh."""
+    monkeypatch.setattr(config, "_read", {})
+
+
 @pytest.fixture
 def no_url(monkeypatch):
     """None of the three options that locate the state API is set."""
@@ -44,7 +50,23 @@ def test_defaults_when_airflow_has_not_loaded_the_providers_configuration(monkey
     assert config.max_value_bytes() == int(STATE_OPTIONS["max_value_bytes"]["default"])
     # The dict is the one place: change it and the fallback follows (no second literal to drift).
     monkeypatch.setitem(STATE_OPTIONS["max_value_bytes"], "default", "1234")
+    config._read.clear()  # read once per process: the dict changes only here
     assert config.max_value_bytes() == 1234
+
+
+def test_an_option_read_once_is_read_again_when_its_environment_changes(monkeypatch):
+    """Read once per process (Airflow's conf.get is slow), but never stale for a changed variable."""
+    default = config.max_value_bytes()
+    monkeypatch.setenv("AIRFLOW__STATE__MAX_VALUE_BYTES", "100")
+    assert config.max_value_bytes() == 100
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://one/state")
+    assert config.api_url() == "http://one/state"
+    monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://two/state")
+    assert config.api_url() == "http://two/state"
+    monkeypatch.setenv("AIRFLOW__WORKERS__EXECUTION_API_RETRIES", "2")
+    assert config.RetryPolicy.from_config().retries == 2
+    monkeypatch.delenv("AIRFLOW__STATE__MAX_VALUE_BYTES")
+    assert config.max_value_bytes() == default
 
 
 def test_a_backend_configured_by_the_import_path_of_0_7_names_the_same_class(monkeypatch):

@@ -9,8 +9,11 @@ nothing heavier than ``airflow.configuration``.
 
 from __future__ import annotations
 
+import os
 import random
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from airflow.configuration import conf
 
@@ -22,10 +25,34 @@ from airflow_task_state.state_options import STATE_OPTIONS
 
 SECTION = "state"
 
+_T = TypeVar("_T")
+# What each option read last, with the environment variables it was read under.
+_read: dict[tuple[str, str], tuple[tuple[str | None, ...], object]] = {}
+
+
+def _cached(section: str, option: str, read: Callable[[], _T]) -> _T:
+    """
+    *read*() (a read of ``[section] option``), once per process while the option's environment
+    variables stay as they are: Airflow's ``conf.get`` takes 15 to 70 µs, and every state call read
+    a few options (the API's URL, the retries; the body's limit on the server). A process's
+    configuration file does not change while it runs; its environment can (a task setting variables,
+    tests).
+    """
+    name = f"AIRFLOW__{section.upper()}__{option.upper()}"
+    environment = tuple(os.environ.get(name + suffix) for suffix in ("", "_CMD", "_SECRET"))
+    known = _read.get((section, option))
+    if known is not None and known[0] == environment:
+        return known[1]  # type: ignore[return-value]
+    value = read()
+    _read[(section, option)] = (environment, value)
+    return value
+
 
 def _state_option(option: str) -> str:
     """``[state] option`` as text; its STATE_OPTIONS default when Airflow has not loaded it."""
-    value = conf.get(SECTION, option, fallback=STATE_OPTIONS[option]["default"])
+    value = _cached(
+        SECTION, option, lambda: conf.get(SECTION, option, fallback=STATE_OPTIONS[option]["default"])
+    )
     return "" if value is None else str(value)
 
 
@@ -153,6 +180,10 @@ def api_url() -> str:
 DEFAULT_API_SERVER = "http://localhost:8080"
 
 
+def _text(section: str, option: str) -> str | None:
+    return _cached(section, option, lambda: conf.get(section, option, fallback=""))
+
+
 def api_server_url() -> str:
     """
     The API server as Airflow's own task processes find it (LocalExecutor, Celery and Kubernetes
@@ -160,11 +191,11 @@ def api_server_url() -> str:
     ``[api] base_url``; a relative base_url, or none, is on ``http://localhost:8080``, which is what
     ``airflow standalone`` and a newcomer's ``airflow api-server`` serve.
     """
-    execution = (conf.get("core", "execution_api_server_url", fallback="") or "").strip().rstrip("/")
+    execution = (_text("core", "execution_api_server_url") or "").strip().rstrip("/")
     if execution:
         return execution.removesuffix("/execution")
     # Airflow reads an unset base_url as "/"; an empty one (AIRFLOW__API__BASE_URL=) is unset too.
-    base_url = (conf.get("api", "base_url", fallback="") or "").strip() or "/"
+    base_url = (_text("api", "base_url") or "").strip() or "/"
     if base_url.startswith("/"):
         base_url = DEFAULT_API_SERVER + base_url
     return base_url.rstrip("/")
@@ -176,7 +207,11 @@ def api_server_url() -> str:
 
 def request_timeout() -> float:
     """``[workers] execution_api_timeout``: seconds an HTTP request to the API server may take."""
-    return conf.getfloat("workers", "execution_api_timeout")
+    return _workers_number("execution_api_timeout")
+
+
+def _workers_number(option: str) -> float:
+    return _cached("workers", option, lambda: conf.getfloat("workers", option))
 
 
 class RetryPolicy:
@@ -194,9 +229,9 @@ class RetryPolicy:
     @classmethod
     def from_config(cls) -> RetryPolicy:
         return cls(
-            conf.getint("workers", "execution_api_retries"),
-            conf.getfloat("workers", "execution_api_retry_wait_min"),
-            conf.getfloat("workers", "execution_api_retry_wait_max"),
+            int(_workers_number("execution_api_retries")),
+            _workers_number("execution_api_retry_wait_min"),
+            _workers_number("execution_api_retry_wait_max"),
         )
 
     def wait(self, attempt: int) -> float:
