@@ -120,10 +120,12 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         "request, when Airflow's app and the state API are built: the objects of start-up are\n"
         "then never scanned again by Python's garbage collector, whose full collections of an\n"
         "API server's heap pause every thread, Airflow's routes included, for up to seconds.\n"
-        "Off by default: it changes the collector of the whole process, which is Airflow's.\n",
+        "Objects made later are collected as before; what start-up made and later drops stays\n"
+        "(the dag processor of Airflow freezes its heap the same way). False leaves the collector\n"
+        "of the API server process as Python has it.\n",
         since="0.5.0",
         kind="boolean",
-        default="False",
+        default="True",
     ),
     "clear_on_success": _option(
         "Clear a task instance's state when it succeeds, for every task. Off: only tasks that\n"
