@@ -2,10 +2,8 @@
 State calls from task code against their floor, side by side in one task process.
 
 The floor is what no state API can beat on this machine: one keep-alive HTTP/1.1 request to a
-minimal ASGI app (no framework, no authentication, no validation) served by uvicorn, as Airflow's
-API server is, on the same host, which runs one primary-key select, or one upsert, on the same
-PostgreSQL database with psycopg2 on one autocommit connection, into a table keyed as
-``task_state`` is. Its client is an ``httpx.Client``, as ours is.
+minimal ASGI app on uvicorn that runs one primary-key select, or one upsert, on the deployment's
+PostgreSQL database (``_floor.py``), sent by an ``httpx.Client`` as ours are.
 
 A real deployment (API server, scheduler, dag processor; PostgreSQL) runs one task that times, in
 rounds alternating between the sides, ``task_state.set``/``get`` as task code calls them (the API
@@ -20,62 +18,13 @@ raw DBAPI cursor).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
 from _common import parse_args
+from _floor import floor_app
 
 GOAL = 0.6
-
-FLOOR_APP = '''
-"""The floor: one request, one statement, nothing else."""
-import json
-import os
-from urllib.parse import parse_qs
-
-import psycopg2
-
-connection = psycopg2.connect(os.environ["FLOOR_DSN"])
-connection.autocommit = True
-cursor = connection.cursor()
-cursor.execute(
-    "CREATE TABLE IF NOT EXISTS floor_state (dag_run_id INTEGER, task_id VARCHAR(250), "
-    "map_index INTEGER, key VARCHAR(512), value TEXT, PRIMARY KEY (dag_run_id, task_id, map_index, key))"
-)
-SELECT = (
-    "SELECT value FROM floor_state "
-    "WHERE dag_run_id = 1 AND task_id = 'measure' AND map_index = -1 AND key = %s"
-)
-UPSERT = (
-    "INSERT INTO floor_state VALUES (1, 'measure', -1, %s, %s) "
-    "ON CONFLICT (dag_run_id, task_id, map_index, key) DO UPDATE SET value = EXCLUDED.value"
-)
-
-
-async def app(scope, receive, send):
-    if scope["type"] != "http":  # lifespan: nothing to start
-        return
-    key = parse_qs(scope["query_string"].decode())["key"][0]
-    if scope["method"] == "PUT":
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        cursor.execute(UPSERT, (key, json.dumps(json.loads(body)["value"])))
-        status, payload = 200, b'{"written": true}'
-    else:
-        cursor.execute(SELECT, (key,))
-        row = cursor.fetchone()
-        status, payload = (200, ('{"value":' + row[0] + "}").encode()) if row else (404, b"{}")
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
-'''
 
 DAG = """
 import json
@@ -141,47 +90,17 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="state-bench-floor-"))
     dags, results = work / "dags", work / "samples.json"
     dags.mkdir()
-    (work / "floor_app.py").write_text(FLOOR_APP)
     port = dbservers.free_port()
-    floor_url = f"http://127.0.0.1:{port}"
     (dags / "bench_floor.py").write_text(
-        DAG.format(ops=args.ops, rounds=args.rounds, floor=floor_url, results=str(results))
+        DAG.format(ops=args.ops, rounds=args.rounds, floor=f"http://127.0.0.1:{port}", results=str(results))
     )
-    with airflow_deployment(dags) as deployment:
-        dsn = deployment.sql_alchemy_conn.replace("postgresql+psycopg2://", "postgresql://")
-        floor = start_floor(work, port, dsn)
-        try:
-            deployment.wait_for_dag("bench_floor", timeout=120)
-            deployment.trigger("bench_floor", "floor")
-            state = deployment.wait_for_run(
-                "bench_floor", "floor", timeout=300 + args.ops * args.rounds * 0.1
-            )
-            if state != "success":
-                raise SystemExit(
-                    f"the bench run ended {state}:\n{deployment.task_logs('bench_floor', 'floor')}"
-                )
-        finally:
-            floor.terminate()
-            floor.wait(10)
+    with airflow_deployment(dags) as deployment, floor_app(deployment.sql_alchemy_conn, port):
+        deployment.wait_for_dag("bench_floor", timeout=120)
+        deployment.trigger("bench_floor", "floor")
+        state = deployment.wait_for_run("bench_floor", "floor", timeout=300 + args.ops * args.rounds * 0.1)
+        if state != "success":
+            raise SystemExit(f"the bench run ended {state}:\n{deployment.task_logs('bench_floor', 'floor')}")
     report(json.loads(results.read_text()), args)
-
-
-def start_floor(work: Path, port: int, dsn: str) -> subprocess.Popen[bytes]:
-    """The floor app under uvicorn, with uvicorn's defaults as Airflow's API server takes them."""
-    floor = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "floor_app:app", "--port", str(port), "--log-level", "warning"],
-        cwd=work,
-        env={**os.environ, "FLOOR_DSN": dsn},
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/value", params={"key": "absent"})
-            return floor
-        except httpx.TransportError:
-            time.sleep(0.2)
-    floor.kill()
-    raise SystemExit("the floor app did not start")
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:

@@ -20,11 +20,16 @@ What a client sends is what a task process sends after its first call:
 - this project: ``GET``/``PUT /state/task-instances/{id}/value?key=...`` with a credential for
   that task instance, signed as the API server signs them after a handshake.
 
+A third side is the floor (``_floor.py``): a minimal ASGI app on uvicorn that runs one primary-key
+select or upsert per request on this project's database, with no authentication and no check; the
+clients send it the same GETs and PUTs.
+
 The clients are one asyncio loop in this process speaking HTTP/1.1 on raw sockets: much cheaper
 than an HTTP library, so that on a small machine the load generator takes little of the CPU the
-server needs. Each point reports requests/s, latency p50/p99, errors (anything but a 2xx answer,
-and failed connections), and what the database saw meanwhile: new connections per second
-(``pg_stat_database.sessions``) and transactions per second.
+server needs. Each point reports requests/s, latency p50/p99 and mean, errors (anything but a 2xx
+answer, and failed connections), the server's CPU time per request (its processes' user and system
+time over the point, divided by the requests answered), and what the database saw meanwhile: new
+connections per second (``pg_stat_database.sessions``) and transactions per second.
 
 With ``--gc-probe``, the api-server processes load a probe (a ``sitecustomize`` on their
 ``PYTHONPATH``) that times every garbage collection, and the pauses are reported; with
@@ -51,11 +56,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+import psutil
 from _common import parse_args
 from _deployments import Side, airflow33_program, airflow33_python, dags_folder, side, wait_for_dags
+from _floor import floor_app
 
 DAG_ID = "bench_load_holders"
-AIRFLOW33, OURS = "airflow 3.3.2", "this project"
+AIRFLOW33, OURS, FLOOR = "airflow 3.3.2", "this project", "the floor"
 KEYS_PER_CLIENT = 10
 
 # Task instances that stay running while the clients speak for them; bounded in time either way.
@@ -165,6 +172,8 @@ class Target:
     port: int
     # Per task instance: a function of (key, value or None) -> request bytes.
     requests: list[object]
+    # The server's process (its children too): the API server, or the floor app.
+    server_pid: int
     gc_probe: Path | None = None
     results: dict[tuple[int, str], list[Point]] = field(default_factory=dict)
 
@@ -178,10 +187,15 @@ class Point:
     sessions_per_s: float
     xacts_per_s: float
     gc: dict | None
+    cpu_ms_per_request: float
 
     @property
     def rps(self) -> float:
         return len(self.latencies) / self.seconds
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.mean(self.latencies) * 1000 if self.latencies else float("nan")
 
     def percentile(self, fraction: float) -> float:
         ordered = sorted(self.latencies)
@@ -247,6 +261,19 @@ def main() -> None:
         }
         print(f"{args.tis} task instances running on each side", flush=True)
         prepared = [prepare(each, probe, running[each.name]) for each, probe in targets]
+        ours = next(target for target in prepared if target.name != AIRFLOW33)
+        floor_port = harness_free_port()
+        floor = stack.enter_context(floor_app(ours.side.deployment.sql_alchemy_conn, floor_port))
+        prepared.append(
+            Target(
+                FLOOR,
+                ours.side,
+                "127.0.0.1",
+                floor_port,
+                [_get_and_put("127.0.0.1", floor_port, "", lambda key: f"/value?key={quote(key, safe='')}")],
+                floor.pid,
+            )
+        )
         gc_modes = ["default", "frozen"] if args.gc_freeze else ["default"]
         for clients in args.clients:
             for round_ in range(args.rounds):
@@ -279,7 +306,7 @@ def prepare(each: Side, probe: Path | None, tis: list[dict]) -> Target:
         ]
     else:
         requests = [ours_requests(each, host, port, ti) for ti in tis]
-    return Target(each.name, each, host, port, requests, probe)
+    return Target(each.name, each, host, port, requests, each.deployment.processes["api-server"].pid, probe)
 
 
 def airflow33_requests(host: str, port: int, ti_id: str, token: str, api_version: str):
@@ -330,7 +357,7 @@ def run_point(target: Target, clients: int, gc_mode: str, args) -> Point:
     if args.gc_freeze and target.gc_probe is not None:
         probe_command(target.gc_probe, "freeze" if gc_mode == "frozen" else "unfreeze")
     # Credentials live ten minutes: fresh ones for every point of this project's side.
-    if target.name != AIRFLOW33:
+    if target.name not in (AIRFLOW33, FLOOR):
         running = target.side.running_task_instances(DAG_ID, "load", args.tis, timeout=60)
         target.requests = [ours_requests(target.side, target.host, target.port, ti) for ti in running]
     result = asyncio.run(load(target, clients, args.warmup, args.seconds))
@@ -359,6 +386,18 @@ def probe_dump(directory: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """User and system time of process *pid* and its children (uvicorn's workers) so far."""
+    process = psutil.Process(pid)
+    return sum(sum(each.cpu_times()[:2]) for each in (process, *process.children(recursive=True)))
+
+
+def harness_free_port() -> int:
+    from state_testing.dbservers import free_port
+
+    return free_port()
+
+
 def database_counters(each: Side) -> tuple[float, int, int]:
     row = each.deployment.query(
         "SELECT sessions, xact_commit + xact_rollback AS xacts FROM pg_stat_database"
@@ -374,6 +413,8 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
     statuses: dict[int, int] = {}
     errors = [0]
     counters: dict[str, tuple[float, int, int]] = {}
+    cpu: dict[str, float] = {}
+    answered = [0]  # every answer within the measured window, errors included
     gc: dict = {}
 
     async def client(index: int) -> None:
@@ -408,6 +449,8 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
                     errors[0] += 1
                 await asyncio.sleep(0.05)
                 continue
+            if measure_from <= done < measure_to:
+                answered[0] += 1
             if measure_from <= began and done < measure_to:
                 statuses[status] = statuses.get(status, 0) + 1
                 if 200 <= status < 300:
@@ -422,7 +465,9 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
         if target.gc_probe is not None:
             await asyncio.to_thread(probe_command, target.gc_probe, "reset")
         counters["from"] = await asyncio.to_thread(database_counters, target.side)
+        cpu["from"] = server_cpu_seconds(target.server_pid)
         await asyncio.sleep(max(0.0, measure_to - time.monotonic()))
+        cpu["to"] = server_cpu_seconds(target.server_pid)
         counters["to"] = await asyncio.to_thread(database_counters, target.side)
         if target.gc_probe is not None:
             gc.update(await asyncio.to_thread(probe_dump, target.gc_probe))
@@ -437,6 +482,7 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
         "sessions_per_s": (sessions1 - sessions0) / (t1 - t0),
         "xacts_per_s": (xacts1 - xacts0) / (t1 - t0),
         "gc": gc or None,
+        "cpu_ms_per_request": (cpu["to"] - cpu["from"]) * 1000 / max(answered[0], 1),
     }
 
 
@@ -468,8 +514,8 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
         "points (each point's own p50/p99)"
     )
     print(
-        f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}"
-        f"{'conn/s':>8}{'xact/s':>8}{'gc max ms':>10}{'gc>100ms':>9}{'in gc':>9}"
+        f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'mean ms':>8}"
+        f"{'errors':>7}{'cpu ms':>8}{'conn/s':>8}{'xact/s':>8}{'gc max ms':>10}{'gc>100ms':>9}{'in gc':>9}"
     )
     baseline = next((t for t in targets if t.name == AIRFLOW33), None)
     for clients in args.clients:
@@ -485,26 +531,43 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                     f"{target.name:<36}{clients:>8}{mode:>8}{median(points, 'rps'):>8.0f}"
                     f"{statistics.median(p.percentile(0.5) for p in points):>8.1f}"
                     f"{statistics.median(p.percentile(0.99) for p in points):>8.1f}"
-                    f"{sum(p.errors for p in points):>7}{median(points, 'sessions_per_s'):>8.1f}"
+                    f"{median(points, 'mean_ms'):>8.1f}{sum(p.errors for p in points):>7}"
+                    f"{median(points, 'cpu_ms_per_request'):>8.2f}{median(points, 'sessions_per_s'):>8.1f}"
                     f"{median(points, 'xacts_per_s'):>8.0f}{gc_max}{long_pauses:>9.1f}{gc_share}"
                 )
     if baseline is None:
         return
-    print("\nRatios to Airflow 3.3.2 (same clients, same GC mode)")
-    print(f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s x':>9}{'p99 x':>8}")
+    floor = next(t for t in targets if t.name == FLOOR)
+    print("\nRatios (same clients, same GC mode): to Airflow 3.3.2, to the floor, p99 to the mean latency")
+    print(
+        f"{'side':<36}{'clients':>8}{'gc':>8}{'req/s x':>9}{'p99 x':>8}{'cpu/req x floor':>17}"
+        f"{'p99/mean':>10}"
+    )
+    goals = []
     for clients in args.clients:
         for mode in gc_modes:
-            theirs = baseline.results[(clients, mode)]
+            theirs, floors = baseline.results[(clients, mode)], floor.results[(clients, mode)]
             for target in targets:
-                if target is baseline:
+                if target is baseline or target is floor:
                     continue
                 ours = target.results[(clients, mode)]
                 rps = median(ours, "rps") / median(theirs, "rps")
-                p99 = statistics.median(p.percentile(0.99) for p in ours) / statistics.median(
-                    p.percentile(0.99) for p in theirs
+                p99 = statistics.median(p.percentile(0.99) for p in ours)
+                cpu = median(ours, "cpu_ms_per_request") / median(floors, "cpu_ms_per_request")
+                tail = p99 / median(ours, "mean_ms")
+                theirs_p99 = statistics.median(p.percentile(0.99) for p in theirs)
+                print(
+                    f"{target.name:<36}{clients:>8}{mode:>8}{rps:>9.2f}{p99 / theirs_p99:>8.2f}"
+                    f"{cpu:>17.2f}{tail:>10.2f}"
                 )
-                print(f"{target.name:<36}{clients:>8}{mode:>8}{rps:>9.2f}{p99:>8.2f}")
-    print("\nGoal at 100 clients: >= 3x 3.3.2's throughput and p99 under 300 ms")
+                goals += [
+                    (f"{target.name}, {clients} clients: throughput >= 5x 3.3.2's", rps, rps >= 5),
+                    (f"{target.name}, {clients} clients: CPU per request <= 2x the floor's", cpu, cpu <= 2),
+                    (f"{target.name}, {clients} clients: p99 <= 2x the mean latency", tail, tail <= 2),
+                ]
+    print("\nGoals (issue 33)")
+    for what, ratio, met in goals:
+        print(f"  {what}: {ratio:.2f}x  {'met' if met else 'NOT met'}")
 
 
 def median(points: list[Point], attribute: str) -> float:
