@@ -32,7 +32,8 @@ from pathlib import Path
 from _common import create_dag_run, measure, parse_args, use_migrated_airflow
 from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 
-TARGETS = {"set": 0.6, "get": 0.5}
+# Issue 33: the backend at least 0.9 of the same statements on a raw cursor.
+TARGETS = {"set": 0.9, "get": 0.9}
 
 
 def main() -> None:

@@ -119,6 +119,32 @@ def test_round_trip_list_delete_clear(api, running):
     assert api.get(keys_url(running), headers=headers).json()["keys"] == []
 
 
+def test_a_running_trys_writes_look_for_no_discard_a_clear_left(api, running):
+    """
+    Its first touch applied that discard before it got its credential, and a try cleared since may
+    not write: looking again (the archived tries, then the task instances and their rendered fields)
+    would cost every set, increment and delete up to three queries.
+    """
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        sent.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        headers = auth(running)
+        assert api.put(**at(running, "n"), json={"value": 1}, headers=headers).status_code == 200
+        increment = f"/task-instances/{running.ti_id}/increment"
+        assert api.post(increment, params={"key": "n"}, headers=headers).status_code == 200
+        assert api.delete(**at(running, "n"), headers=headers).status_code == 204
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert not [statement for statement in sent if "task_instance_history" in statement], sent
+
+
 def test_writes_record_the_try(api, running, backend):
     from airflow.utils.session import create_session
     from airflow_task_state.metastore.models import TaskStateModel
