@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from airflow_shared.state import AssetScope, StateScope, StateWriter
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Depends, Query, Response, status
+from pydantic import BaseModel
 
 from airflow_task_state import codec, expiry, manage
 from airflow_task_state.api.asset_declarations import declared_asset_id
@@ -53,6 +54,15 @@ from airflow_task_state.protocol import (
 )
 
 router = APIRouter()
+
+
+def answer(model: BaseModel) -> Response:
+    """
+    *model* as the route's JSON answer, as built: FastAPI would validate it again against the
+    route's response model (a values' whole JSON tree), in a second trip to the thread pool, on
+    every request of task code. The response model still documents the route.
+    """
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 class ScopeAccess:
@@ -140,9 +150,10 @@ def _state_routes(kind: ScopeKind) -> None:
         responses=errors,
         name=f"list_{the}_keys",
         description=f"The keys of {state}, sorted{kind.reads}.",
+        response_model=StateKeysResponse,
     )
-    def list_keys(access: Scope) -> StateKeysResponse:
-        return StateKeysResponse(keys=get_state_backend().keys(access.for_reading()))
+    def list_keys(access: Scope) -> Response:
+        return answer(StateKeysResponse.model_construct(keys=get_state_backend().keys(access.for_reading())))
 
     @router.delete(
         kind.prefix + KEYS,
@@ -159,8 +170,9 @@ def _state_routes(kind: ScopeKind) -> None:
         responses={404: {"description": "No such key (`key_not_found`)"}, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
+        response_model=StateValueResponse,
     )
-    def get_state(access: Scope, key: Key) -> StateValueResponse:
+    def get_state(access: Scope, key: Key) -> Response:
         # One backend call on this hot path: the versioned read where the backend keeps versions.
         scope, backend = access.for_reading(), get_state_backend()
         version = None
@@ -171,7 +183,9 @@ def _state_routes(kind: ScopeKind) -> None:
             stored = backend.get(scope, key)
         if stored is None:
             raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-        return StateValueResponse(key=key, value=codec.decode(stored), version=version)
+        return answer(
+            StateValueResponse.model_construct(key=key, value=codec.decode(stored), version=version)
+        )
 
     @router.put(
         kind.prefix + VALUE,
@@ -180,16 +194,17 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"set_{the}_state",
         description=f"Store a value under `key` in {state} and answer its new version{kind.writes}. "
         + kind.default_ttl,
+        response_model=StateWriteResponse,
     )
     def set_state(
         access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
-    ) -> StateWriteResponse:
+    ) -> Response:
         # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
         scope, writer = access.for_writing(), writer_of(claims)
         written = manage.put(
             scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer, by_running_try=True
         )
-        return StateWriteResponse(key=key, version=written.version)
+        return answer(StateWriteResponse.model_construct(key=key, version=written.version))
 
     @router.post(
         kind.prefix + INCREMENT,
@@ -199,15 +214,19 @@ def _state_routes(kind: ScopeKind) -> None:
         description=f"Add `by` (default 1; an empty body adds 1) to the integer stored under `key` in "
         f"{state} (absent: 0) in one atomic step and answer the sum{kind.writes}; a key holding anything "
         "but a JSON integer is refused (`invalid_value`) and left as it is.",
+        response_model=StateIncrementResponse,
     )
-    def increment_state(
-        access: Scope, claims: Claims, key: Key, body: NewIncrement
-    ) -> StateIncrementResponse:
+    def increment_state(access: Scope, claims: Claims, key: Key, body: NewIncrement) -> Response:
         with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
             added = manage.increment(
-                access.for_writing(), key, body.by, ttl=body.ttl, writer=writer_of(claims), by_running_try=True
+                access.for_writing(),
+                key,
+                body.by,
+                ttl=body.ttl,
+                writer=writer_of(claims),
+                by_running_try=True,
             )
-        return StateIncrementResponse(key=key, value=added.value)
+        return answer(StateIncrementResponse.model_construct(key=key, value=added.value))
 
     @router.delete(
         kind.prefix + VALUE,
@@ -226,10 +245,12 @@ def _state_routes(kind: ScopeKind) -> None:
         openapi_extra=KEYS_BODY,
         name=f"get_{the}_state_many",
         description=f"The values of those of `keys` that {state} holds (others are left out){kind.reads}.",
+        response_model=StateValuesResponse,
     )
-    def get_many(access: Scope, keys: KeysBody) -> StateValuesResponse:
+    def get_many(access: Scope, keys: KeysBody) -> Response:
         stored = get_state_backend().get_many(access.for_reading(), keys)
-        return StateValuesResponse(values={key: codec.decode(text) for key, text in stored.items()})
+        values = {key: codec.decode(text) for key, text in stored.items()}
+        return answer(StateValuesResponse.model_construct(values=values))
 
     @router.put(
         kind.prefix + VALUES,
@@ -238,12 +259,13 @@ def _state_routes(kind: ScopeKind) -> None:
         name=f"set_{the}_state_many",
         description=f"Store every key-value pair of `values` in {state} and answer each key's new "
         f"version{kind.writes}. Atomic where the backend is (the metastore and Redis backends are).",
+        response_model=StateVersionsResponse,
     )
-    def set_many(access: Scope, claims: Claims, body: NewValues) -> StateVersionsResponse:
+    def set_many(access: Scope, claims: Claims, body: NewValues) -> Response:
         scope, backend = access.for_writing(), get_state_backend()
         expires_at = expiry.expires_at_for(scope, body.ttl, backend)
         versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
-        return StateVersionsResponse(versions=versions)
+        return answer(StateVersionsResponse.model_construct(versions=versions))
 
     @router.post(
         kind.prefix + VALUES_DELETE,
