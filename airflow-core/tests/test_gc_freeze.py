@@ -1,4 +1,4 @@
-"""[state] freeze_gc_after_startup: the API server's heap is frozen once, at the first state request."""
+"""[state] freeze_gc_after_startup: the API server's heap is frozen once, as the state API is built."""
 
 from __future__ import annotations
 
@@ -88,3 +88,28 @@ def test_after_the_real_freeze_garbage_made_later_is_still_collected():
         assert alive < 1_000, f"{alive} of 10,000 cycles made after the freeze were never collected"
     finally:
         gc.unfreeze()
+
+
+def test_the_api_server_builds_the_state_api_as_it_starts(monkeypatch, gc_calls):
+    """
+    Airflow's own app, as `airflow api-server` serves it: its start (the lifespan) makes the
+    plugin's root middleware, which builds the state API before any request reaches it, so the first
+    task to touch state after a start does not wait for it; Airflow's routes pass through untouched.
+    """
+    import time
+
+    from airflow.api_fastapi.app import create_app
+    from airflow_task_state import plugin
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "a-test-secret-of-airflows-own-tokens")
+    monkeypatch.setattr(plugin.STATE_API, "_app", None)
+    with TestClient(create_app()) as airflow_api:
+        deadline = time.monotonic() + 60
+        while plugin.STATE_API._app is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert plugin.STATE_API._app is not None, "the state API was not built as the API server started"
+        assert gc_calls == ["collect", "freeze"]  # built as served: the heap frozen then, once
+        assert airflow_api.get("/api/v2/version").status_code == 200
+        assert airflow_api.get("/state/openapi.json").status_code == 200
+    assert gc_calls == ["collect", "freeze"]

@@ -6,6 +6,8 @@ inside the task's own process. Only this module imports both ``api/`` and ``work
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +18,8 @@ from airflow.plugins_manager import AirflowPlugin
 from airflow_task_state.protocol import URL_PREFIX
 from airflow_task_state.worker import client
 from airflow_task_state.worker import listener as try_listener
+
+log = logging.getLogger(__name__)
 
 #: The name of both React apps: the task instance tab's label and the navigation entry's. Airflow
 #: 3.2's UI finds an app's component at ``globalThis[name]``, so ``state.js`` registers this name.
@@ -42,25 +46,61 @@ def state_react_apps() -> list[dict[str, Any]]:
 
 class LazyStateApp:
     """
-    An ASGI app that builds the state API on its first request. Airflow loads plugins in every
-    process, task processes included; only API servers serve this app, so only they import the
-    API's modules (FastAPI, the ORM, the routes and their schemas).
+    An ASGI app that builds the state API as the API server starts (:class:`BuildStateApiAtStart`),
+    or else on its first request. Airflow loads plugins in every process, task processes included;
+    only API servers serve this app, so only they import the API's modules (FastAPI, the ORM, the
+    routes and their schemas).
     """
 
     def __init__(self) -> None:
         self._app: Any = None
+        self._building = threading.Lock()
+
+    def build(self) -> Any:
+        """The state API, built now unless it is (by the first request, or as the API server starts)."""
+        with self._building:
+            if self._app is None:
+                from airflow_task_state.api.app import serving_app  # on first use: see the class docstring
+
+                self._app = serving_app()
+            return self._app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if self._app is None:
-            from airflow_task_state.api.app import serving_app  # on first use: see the class docstring
+        await (self._app or self.build())(scope, receive, send)
 
-            self._app = serving_app()
-        await self._app(scope, receive, send)
+
+STATE_API = LazyStateApp()
+
+
+class BuildStateApiAtStart:
+    """
+    A root middleware of Airflow's app that passes every request on untouched. Starlette makes it
+    as the API server starts (Airflow's app handles its lifespan), the one moment a plugin's code
+    runs there before the first request: it builds the state API then, in a thread, so that the
+    first task to touch state after a start does not wait for it (0.5 to 1 s on a busy machine).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        threading.Thread(target=_build_state_api, name="state-api-build", daemon=True).start()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def _build_state_api() -> None:
+    try:
+        STATE_API.build()
+    except Exception:  # the first state request builds it again, and answers with the error
+        log.exception("Could not build the state API as the API server started")
 
 
 class TaskStatePlugin(AirflowPlugin):
     name = "task_state"
-    fastapi_apps = [{"app": LazyStateApp(), "url_prefix": URL_PREFIX, "name": "Task state API"}]
+    fastapi_apps = [{"app": STATE_API, "url_prefix": URL_PREFIX, "name": "Task state API"}]
+    fastapi_root_middlewares = [
+        {"middleware": BuildStateApiAtStart, "name": "Task state API, built at start"}
+    ]
     react_apps = state_react_apps()
     # Starts the try's handshake, and clears its state on success if configured (task processes).
     listeners = [try_listener]
