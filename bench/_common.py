@@ -1,4 +1,4 @@
-"""What the benchmarks share: arguments, alternating timed rounds, a migrated Airflow home."""
+"""What the benchmarks share: arguments, alternating timed rounds, summaries, a migrated Airflow home."""
 
 from __future__ import annotations
 
@@ -47,6 +47,13 @@ def measure(sides: dict[str, dict[str, Operation]], ops: int, rounds: int) -> di
         op: {side: statistics.median(values) for side, values in by_side.items()}
         for op, by_side in samples.items()
     }
+
+
+def summary(values: list[float]) -> tuple[float, float, float]:
+    """Median, mean and p99 (nearest rank) of *values*."""
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * len(ordered) + 0.5) - 1)]
+    return statistics.median(ordered), statistics.mean(ordered), p99
 
 
 def use_migrated_airflow(url: str) -> None:

@@ -21,7 +21,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from _common import parse_args
+from _common import parse_args, summary
 from _floor import floor_app
 
 GOAL = 0.6
@@ -101,13 +101,6 @@ def main() -> None:
         if state != "success":
             raise SystemExit(f"the bench run ended {state}:\n{deployment.task_logs('bench_floor', 'floor')}")
     report(json.loads(results.read_text()), args)
-
-
-def summary(values: list[float]) -> tuple[float, float, float]:
-    """Median, mean and p99 (nearest rank) of *values*."""
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * len(ordered) + 0.5) - 1)]
-    return ordered[len(ordered) // 2], sum(ordered) / len(ordered), p99
 
 
 def report(samples: dict[str, dict[str, list[float]]], args) -> None:

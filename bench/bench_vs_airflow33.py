@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
-from _common import parse_args
+from _common import parse_args, summary
 from _deployments import (
     RESULTS_VARIABLE,
     airflow33_program,
@@ -292,13 +291,6 @@ ROWS = (
     ("get 100 keys", "get_100_ms"),
     ("set 100 keys", "set_100_ms"),
 )
-
-
-def summary(values: list[float]) -> tuple[float, float, float]:
-    """Median, mean and p99 (nearest rank) of *values*."""
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * len(ordered) + 0.5) - 1)]
-    return statistics.median(ordered), statistics.mean(ordered), p99
 
 
 def report(samples: dict[tuple[str, str], list[dict]], args) -> None:
