@@ -55,18 +55,25 @@ class LazyStateApp:
     def __init__(self) -> None:
         self._app: Any = None
         self._building = threading.Lock()
+        self._serving = False
 
     def build(self) -> Any:
         """The state API, built now unless it is (by the first request, or as the API server starts)."""
         with self._building:
             if self._app is None:
-                from airflow_task_state.api.app import serving_app  # on first use: see the class docstring
+                from airflow_task_state.api.app import create_app  # on first use: see the class docstring
 
-                self._app = serving_app()
+                self._app = create_app()
             return self._app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await (self._app or self.build())(scope, receive, send)
+        app = self._app or self.build()
+        if not self._serving:
+            self._serving = True
+            from airflow_task_state.api.app import start_serving
+
+            start_serving()
+        await app(scope, receive, send)
 
 
 STATE_API = LazyStateApp()

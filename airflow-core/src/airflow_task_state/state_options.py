@@ -116,8 +116,8 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         default="40",
     ),
     "freeze_gc_after_startup": _option(
-        "Freeze the API server process's heap (``gc.freeze()``) once, as the API server starts,\n"
-        "when Airflow's app and the state API are built: the objects of start-up are\n"
+        "Freeze the API server process's heap (``gc.freeze()``) once, at the state API's first\n"
+        "request, when Airflow's app and the state API are built: the objects of start-up are\n"
         "then never scanned again by Python's garbage collector, whose full collections of an\n"
         "API server's heap pause every thread, Airflow's routes included, for up to seconds.\n"
         "Objects made later are collected as before; what start-up made and later drops stays\n"

@@ -45,12 +45,14 @@ def create_app() -> FastAPI:
     return app
 
 
-def serving_app() -> FastAPI:
-    """The app an API server serves: built, then the heap frozen if ``[state] freeze_gc_after_startup``."""
-    app = create_app()
+def start_serving() -> None:
+    """
+    Once, at the state API's first request: the heap frozen if ``[state] freeze_gc_after_startup``.
+    Not as the app is built, at the API server's start: what Airflow builds for its own first
+    requests (its DAG bag, its caches) would be left for the collector to scan again and again.
+    """
     if config.freeze_gc_after_startup():
         freeze_heap()
-    return app
 
 
 def freeze_heap() -> None:
