@@ -60,6 +60,7 @@ import psutil
 from _common import parse_args
 from _deployments import Side, airflow33_program, airflow33_python, dags_folder, side, wait_for_dags
 from _floor import floor_app
+from state_testing.dbservers import free_port
 
 DAG_ID = "bench_load_holders"
 AIRFLOW33, OURS, FLOOR = "airflow 3.3.2", "this project", "the floor"
@@ -262,7 +263,7 @@ def main() -> None:
         print(f"{args.tis} task instances running on each side", flush=True)
         prepared = [prepare(each, probe, running[each.name]) for each, probe in targets]
         ours = next(target for target in prepared if target.name != AIRFLOW33)
-        floor_port = harness_free_port()
+        floor_port = free_port()
         floor = stack.enter_context(floor_app(ours.side.deployment.sql_alchemy_conn, floor_port))
         prepared.append(
             Target(
@@ -390,12 +391,6 @@ def server_cpu_seconds(pid: int) -> float:
     """User and system time of process *pid* and its children (uvicorn's workers) so far."""
     process = psutil.Process(pid)
     return sum(sum(each.cpu_times()[:2]) for each in (process, *process.children(recursive=True)))
-
-
-def harness_free_port() -> int:
-    from state_testing.dbservers import free_port
-
-    return free_port()
 
 
 def database_counters(each: Side) -> tuple[float, int, int]:
