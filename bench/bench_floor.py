@@ -111,12 +111,11 @@ def report(samples: dict[str, dict[str, list[float]]], args) -> None:
     print(f"{'op':<5}{'side':<7}{'median':>9}{'mean':>9}{'p99':>9}   rate by median / mean / p99")
     verdicts = []
     for op, by_side in samples.items():
-        floor = summary(by_side["floor"])
-        for side in ("floor", "ours"):
-            measured = summary(by_side[side])
+        floor, ours = summary(by_side["floor"]), summary(by_side["ours"])
+        for side, measured in (("floor", floor), ("ours", ours)):
             rates = " / ".join(f"{f / m:.2f}" for f, m in zip(floor, measured, strict=True))
             print(f"{op:<5}{side:<7}" + "".join(f"{value:>9.3f}" for value in measured) + f"   {rates}")
-        rate = floor[1] / summary(by_side["ours"])[1]
+        rate = floor[1] / ours[1]
         verdicts.append(
             f"  {op}: ours >= {GOAL}x the floor's rate (means): {rate:.2f}x  "
             + ("met" if rate >= GOAL else "NOT met")
