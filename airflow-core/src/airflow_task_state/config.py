@@ -148,6 +148,10 @@ def freeze_gc_after_startup() -> bool:
     return _boolean("freeze_gc_after_startup")
 
 
+def serve_task_requests_first() -> bool:
+    return _boolean("serve_task_requests_first")
+
+
 # --- the key that signs task credentials: API servers only -------------------------------------
 
 

@@ -15,6 +15,7 @@ import httpx
 from airflow.configuration import conf
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_task_state import config
 from airflow_task_state.protocol import URL_PREFIX
 from airflow_task_state.worker import client
 from airflow_task_state.worker import listener as try_listener
@@ -46,7 +47,7 @@ def state_react_apps() -> list[dict[str, Any]]:
 
 class LazyStateApp:
     """
-    An ASGI app that builds the state API as the API server starts (:class:`BuildStateApiAtStart`),
+    An ASGI app that builds the state API as the API server starts (:class:`StateApiAtStart`),
     or else on its first request. Airflow loads plugins in every process, task processes included;
     only API servers serve this app, so only they import the API's modules (FastAPI, the ORM, the
     routes and their schemas).
@@ -79,12 +80,14 @@ class LazyStateApp:
 STATE_API = LazyStateApp()
 
 
-class BuildStateApiAtStart:
+class StateApiAtStart:
     """
-    A root middleware of Airflow's app that passes every request on untouched. Starlette makes it
-    as the API server starts (Airflow's app handles its lifespan), the one moment a plugin's code
-    runs there before the first request: it builds the state API then, in a thread, so that the
-    first task to touch state after a start does not wait for it (0.5 to 1 s on a busy machine).
+    A root middleware of Airflow's app. Starlette makes it as the API server starts (Airflow's app
+    handles its lifespan), the one moment a plugin's code runs there before the first request: it
+    builds the state API then, in a thread, so that the first task to touch state after a start
+    does not wait for it (0.5 to 1 s on a busy machine); and at the lifespan, with
+    ``[state] serve_task_requests_first``, it puts the task routes before Airflow's middleware
+    (see ``api/task_requests_first.py``). It passes every request on untouched.
     """
 
     def __init__(self, app: Any) -> None:
@@ -92,6 +95,13 @@ class BuildStateApiAtStart:
         threading.Thread(target=_build_state_api, name="state-api-build", daemon=True).start()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" and config.serve_task_requests_first():
+            from airflow_task_state.api.task_requests_first import serve_task_requests_first
+
+            if not serve_task_requests_first(scope.get("app"), STATE_API):
+                log.warning(
+                    "Task state requests go through Airflow's middleware: the state API's mount was not found"
+                )
         await self.app(scope, receive, send)
 
 
@@ -106,7 +116,7 @@ class TaskStatePlugin(AirflowPlugin):
     name = "task_state"
     fastapi_apps = [{"app": STATE_API, "url_prefix": URL_PREFIX, "name": "Task state API"}]
     fastapi_root_middlewares = [
-        {"middleware": BuildStateApiAtStart, "name": "Task state API, built at start"}
+        {"middleware": StateApiAtStart, "name": "Task state API, built and put first at start"}
     ]
     react_apps = state_react_apps()
     # Starts the try's handshake, and clears its state on success if configured (task processes).

@@ -127,6 +127,17 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         kind="boolean",
         default="True",
     ),
+    "serve_task_requests_first": _option(
+        "Serve task code's state requests (its credentials, its own and its assets' state) before\n"
+        "Airflow's middleware on the API server: its HTTP access log, GZip and the JWT refresh\n"
+        "of UI sessions, which serve none of them, cost a state request more than its own work.\n"
+        "The state API's operator routes and UI, and every route of Airflow, keep Airflow's\n"
+        "middleware. False sends task requests through it too (they then appear in Airflow's\n"
+        "HTTP access log).\n",
+        since="0.9.0",
+        kind="boolean",
+        default="True",
+    ),
     "clear_on_success": _option(
         "Clear a task instance's state when it succeeds, for every task. Off: only tasks that\n"
         "set ``clear_task_state_on_success = True`` are cleared; a task can also set it to\n"

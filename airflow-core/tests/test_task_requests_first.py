@@ -1,0 +1,90 @@
+"""
+[state] serve_task_requests_first: on Airflow's own app, as `airflow api-server` serves it, task
+code's state requests reach the state API before Airflow's middleware; every other request,
+the state API's operator routes included, goes through it as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from airflow.api_fastapi.common import http_access_log
+
+# Runs in the SQLite pass (and on Airflow 3.3): how Airflow's app routes does not depend on the database.
+pytestmark = pytest.mark.any_database
+
+TASK_VALUE = f"/state/task-instances/{uuid.uuid4()}/value?key=job"
+
+
+@pytest.fixture
+def through_airflows_middleware(monkeypatch):
+    """The paths of the requests that went through Airflow's middleware (its access log, outermost)."""
+    paths: list[str] = []
+    passed_on = http_access_log.HttpAccessLogMiddleware.__call__
+
+    async def logged(self, scope, receive, send):
+        if scope["type"] == "http":
+            paths.append(scope["path"])
+        await passed_on(self, scope, receive, send)
+
+    monkeypatch.setattr(http_access_log.HttpAccessLogMiddleware, "__call__", logged)
+    return paths
+
+
+@pytest.fixture(params=["", "/airflow"], ids=["at the root", "below [api] base_url's path"])
+def root(request, monkeypatch):
+    """Where Airflow's app is served: its root path, from ``[api] base_url`` (read as it is imported)."""
+    from airflow.api_fastapi import app
+
+    monkeypatch.setattr(app, "API_ROOT_PATH", request.param + "/")
+    return request.param
+
+
+@pytest.fixture
+def airflow_api(monkeypatch, root):
+    """A client of Airflow's whole app, started (its lifespan) as the API server starts it."""
+    from airflow.api_fastapi.app import create_app
+    from airflow_task_state import plugin
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "a-test-secret-of-airflows-own-tokens")
+    monkeypatch.setenv("AIRFLOW__STATE__FREEZE_GC_AFTER_STARTUP", "False")
+    monkeypatch.setattr(plugin.STATE_API, "_serving", False)
+
+    def started():
+        return TestClient(create_app(), base_url=f"http://testserver{root}", root_path=root)
+
+    return started
+
+
+def refused_for_its_credential(response) -> bool:
+    # The state API's own refusal: the request reached it, and it asked for the task's credential.
+    return response.status_code == 401 and "credential" in response.json()["detail"]["message"]
+
+
+def test_task_requests_skip_airflows_middleware_and_every_other_request_keeps_it(
+    root, airflow_api, through_airflows_middleware
+):
+    with airflow_api() as client:
+        assert refused_for_its_credential(client.get(TASK_VALUE))
+        assert refused_for_its_credential(client.put(TASK_VALUE, json={"value": 1}))
+        assert refused_for_its_credential(client.get("/state/assets/keys?name=a"))
+        assert client.post("/state/credentials", json={}).status_code == 422
+        assert through_airflows_middleware == []
+
+        assert client.get("/api/v2/version").status_code == 200
+        assert client.get("/state/openapi.json").status_code == 200
+        # The operator API answers people with Airflow's session: Airflow's middleware stays.
+        assert client.get("/state/api/v1/assets").status_code in (401, 403)
+        kept = ["/api/v2/version", "/state/openapi.json", "/state/api/v1/assets"]
+        assert through_airflows_middleware == [root + path for path in kept]
+
+
+def test_off_task_requests_go_through_airflows_middleware(
+    monkeypatch, root, airflow_api, through_airflows_middleware
+):
+    monkeypatch.setenv("AIRFLOW__STATE__SERVE_TASK_REQUESTS_FIRST", "False")
+    with airflow_api() as client:
+        assert refused_for_its_credential(client.get(TASK_VALUE))
+        assert through_airflows_middleware == [root + TASK_VALUE.partition("?")[0]]
