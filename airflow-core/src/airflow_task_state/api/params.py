@@ -99,25 +99,25 @@ Key = Annotated[str, Depends(_valid_key)]
 
 async def body_within(request: Request, limit: int, explanation: str | None = None) -> bytes:
     """The request body, refused (413) past *limit* bytes with *explanation* (default: one value's)."""
-    explanation = explanation or (
-        f"values are limited to {limit - BODY_ENVELOPE_BYTES} bytes of compact UTF-8 JSON "
-        "([state] max_value_bytes)"
-    )
-    too_large = refusal(
-        # Content Too Large. Not Starlette's constant: its old name warns on every request since
+
+    def too_large() -> Exception:  # built only when raised: this runs on every write
+        default = (
+            f"values are limited to {limit - BODY_ENVELOPE_BYTES} bytes of compact UTF-8 JSON "
+            "([state] max_value_bytes)"
+        )
+        # 413 Content Too Large. Not Starlette's constant: its old name warns on every request since
         # Starlette 0.48, and its new name is missing from the older releases Airflow 3.2 allows.
-        413,
-        Reason.BODY_TOO_LARGE,
-        f"request body is larger than {limit} bytes: {explanation}",
-    )
+        message = f"request body is larger than {limit} bytes: {explanation or default}"
+        return refusal(413, Reason.BODY_TOO_LARGE, message)
+
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise too_large
+        raise too_large()
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise too_large
+            raise too_large()
     return bytes(body)
 
 
