@@ -1,4 +1,7 @@
-"""[state] freeze_gc_after_startup: the API server's heap is frozen once, at the first state request."""
+"""
+[state] freeze_gc_after_startup: the API server's heap is collected and frozen as it starts, and
+frozen again, without a collection, at the first state request.
+"""
 
 from __future__ import annotations
 
@@ -53,9 +56,9 @@ def serve(app: LazyStateApp, times: int) -> None:
     asyncio.run(requests())
 
 
-def test_on_by_default_the_heap_is_collected_then_frozen_once_at_the_first_request(gc_calls):
+def test_on_by_default_the_first_request_freezes_the_heap_once_without_a_collection(gc_calls):
     serve(LazyStateApp(), 3)
-    assert gc_calls == ["collect", "freeze"]
+    assert gc_calls == ["freeze"]
 
 
 def test_off_the_collector_is_left_alone(monkeypatch, gc_calls):
@@ -76,7 +79,7 @@ def test_after_the_real_freeze_garbage_made_later_is_still_collected():
 
     before = gc.get_freeze_count()
     try:
-        state_app.freeze_heap()
+        state_app.freeze_heap_at_start()
         assert gc.get_freeze_count() > before and gc.isenabled()
         made_later = []
         for _ in range(10_000):
@@ -90,11 +93,13 @@ def test_after_the_real_freeze_garbage_made_later_is_still_collected():
         gc.unfreeze()
 
 
-def test_the_api_server_builds_the_state_api_as_it_starts(monkeypatch, gc_calls):
+def test_the_api_server_builds_the_state_api_and_collects_as_it_starts(monkeypatch, gc_calls):
     """
     Airflow's own app, as `airflow api-server` serves it: its start (the lifespan) makes the
-    plugin's root middleware, which builds the state API before any request reaches it, so the first
-    task to touch state after a start does not wait for it; Airflow's routes pass through untouched.
+    plugin's root middleware, which builds the state API, then collects and freezes the heap, before
+    any request reaches it: the first task to touch state after a start waits for neither. The first
+    state request freezes again, without a collection: what Airflow built for its own first requests
+    (its DAG bag, its caches) is frozen too. Airflow's routes pass through untouched.
     """
     import time
 
@@ -107,13 +112,12 @@ def test_the_api_server_builds_the_state_api_as_it_starts(monkeypatch, gc_calls)
     monkeypatch.setattr(plugin.STATE_API, "_serving", False)
     with TestClient(create_app()) as airflow_api:
         deadline = time.monotonic() + 60
-        while plugin.STATE_API._app is None and time.monotonic() < deadline:
+        while len(gc_calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert plugin.STATE_API._app is not None, "the state API was not built as the API server started"
+        assert gc_calls == ["collect", "freeze"], "the heap was not collected and frozen as it started"
         assert airflow_api.get("/api/v2/version").status_code == 200
-        # The heap is frozen at the state API's first request, once: Airflow's first requests
-        # build what it keeps (its DAG bag, its caches), which a freeze at start would leave out.
-        assert gc_calls == []
+        assert gc_calls == ["collect", "freeze"]
         assert airflow_api.get("/state/openapi.json").status_code == 200
         assert airflow_api.get("/state/openapi.json").status_code == 200
-    assert gc_calls == ["collect", "freeze"]
+    assert gc_calls == ["collect", "freeze", "freeze"]

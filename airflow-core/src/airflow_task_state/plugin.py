@@ -85,7 +85,8 @@ class StateApiAtStart:
     A root middleware of Airflow's app. Starlette makes it as the API server starts (Airflow's app
     handles its lifespan), the one moment a plugin's code runs there before the first request: it
     builds the state API then, in a thread, so that the first task to touch state after a start
-    does not wait for it (0.5 to 1 s on a busy machine); and at the lifespan, with
+    does not wait for it (0.5 to 1 s on a busy machine), and collects and freezes the heap there
+    (``[state] freeze_gc_after_startup``); and at the lifespan, with
     ``[state] serve_task_requests_first``, it puts the task routes before Airflow's middleware
     (see ``api/task_requests_first.py``). It passes every request on untouched.
     """
@@ -110,6 +111,10 @@ def _build_state_api() -> None:
         STATE_API.build()
     except Exception:  # the first state request builds it again, and answers with the error
         log.exception("Could not build the state API as the API server started")
+        return
+    from airflow_task_state.api.app import freeze_heap_at_start
+
+    freeze_heap_at_start()
 
 
 class TaskStatePlugin(AirflowPlugin):

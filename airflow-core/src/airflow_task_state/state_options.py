@@ -116,13 +116,14 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         default="40",
     ),
     "freeze_gc_after_startup": _option(
-        "Freeze the API server process's heap (``gc.freeze()``) once, at the state API's first\n"
-        "request, when Airflow's app and the state API are built: the objects of start-up are\n"
-        "then never scanned again by Python's garbage collector, whose full collections of an\n"
-        "API server's heap pause every thread, Airflow's routes included, for up to seconds.\n"
-        "Objects made later are collected as before; what start-up made and later drops stays\n"
-        "(the dag processor of Airflow freezes its heap the same way). False leaves the collector\n"
-        "of the API server process as Python has it.\n",
+        "Freeze the API server process's heap (``gc.freeze()``): collected and frozen once the\n"
+        "state API is built as the API server starts, and frozen again, without a collection, at\n"
+        "the state API's first request, so that what Airflow built for its own first requests is\n"
+        "frozen too. The objects of start-up are then never scanned again by Python's garbage\n"
+        "collector, whose full collections of an API server's heap pause every thread, Airflow's\n"
+        "routes included, for up to seconds. Objects made later are collected as before; what\n"
+        "start-up made and later drops stays (the dag processor of Airflow freezes its heap the\n"
+        "same way). False leaves the collector of the API server process as Python has it.\n",
         since="0.5.0",
         kind="boolean",
         default="True",

@@ -47,22 +47,26 @@ def create_app() -> FastAPI:
 
 def start_serving() -> None:
     """
-    Once, at the state API's first request: the heap frozen if ``[state] freeze_gc_after_startup``.
-    Not as the app is built, at the API server's start: what Airflow builds for its own first
-    requests (its DAG bag, its caches) would be left for the collector to scan again and again.
+    Once, at the state API's first request, with ``[state] freeze_gc_after_startup``: what Airflow
+    built for its own first requests since the start (its DAG bag, its caches) is frozen too, without
+    a collection (``gc.freeze()`` takes no time; the full collection ran as the API server started,
+    see :func:`freeze_heap_at_start`), so the first task to touch state waits for no collector pause.
     """
     if config.freeze_gc_after_startup():
-        freeze_heap()
+        gc.freeze()
 
 
-def freeze_heap() -> None:
+def freeze_heap_at_start() -> None:
     """
-    Move every object alive now out of the collector's reach (``[state] freeze_gc_after_startup``).
+    As the API server starts, once the state API is built, with ``[state] freeze_gc_after_startup``:
+    move every object alive then out of the collector's reach.
 
     An API server's heap after start-up is hundreds of thousands of long-lived objects (modules,
     routes, schemas), and each full collection scans them all: under load ``bench/bench_load.py``
     measured pauses of seconds that stop every thread. Frozen, they are never scanned again; the
-    garbage among them is collected first so that none is kept forever.
+    garbage among them is collected first so that none is kept forever. The first state request
+    freezes what came since (:func:`start_serving`); what is garbage in a cycle at that moment stays.
     """
-    gc.collect()
-    gc.freeze()
+    if config.freeze_gc_after_startup():
+        gc.collect()
+        gc.freeze()
