@@ -44,11 +44,14 @@ class TaskRequestsFirst:
 def serve_task_requests_first(airflow_app: Any, state_app: Any) -> bool:
     """
     Put the fork in front of *airflow_app*'s middleware stack (built when its lifespan starts), if
-    *state_app* is mounted on it; whether it was. Anything unexpected leaves the app as it is.
+    *state_app* is mounted on it; whether the fork is in place. Anything unexpected leaves the app
+    as it is.
     """
     stack = getattr(airflow_app, "middleware_stack", None)
     router = getattr(airflow_app, "router", None)
-    if stack is None or router is None or isinstance(stack, TaskRequestsFirst):
+    if isinstance(stack, TaskRequestsFirst):
+        return True
+    if stack is None or router is None:
         return False
     for route in router.routes:
         if isinstance(route, Mount) and route.app is state_app:
