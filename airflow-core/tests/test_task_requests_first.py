@@ -58,6 +58,37 @@ def airflow_api(monkeypatch, root):
     return started
 
 
+def raw_get(app, path: str, root: str) -> int:
+    """The status of a GET of *path* exactly as written, sent to *app* as a server would."""
+    import asyncio
+
+    statuses = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": root,
+        "query_string": b"",
+        "headers": [(b"host", b"testserver")],
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    asyncio.run(app(scope, receive, send))
+    return statuses[0]
+
+
 def refused_for_its_credential(response) -> bool:
     # The state API's own refusal: the request reached it, and it asked for the task's credential.
     return response.status_code == 401 and "credential" in response.json()["detail"]["message"]
@@ -71,6 +102,9 @@ def test_task_requests_skip_airflows_middleware_and_every_other_request_keeps_it
         assert refused_for_its_credential(client.put(TASK_VALUE, json={"value": 1}))
         assert refused_for_its_credential(client.get("/state/assets/keys?name=a"))
         assert client.post("/state/credentials", json={}).status_code == 422
+        # A path that only starts like a task route reaches no operator route by the fork: the
+        # state API routes it literally, with no `..` resolved (sent raw: httpx would resolve it).
+        assert raw_get(client.app, root + "/state/task-instances/../api/v1/assets", root) == 404
         assert through_airflows_middleware == []
 
         assert client.get("/api/v2/version").status_code == 200
