@@ -198,9 +198,6 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         page, total = page_of_keys(list(every), key_prefix, offset, limit)
         return StateEntryPage([_entry(scope, every[key]) for key in page], total)
 
-    def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
-        return [len(self._rows(scope, None, session)) for scope in scopes]
-
     # --- writes ----------------------------------------------------------------------------
 
     def _write(
