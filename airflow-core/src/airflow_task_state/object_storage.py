@@ -206,10 +206,7 @@ def read(reference: Reference) -> Iterator[bytes]:
         digest = hasher.hexdigest()
     finally:
         hasher.close()
-    if hasher.size != reference.size:
-        raise _corrupted(reference, f"it holds {hasher.size} bytes, {reference.size} were written")
-    if digest != reference.digest:
-        raise _corrupted(reference, f"its {reference.algorithm} is {digest}, {reference.digest} was written")
+    _check(reference, digest, hasher.size)
     if held is not None:
         yield held
 

@@ -34,14 +34,8 @@ INCREMENT = "/increment"
 VALUES = "/values"
 VALUES_READ = VALUES + "/read"
 VALUES_DELETE = VALUES + "/delete"
-TASK_KEYS_PATH = TASK_PREFIX + KEYS
 TASK_VALUE_PATH = TASK_PREFIX + VALUE
-TASK_INCREMENT_PATH = TASK_PREFIX + INCREMENT
 TASK_VALUES_PATH = TASK_PREFIX + VALUES
-ASSET_KEYS_PATH = ASSET_PREFIX + KEYS
-ASSET_VALUE_PATH = ASSET_PREFIX + VALUE
-ASSET_INCREMENT_PATH = ASSET_PREFIX + INCREMENT
-ASSET_VALUES_PATH = ASSET_PREFIX + VALUES
 # Told by the task process once its try succeeded (POST): clears the task instance's state when
 # [state] clear_on_success or the task asks for it (see airflow_task_state.worker.listener).
 TASK_SUCCEEDED_PATH = "/task-instances/{task_instance_id}/succeeded"

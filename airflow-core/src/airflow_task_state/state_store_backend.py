@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_shared.state import AssetScope, StateScope, StateWriter, TaskScope, WriterKind
+from airflow_shared.state import AssetScope, StateScope, StateWriter, TaskScope
 
 from airflow_task_state.configured_backend import get_state_backend
 
@@ -85,9 +85,7 @@ def _first_touch(scope: TaskScope, session: Any) -> StateWriter | None:
         if row is None:
             return None
         discard_what_a_clear_left(str(row.id), session=db)
-    return StateWriter(
-        WriterKind.TASK, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, row.try_number
-    )
+    return StateWriter.task_try(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, row.try_number)
 
 
 class StateStoreBackend(MetastoreBackend):

@@ -73,8 +73,8 @@ def boundary_at_first_touch(
     if choice is not KeepTaskState.NEVER:
         return None if choice is KeepTaskState.ALWAYS else succeeded_try
     with create_session() as session:
-        history = history_of(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, session)
-    return discard_boundary(choice, try_number, max_tries, history)
+        history = _archived(session, scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
+    return discard_boundary(choice, try_number, max_tries, history.get((scope.task_id, scope.map_index), []))
 
 
 def discard_boundary(
@@ -172,11 +172,6 @@ def _archived(db: Session, *identity: Any) -> dict[tuple[str, int], list[Archive
 def runs_with_archived_tries(session: Session) -> list[tuple[str, str]]:
     """``(dag_id, run_id)`` of every run with an archived try: where a clear can have left keys."""
     return [(dag_id, run_id) for dag_id, run_id in session.execute(select(TIH.dag_id, TIH.run_id).distinct())]
-
-
-def history_of(dag_id: str, run_id: str, task_id: str, map_index: int, session: Session) -> list[ArchivedTry]:
-    """Every archived try of one task instance."""
-    return _archived(session, dag_id, run_id, task_id, map_index).get((task_id, map_index), [])
 
 
 def pending_boundaries(

@@ -497,16 +497,10 @@ def is_unavailable(error: BaseException) -> bool:
     recovering, or the network failed: the call may succeed later), rather than that a statement
     failed (constraint violations, syntax errors, missing tables). Never for SQLite: it has no server.
     """
-    if not isinstance(error, DBAPIError):
-        return False
-    if error.connection_invalidated:
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
-    if not isinstance(error, OperationalError):
-        return False
-    driver_error = error.orig
-    if driver_error is None:
-        return False
-    if type(driver_error).__module__.startswith("sqlite3"):
+    driver_error = error.orig if isinstance(error, OperationalError) else None
+    if driver_error is None or type(driver_error).__module__.startswith("sqlite3"):
         return False
     sqlstate = getattr(driver_error, "pgcode", None) or getattr(driver_error, "sqlstate", None)
     if isinstance(sqlstate, str):

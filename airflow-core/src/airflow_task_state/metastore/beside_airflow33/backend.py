@@ -70,7 +70,7 @@ from airflow_task_state.exceptions import StateConflictError
 from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
-from airflow_task_state.metastore.listing import stored_writer
+from airflow_task_state.metastore.listing import entry as _entry
 from airflow_task_state.metastore.operations import in_session, missing_parent
 from airflow_task_state.metastore.statements import padded, params
 
@@ -81,14 +81,6 @@ _AIRFLOW_WRITER_KIND = {WriterKind.TASK: "task", WriterKind.API: "api", WriterKi
 
 def _tables(scope: StateScope) -> Tables:
     return TASK if isinstance(scope, TaskScope) else ASSET
-
-
-def _entry(scope: StateScope, row: Sequence[Any]) -> StateEntry:
-    """The entry of a row of :func:`.statements.select_entries`."""
-    key, value, updated_at, version, expires_at, *writer = row
-    if isinstance(scope, TaskScope):
-        return StateEntry(key, value, updated_at, writer[0], version, expires_at)
-    return StateEntry(key, value, updated_at, None, version, expires_at, stored_writer(*writer))
 
 
 class _Stored(NamedTuple):
@@ -206,9 +198,6 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         page, total = page_of_keys(list(every), key_prefix, offset, limit)
         return StateEntryPage([_entry(scope, every[key]) for key in page], total)
 
-    def key_counts(self, scopes: Sequence[StateScope], *, session: Any = None) -> list[int]:
-        return [len(self._rows(scope, None, session)) for scope in scopes]
-
     # --- writes ----------------------------------------------------------------------------
 
     def _write(
@@ -300,8 +289,8 @@ class Airflow33MetastoreBackend(DatabaseBackend):
     ) -> None:
         writer = None
         if try_number is not None and isinstance(scope, TaskScope):
-            writer = StateWriter(
-                WriterKind.TASK, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, try_number
+            writer = StateWriter.task_try(
+                scope.dag_id, scope.run_id, scope.task_id, scope.map_index, try_number
             )
         self.write(scope, key, value, writer=writer, session=session)
 
