@@ -849,3 +849,47 @@ def test_a_write_after_airflows_own_continues_from_the_version_the_key_reads_wit
     assert (entry.value, entry.version, entry.updated_by_try) == ('"ours again"', 3, 3)
     assert backend.set_many(scope, {"fresh": "1", "new": "2", "k": "3"}) == {"fresh": 2, "new": 1, "k": 4}
     assert MetastoreBackend().get(theirs, "new") == "2"  # one store: Airflow reads our writes
+
+
+@only_airflow32
+def test_a_write_while_running_writes_only_while_its_try_runs(backend, make_task_instances, unique):
+    """
+    The state API's write by a running try (``write_while_running``): its one statement writes only
+    while the task instance runs that very try; otherwise it writes nothing and says so.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow_shared.state import StateWriter
+    from airflow_task_state.exceptions import TryNotRunning
+    from sqlalchemy import update
+
+    dag_id = f"dag_{unique}"
+    make_task_instances(dag_id, "run_1", ("task", -1))
+    this_ti = (TaskInstance.dag_id == dag_id, TaskInstance.task_id == "task")
+
+    def set_ti(**values):
+        with create_session() as session:
+            session.execute(update(TaskInstance).where(*this_ti).values(**values))
+
+    with create_session() as session:
+        ti_id = str(session.scalar(select(TaskInstance.id).where(*this_ti)))
+    set_ti(state="running", try_number=2)
+    task_scope = TaskScope(dag_id, "run_1", "task")
+
+    def write(value, try_number=2, of=ti_id):
+        writer = StateWriter.task_try(dag_id, "run_1", "task", -1, try_number)
+        return backend.write_while_running(task_scope, "job", value, writer, None, of)
+
+    assert write('"first"') == 1
+    assert write('"second"') == 2
+    refused = {
+        "an earlier try": lambda: write('"x"', try_number=1),
+        "another task instance": lambda: write('"x"', of="01234567-89ab-7def-8123-456789abcdef"),
+    }
+    set_ti(state="success")
+    refused["a try that ended"] = lambda: write('"x"')
+    for case, attempt in refused.items():
+        with pytest.raises(TryNotRunning):
+            attempt()
+        stored = backend.get_entry(task_scope, "job")
+        assert (stored.value, stored.version, stored.updated_by_try) == ('"second"', 2, 2), case

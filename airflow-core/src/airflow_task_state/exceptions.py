@@ -102,3 +102,10 @@ class LargeValueError(StateError, ValueError):
 
 class LargeValueCorruptedError(LargeValueError):
     """A large value's object is missing, or does not read back as the size and digest recorded say."""
+
+
+class TryNotRunning(LookupError):
+    """
+    Internal, not raised to task code: a write by a try that checks in its own statement that the
+    try runs (``write_while_running``) wrote nothing; the state API's full check then says why.
+    """

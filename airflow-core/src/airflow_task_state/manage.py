@@ -245,14 +245,40 @@ def put(
     Store *text* (from :func:`.codec.encode`) under *key* as *writer*, as the backend's ``write``;
     *by_running_try*: the writer is the task instance's running try, whose first touch is done.
     """
-    validate_key(key)
+    expires_at = _checked_write(scope, key, text, ttl, writer, if_version)
+    _settle(scope, by_running_try)
+    version = get_state_backend().write(
+        scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version
+    )
+    return Written(version, expires_at)
+
+
+def put_while_running(
+    scope: TaskScope, key: str, text: str, *, ttl: Ttl = None, writer: StateWriter, ti_id: str
+) -> Written | None:
+    """
+    :func:`put` by *writer*, the running try of task instance *ti_id*, where the backend checks in
+    the write's own statement that the try still runs (``write_while_running``, the metastore on
+    Airflow 3.2): ``None`` when the backend cannot, and the caller checks the try, then puts. Raises
+    :class:`~airflow_task_state.exceptions.TryNotRunning` when it wrote nothing.
+    """
     state = get_state_backend()
-    expires_at = expires_at_for(scope, ttl, state)
+    write_while_running = getattr(state, "write_while_running", None)
+    if write_while_running is None:
+        return None
+    expires_at = _checked_write(scope, key, text, ttl, writer, None)
+    return Written(write_while_running(scope, key, text, writer, expires_at, ti_id), expires_at)
+
+
+def _checked_write(
+    scope: StateScope, key: str, text: str, ttl: Ttl, writer: StateWriter | None, if_version: int | None
+) -> datetime | None:
+    """The expiry of a write of *text* under *key*, each argument checked as the backend's ``write`` does."""
+    validate_key(key)
+    expires_at = expires_at_for(scope, ttl, get_state_backend())
     validate_value(text)
     validate_write(writer, expires_at, if_version)  # refused before the discard, as before any write
-    _settle(scope, by_running_try)
-    version = state.write(scope, key, text, writer=writer, expires_at=expires_at, if_version=if_version)
-    return Written(version, expires_at)
+    return expires_at
 
 
 def increment(

@@ -7,10 +7,11 @@ declares, one key or a batch at a time, each operation written once for both kin
 # _state_routes, whose annotations name that function's locals, so they must be evaluated objects.
 
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow_shared.state import AssetScope, StateScope, StateWriter
+from airflow_shared.state import AssetScope, StateScope, StateWriter, TaskScope
 from fastapi import APIRouter, Depends, Query, Response, status
 from pydantic import BaseModel
 
@@ -38,8 +39,9 @@ from airflow_task_state.api.errors import (
     refused_as,
 )
 from airflow_task_state.api.params import IfVersion, Key, KeysBody, NewIncrement, NewValues, NewWrite
-from airflow_task_state.api.task_instance_checks import check_task_instance
+from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope
 from airflow_task_state.configured_backend import get_state_backend
+from airflow_task_state.exceptions import TryNotRunning
 from airflow_task_state.protocol import (
     ASSET_PREFIX,
     INCREMENT,
@@ -69,10 +71,14 @@ class ScopeAccess:
     """
     A route's scope, found and its task instance checked by the route itself, as it reads or as it
     writes: so the dependency stays async (no thread pool hop) and runs after the body is read.
+    *known*: the scope without a check, for a write that checks its try in its own statement.
     """
 
-    def __init__(self, checked: Callable[[bool], StateScope]) -> None:
+    def __init__(
+        self, checked: Callable[[bool], StateScope], known: Callable[[], TaskScope | None] = lambda: None
+    ) -> None:
         self._checked = checked  # takes whether the route writes
+        self.known = known
 
     def for_reading(self) -> StateScope:
         return self._checked(False)
@@ -82,7 +88,10 @@ class ScopeAccess:
 
 
 async def _task_instance(task_instance_id: str, claims: Claims) -> ScopeAccess:
-    return ScopeAccess(lambda write: check_task_instance(claims, write=write, path_ti_id=task_instance_id))
+    return ScopeAccess(
+        lambda write: check_task_instance(claims, write=write, path_ti_id=task_instance_id),
+        lambda: known_scope(claims, task_instance_id),
+    )
 
 
 async def _asset(
@@ -200,10 +209,25 @@ def _state_routes(kind: ScopeKind) -> None:
         access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
     ) -> Response:
         # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-        scope, writer = access.for_writing(), writer_of(claims)
-        written = manage.put(
-            scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer, by_running_try=True
-        )
+        writer, written = writer_of(claims), None
+        known = access.known() if if_version is None else None
+        # The check that the try still runs, made by the write's own statement where the backend can;
+        # when it wrote nothing, the check below says why (or finds the try running again).
+        if known is not None:
+            with suppress(TryNotRunning):
+                written = manage.put_while_running(
+                    known, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
+                )
+        if written is None:
+            written = manage.put(
+                access.for_writing(),
+                key,
+                body.text,
+                ttl=body.ttl,
+                if_version=if_version,
+                writer=writer,
+                by_running_try=True,
+            )
         return answer(StateWriteResponse.model_construct(key=key, version=written.version))
 
     @router.post(

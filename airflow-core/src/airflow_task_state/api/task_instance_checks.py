@@ -86,6 +86,16 @@ def check_task_instance(
     return scope
 
 
+def known_scope(claims: TaskInstanceClaims, path_ti_id: str) -> TaskScope | None:
+    """
+    The scope an earlier check of *claims* found (of any age), for a write that checks its try in its
+    own statement (``manage.put_while_running``): a task instance's scope never changes, and a try
+    that no longer runs finds its write refused there. ``None``: no check to go by, check now.
+    """
+    known = _recently_checked.get(claims) if path_ti_id == claims.ti_id else None
+    return known[1] if known is not None else None
+
+
 def row_of(query: Select[Any], ti_id: str) -> Any:
     """*query*'s row for task instance *ti_id* (a task_instance_row with more columns, or that one)."""
     # One statement on the state engine (autocommit, no pre-ping): this runs on every request.

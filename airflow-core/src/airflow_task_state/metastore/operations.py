@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
+from uuid import UUID
 
 from airflow._shared.timezones import timezone
 from airflow.utils.session import create_session_async
@@ -47,7 +48,7 @@ from airflow_task_state.airflow_db.engine import (
     compiled_for,
     execute,
 )
-from airflow_task_state.exceptions import StateConflictError
+from airflow_task_state.exceptions import StateConflictError, TryNotRunning
 from airflow_task_state.metastore import statements
 from airflow_task_state.metastore.listing import entry
 from airflow_task_state.metastore.statements import WritePath
@@ -218,7 +219,9 @@ def _write_values(
     return values
 
 
-def _write(name: Literal["upsert", "create", "increment"], scope: StateScope) -> Write:
+def _write(
+    name: Literal["upsert", "upsert_while_running", "create", "increment"], scope: StateScope
+) -> Write:
     """The statement named *name* of *scope*'s type, on either write path."""
     rows = _increment_rows if name == "increment" else _version_rows
     return Write(
@@ -275,6 +278,34 @@ def write(
         # key was deleted in between; one more attempt tells.
         values["now"] = values["updated_at"] = _now()
     raise missing_parent(scope)
+
+
+def write_while_running(
+    scope: TaskScope,
+    key: str,
+    value: str,
+    writer: StateWriter,
+    expires_at: datetime | None,
+    ti_id: str,
+) -> Flow[int]:
+    """
+    :func:`write` without ``if_version`` by *writer*, a try of task instance *ti_id*, checking in
+    its one statement that the try still runs (the state API's check of a write, folded in): nothing
+    is written otherwise, and :class:`TryNotRunning` raised for the caller to find out why.
+    """
+    validate_scope(scope)
+    validate_key(key)
+    validate_value(value)
+    validate_write_options(expires_at, None)
+    values = _write_values(scope, key, value, writer, expires_at)
+    values["running_ti_id"], values["running_try"] = UUID(ti_id), writer.try_number
+
+    def version(outcome: Outcome) -> int:
+        if not outcome.rows:
+            raise TryNotRunning(ti_id)
+        return int(outcome.rows[0][0])
+
+    return (yield Operation(_write("upsert_while_running", scope), values, version))
 
 
 def increment(

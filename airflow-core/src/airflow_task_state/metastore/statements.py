@@ -34,6 +34,7 @@ from typing import Any, Literal, NamedTuple
 
 from airflow.models.asset import AssetModel
 from airflow.models.dagrun import DagRun
+from airflow.models.taskinstance import TaskInstance
 from airflow_shared.state import MAX_COUNTER, MIN_COUNTER, StateScope, TaskScope
 from sqlalchemy import (
     BigInteger,
@@ -49,6 +50,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    exists,
     insert,
     literal_column,
     or_,
@@ -67,6 +69,7 @@ _task = TaskStateModel.__table__
 _asset = AssetStateModel.__table__
 _dag_run = DagRun.__table__
 _asset_row = AssetModel.__table__
+_task_instance = TaskInstance.__table__
 
 #: The MariaDB session variable that carries an upsert's condition to its RETURNING clause.
 _OUTCOME_VARIABLE = "@airflow_state_applied"
@@ -98,6 +101,9 @@ class Statements(NamedTuple):
     #: on MariaDB, the outcome 0) when a live key is stored. On the ``last_insert_id`` path these
     #: three hand back through LAST_INSERT_ID what they would return (see the module's docstring).
     create: Executable
+    #: :attr:`upsert` by the try ``:running_try`` of task instance ``:running_ti_id``, only while
+    #: that try runs: returns no row otherwise, as when the dag run does not exist.
+    upsert_while_running: Executable
     #: Replace ``:key`` only at version ``if_version`` and live (``now``); rowcount 0 otherwise.
     update_if_version: Update
     #: Add ``by`` to the integer stored under ``:key`` (``value`` is ``str(by)``, what an absent or
@@ -514,6 +520,15 @@ _ASSET_SCOPE = _ScopeTable(
 )
 
 
+#: The task instance ``:running_ti_id`` runs its try ``:running_try``: the check a write by a try
+#: makes in its own statement (a primary-key lookup), instead of a statement before it.
+_TRY_RUNS = exists().where(
+    _task_instance.c.id == bindparam("running_ti_id", type_=_task_instance.c.id.type),
+    _task_instance.c.state == literal_column("'running'"),
+    _task_instance.c.try_number == bindparam("running_try", type_=Integer()),
+)
+
+
 def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
     table = scope.table
     one_key = [*scope.scope_filter, table.c.key == bindparam("key")]
@@ -532,6 +547,7 @@ def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
         select_entries=select_entries,
         select_entry=select_entries.where(one_key[-1]),
         upsert=scope.upsert(source, ["version"], path=path),
+        upsert_while_running=scope.upsert(source.where(_TRY_RUNS), ["version"], path=path),
         create=scope.upsert(guarded_source, ["version"], where=_expired(table), path=path),
         update_if_version=update(table)
         .where(*one_key, table.c.version == bindparam("if_version"), live(table))
