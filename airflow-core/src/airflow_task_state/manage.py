@@ -258,16 +258,17 @@ def put_while_running(
 ) -> Written | None:
     """
     :func:`put` by *writer*, the running try of task instance *ti_id*, where the backend checks in
-    the write's own statement that the try still runs (``write_while_running``, the metastore on
-    Airflow 3.2): ``None`` when the backend cannot, and the caller checks the try, then puts. Raises
+    the write's own statement that the try still runs (``write_while_running``: the metastore, on
+    Airflow 3.3 with PostgreSQL only): ``None``, nothing written, when the backend cannot, and the
+    caller checks the try, then puts. Raises
     :class:`~airflow_task_state.exceptions.TryNotRunning` when it wrote nothing.
     """
-    state = get_state_backend()
-    write_while_running = getattr(state, "write_while_running", None)
+    write_while_running = getattr(get_state_backend(), "write_while_running", None)
     if write_while_running is None:
         return None
     expires_at = _checked_write(scope, key, text, ttl, writer, None)
-    return Written(write_while_running(scope, key, text, writer, expires_at, ti_id), expires_at)
+    version = write_while_running(scope, key, text, writer, expires_at, ti_id)
+    return None if version is None else Written(version, expires_at)
 
 
 def _checked_write(

@@ -522,7 +522,7 @@ _ASSET_SCOPE = _ScopeTable(
 
 #: The task instance ``:running_ti_id`` runs its try ``:running_try``: the check a write by a try
 #: makes in its own statement (a primary-key lookup), instead of a statement before it.
-_TRY_RUNS = exists().where(
+TRY_RUNS = exists().where(
     _task_instance.c.id == bindparam("running_ti_id", type_=_task_instance.c.id.type),
     _task_instance.c.state == literal_column("'running'"),
     _task_instance.c.try_number == bindparam("running_try", type_=Integer()),
@@ -547,7 +547,7 @@ def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
         select_entries=select_entries,
         select_entry=select_entries.where(one_key[-1]),
         upsert=scope.upsert(source, ["version"], path=path),
-        upsert_while_running=scope.upsert(source.where(_TRY_RUNS), ["version"], path=path),
+        upsert_while_running=scope.upsert(source.where(TRY_RUNS), ["version"], path=path),
         create=scope.upsert(guarded_source, ["version"], where=_expired(table), path=path),
         update_if_version=update(table)
         .where(*one_key, table.c.version == bindparam("if_version"), live(table))

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import astuple
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
+from uuid import UUID
 
 from airflow._shared.timezones import timezone
 from airflow.utils.session import create_session
@@ -66,7 +67,7 @@ from airflow_task_state.airflow_db.engine import (
     execute,
     transaction,
 )
-from airflow_task_state.exceptions import StateConflictError
+from airflow_task_state.exceptions import StateConflictError, TryNotRunning
 from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
@@ -209,11 +210,13 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         expires_at: datetime | None,
         session: Session | None,
         plain: bool = False,
+        running_try: tuple[str, int | None] | None = None,
     ) -> dict[str, tuple[str, int]]:
         """
         Lock the meta rows of *keys*, read what is stored under them, and write what *value_of*
         makes of each (or raises), at the next version: one transaction. The (value, version) of each.
         *plain*: the values do not depend on what is stored (:func:`.statements.write_at_once`).
+        *running_try*: (task instance id, try), a plain write on psycopg2 only while that try runs.
         """
         if len(fitting := _fits(session, keys)) < len(keys):
             key = next(key for key in keys if key not in fitting)
@@ -229,10 +232,15 @@ class Airflow33MetastoreBackend(DatabaseBackend):
             # One round trip, not two: nothing to check between the lock and the writes.
             values |= {f"value_{n}": value_of(key, None) for n, key in enumerate(keys)}
             values["now"] = values["updated_at"] = timezone.utcnow()
-            versions = dict(execute(sql.write_at_once(tables, size), values).rows)
+            if running_try is not None:
+                values["running_ti_id"], values["running_try"] = UUID(running_try[0]), running_try[1]
+            at_once = sql.write_at_once(tables, size, while_running=running_try is not None)
+            versions = dict(execute(at_once, values).rows)
             if not versions:
-                raise missing_parent(scope)
+                raise missing_parent(scope) if running_try is None else TryNotRunning(running_try[0])
             return {key: (values[f"value_{n}"], versions[key]) for n, key in enumerate(keys)}
+        if running_try is not None:
+            raise ValueError("a write checks its try in its own statements on PostgreSQL (psycopg2) only")
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
@@ -280,6 +288,31 @@ class Airflow33MetastoreBackend(DatabaseBackend):
 
         plain = if_version is None
         return self._write(scope, [key], checked, writer, expires_at, session, plain)[key][1]
+
+    def write_while_running(
+        self,
+        scope: TaskScope,
+        key: str,
+        value: str,
+        writer: StateWriter,
+        expires_at: datetime | None,
+        ti_id: str,
+    ) -> int | None:
+        """
+        As the 3.2 metastore's: :meth:`write` without ``if_version`` by *writer*, the running try of
+        task instance *ti_id*, whose statements check that the try runs (``TryNotRunning`` when they
+        wrote nothing). ``None``, nothing written, where a write is not one round trip (but on
+        PostgreSQL with psycopg2): there the state API checks the try in a statement of its own.
+        """
+        if autocommit_engine().dialect.driver != "psycopg2":
+            return None
+        validate_scope(scope)
+        validate_key(key)
+        validate_value(value)
+        validate_write(writer, expires_at, None)
+        running_try = (ti_id, writer.try_number)
+        written = self._write(scope, [key], lambda *_: value, writer, expires_at, None, True, running_try)
+        return written[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.write(scope, key, value, session=session)

@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 
 from airflow_task_state.metastore.beside_airflow33.models import AssetStateMetaModel, TaskStateMetaModel
-from airflow_task_state.metastore.statements import OnConflictUpdate, Proposed, batch_rows
+from airflow_task_state.metastore.statements import TRY_RUNS, OnConflictUpdate, Proposed, batch_rows
 
 _dag_run = DagRun.__table__
 
@@ -170,12 +170,17 @@ def select_value(tables: Tables) -> Select[Any]:
 
 
 @cache
-def lock(tables: Tables, size: int) -> Insert:
-    """Create the meta rows of the keys (version 0, no time) where the parent exists; lock them all."""
+def lock(tables: Tables, size: int, while_running: bool = False) -> Insert:
+    """
+    Create the meta rows of the keys (version 0, no time) where the parent exists; lock them all.
+    *while_running*: only while the try ``:running_try`` of task instance ``:running_ti_id`` runs.
+    """
     keys = batch_rows(tables.meta, size, ("key",))
     scope = (_bind(tables.meta, name) for name in tables.scope_columns[1:])
     source = select(tables.parent.c.id, *scope, keys.c.key, _literal(0))
     source = source.select_from(tables.parent.join(keys, true())).where(*tables.parent_filter)
+    if while_running:
+        source = source.where(TRY_RUNS)
     statement = insert(tables.meta).from_select([*tables.scope_columns, "key", "version"], source)
     unique = [*tables.scope_columns, "key"]
     statement._post_values_clause = OnConflictUpdate(
@@ -225,7 +230,7 @@ def writes(tables: Tables, size: int) -> tuple[Insert, Insert]:
 
 
 @cache
-def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
+def write_at_once(tables: Tables, size: int, while_running: bool = False) -> tuple[Insert, Select[Any]]:
     """
     For PostgreSQL (psycopg2), a write whose values do not depend on what is stored, sent as one
     string that the server runs as one transaction: :func:`lock`, then one statement that moves each
@@ -233,8 +238,10 @@ def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
     Airflow's rows, as :func:`writes` would, and returns (key, version) of each. In READ COMMITTED
     each statement reads what was committed when it began, so the second reads after the lock, as
     :func:`read_locked` does; its parts read the same snapshot, so the version sees the rows before
-    they are written. No parent, no meta row: nothing is written and nothing returned.
+    they are written. No parent, no meta row: nothing is written and nothing returned. So too,
+    *while_running*, when the try ``:running_try`` of task instance ``:running_ti_id`` does not run.
     """
+    running = [TRY_RUNS] if while_running else []
     meta, rows = tables.meta.c, tables.rows.c
     row_time = select(rows.updated_at).where(tables.same_key).scalar_subquery()
     version = case(
@@ -245,7 +252,7 @@ def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
     shared = {name: _bind(tables.meta, name) for name in tables.meta_columns}
     written = (
         update(tables.meta)
-        .where(*tables.of_scope(tables.meta), _keys(meta.key, size))
+        .where(*tables.of_scope(tables.meta), _keys(meta.key, size), *running)
         .values(version=version, **shared)
         .returning(meta.key, meta.version)
         .cte("written")
@@ -259,7 +266,7 @@ def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
         batch.c.value,
         *(_bind(tables.rows, name) for name in tables.row_columns),
     )
-    source = source.select_from(tables.parent.join(batch, true())).where(*tables.parent_filter)
+    source = source.select_from(tables.parent.join(batch, true())).where(*tables.parent_filter, *running)
     names = [*tables.scope_columns, "key", "value", *tables.row_columns]
     upsert = insert(tables.rows).from_select(names, source)
     replaced = [
@@ -268,7 +275,8 @@ def write_at_once(tables: Tables, size: int) -> tuple[Insert, Select[Any]]:
     upsert._post_values_clause = OnConflictUpdate(
         tables.rows.name, [*tables.scope_columns, "key"], replaced, []
     )
-    return lock(tables, size), select(written.c.key, written.c.version).add_cte(upsert.cte("rows_written"))
+    written_both = select(written.c.key, written.c.version).add_cte(upsert.cte("rows_written"))
+    return lock(tables, size, while_running), written_both
 
 
 @cache
