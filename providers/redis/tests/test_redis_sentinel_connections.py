@@ -57,11 +57,22 @@ def _sentinel_addresses(handle: SentinelHandle) -> list[tuple[str, int]]:
 def _fail_over(handle: SentinelHandle) -> tuple[int, int]:
     """Have the sentinels promote the replica; return (old primary's port, new primary's port)."""
     old = handle.primary().port
-    asking = handle.sentinels[0].client()
-    try:
-        asking.execute_command("SENTINEL", "FAILOVER", handle.service)
-    finally:
-        asking.close()
+
+    def failover_started() -> bool:
+        asking = handle.sentinels[0].client()
+        try:
+            asking.execute_command("SENTINEL", "FAILOVER", handle.service)
+            return True
+        except redis.exceptions.ResponseError as refused:
+            # The sentinel learns of the replica, and that it is in sync, from the primary's INFO,
+            # which it reads every few seconds: on a busy machine it may not have yet.
+            if "NOGOODSLAVE" not in str(refused):
+                raise
+            return False
+        finally:
+            asking.close()
+
+    wait_for(failover_started, 30, "a sentinel that finds the replica fit to promote")
 
     def every_sentinel_names_another() -> bool:
         for each in handle.sentinels:
