@@ -216,7 +216,8 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         Lock the meta rows of *keys*, read what is stored under them, and write what *value_of*
         makes of each (or raises), at the next version: one transaction. The (value, version) of each.
         *plain*: the values do not depend on what is stored (:func:`.statements.write_at_once`).
-        *running_try*: (task instance id, try), a plain write on psycopg2 only while that try runs.
+        *running_try*: (task instance id, try): a plain write on psycopg2 (the only caller's path) only
+        while that try runs.
         """
         if len(fitting := _fits(session, keys)) < len(keys):
             key = next(key for key in keys if key not in fitting)
@@ -239,8 +240,6 @@ class Airflow33MetastoreBackend(DatabaseBackend):
             if not versions:
                 raise missing_parent(scope) if running_try is None else TryNotRunning(running_try[0])
             return {key: (values[f"value_{n}"], versions[key]) for n, key in enumerate(keys)}
-        if running_try is not None:
-            raise ValueError("a write checks its try in its own statements on PostgreSQL (psycopg2) only")
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
