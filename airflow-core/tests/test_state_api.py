@@ -1020,3 +1020,89 @@ def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never
                 .where(TaskInstance.id == UUID(running.ti_id))
                 .values(try_number=running.try_number)
             )
+
+
+@pytest.fixture
+def resolved_by_fastapi(monkeypatch) -> list[str]:
+    """The paths of the requests whose route FastAPI resolved (its dependencies, body, parameters)."""
+    import fastapi.routing
+
+    resolved, solve = [], fastapi.routing.solve_dependencies
+
+    async def counted(*args, **kwargs):
+        resolved.append(kwargs["request"].url.path)
+        return await solve(*args, **kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    return resolved
+
+
+def test_a_plain_get_or_set_is_read_by_its_route_and_answers_as_fastapi_would(
+    api, running, resolved_by_fastapi
+):
+    """
+    A task's get and set of one key, with its bearer credential and the key alone, skip FastAPI's
+    resolution of the route (half of such a request's cost); the same request with one more query
+    parameter (which the route ignores) is resolved by FastAPI, and answers alike, refusals included.
+    """
+    headers, key = {"authorization": auth(running)["Authorization"].replace("Bearer", "bearer")}, "a b+c/ü%"
+
+    def both(method: str, **request) -> tuple:
+        plain = api.request(method, **at(running, key), headers=headers, **request)
+        assert resolved_by_fastapi == [], resolved_by_fastapi
+        resolved = api.request(
+            method, **at(running, key) | {"params": {"key": key, "x": "1"}}, headers=headers, **request
+        )
+        assert len(resolved_by_fastapi) == 1
+        resolved_by_fastapi.clear()
+        return plain, resolved
+
+    absent = both("GET")
+    assert absent[0].status_code == 404 and absent[0].json() == absent[1].json()
+    written = both("PUT", json={"value": {"n": 1}})
+    assert [answer.json()["key"] for answer in written] == [key, key]
+    assert written[1].json()["version"] == written[0].json()["version"] + 1
+    read = both("GET")
+    assert (
+        read[0].json()
+        == read[1].json()
+        == {"key": key, "value": {"n": 1}, "version": written[1].json()["version"]}
+    )
+    assert key in api.get(keys_url(running), headers=headers).json()["keys"]
+    resolved_by_fastapi.clear()
+    bad_body = both("PUT", json={"value": None})
+    assert bad_body[0].status_code == 422 and bad_body[0].json() == bad_body[1].json()
+    set_ti_state(running, "success")
+    ended = both("PUT", json={"value": 2})
+    assert ended[0].status_code == 403 and ended[0].json() == ended[1].json()
+    assert detail(ended[0])["reason"] == "not_running"
+    assert api.get(**at(running, key), headers=headers).json()["value"] == {"n": 1}
+
+
+@pytest.mark.parametrize(
+    ("request_", "statuses", "reason"),
+    [
+        pytest.param({"params": {"key": "k", "if_version": "0"}}, (200, 200), None, id="if_version"),
+        pytest.param({"params": [("key", "k"), ("key", "k")]}, (422, 422), "invalid_key", id="key-twice"),
+        pytest.param({"params": {"key": "a\x00b"}}, (422, 422), "invalid_key", id="invalid-key"),
+        pytest.param({"ti_id": str(UUID(int=1))}, (403, 403), "forbidden", id="another-task-instance"),
+        pytest.param(
+            {"headers": {"Authorization": "Bearer not.a.credential"}},
+            (401, 401),
+            "invalid_token",
+            id="forged",
+        ),
+    ],
+)
+def test_any_other_get_or_set_is_resolved_by_fastapi_and_refused_as_the_route_says(
+    api, running, resolved_by_fastapi, request_, statuses, reason
+):
+    headers = request_.get("headers", auth(running))
+    url = f"/task-instances/{request_.get('ti_id', running.ti_id)}/value"
+    params = request_.get("params", {"key": "k"})
+    written = api.put(url, params=params, json={"value": 1}, headers=headers)
+    read = api.get(url, params=params, headers=headers)
+    assert len(resolved_by_fastapi) == 2
+    assert (written.status_code, read.status_code) == statuses
+    if reason is not None:
+        assert detail(written)["reason"] == detail(read)["reason"] == reason

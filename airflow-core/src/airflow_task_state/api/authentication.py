@@ -61,7 +61,7 @@ async def credential_claims(
         )
         return claims
     try:
-        return _verified_claims(credentials.credentials)
+        return verified_claims(credentials.credentials)
     except jwt.ExpiredSignatureError:
         raise unauthorized("credential expired") from None
     except jwt.InvalidTokenError as error:
@@ -75,7 +75,8 @@ _verified_with: tuple[bytes, ...] = ()
 _VERIFIED_KEPT = 4096
 
 
-def _verified_claims(token: str) -> TaskInstanceClaims:
+def verified_claims(token: str) -> TaskInstanceClaims:
+    """The claims of a credential, verified (``jwt.InvalidTokenError`` if it is not valid now)."""
     global _verified, _verified_with
     keys = verification_keys()
     if keys != _verified_with:  # rotated: what the keys of before verified proves nothing now

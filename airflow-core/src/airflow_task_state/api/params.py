@@ -196,7 +196,7 @@ _VALUE_SHAPE = '{"value": <any JSON but null>, "ttl": <seconds> | "never" (optio
 _INCREMENT_SHAPE = '{"by": <integer, default 1>, "ttl": <seconds> | "never" (optional)}'
 
 
-async def _write_body(request: Request) -> WriteBody:
+async def write_body(request: Request) -> WriteBody:
     document = await json_object(request, frozenset({"value", TTL_FIELD}), _VALUE_SHAPE, Reason.INVALID_VALUE)
     if document.get("value") is None:
         raise unprocessable(
@@ -218,7 +218,7 @@ async def _increment_body(request: Request) -> IncrementBody:
     return IncrementBody(by, body_ttl(document, _INCREMENT_SHAPE))
 
 
-NewWrite = Annotated[WriteBody, Depends(_write_body)]
+NewWrite = Annotated[WriteBody, Depends(write_body)]
 NewIncrement = Annotated[IncrementBody, Depends(_increment_body)]
 
 

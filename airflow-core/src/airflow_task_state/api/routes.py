@@ -7,18 +7,16 @@ declares, one key or a batch at a time, each operation written once for both kin
 # _state_routes, whose annotations name that function's locals, so they must be evaluated objects.
 
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from airflow_shared.state import AssetScope, StateScope, StateWriter, TaskScope
-from fastapi import APIRouter, Depends, Query, Response, status
-from pydantic import BaseModel
+from airflow_shared.state import AssetScope
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.routing import APIRoute
 
 from airflow_task_state import codec, expiry, manage
 from airflow_task_state.api.asset_declarations import declared_asset_id
 from airflow_task_state.api.authentication import Claims
-from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.datamodels import (
     INCREMENT_BODY,
     KEYS_BODY,
@@ -31,17 +29,19 @@ from airflow_task_state.api.datamodels import (
     StateVersionsResponse,
     StateWriteResponse,
 )
-from airflow_task_state.api.errors import (
-    CONFLICT_DOCUMENTED,
-    DOCUMENTED,
-    UNSUPPORTED_DOCUMENTED,
-    refusal,
-    refused_as,
+from airflow_task_state.api.errors import CONFLICT_DOCUMENTED, DOCUMENTED, UNSUPPORTED_DOCUMENTED, refused_as
+from airflow_task_state.api.one_key import (
+    ScopeAccess,
+    answer,
+    read_value,
+    task_instance_access,
+    write_value,
+    writer_of,
 )
 from airflow_task_state.api.params import IfVersion, Key, KeysBody, NewIncrement, NewValues, NewWrite
-from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope
+from airflow_task_state.api.plain_requests import PlainTaskValueRoute
+from airflow_task_state.api.task_instance_checks import check_task_instance
 from airflow_task_state.configured_backend import get_state_backend
-from airflow_task_state.exceptions import TryNotRunning
 from airflow_task_state.protocol import (
     ASSET_PREFIX,
     INCREMENT,
@@ -58,40 +58,8 @@ from airflow_task_state.protocol import (
 router = APIRouter()
 
 
-def answer(model: BaseModel) -> Response:
-    """
-    *model* as the route's JSON answer, as built: FastAPI would validate it again against the
-    route's response model (a values' whole JSON tree), in a second trip to the thread pool, on
-    every request of task code. The response model still documents the route.
-    """
-    return Response(model.model_dump_json(), media_type="application/json")
-
-
-class ScopeAccess:
-    """
-    A route's scope, found and its task instance checked by the route itself, as it reads or as it
-    writes: so the dependency stays async (no thread pool hop) and runs after the body is read.
-    *known*: the scope without a check, for a write that checks its try in its own statement.
-    """
-
-    def __init__(
-        self, checked: Callable[[bool], StateScope], known: Callable[[], TaskScope | None] = lambda: None
-    ) -> None:
-        self._checked = checked  # takes whether the route writes
-        self.known = known
-
-    def for_reading(self) -> StateScope:
-        return self._checked(False)
-
-    def for_writing(self) -> StateScope:
-        return self._checked(True)
-
-
 async def _task_instance(task_instance_id: str, claims: Claims) -> ScopeAccess:
-    return ScopeAccess(
-        lambda write: check_task_instance(claims, write=write, path_ti_id=task_instance_id),
-        lambda: known_scope(claims, task_instance_id),
-    )
+    return task_instance_access(claims, task_instance_id)
 
 
 async def _asset(
@@ -119,6 +87,8 @@ class ScopeKind:
     reads: str
     writes: str
     default_ttl: str
+    # The route class of a get and a set of one key.
+    one_key_route: type[APIRoute] = APIRoute
 
 
 TASK = ScopeKind(
@@ -130,6 +100,7 @@ TASK = ScopeKind(
     reads="",
     writes="; only the running try the credential names may",
     default_ttl="Without `ttl` the key expires after `[state] default_task_retention`.",
+    one_key_route=PlainTaskValueRoute,
 )
 ASSET = ScopeKind(
     name="asset",
@@ -141,12 +112,6 @@ ASSET = ScopeKind(
     writes="; only a running task with the asset as an outlet may, and is recorded as the writer",
     default_ttl="Without `ttl` it never expires.",
 )
-
-
-def writer_of(claims: TaskInstanceClaims) -> StateWriter:
-    return StateWriter.task_try(
-        claims.dag_id, claims.run_id, claims.task_id, claims.map_index, claims.try_number
-    )
 
 
 def _state_routes(kind: ScopeKind) -> None:
@@ -174,30 +139,30 @@ def _state_routes(kind: ScopeKind) -> None:
     def clear_state(access: Scope) -> None:
         manage.clear(access.for_writing())
 
-    @router.get(
+    def get_state(access: Scope, key: Key) -> Response:
+        return read_value(access, key)
+
+    router.add_api_route(
         kind.prefix + VALUE,
+        get_state,
+        methods=["GET"],
+        route_class_override=kind.one_key_route,
         responses={404: {"description": "No such key (`key_not_found`)"}, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
         response_model=StateValueResponse,
     )
-    def get_state(access: Scope, key: Key) -> Response:
-        # One backend call on this hot path: the versioned read where the backend keeps versions.
-        scope, backend = access.for_reading(), get_state_backend()
-        version = None
-        if backend.supports_versions:
-            versioned = backend.get_versioned(scope, key)
-            stored, version = (versioned.value, versioned.version) if versioned else (None, None)
-        else:
-            stored = backend.get(scope, key)
-        if stored is None:
-            raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
-        return answer(
-            StateValueResponse.model_construct(key=key, value=codec.decode(stored), version=version)
-        )
 
-    @router.put(
+    def set_state(
+        access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
+    ) -> Response:
+        return write_value(access, claims, key, body, if_version)
+
+    router.add_api_route(
         kind.prefix + VALUE,
+        set_state,
+        methods=["PUT"],
+        route_class_override=kind.one_key_route,
         responses={**errors, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=WRITE_BODY,
         name=f"set_{the}_state",
@@ -205,30 +170,6 @@ def _state_routes(kind: ScopeKind) -> None:
         + kind.default_ttl,
         response_model=StateWriteResponse,
     )
-    def set_state(
-        access: Scope, claims: Claims, key: Key, body: NewWrite, if_version: IfVersion = None
-    ) -> Response:
-        # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-        writer, written = writer_of(claims), None
-        known = access.known() if if_version is None else None
-        # The check that the try still runs, made by the write's own statement where the backend can;
-        # when it wrote nothing, the check below says why (or finds the try running again).
-        if known is not None:
-            with suppress(TryNotRunning):
-                written = manage.put_while_running(
-                    known, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
-                )
-        if written is None:
-            written = manage.put(
-                access.for_writing(),
-                key,
-                body.text,
-                ttl=body.ttl,
-                if_version=if_version,
-                writer=writer,
-                by_running_try=True,
-            )
-        return answer(StateWriteResponse.model_construct(key=key, version=written.version))
 
     @router.post(
         kind.prefix + INCREMENT,

@@ -28,8 +28,8 @@ from airflow_task_state import codec, expiry
 from airflow_task_state.api.asset_declarations import declared_asset_id
 from airflow_task_state.api.authentication import Claims
 from airflow_task_state.api.errors import DOCUMENTED, UNSUPPORTED_DOCUMENTED, refused_as, unprocessable
+from airflow_task_state.api.one_key import writer_of
 from airflow_task_state.api.params import body_ttl, fields_only, json_object
-from airflow_task_state.api.routes import writer_of
 from airflow_task_state.api.task_instance_checks import check_task_instance
 from airflow_task_state.configured_backend import get_state_backend
 from airflow_task_state.protocol import TASK_STAGED_COMMIT_PATH, TTL_FIELD, Reason
