@@ -351,18 +351,18 @@ def task_client(api, running, monkeypatch):
     from airflow_task_state.worker import client, handshake
 
     requested: list[str] = []
-    send = api.request
+    send = api.send
 
-    def recording(method, url, *args, **kwargs):
-        proving = (kwargs.get("headers") or {}).get("Authorization", "").startswith("StateProof ")
-        requested.append(f"{method} {url}" + (" with proof" if proving else ""))
-        return send(method, url, *args, **kwargs)
+    def recording(request, *args, **kwargs):
+        proving = request.headers.get("Authorization", "").startswith("StateProof ")
+        requested.append(f"{request.method} {request.url.path}" + (" with proof" if proving else ""))
+        return send(request, *args, **kwargs)
 
     def through_the_execution_api(ti, fields):
         requested.append("SetRenderedFields")
         put_rendered_fields(str(ti.id), fields)
 
-    monkeypatch.setattr(api, "request", recording)
+    monkeypatch.setattr(api, "send", recording)
     monkeypatch.setattr(client, "_sync_client", lambda base_url, in_process: api)
     monkeypatch.setattr(handshake, "_send", through_the_execution_api)
     monkeypatch.setattr(handshake, "_rendered_fields", lambda ti: {"bash_command": "echo"})

@@ -711,12 +711,12 @@ def test_an_increment_whose_reply_from_the_database_is_lost_is_a_503_and_never_a
     # The task's client, given that answer to its increment, raises at once rather than retrying.
     sent = []
 
-    def answer(self, method, path, **kwargs):
-        sent.append(method)
-        return httpx.Response(lost.status_code, json=lost.json(), request=httpx.Request(method, path))
+    def answer(self, request, **kwargs):
+        sent.append(request.method)
+        return httpx.Response(lost.status_code, json=lost.json(), request=request)
 
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state.invalid/state")
-    monkeypatch.setattr(httpx.Client, "request", answer)
+    monkeypatch.setattr(httpx.Client, "send", answer)
     with pytest.raises(StateUnavailableError, match="may or may not have been applied"):
         StateClient(SimpleNamespace(id=running.ti_id))._send("POST", url, idempotent=False)
     assert sent == ["POST"]

@@ -79,14 +79,18 @@ def test_unreachable_api_is_retried_as_airflow_retries_then_explained(monkeypatc
     monkeypatch.setattr(handshake, "_send", lambda ti, fields: None)
     monkeypatch.setattr(handshake, "_rendered_fields", lambda ti: {})
     attempts = []
-    send = httpx.Client.request
-    monkeypatch.setattr(httpx.Client, "request", lambda *a, **kw: attempts.append(a[1:3]) or send(*a, **kw))
+    send = httpx.Client.send
+    monkeypatch.setattr(
+        httpx.Client,
+        "send",
+        lambda self, r, **kw: attempts.append((r.method, r.url.path)) or send(self, r, **kw),
+    )
     with pytest.raises(
         StateUnavailableError, match=r"Cannot reach the task state API .* check \[state\] api_url"
     ) as raised:
         StateClient(TI).request("GET", "/task-instances/x/keys")
     # The first call of the process carries the try's proof: that request is retried.
-    assert attempts == [("GET", "/task-instances/x/keys")] * 4
+    assert attempts == [("GET", "/state/task-instances/x/keys")] * 4
     assert type(raised.value) is StateUnavailableError and isinstance(raised.value, StateError)
 
 
@@ -159,11 +163,11 @@ def test_a_non_idempotent_request_is_retried_only_if_it_never_reached_the_server
     monkeypatch.setenv("AIRFLOW__STATE__API_URL", "http://state.invalid/state")
     sent = []
 
-    def lose_the_answer(self, method, url, **kwargs):
-        sent.append(method)
+    def lose_the_answer(self, request, **kwargs):
+        sent.append(request.method)
         raise httpx.ReadError("connection reset while reading the answer")
 
-    monkeypatch.setattr(httpx.Client, "request", lose_the_answer)
+    monkeypatch.setattr(httpx.Client, "send", lose_the_answer)
     state_client = StateClient(TI)
     with pytest.raises(StateUnavailableError, match="may or may not have been applied"):
         state_client._send("POST", "/task-instances/x/increment", idempotent=False)
@@ -174,12 +178,12 @@ def test_a_non_idempotent_request_is_retried_only_if_it_never_reached_the_server
         state_client._send("PUT", "/task-instances/x/value")
     assert sent == ["POST"] + ["PUT"] * 4
 
-    def refuse_connection(self, method, url, **kwargs):
-        sent.append(method)
+    def refuse_connection(self, request, **kwargs):
+        sent.append(request.method)
         raise httpx.ConnectError("connection refused")
 
     sent.clear()
-    monkeypatch.setattr(httpx.Client, "request", refuse_connection)
+    monkeypatch.setattr(httpx.Client, "send", refuse_connection)
     with pytest.raises(StateUnavailableError, match="Cannot reach"):
         state_client._send("POST", "/task-instances/x/increment", idempotent=False)
     assert sent == ["POST"] * 4  # never sent: safe to try again

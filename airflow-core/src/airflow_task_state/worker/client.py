@@ -166,12 +166,13 @@ class StateClient:
 
     def _send(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
         http = _sync_client(self.base_url, self.in_process)
+        request = _request_for(http, method, self.base_url + path, **kwargs)
         retry = RetryPolicy.from_config()
         may_have_reached = False  # an attempt whose reply was lost: applied or not, no one knows
         for attempt in range(retry.retries + 1):
             last = attempt == retry.retries
             try:
-                response = http.request(method, path, **kwargs)
+                response = http.send(request)
             except httpx.TransportError as error:
                 if not isinstance(error, _NEVER_SENT):
                     if not idempotent:
@@ -306,6 +307,21 @@ def start_handshake(ti: Any, *, credential: bool = False) -> None:
             log.debug("The early state handshake failed; the first state call will try again", exc_info=True)
 
     threading.Thread(target=prepare, name="state-handshake", daemon=True).start()
+
+
+def _request_for(
+    http: httpx.Client, method: str, url: str, *, params: dict[str, Any] | None = None, **kwargs: Any
+) -> httpx.Request:
+    """
+    The request *http* would build, made directly: its own building merges the client's base URL,
+    headers, cookies and parameters into each request, parsing the URL three times, which cost half
+    the client's time of a state call when measured. Query parameters are encoded as httpx does.
+    """
+    if params:
+        url += "?" + str(httpx.QueryParams(params))
+    request = httpx.Request(method, url, extensions={"timeout": http.timeout.as_dict()}, **kwargs)
+    request.headers = httpx.Headers({**http.headers, **request.headers})  # the client's defaults first
+    return request
 
 
 def _bearer(token: str) -> dict[str, str]:
