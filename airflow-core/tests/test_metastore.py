@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import contextmanager
+from dataclasses import astuple
 
 import pytest
 from airflow_shared.state import CLI_WRITER, AssetScope, TaskScope
@@ -851,17 +852,10 @@ def test_a_write_after_airflows_own_continues_from_the_version_the_key_reads_wit
     assert MetastoreBackend().get(theirs, "new") == "2"  # one store: Airflow reads our writes
 
 
-def test_a_write_while_running_writes_only_while_its_try_runs(backend, make_task_instances, unique, db_kind):
-    """
-    The state API's write by a running try (``write_while_running``): its one statement writes only
-    while the task instance runs that very try; otherwise it writes nothing and says so. On Airflow
-    3.3, where a write is one round trip (PostgreSQL); elsewhere there it declines, writing nothing.
-    """
+def _a_try_running(make_task_instances, unique):
+    """A task instance running its try 2: its scope, its id, and how to change its row."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
-    from airflow_shared.state import StateWriter
-    from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
-    from airflow_task_state.exceptions import TryNotRunning
     from sqlalchemy import update
 
     dag_id = f"dag_{unique}"
@@ -875,10 +869,38 @@ def test_a_write_while_running_writes_only_while_its_try_runs(backend, make_task
     with create_session() as session:
         ti_id = str(session.scalar(select(TaskInstance.id).where(*this_ti)))
     set_ti(state="running", try_number=2)
-    task_scope = TaskScope(dag_id, "run_1", "task")
+    return TaskScope(dag_id, "run_1", "task"), ti_id, set_ti
 
-    def write(value, try_number=2, of=ti_id):
-        writer = StateWriter.task_try(dag_id, "run_1", "task", -1, try_number)
+
+def _refused_while_not_running(attempt, set_ti, unchanged):
+    """*attempt* (try_number=, of=) raises TryNotRunning for each try not running; *unchanged*(case) after."""
+    from airflow_task_state.exceptions import TryNotRunning
+
+    refused = {
+        "an earlier try": lambda: attempt(try_number=1),
+        "another task instance": lambda: attempt(of="01234567-89ab-7def-8123-456789abcdef"),
+    }
+    set_ti(state="success")
+    refused["a try that ended"] = attempt
+    for case, refused_attempt in refused.items():
+        with pytest.raises(TryNotRunning):
+            refused_attempt()
+        unchanged(case)
+
+
+def test_a_write_while_running_writes_only_while_its_try_runs(backend, make_task_instances, unique, db_kind):
+    """
+    The state API's write by a running try (``write_while_running``): its one statement writes only
+    while the task instance runs that very try; otherwise it writes nothing and says so. On Airflow
+    3.3, where a write is one round trip (PostgreSQL); elsewhere there it declines, writing nothing.
+    """
+    from airflow_shared.state import StateWriter
+    from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
+
+    task_scope, ti_id, set_ti = _a_try_running(make_task_instances, unique)
+
+    def write(value='"x"', try_number=2, of=ti_id):
+        writer = StateWriter.task_try(*astuple(task_scope)[:3], -1, try_number)
         return backend.write_while_running(task_scope, "job", value, writer, None, of)
 
     if AIRFLOW_HAS_STATE_STORE and db_kind != "postgres":
@@ -886,14 +908,39 @@ def test_a_write_while_running_writes_only_while_its_try_runs(backend, make_task
         return
     assert write('"first"') == 1
     assert write('"second"') == 2
-    refused = {
-        "an earlier try": lambda: write('"x"', try_number=1),
-        "another task instance": lambda: write('"x"', of="01234567-89ab-7def-8123-456789abcdef"),
-    }
-    set_ti(state="success")
-    refused["a try that ended"] = lambda: write('"x"')
-    for case, attempt in refused.items():
-        with pytest.raises(TryNotRunning):
-            attempt()
+
+    def unchanged(case):
         stored = backend.get_entry(task_scope, "job")
         assert (stored.value, stored.version, stored.updated_by_try) == ('"second"', 2, 2), case
+
+    _refused_while_not_running(write, set_ti, unchanged)
+
+
+@only_airflow32  # on Airflow 3.3 an increment checks its try in a statement of its own
+def test_an_increment_while_running_adds_only_while_its_try_runs(backend, make_task_instances, unique):
+    """
+    The state API's increment by a running try (``increment_while_running``): one statement that
+    adds only while the task instance runs that very try, and adds nothing (TryNotRunning, for the
+    ordinary increment to tell why) when the try does not run or the stored value is no integer.
+    """
+    from airflow_shared.state import StateWriter
+    from airflow_task_state.exceptions import TryNotRunning
+
+    task_scope, ti_id, set_ti = _a_try_running(make_task_instances, unique)
+
+    def add(by=1, key="n", try_number=2, of=ti_id):
+        writer = StateWriter.task_try(*astuple(task_scope)[:3], -1, try_number)
+        return backend.increment_while_running(task_scope, key, by, writer, None, of)
+
+    assert add() == 1
+    assert add(41) == 42 and add(-50) == -8
+    backend.set(task_scope, "text", '"seven"')
+    with pytest.raises(TryNotRunning):
+        add(key="text")
+    assert backend.get(task_scope, "text") == '"seven"'
+
+    def unchanged(case):
+        stored = backend.get_entry(task_scope, "n")
+        assert (stored.value, stored.version, stored.updated_by_try) == ("-8", 3, 2), case
+
+    _refused_while_not_running(add, set_ti, unchanged)

@@ -24,6 +24,7 @@ from test_metastore import (  # noqa: F401
     test_a_callers_session_is_joined_and_not_committed,
     test_a_refused_increment_leaves_no_trace_on_the_connection,
     test_a_write_while_running_writes_only_while_its_try_runs,
+    test_an_increment_while_running_adds_only_while_its_try_runs,
     test_batches_join_a_callers_session_and_roll_back_with_it,
     test_conditional_writes_and_increments_join_a_callers_session,
 )

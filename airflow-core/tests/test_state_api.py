@@ -145,24 +145,34 @@ def test_a_running_trys_writes_look_for_no_discard_a_clear_left(api, running):
     assert not [statement for statement in sent if "task_instance_history" in statement], sent
 
 
-def test_a_running_trys_set_checks_its_try_in_the_writes_own_statement(api, running):
+@pytest.mark.parametrize(
+    ("method", "path", "field", "stored_after"),
+    [("PUT", "value", "value", 2), ("POST", "increment", "by", 3)],
+)
+def test_a_running_trys_write_checks_its_try_in_the_writes_own_statement(
+    api, running, method, path, field, stored_after
+):
     """
-    Once a request of the try has checked it, the try's set is one statement, which finds the try
-    still running itself; a try that has ended since is refused with its reason, and nothing written.
+    Once a request of the try has checked it, the try's set or increment is one statement, which
+    finds the try still running itself; a try that has ended since is refused with its reason, and
+    nothing written.
     """
     from test_metastore import autocommit_statements
 
-    headers, key = auth(running), "checked-in-its-statement"
-    first = api.put(**at(running, key), json={"value": 1}, headers=headers)
-    assert first.status_code == 200
+    headers, key = auth(running), f"checked-in-its-{path}-statement"
+
+    def write(number: int):
+        url = f"/task-instances/{running.ti_id}/{path}"
+        return api.request(method, url, params={"key": key}, json={field: number}, headers=headers)
+
+    assert write(1).status_code == 200
     with autocommit_statements() as sent:
-        written = api.put(**at(running, key), json={"value": 2}, headers=headers)
-    assert written.status_code == 200 and written.json()["version"] == first.json()["version"] + 1
+        assert write(2).status_code == 200
     assert len(sent) == 1 and "task_instance" in sent[0], sent
     set_ti_state(running, "success")
-    ended = api.put(**at(running, key), json={"value": 3}, headers=headers)
+    ended = write(3)
     assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"
-    assert api.get(**at(running, key), headers=headers).json()["value"] == 2
+    assert api.get(**at(running, key), headers=headers).json()["value"] == stored_after
 
 
 def test_writes_record_the_try(api, running, backend):

@@ -292,13 +292,36 @@ def increment(
     by_running_try: bool = False,
 ) -> Incremented:
     """Add *by* to the integer under *key* (absent: 0) atomically, as the backend's ``increment``."""
+    expires_at = _checked_increment(scope, key, by, ttl, writer)
+    _settle(scope, by_running_try)
+    added = get_state_backend().increment(scope, key, by, writer=writer, expires_at=expires_at)
+    return Incremented(added, expires_at)
+
+
+def increment_while_running(
+    scope: TaskScope, key: str, by: int = 1, *, ttl: Ttl = None, writer: StateWriter, ti_id: str
+) -> Incremented | None:
+    """
+    :func:`increment` as :func:`put_while_running` puts (``increment_while_running``: the metastore
+    on Airflow 3.2 only): ``None`` when the backend cannot; raises
+    :class:`~airflow_task_state.exceptions.TryNotRunning` when it added nothing.
+    """
+    increment_while_running = getattr(get_state_backend(), "increment_while_running", None)
+    if increment_while_running is None:
+        return None
+    expires_at = _checked_increment(scope, key, by, ttl, writer)
+    return Incremented(increment_while_running(scope, key, by, writer, expires_at, ti_id), expires_at)
+
+
+def _checked_increment(
+    scope: StateScope, key: str, by: int, ttl: Ttl, writer: StateWriter | None
+) -> datetime | None:
+    """The expiry of an increment, each argument checked as the backend's ``increment`` does."""
     validate_key(key)
-    state = get_state_backend()
-    expires_at = expires_at_for(scope, ttl, state)
+    expires_at = expires_at_for(scope, ttl, get_state_backend())
     validate_increment(by)
     validate_write(writer, expires_at)  # refused before the discard, as before any write
-    _settle(scope, by_running_try)
-    return Incremented(state.increment(scope, key, by, writer=writer, expires_at=expires_at), expires_at)
+    return expires_at
 
 
 def delete(scope: StateScope, key: str, *, by_running_try: bool = False) -> None:

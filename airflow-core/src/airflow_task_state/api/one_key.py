@@ -1,6 +1,6 @@
 """
-Reading and writing one key of a scope, the calls task code makes most: what the get and set
-routes answer, whether FastAPI resolved the request (:mod:`.routes`) or the route read a plain one
+Reading and writing one key of a scope, the calls task code makes most: what the get, set and
+increment routes answer, whether FastAPI resolved the request (:mod:`.routes`) or the route read a plain one
 itself (:mod:`.plain_requests`).
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
+from typing import TypeVar
 
 from airflow_shared.state import StateScope, StateWriter, TaskScope
 from fastapi import Response, status
@@ -15,13 +16,15 @@ from pydantic import BaseModel
 
 from airflow_task_state import codec, manage
 from airflow_task_state.api.credentials import TaskInstanceClaims
-from airflow_task_state.api.datamodels import StateValueResponse, StateWriteResponse
-from airflow_task_state.api.errors import refusal
-from airflow_task_state.api.params import WriteBody
+from airflow_task_state.api.datamodels import StateIncrementResponse, StateValueResponse, StateWriteResponse
+from airflow_task_state.api.errors import refusal, refused_as
+from airflow_task_state.api.params import IncrementBody, WriteBody
 from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope
 from airflow_task_state.configured_backend import get_state_backend
 from airflow_task_state.exceptions import TryNotRunning
 from airflow_task_state.protocol import Reason
+
+T = TypeVar("T")
 
 
 def answer(model: BaseModel) -> Response:
@@ -85,23 +88,47 @@ def write_value(
     access: ScopeAccess, claims: TaskInstanceClaims, key: str, body: WriteBody, if_version: int | None = None
 ) -> Response:
     # The backend raises StateConflictError (409) and StateCapabilityError (501): see errors.py.
-    writer, written = writer_of(claims), None
-    known = access.known() if if_version is None else None
-    # The check that the try still runs, made by the write's own statement where the backend can;
-    # when it wrote nothing, the check below says why (or finds the try running again).
+    writer = writer_of(claims)
+    written = _checked_by_the_write(
+        access,
+        lambda scope: (
+            manage.put_while_running(scope, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id)
+            if if_version is None
+            else None
+        ),
+        lambda scope: manage.put(
+            scope, key, body.text, ttl=body.ttl, if_version=if_version, writer=writer, by_running_try=True
+        ),
+    )
+    return answer(StateWriteResponse.model_construct(key=key, version=written.version))
+
+
+def add_to_value(access: ScopeAccess, claims: TaskInstanceClaims, key: str, body: IncrementBody) -> Response:
+    writer = writer_of(claims)
+    with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
+        added = _checked_by_the_write(
+            access,
+            lambda scope: manage.increment_while_running(
+                scope, key, body.by, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
+            ),
+            lambda scope: manage.increment(
+                scope, key, body.by, ttl=body.ttl, writer=writer, by_running_try=True
+            ),
+        )
+    return answer(StateIncrementResponse.model_construct(key=key, value=added.value))
+
+
+def _checked_by_the_write(
+    access: ScopeAccess, folded: Callable[[TaskScope], T | None], checked: Callable[[StateScope], T]
+) -> T:
+    """
+    What *folded* does, the write checking in its own statement that the try still runs, once a
+    request of the try has checked its task instance (whose scope never changes); when it cannot or
+    wrote nothing, *checked* after the state API's own check, which says why (or finds the try
+    running again).
+    """
+    known, done = access.known(), None
     if known is not None:
         with suppress(TryNotRunning):
-            written = manage.put_while_running(
-                known, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
-            )
-    if written is None:
-        written = manage.put(
-            access.for_writing(),
-            key,
-            body.text,
-            ttl=body.ttl,
-            if_version=if_version,
-            writer=writer,
-            by_running_try=True,
-        )
-    return answer(StateWriteResponse.model_construct(key=key, version=written.version))
+            done = folded(known)
+    return checked(access.for_writing()) if done is None else done

@@ -29,9 +29,10 @@ from airflow_task_state.api.datamodels import (
     StateVersionsResponse,
     StateWriteResponse,
 )
-from airflow_task_state.api.errors import CONFLICT_DOCUMENTED, DOCUMENTED, UNSUPPORTED_DOCUMENTED, refused_as
+from airflow_task_state.api.errors import CONFLICT_DOCUMENTED, DOCUMENTED, UNSUPPORTED_DOCUMENTED
 from airflow_task_state.api.one_key import (
     ScopeAccess,
+    add_to_value,
     answer,
     read_value,
     task_instance_access,
@@ -52,7 +53,6 @@ from airflow_task_state.protocol import (
     VALUES,
     VALUES_DELETE,
     VALUES_READ,
-    Reason,
 )
 
 router = APIRouter()
@@ -182,16 +182,7 @@ def _state_routes(kind: ScopeKind) -> None:
         response_model=StateIncrementResponse,
     )
     def increment_state(access: Scope, claims: Claims, key: Key, body: NewIncrement) -> Response:
-        with refused_as(Reason.INVALID_VALUE):  # not an integer stored, or the sum leaves 64 bits
-            added = manage.increment(
-                access.for_writing(),
-                key,
-                body.by,
-                ttl=body.ttl,
-                writer=writer_of(claims),
-                by_running_try=True,
-            )
-        return answer(StateIncrementResponse.model_construct(key=key, value=added.value))
+        return add_to_value(access, claims, key, body)
 
     @router.delete(
         kind.prefix + VALUE,

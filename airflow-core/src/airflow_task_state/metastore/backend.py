@@ -92,8 +92,9 @@ class MetastoreStateBackend(DatabaseBackend):
     aset_by_try = _async(op.upsert)
     write = _sync(op.write)
     awrite = _async(op.write)
-    # Not of the contract: the state API's write by a running try, its check in the statement.
+    # Not of the contract: the state API's writes by a running try, their check in the statement.
     write_while_running = _sync(op.write_while_running)
+    increment_while_running = _sync(op.increment_while_running)
     increment = _sync(op.increment)
     aincrement = _async(op.increment)
     get_many = _sync(op.get_many)

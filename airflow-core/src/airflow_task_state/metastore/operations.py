@@ -220,10 +220,11 @@ def _write_values(
 
 
 def _write(
-    name: Literal["upsert", "upsert_while_running", "create", "increment"], scope: StateScope
+    name: Literal["upsert", "upsert_while_running", "create", "increment", "increment_while_running"],
+    scope: StateScope,
 ) -> Write:
     """The statement named *name* of *scope*'s type, on either write path."""
-    rows = _increment_rows if name == "increment" else _version_rows
+    rows = _increment_rows if name.startswith("increment") else _version_rows
     return Write(
         getattr(statements.for_scope(scope), name),
         getattr(statements.for_scope(scope, "last_insert_id"), name),
@@ -297,8 +298,7 @@ def write_while_running(
     validate_key(key)
     validate_value(value)
     validate_write_options(expires_at, None)
-    values = _write_values(scope, key, value, writer, expires_at)
-    values["running_ti_id"], values["running_try"] = UUID(ti_id), writer.try_number
+    values = _values_while_running(scope, key, value, writer, expires_at, ti_id)
 
     def version(outcome: Outcome) -> int:
         if not outcome.rows:
@@ -306,6 +306,38 @@ def write_while_running(
         return int(outcome.rows[0][0])
 
     return (yield Operation(_write("upsert_while_running", scope), values, version))
+
+
+def increment_while_running(
+    scope: TaskScope, key: str, by: int, writer: StateWriter, expires_at: datetime | None, ti_id: str
+) -> Flow[int]:
+    """
+    :func:`increment` by *writer*, a try of task instance *ti_id*, checking in its one statement
+    that the try still runs. It adds nothing, and raises :class:`TryNotRunning`, when the try does
+    not run and whenever :func:`increment` would need a second statement (a stored value the SQL
+    does not add to): the caller's ordinary increment then checks the try and says why.
+    """
+    validate_scope(scope)
+    validate_key(key)
+    validate_increment(by)
+    validate_write_options(expires_at, None)
+    values = _values_while_running(scope, key, str(by), writer, expires_at, ti_id)
+    values["by"] = by
+    added = yield Operation(
+        _write("increment_while_running", scope), values, partial(_upserted, 2), idempotent=False
+    )
+    if added is None:
+        raise TryNotRunning(ti_id)
+    return int(added[1])
+
+
+def _values_while_running(
+    scope: TaskScope, key: str, value: str, writer: StateWriter, expires_at: datetime | None, ti_id: str
+) -> dict[str, Any]:
+    """:func:`_write_values`, and the try whose running the statement checks."""
+    values = _write_values(scope, key, value, writer, expires_at)
+    values["running_ti_id"], values["running_try"] = UUID(ti_id), writer.try_number
+    return values
 
 
 def increment(

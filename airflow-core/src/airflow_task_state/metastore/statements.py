@@ -110,6 +110,9 @@ class Statements(NamedTuple):
     #: expired key becomes); returns the new version and value, or nothing (outcome 0 on MariaDB)
     #: when the stored value is no integer or the sum leaves 64 bits.
     increment: Executable
+    #: :attr:`increment` by the try ``:running_try`` of task instance ``:running_ti_id``, only
+    #: while that try runs: returns nothing otherwise, as for a value it cannot add to.
+    increment_while_running: Executable
     delete_key: Delete
     #: Delete every key of the scope (of its own map index, for a task scope).
     clear: Delete
@@ -536,6 +539,12 @@ def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
     # The MariaDB outcome variable is RETURNING's; the other path leaves session variables alone.
     guarded_source = source.where(_ResetOutcome()) if path == "returning" else source
     counter = _CounterSum(table.c.value, bindparam("by", type_=BigInteger()))
+
+    def add_to_counter(source: Select[Any]) -> Executable:
+        expired_or_added = or_(_expired(table), counter.is_not(None))
+        added = case((_expired(table), Proposed("value")), else_=cast(counter, Text()))
+        return scope.upsert(source, ["version", "value"], added, expired_or_added, path)
+
     entry_columns = ("key", "value", "updated_at", "version", "expires_at", *scope.writer_columns)
     select_entries = select(*(table.c[name] for name in entry_columns)).where(
         *scope.scope_filter, live(table)
@@ -556,13 +565,8 @@ def _statements(scope: _ScopeTable, path: WritePath) -> Statements:
             version=table.c.version + _ONE,
             **{name: _bind(table, name) for name in scope.written},
         ),
-        increment=scope.upsert(
-            guarded_source,
-            ["version", "value"],
-            case((_expired(table), Proposed("value")), else_=cast(counter, Text())),
-            or_(_expired(table), counter.is_not(None)),
-            path,
-        ),
+        increment=add_to_counter(guarded_source),
+        increment_while_running=add_to_counter(guarded_source.where(TRY_RUNS)),
         delete_key=delete(table).where(*one_key),
         clear=delete(table).where(*scope.scope_filter),
         clear_all_map_indices=delete(table).where(*scope.all_map_indices),
