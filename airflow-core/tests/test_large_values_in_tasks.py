@@ -17,6 +17,10 @@ from state_testing.airflow_cli import run_airflow
 from test_task_state_in_process import latest_run_id, returned
 
 TEST_DAGS = Path(__file__).parent / "dags"
+# In the SQLite pass only: to the metadata database a large value is an ordinary value (its
+# reference's JSON). What reads and writes the database for large values (clean, the commit window,
+# staged commits) runs on every database in test_large_values.py and test_staged_writes.py.
+pytestmark = pytest.mark.any_database
 
 
 @pytest.fixture(scope="module")
