@@ -165,10 +165,15 @@ def test_a_running_trys_write_checks_its_try_in_the_writes_own_statement(
         url = f"/task-instances/{running.ti_id}/{path}"
         return api.request(method, url, params={"key": key}, json={field: number}, headers=headers)
 
+    def version() -> int:
+        return api.get(**at(running, key), headers=headers).json()["version"]
+
     assert write(1).status_code == 200
+    first = version()
     with autocommit_statements() as sent:
         assert write(2).status_code == 200
     assert len(sent) == 1 and "task_instance" in sent[0], sent
+    assert version() == first + 1
     set_ti_state(running, "success")
     ended = write(3)
     assert ended.status_code == 403 and detail(ended)["reason"] == "not_running"

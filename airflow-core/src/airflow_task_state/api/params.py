@@ -77,8 +77,13 @@ def _raw_query_values(query_string: bytes, name: str) -> list[str]:
     for pair in query_string.split(b"&"):
         field, _, value = pair.partition(b"=")
         if unquote_to_bytes(field.replace(b"+", b" ")) == wanted:
-            found.append(unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8"))
+            found.append(query_text(value))
     return found
+
+
+def query_text(raw: bytes) -> str:
+    """A raw query value, percent-decoded as strict UTF-8 (``UnicodeDecodeError`` otherwise)."""
+    return unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
 
 
 async def _valid_key(  # async: no thread pool hop (see authentication.credential_claims)

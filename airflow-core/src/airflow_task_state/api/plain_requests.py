@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import jwt
 from airflow_shared.state import validate_key
@@ -21,7 +20,7 @@ from fastapi.routing import APIRoute
 from airflow_task_state.api.authentication import verified_claims
 from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.one_key import read_value, task_instance_access, write_value
-from airflow_task_state.api.params import write_body
+from airflow_task_state.api.params import query_text, write_body
 from airflow_task_state.protocol import KEY_PARAMETER
 
 _KEY_FIELD = KEY_PARAMETER.encode()
@@ -38,7 +37,7 @@ def plain_request(request: Request) -> tuple[TaskInstanceClaims, str] | None:
     if scheme.lower() != "bearer" or field != _KEY_FIELD or b"&" in value:
         return None
     try:
-        key = unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")  # as params._valid_key reads it
+        key = query_text(value)
         validate_key(key)
         claims = verified_claims(token)
     except (ValueError, TypeError, jwt.InvalidTokenError):  # UnicodeDecodeError is a ValueError
