@@ -27,6 +27,7 @@ from sqlalchemy import (
     case,
     delete,
     exists,
+    false,
     func,
     insert,
     literal_column,
@@ -183,8 +184,10 @@ def lock(tables: Tables, size: int, while_running: bool = False) -> Insert:
         source = source.where(TRY_RUNS)
     statement = insert(tables.meta).from_select([*tables.scope_columns, "key", "version"], source)
     unique = [*tables.scope_columns, "key"]
+    # An existing meta row is locked, not rewritten: ON CONFLICT DO UPDATE locks the row even where
+    # its condition refuses the update (PostgreSQL writes no new row version for it).
     statement._post_values_clause = OnConflictUpdate(
-        tables.meta.name, unique, [("version", tables.meta.c.version)], []
+        tables.meta.name, unique, [("version", tables.meta.c.version)], [], where=false()
     )
     return statement
 
