@@ -237,41 +237,41 @@ def write_at_once(tables: Tables, size: int, while_running: bool = False) -> tup
     """
     For PostgreSQL (psycopg2), a write whose values do not depend on what is stored, sent as one
     string that the server runs as one transaction: :func:`lock`, then one statement that moves each
-    key's meta row to the version after the one the key reads with (1 without a row) and writes
-    Airflow's rows, as :func:`writes` would, and returns (key, version) of each. In READ COMMITTED
-    each statement reads what was committed when it began, so the second reads after the lock, as
-    :func:`read_locked` does; its parts read the same snapshot, so the version sees the rows before
-    they are written. No parent, no meta row: nothing is written and nothing returned. So too,
-    *while_running*, when the try ``:running_try`` of task instance ``:running_ti_id`` does not run.
+    key's meta row to the version after the one the key reads with (1 without a row), writes
+    Airflow's rows of the meta rows it moved, as :func:`writes` would, and returns (key, version) of
+    each. In READ COMMITTED each statement reads what was committed when it began, so the second
+    reads after the lock, as :func:`read_locked` does; its parts read the same snapshot, so the
+    version sees the rows before they are written. No parent, no meta row: nothing is written and
+    nothing returned. So too, *while_running*, when the try ``:running_try`` of task instance
+    ``:running_ti_id`` does not run.
     """
-    running = [TRY_RUNS] if while_running else []
     meta, rows = tables.meta.c, tables.rows.c
-    row_time = select(rows.updated_at).where(tables.same_key).scalar_subquery()
-    version = case(
-        (row_time.is_(None), _literal(1)),
-        (meta.updated_at == row_time, meta.version + _literal(1)),
+    after_row = case(
+        (meta.updated_at == rows.updated_at, meta.version + _literal(1)),
         else_=meta.version + _literal(2),  # one of Airflow's writers wrote since: one version
     )
+    version = func.coalesce(select(after_row).where(tables.same_key).scalar_subquery(), _literal(1))
     shared = {name: _bind(tables.meta, name) for name in tables.meta_columns}
+    parent = tables.scope_columns[0]
     written = (
         update(tables.meta)
-        .where(*tables.of_scope(tables.meta), _keys(meta.key, size), *running)
+        .where(*tables.of_scope(tables.meta), _keys(meta.key, size), *([TRY_RUNS] if while_running else []))
         .values(version=version, **shared)
-        .returning(meta.key, meta.version)
+        .returning(meta.key, meta.version, meta[parent])
         .cte("written")
     )
+    # Airflow's rows of the meta rows moved: the parent and the try were checked once, above.
     batch = batch_rows(tables.rows, size)
-    scope = (_bind(tables.rows, name) for name in tables.scope_columns[1:])
     source = select(
-        tables.parent.c.id,
-        *scope,
+        written.c[parent],
+        *(_bind(tables.rows, name) for name in tables.scope_columns[1:]),
         batch.c.key,
         batch.c.value,
         *(_bind(tables.rows, name) for name in tables.row_columns),
+    ).select_from(written.join(batch, batch.c.key == written.c.key))
+    upsert = insert(tables.rows).from_select(
+        [*tables.scope_columns, "key", "value", *tables.row_columns], source
     )
-    source = source.select_from(tables.parent.join(batch, true())).where(*tables.parent_filter, *running)
-    names = [*tables.scope_columns, "key", "value", *tables.row_columns]
-    upsert = insert(tables.rows).from_select(names, source)
     replaced = [
         (name, Proposed(name)) for name in ("value", *tables.row_columns) if name not in ("dag_id", "run_id")
     ]
