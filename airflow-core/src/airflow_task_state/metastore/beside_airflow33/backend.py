@@ -147,9 +147,18 @@ class Airflow33MetastoreBackend(DatabaseBackend):
     # --- reads -----------------------------------------------------------------------------
 
     def _rows(
-        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, value: bool = False
+        self,
+        scope: StateScope,
+        keys: Iterable[str] | None,
+        session: Session | None,
+        *,
+        value: bool = False,
+        versioned: bool = False,
     ) -> list[Any]:
-        """The entries' rows of the live *keys* (every live key without), or the *value* of one key."""
+        """
+        The entries' rows of the live *keys* (every live key without), or the *value* of one key (and,
+        *versioned*, its version).
+        """
         validate_scope(scope)
         values = params(scope)
         values["now"] = timezone.utcnow()
@@ -161,7 +170,7 @@ class Airflow33MetastoreBackend(DatabaseBackend):
             values |= _keyed(storable)
             size = len(storable)
         tables = _tables(scope)
-        statement = sql.select_value(tables) if value else sql.select_entries(tables, size)
+        statement = sql.select_value(tables, versioned) if value else sql.select_entries(tables, size)
         return _run_one(statement, values, session).rows
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
@@ -175,8 +184,9 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         return rows[0][0] if rows else None
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
-        found = self.get_entry(scope, key, session=session)
-        return None if found is None else VersionedValue(found.value, found.version or 0)
+        validate_key(key)
+        rows = self._rows(scope, [key], session, value=True, versioned=True)
+        return VersionedValue(*rows[0]) if rows else None
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:
         wanted = validate_many_keys(keys, "get_many")
