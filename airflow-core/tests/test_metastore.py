@@ -853,6 +853,7 @@ def test_a_write_after_airflows_own_continues_from_the_version_the_key_reads_wit
     MetastoreBackend().set(theirs, "k", '"theirs"')
     MetastoreBackend().set(theirs, "fresh", '"theirs"')
     assert [backend.get_entry(scope, key).version for key in ("k", "fresh")] == [2, 1]
+    assert [backend.get_versioned(scope, key).version for key in ("k", "fresh")] == [2, 1]
     backend.set_by_try(scope, "k", '"ours again"', try_number=3)
     entry = backend.get_entry(scope, "k")
     assert (entry.value, entry.version, entry.updated_by_try) == ('"ours again"', 3, 3)
