@@ -35,29 +35,53 @@ log = logging.getLogger(__name__)
 
 
 @cache
-def _current_try() -> Select[Any]:
-    """The task instance's current try, its dag run's identity, and what the clear rule reads."""
-    ti, run, rendered = TaskInstance.__table__, DagRun.__table__, RenderedTaskInstanceFields.__table__
-    same_task_instance = and_(
-        *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
-    )
+def task_instance_row() -> Select[Any]:
+    """
+    The task instance (bound as ``ti_id``) at its current try, and its dag run's identity: what the
+    state API checks on every request of a try (:mod:`airflow_task_state.api.task_instance_checks`).
+    """
+    ti, run = TaskInstance.__table__, DagRun.__table__
     return (
         select(
             ti.c.dag_id,
             ti.c.run_id,
             ti.c.task_id,
             ti.c.map_index,
+            ti.c.state,
             ti.c.try_number,
-            ti.c.max_tries,
             run.c.id,
             run.c.created_at,
             run.c.run_after,
-            undecoded(rendered.c.rendered_fields),
-            highest_success_before_current_try(ti),
         )
         .join_from(ti, run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id))
-        .outerjoin_from(ti, rendered, same_task_instance)
         .where(ti.c.id == bindparam("ti_id"))
+    )
+
+
+@cache
+def first_touch_row() -> Select[Any]:
+    """
+    :func:`task_instance_row` with what the try's first touch reads too: max_tries, the highest try
+    before the current one archived in success, and the rendered fields, as JSON text.
+    """
+    ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
+    same_task_instance = and_(
+        *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
+    )
+    return (
+        task_instance_row()
+        .outerjoin_from(ti, rendered, same_task_instance)
+        .add_columns(
+            ti.c.max_tries, highest_success_before_current_try(ti), undecoded(rendered.c.rendered_fields)
+        )
+    )
+
+
+def scope_of(row: Any) -> TaskScope:
+    """A task_instance_row's scope: a run deleted and created again under its run_id starts empty."""
+    dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
+    return TaskScope(
+        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
     )
 
 
@@ -76,31 +100,23 @@ def discard_what_a_clear_left(
     """
     found: Sequence[Any]
     if session is None:
-        found = execute(_current_try(), {"ti_id": UUID(ti_id)}).rows
+        found = execute(first_touch_row(), {"ti_id": UUID(ti_id)}).rows
     else:
-        found = session.execute(_current_try(), {"ti_id": UUID(ti_id)}).all()
-    if not found:
-        return
-    dag_id, run_id, task_id, map_index, try_number, max_tries, *run, rendered, succeeded_try = found[0]
-    scope = TaskScope(dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(*run))
-    discard_at_first_touch(scope, chosen or rendered, try_number, max_tries, succeeded_try, session=session)
+        found = session.execute(first_touch_row(), {"ti_id": UUID(ti_id)}).all()
+    if found:
+        discard_at_first_touch(found[0], chosen, session=session)
 
 
 def discard_at_first_touch(
-    scope: TaskScope,
-    recorded: Any,
-    try_number: int,
-    max_tries: int,
-    succeeded_try: int | None,
-    *,
-    session: Session | None = None,
+    row: Any, chosen: Mapping[str, Any] | None = None, *, session: Session | None = None
 ) -> None:
     """
-    :func:`discard_what_a_clear_left`, from what it reads of the try: its *scope*, the choice it
-    *recorded* (its rendered fields), its try and max_tries, and the highest try before it archived in
-    success (the handshake's proof reads them in its own statement).
+    :func:`discard_what_a_clear_left`, from the try's :func:`first_touch_row` (the handshake's proof
+    reads it in its own statement).
     """
-    choice = choice_of(recorded, f"{scope.dag_id}.{scope.task_id}")
+    *_, max_tries, succeeded_try, rendered = row
+    scope, try_number = scope_of(row), row[5]  # task_instance_row's columns come first
+    choice = choice_of(chosen or rendered, f"{scope.dag_id}.{scope.task_id}")
     boundary = boundary_at_first_touch(scope, choice, try_number, max_tries, succeeded_try)
     if boundary is None:
         return

@@ -11,13 +11,11 @@ from __future__ import annotations
 from airflow_task_state.airflow_db.first_touch import discard_at_first_touch
 from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.proofs import claims_for_proof
-from airflow_task_state.api.task_instance_checks import scope_of
 
 
 def claims_granted_for_proof(ti_id: str, verifier: str) -> TaskInstanceClaims:
     """The claims the proof of *verifier* earns (403 without it), once the try has touched state."""
     claims, row = claims_for_proof(ti_id, verifier)
     # Read by the proof's own statement: the first call pays no statement more for its first touch.
-    *_, max_tries, succeeded_try, rendered = row
-    discard_at_first_touch(scope_of(row), rendered, claims.try_number, max_tries, succeeded_try)
+    discard_at_first_touch(row)
     return claims

@@ -8,49 +8,20 @@ does what a try's first touch of state needs.
 from __future__ import annotations
 
 import hmac
-from functools import cache
 from typing import Any
 from uuid import UUID
 
-from airflow.models.renderedtifields import RenderedTaskInstanceFields
-from airflow.models.taskinstance import TaskInstance
-from sqlalchemy import Select, and_
-
-from airflow_task_state.airflow_db.clears import decoded, highest_success_before_current_try, undecoded
+from airflow_task_state.airflow_db.clears import decoded
+from airflow_task_state.airflow_db.first_touch import first_touch_row, scope_of
 from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.errors import forbidden, unauthorized
-from airflow_task_state.api.task_instance_checks import (
-    refuse_unless_running,
-    remember_check,
-    row_of,
-    scope_of,
-    task_instance_row,
-)
+from airflow_task_state.api.task_instance_checks import refuse_unless_running, remember_check, row_of
 from airflow_task_state.protocol import PROOF_FIELD, PROOF_SCHEME, Reason, proof
-
-
-@cache
-def _proof_row() -> Select[Any]:
-    """
-    task_instance_row with what the try's first touch reads too (:mod:`.first_credential`): max_tries,
-    the highest try before the current one archived in success, and the rendered fields, as JSON text.
-    """
-    ti, rendered = TaskInstance.__table__, RenderedTaskInstanceFields.__table__
-    same_task_instance = and_(
-        *(rendered.c[column] == ti.c[column] for column in ("dag_id", "run_id", "task_id", "map_index"))
-    )
-    return (
-        task_instance_row()
-        .outerjoin_from(ti, rendered, same_task_instance)
-        .add_columns(
-            ti.c.max_tries, highest_success_before_current_try(ti), undecoded(rendered.c.rendered_fields)
-        )
-    )
 
 
 def claims_for_proof(ti_id: str, verifier: str) -> tuple[TaskInstanceClaims, Any]:
     """
-    The try the proof of *verifier* speaks for, and its row (see _proof_row): 403 unless the task
+    The try the proof of *verifier* speaks for, and its row (``first_touch_row``): 403 unless the task
     instance *ti_id* is running and its rendered fields hold that proof (only the supervisor of its
     try can put it there).
     """
@@ -60,7 +31,7 @@ def claims_for_proof(ti_id: str, verifier: str) -> tuple[TaskInstanceClaims, Any
         raise unauthorized(f"a {PROOF_SCHEME} names a task instance id, not {ti_id[:40]!r}") from None
     if not 32 <= len(verifier) <= 256:
         raise unauthorized(f"a {PROOF_SCHEME}'s verifier has 32 to 256 characters")
-    row = row_of(_proof_row(), ti_id)
+    row = row_of(first_touch_row(), ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     # A process left behind by a finished try keeps what it holds (a credential lives its ten
     # minutes), but gets nothing new.

@@ -7,43 +7,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import astuple
-from functools import cache
 from typing import Any
 from uuid import UUID
 
-from airflow.models.dagrun import DagRun
-from airflow.models.taskinstance import TaskInstance
 from airflow.utils.state import TaskInstanceState
 from airflow_shared.state import TaskScope
-from sqlalchemy import Select, and_, bindparam, select
+from sqlalchemy import Select
 
 from airflow_task_state.airflow_db.engine import execute
-from airflow_task_state.airflow_db.run_identity import dag_run_uid
+from airflow_task_state.airflow_db.first_touch import scope_of, task_instance_row
 from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.errors import forbidden
 from airflow_task_state.protocol import Reason
-
-
-@cache
-def task_instance_row() -> Select[Any]:
-    """The task instance (bound as ``ti_id``) at its current try, and its dag run's identity."""
-    ti, run = TaskInstance.__table__, DagRun.__table__
-    return (
-        select(
-            ti.c.dag_id,
-            ti.c.run_id,
-            ti.c.task_id,
-            ti.c.map_index,
-            ti.c.state,
-            ti.c.try_number,
-            run.c.id,
-            run.c.created_at,
-            run.c.run_after,
-        )
-        .join_from(ti, run, and_(run.c.dag_id == ti.c.dag_id, run.c.run_id == ti.c.run_id))
-        .where(ti.c.id == bindparam("ti_id"))
-    )
-
 
 # A read trusts a check of its task instance made this recently (by a read or a write): a try
 # reads its own state, which every try of the task instance shares, and one whose task instance has
@@ -113,14 +88,6 @@ def refuse_unless_running(ti_id: str, state: str | None, doing: str) -> None:
         raise forbidden(
             f"task instance {ti_id} is {state}: only a running try may {doing}", Reason.NOT_RUNNING
         )
-
-
-def scope_of(row: Any) -> TaskScope:
-    """A task_instance_row's scope: a run deleted and created again under its run_id starts empty."""
-    dag_id, run_id, task_id, map_index, _, _, dag_run_id, created_at, run_after = row[:9]
-    return TaskScope(
-        dag_id, run_id, task_id, map_index, dag_run_uid=dag_run_uid(dag_run_id, created_at, run_after)
-    )
 
 
 def remember_check(claims: TaskInstanceClaims, scope: TaskScope) -> None:
