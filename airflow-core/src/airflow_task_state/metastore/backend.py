@@ -43,6 +43,11 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
     return method
 
 
+def _twins(build: Callable[..., Work[T]]) -> tuple[Callable[..., T], Callable[..., Coroutine[Any, Any, T]]]:
+    """The sync method and its async twin, both running what *build* makes of their arguments."""
+    return _sync(build), _async(build)
+
+
 class DatabaseBackend(BaseStateBackend):
     """What the metastores of both Airflow lines declare, and how they apply a commit."""
 
@@ -81,35 +86,23 @@ class MetastoreStateBackend(DatabaseBackend):
             )
         self.write_path = write_path
 
-    get = _sync(op.get_value)
-    aget = _async(op.get_value)
-    get_versioned = _sync(op.get_versioned)
-    aget_versioned = _async(op.get_versioned)
+    get, aget = _twins(op.get_value)
+    get_versioned, aget_versioned = _twins(op.get_versioned)
     get_entry = _sync(op.get_entry)
-    set = _sync(op.upsert)
-    aset = _async(op.upsert)
-    set_by_try = _sync(op.upsert)
-    aset_by_try = _async(op.upsert)
-    write = _sync(op.write)
-    awrite = _async(op.write)
+    set, aset = _twins(op.upsert)
+    set_by_try, aset_by_try = _twins(op.upsert)
+    write, awrite = _twins(op.write)
     # Not of the contract: the state API's writes by a running try, their check in the statement.
     write_while_running = _sync(op.write_while_running)
     increment_while_running = _sync(op.increment_while_running)
-    increment = _sync(op.increment)
-    aincrement = _async(op.increment)
-    get_many = _sync(op.get_many)
-    aget_many = _async(op.get_many)
-    set_many = _sync(op.set_many)
-    aset_many = _async(op.set_many)
-    delete_many = _sync(op.delete_many)
-    adelete_many = _async(op.delete_many)
-    delete = _sync(op.delete_key)
-    adelete = _async(op.delete_key)
-    clear = _sync(op.clear)
-    aclear = _async(op.clear)
+    increment, aincrement = _twins(op.increment)
+    get_many, aget_many = _twins(op.get_many)
+    set_many, aset_many = _twins(op.set_many)
+    delete_many, adelete_many = _twins(op.delete_many)
+    delete, adelete = _twins(op.delete_key)
+    clear, aclear = _twins(op.clear)
     discard_written_through_try = _sync(op.discard_written_through_try)
-    keys = _sync(op.list_keys)
-    akeys = _async(op.list_keys)
+    keys, akeys = _twins(op.list_keys)
 
     # The listings run as ordinary queries on a session, and the clean-up on sessions of its own
     # per batch, whatever *session* is given: a caller's transaction would hold every batch's
