@@ -157,15 +157,7 @@ def _entry(key: str, raw: bytes | None, raw_meta: bytes | None, is_task: bool, n
     meta = parse_meta(raw_meta, is_task)
     if raw is None or meta.expired(now):
         return None
-    return StateEntry(
-        key,
-        _field_text(raw),
-        meta.updated_at,
-        meta.updated_by_try,
-        meta.version,
-        meta.expires_at,
-        meta.writer,
-    )
+    return StateEntry(key, _field_text(raw), **vars(meta))  # Meta names its fields as StateEntry does
 
 
 def _hmget_pair(names: list[str], fields: list[bytes]) -> _Multi:
