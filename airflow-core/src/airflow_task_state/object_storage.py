@@ -227,7 +227,7 @@ def copy(reference: Reference) -> Reference:
 
 
 def read_all(reference: Reference) -> bytes:
-    """The whole object in memory, checked (for JSON values, which are decoded whole anyway)."""
+    """The whole object in memory, checked (JSON values are decoded whole anyway)."""
     return b"".join(read(reference))
 
 

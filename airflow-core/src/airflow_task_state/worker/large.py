@@ -7,7 +7,6 @@ the store, the APIs and the operators' surfaces see the reference (see :mod:`..l
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from datetime import UTC, datetime
@@ -122,10 +121,8 @@ def read_file(reference: large_values.Reference, destination: str | os.PathLike[
     object_storage.read_into(reference, destination)
 
 
-def read_bytes(reference: large_values.Reference) -> bytes:
-    out = io.BytesIO()
-    object_storage.read_into(reference, out)
-    return out.getvalue()
+#: The bytes stored with ``set_file()`` or ``set_bytes()``, whole in memory, checked.
+read_bytes = object_storage.read_all
 
 
 def placeholder_reference() -> str:
