@@ -175,9 +175,7 @@ def retired_api_secret_is_set() -> bool:
 def api_url() -> str:
     """Where workers reach the state API: ``[state] api_url``, else beside Airflow's Execution API."""
     configured = _state_option("api_url").strip()
-    if configured:
-        return configured.rstrip("/")
-    return api_server_url() + URL_PREFIX
+    return configured.rstrip("/") if configured else api_server_url() + URL_PREFIX
 
 
 #: Where Airflow's task processes look for the API server when nothing says otherwise.

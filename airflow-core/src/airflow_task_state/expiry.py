@@ -33,9 +33,7 @@ def parse_ttl(text: str) -> timedelta | Literal["never"]:
     A ``ttl`` as people type it: ``never``, or a duration (``90s``, ``12h``, ``7d``, ``2w``; a bare
     number is seconds), more than 0 and at most :data:`LONGEST_TTL`. ``ValueError`` says what is accepted.
     """
-    if text.strip().lower() == NEVER:
-        return NEVER
-    return _in_range(parse_duration(text, bare_unit="s"))
+    return NEVER if text.strip().lower() == NEVER else _in_range(parse_duration(text, bare_unit="s"))
 
 
 def expires_at_for(

@@ -167,9 +167,7 @@ def _measured_class(backend_class: type[BaseStateBackend]) -> type[MeasuredState
 
 def measured(backend: BaseStateBackend) -> MeasuredStateBackend:
     """*backend* with every call counted and timed through ``Stats``."""
-    if isinstance(backend, MeasuredStateBackend):
-        return backend
-    return _measured_class(type(backend))(backend)
+    return backend if isinstance(backend, MeasuredStateBackend) else _measured_class(type(backend))(backend)
 
 
 def unwrap_state_backend(backend: BaseStateBackend) -> BaseStateBackend:

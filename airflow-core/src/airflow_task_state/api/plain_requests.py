@@ -65,8 +65,6 @@ class PlainTaskValueRoute(APIRoute):
 
         async def plain_first(request: Request) -> Response:
             plain = plain_request(request)
-            if plain is None:
-                return await resolved(request)
-            return await serve(request, *plain)
+            return await resolved(request) if plain is None else await serve(request, *plain)
 
         return plain_first

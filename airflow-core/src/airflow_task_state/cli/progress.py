@@ -81,9 +81,7 @@ class Progress:
 
 def _fitted(text: str, columns: int | None) -> str:
     """*text* cut to fit *columns* less one (writing the last column wraps on some terminals)."""
-    if not columns or len(text) < columns:
-        return text
-    return text[: max(0, columns - 4)] + "..."
+    return text if not columns or len(text) < columns else text[: max(0, columns - 4)] + "..."
 
 
 @contextmanager

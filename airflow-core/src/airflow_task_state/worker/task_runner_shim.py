@@ -36,8 +36,7 @@ _airflows_own: Callable[[Any], dict[str, Any]] | None = None
 
 def rendered_fields(task: Any) -> dict[str, Any]:
     """*task*'s template fields as the task runner sends them to Airflow (its rendered fields)."""
-    fields: dict[str, Any] = _serializer()(task)
-    return fields
+    return _serializer()(task)
 
 
 def send_along(extra: Callable[[Any], dict[str, Any]], *, alone: Callable[[], bool] = lambda: False) -> None:

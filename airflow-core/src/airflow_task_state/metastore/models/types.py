@@ -29,14 +29,10 @@ class StateKey(TypeDecorator[str]):
         return dialect.type_descriptor(String(MAX_KEY_LENGTH))
 
     def process_bind_param(self, value, dialect):
-        if value is not None and dialect.name == "mysql":
-            return value.encode("utf-8")
-        return value
+        return value.encode("utf-8") if value is not None and dialect.name == "mysql" else value
 
     def process_result_value(self, value, dialect):
-        if isinstance(value, (bytes, bytearray)):
-            return value.decode("utf-8")
-        return value
+        return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else value
 
 
 #: Values are text of any size the database allows; TEXT on MySQL stops at 64 KiB.
