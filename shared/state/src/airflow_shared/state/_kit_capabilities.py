@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from datetime import datetime, timedelta
@@ -406,17 +407,10 @@ class CapabilityConformance:
             for i in range(appends):
                 while True:  # what update(key, fn) does: read, change, write if unchanged, else retry
                     stored = backend.get_versioned(scope, "log")
-                    items = json.loads(stored.value) if stored else []
-                    try:
-                        backend.write(
-                            scope,
-                            "log",
-                            json.dumps([*items, f"{n}-{i}"]),
-                            if_version=stored.version if stored else 0,
-                        )
+                    items, version = (json.loads(stored.value), stored.version) if stored else ([], 0)
+                    with contextlib.suppress(StateConflictError):
+                        backend.write(scope, "log", json.dumps([*items, f"{n}-{i}"]), if_version=version)
                         break
-                    except StateConflictError:
-                        continue
 
         in_threads(self.contention_threads, append)
         final = backend.get_versioned(scope, "log")
