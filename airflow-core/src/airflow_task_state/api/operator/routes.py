@@ -80,10 +80,9 @@ def _task_clear_scope(
         bool, Query(description="Clear every map index of the task in this run, not only `map_index`")
     ] = False,
 ) -> tuple[StateScope, bool]:
-    if not all_map_indices:
-        return _task_scope(dag_id, dag_run_id, task_id, map_index), False
-    with create_session() as session:
-        return manage.find_task_scope(dag_id, dag_run_id, task_id, None, session), True
+    with create_session() as session:  # map index None: the scope of every map index
+        index = None if all_map_indices else map_index
+        return manage.find_task_scope(dag_id, dag_run_id, task_id, index, session), all_map_indices
 
 
 def _asset(asset_id: AssetId) -> manage.AssetInfo:
