@@ -147,18 +147,9 @@ class Airflow33MetastoreBackend(DatabaseBackend):
     # --- reads -----------------------------------------------------------------------------
 
     def _rows(
-        self,
-        scope: StateScope,
-        keys: Iterable[str] | None,
-        session: Session | None,
-        *,
-        value: bool = False,
-        versioned: bool = False,
+        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, one: str = ""
     ) -> list[Any]:
-        """
-        The entries' rows of the live *keys* (every live key without), or the *value* of one key (and,
-        *versioned*, its version).
-        """
+        """The entries' rows of the live *keys* (all without), or *one* key's "value" or "versioned" value."""
         validate_scope(scope)
         values = params(scope)
         values["now"] = timezone.utcnow()
@@ -170,7 +161,7 @@ class Airflow33MetastoreBackend(DatabaseBackend):
             values |= _keyed(storable)
             size = len(storable)
         tables = _tables(scope)
-        statement = sql.select_value(tables, versioned) if value else sql.select_entries(tables, size)
+        statement = sql.select_value(tables, one == "versioned") if one else sql.select_entries(tables, size)
         return _run_one(statement, values, session).rows
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
@@ -180,12 +171,12 @@ class Airflow33MetastoreBackend(DatabaseBackend):
 
     def get(self, scope: StateScope, key: str, *, session: Any = None) -> str | None:
         validate_key(key)
-        rows = self._rows(scope, [key], session, value=True)
+        rows = self._rows(scope, [key], session, one="value")
         return rows[0][0] if rows else None
 
     def get_versioned(self, scope: StateScope, key: str, *, session: Any = None) -> VersionedValue | None:
         validate_key(key)
-        rows = self._rows(scope, [key], session, value=True, versioned=True)
+        rows = self._rows(scope, [key], session, one="versioned")
         return VersionedValue(*rows[0]) if rows else None
 
     def get_many(self, scope: StateScope, keys: Iterable[str], *, session: Any = None) -> dict[str, str]:

@@ -89,6 +89,15 @@ class Tables:
         return case((self.current, self.meta.c.version), else_=stored)
 
     @property
+    def version_looked_up(self) -> Any:
+        """
+        :attr:`version` from a subquery of the other table, for a statement on one of them (NULL
+        where that row is missing): PostgreSQL plans it in less time than the join.
+        """
+        after = case((self.current, self.meta.c.version), else_=self.meta.c.version + _literal(1))
+        return select(after).where(self.same_key).scalar_subquery()
+
+    @property
     def expires_at(self) -> Any:
         if "expires_at" in self.rows.c:
             return self.rows.c.expires_at
@@ -161,21 +170,13 @@ def select_entries(tables: Tables, size: int) -> Select[Any]:
 
 @cache
 def select_value(tables: Tables, versioned: bool = False) -> Select[Any]:
-    """
-    The value of ``:key_0`` if live (and, *versioned*, its version): the entry's join only where
-    the expiry is in the meta row; else the version looks its meta row up, which PostgreSQL plans
-    in less time than a join.
-    """
-    rows, meta = tables.rows.c, tables.meta.c
-    columns = [rows.value]
-    if "expires_at" not in rows:
-        columns += [tables.version] if versioned else []
-        query = select(*columns).select_from(tables.joined)
+    """The value of ``:key_0`` if live (and, *versioned*, its version)."""
+    rows = tables.rows.c
+    if "expires_at" not in rows:  # an asset's expiry is in its meta row: the entry's join
+        version, query = tables.version, select(rows.value).select_from(tables.joined)
     else:
-        if versioned:
-            after = case((tables.current, meta.version), else_=meta.version + _literal(1))
-            columns.append(func.coalesce(select(after).where(tables.same_key).scalar_subquery(), _literal(1)))
-        query = select(*columns)
+        version, query = func.coalesce(tables.version_looked_up, _literal(1)), select(rows.value)
+    query = query.add_columns(version) if versioned else query
     return query.where(*tables.of_scope(), _keys(rows.key, 1), live(tables))
 
 
@@ -225,11 +226,14 @@ def _upsert(
     """INSERT a row per key (*per_key* bound per key, the scope and *shared* once), or replace it."""
     bound = {name: _bind(table, name) for name in (*tables.scope_columns, *shared)}
     rows = [bound | {name: _bind(table, name, n) for name in per_key} for n in range(size)]
-    statement = insert(table).values(rows)
-    replaced = [
-        (name, Proposed(name)) for name in (*per_key, *shared) if name not in ("key", "dag_id", "run_id")
-    ]
-    statement._post_values_clause = OnConflictUpdate(table.name, [*tables.scope_columns, "key"], replaced, [])
+    return _replacing(tables, insert(table).values(rows), (*per_key, *shared))
+
+
+def _replacing(tables: Tables, statement: Insert, names: tuple[str, ...]) -> Insert:
+    """*statement*, an INSERT of keys, replacing *names* of a key that exists (not its key nor its run)."""
+    replaced = [(name, Proposed(name)) for name in names if name not in ("key", "dag_id", "run_id")]
+    unique = [*tables.scope_columns, "key"]
+    statement._post_values_clause = OnConflictUpdate(statement.table.name, unique, replaced, [])
     return statement
 
 
@@ -258,12 +262,8 @@ def write_at_once(tables: Tables, size: int, while_running: bool = False) -> tup
     nothing returned. So too, *while_running*, when the try ``:running_try`` of task instance
     ``:running_ti_id`` does not run.
     """
-    meta, rows = tables.meta.c, tables.rows.c
-    after_row = case(
-        (meta.updated_at == rows.updated_at, meta.version + _literal(1)),
-        else_=meta.version + _literal(2),  # one of Airflow's writers wrote since: one version
-    )
-    version = func.coalesce(select(after_row).where(tables.same_key).scalar_subquery(), _literal(1))
+    meta = tables.meta.c
+    version = func.coalesce(tables.version_looked_up, _literal(0)) + _literal(1)
     shared = {name: _bind(tables.meta, name) for name in tables.meta_columns}
     parent = tables.scope_columns[0]
     written = (
@@ -282,14 +282,9 @@ def write_at_once(tables: Tables, size: int, while_running: bool = False) -> tup
         batch = batch_rows(tables.rows, size)
         source = select(written.c[parent], *scope, batch.c.key, batch.c.value, *shared_row)
         source = source.select_from(written.join(batch, batch.c.key == written.c.key))
-    upsert = insert(tables.rows).from_select(
-        [*tables.scope_columns, "key", "value", *tables.row_columns], source
-    )
-    replaced = [
-        (name, Proposed(name)) for name in ("value", *tables.row_columns) if name not in ("dag_id", "run_id")
-    ]
-    upsert._post_values_clause = OnConflictUpdate(
-        tables.rows.name, [*tables.scope_columns, "key"], replaced, []
+    names = ("value", *tables.row_columns)
+    upsert = _replacing(
+        tables, insert(tables.rows).from_select([*tables.scope_columns, "key", *names], source), names
     )
     written_both = select(written.c.key, written.c.version).add_cte(upsert.cte("rows_written"))
     return lock(tables, size, while_running), written_both
