@@ -102,6 +102,7 @@ def run(args) -> None:
 
     def floor_set(i: int) -> None:
         cursor.execute(upsert_sql, upsert_params[i])
+        cursor.fetchall()  # the version it returns, as the backend reads it (SQLite ends the statement here)
 
     def floor_get(i: int) -> None:
         cursor.execute(select_sql, select_params[i])
