@@ -26,7 +26,6 @@ transaction on one connection. With a caller's session they run the same SQL on 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import astuple
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
@@ -72,7 +71,7 @@ from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
 from airflow_task_state.metastore.listing import entry as _entry
-from airflow_task_state.metastore.operations import in_session, missing_parent
+from airflow_task_state.metastore.operations import in_session, missing_parent, task_instance_and_try
 from airflow_task_state.metastore.statements import padded, params
 
 T = TypeVar("T")
@@ -130,7 +129,7 @@ def _keyed(keys: list[str]) -> dict[str, str]:
 def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> dict[str, Any]:
     """What a write binds of its writer and expiry, in the columns of both tables."""
     # StateWriter's fields: kind, the task instance (dag_id, run_id, task_id, map_index), the try.
-    kind, *task_instance, tried = (None,) * 6 if writer is None else astuple(writer)
+    kind, *task_instance, tried = (writer.kind, *task_instance_and_try(writer)) if writer else (None,) * 6
     written_by = (f"last_updated_by_{name}" for name in ("dag_id", "run_id", "task_id", "map_index"))
     return {
         "expires_at": expires_at,
