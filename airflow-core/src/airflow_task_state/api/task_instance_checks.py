@@ -6,7 +6,6 @@ credential's try, and running for writes. A read trusts a check made less than a
 from __future__ import annotations
 
 import time
-from dataclasses import astuple
 from typing import Any
 from uuid import UUID
 
@@ -46,7 +45,7 @@ def check_task_instance(
             return recent[1]
     row = row_of(task_instance_row(), claims.ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = row[:6]
-    if (dag_id, run_id, task_id, map_index, try_number) != astuple(claims)[1:]:  # all but ti_id
+    if claims != TaskInstanceClaims(claims.ti_id, dag_id, run_id, task_id, map_index, try_number):
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
     if write:
         refuse_unless_running(claims.ti_id, state, "write its state")

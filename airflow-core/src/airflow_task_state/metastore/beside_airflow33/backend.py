@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 from uuid import UUID
 
 from airflow._shared.timezones import timezone
@@ -71,10 +71,11 @@ from airflow_task_state.metastore.backend import DatabaseBackend
 from airflow_task_state.metastore.beside_airflow33 import statements as sql
 from airflow_task_state.metastore.beside_airflow33.statements import ASSET, TASK, Tables
 from airflow_task_state.metastore.listing import entry as _entry
-from airflow_task_state.metastore.operations import in_session, missing_parent, task_instance_and_try
+from airflow_task_state.metastore.operations import in_session, missing_parent
 from airflow_task_state.metastore.statements import padded, params
 
 T = TypeVar("T")
+_OneKey = Literal["", "value", "versioned"]  # what _rows reads: entries (""), or one key's value
 # Airflow's asset rows name their writer with the kinds its API knows: "cli" writes as "api".
 _AIRFLOW_WRITER_KIND = {WriterKind.TASK: "task", WriterKind.API: "api", WriterKind.CLI: "api"}
 
@@ -129,7 +130,7 @@ def _keyed(keys: list[str]) -> dict[str, str]:
 def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> dict[str, Any]:
     """What a write binds of its writer and expiry, in the columns of both tables."""
     # StateWriter's fields: kind, the task instance (dag_id, run_id, task_id, map_index), the try.
-    kind, *task_instance, tried = (writer.kind, *task_instance_and_try(writer)) if writer else (None,) * 6
+    kind, *task_instance, tried = (writer.kind, *writer.task_instance_and_try) if writer else (None,) * 6
     written_by = (f"last_updated_by_{name}" for name in ("dag_id", "run_id", "task_id", "map_index"))
     return {
         "expires_at": expires_at,
@@ -146,7 +147,7 @@ class Airflow33MetastoreBackend(DatabaseBackend):
     # --- reads -----------------------------------------------------------------------------
 
     def _rows(
-        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, one: str = ""
+        self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, one: _OneKey = ""
     ) -> list[Any]:
         """The entries' rows of the live *keys* (all without), or *one* key's "value" or "versioned" value."""
         validate_scope(scope)

@@ -39,6 +39,11 @@ class StateWriter:
     map_index: int | None = None
     try_number: int | None = None
 
+    @property
+    def task_instance_and_try(self) -> tuple[str | None, str | None, str | None, int | None, int | None]:
+        """(dag_id, run_id, task_id, map_index, try_number): ``dataclasses.astuple`` would deep-copy them."""
+        return self.dag_id, self.run_id, self.task_id, self.map_index, self.try_number
+
     def __post_init__(self) -> None:
         # Checked here, the one place every writer passes through, so no backend can store a writer
         # that `airflow state export` would write and `import` refuse.
