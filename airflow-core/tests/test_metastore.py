@@ -37,21 +37,31 @@ def statements_on(engine):
 
 @contextmanager
 def autocommit_statements():
-    """Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events)."""
+    """
+    Collect the SQL that calls without a session send (they bypass SQLAlchemy's cursor events), in
+    a thread or on the API server's event loop.
+    """
+    from airflow_task_state.airflow_db import event_loop
     from airflow_task_state.airflow_db.engine import _AutocommitEngine
 
     seen: list[str] = []
-    run = _AutocommitEngine._run
+    run, run_on_loop = _AutocommitEngine._run, event_loop.execute
 
     def recording_run(self, compiled, *arguments):
         seen.append(compiled.sql)
         return run(self, compiled, *arguments)
 
-    _AutocommitEngine._run = recording_run
+    async def recording_run_on_loop(statement, values):
+        from sqlalchemy.dialects.postgresql import asyncpg
+
+        seen.append(str(statement.compile(dialect=asyncpg.dialect())))  # only PostgreSQL's run there
+        return await run_on_loop(statement, values)
+
+    _AutocommitEngine._run, event_loop.execute = recording_run, recording_run_on_loop
     try:
         yield seen
     finally:
-        _AutocommitEngine._run = run
+        _AutocommitEngine._run, event_loop.execute = run, run_on_loop
 
 
 @pytest.fixture

@@ -152,6 +152,10 @@ def serve_task_requests_first() -> bool:
     return _boolean("serve_task_requests_first")
 
 
+def event_loop_statements() -> bool:
+    return _boolean("event_loop_statements")
+
+
 # --- the key that signs task credentials: API servers only -------------------------------------
 
 

@@ -271,6 +271,20 @@ def put_while_running(
     return None if version is None else Written(version, expires_at)
 
 
+async def put_on_event_loop(
+    scope: TaskScope, key: str, text: str, *, ttl: Ttl = None, writer: StateWriter, ti_id: str
+) -> Written:
+    """
+    :func:`put_while_running` on the API server's event loop, by a backend that
+    ``serves_on_event_loop()`` (the metastore on PostgreSQL). Raises
+    :class:`~airflow_task_state.exceptions.TryNotRunning` when it wrote nothing.
+    """
+    backend = get_state_backend()
+    expires_at = _checked_write(scope, key, text, ttl, writer, None)
+    write = backend.write_while_running_on_event_loop  # type: ignore[attr-defined]
+    return Written(await write(scope, key, text, writer, expires_at, ti_id), expires_at)
+
+
 def _checked_write(
     scope: StateScope, key: str, text: str, ttl: Ttl, writer: StateWriter | None, if_version: int | None
 ) -> datetime | None:

@@ -139,6 +139,18 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         kind="boolean",
         default="True",
     ),
+    "event_loop_statements": _option(
+        "On an API server with PostgreSQL, run the statement of task code's plain get or set of\n"
+        "one key on the server's event loop through asyncpg, built as Airflow builds its async\n"
+        "engine (``[database] sql_alchemy_conn_async`` and ``sql_alchemy_connect_args_async``):\n"
+        "no hop to a worker thread, and each statement prepared once per connection. Behind\n"
+        "PgBouncer in transaction mode before 1.21, set ``statement_cache_size`` to 0 in\n"
+        "``sql_alchemy_connect_args_async``, as Airflow's own async engine needs. False: every\n"
+        "statement runs in a worker thread through the sync driver. Other databases always do.\n",
+        since="0.9.0",
+        kind="boolean",
+        default="True",
+    ),
     "clear_on_success": _option(
         "Clear a task instance's state when it succeeds, for every task. Off: only tasks that\n"
         "set ``clear_task_state_on_success = True`` are cleared; a task can also set it to\n"

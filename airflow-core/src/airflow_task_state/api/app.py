@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
 from airflow_task_state import config
+from airflow_task_state.airflow_db import event_loop
 from airflow_task_state.api.credential_headers import IssuedCredentialHeaders
 from airflow_task_state.api.errors import EXCEPTION_HANDLERS
 from airflow_task_state.api.handshake import router as handshake_router
@@ -18,6 +21,14 @@ from airflow_task_state.api.staged_routes import router as staged_router
 from airflow_task_state.api.ui.static import router as ui_router
 
 log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # Runs where the state API is an app of its own (tests, dag.test()); mounted in Airflow's app, the
+    # engine lives as long as the API server's event loop.
+    yield
+    await event_loop.dispose()
 
 
 def create_app() -> FastAPI:
@@ -33,6 +44,7 @@ def create_app() -> FastAPI:
         # Before every route's own dependencies, Airflow's access checks included.
         dependencies=[Depends(plain_path_parameters), Depends(json_declared)],
         exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=_lifespan,
     )
     if config.retired_api_secret_is_set():
         log.warning(

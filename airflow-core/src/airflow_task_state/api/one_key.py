@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TypeVar
 
-from airflow_shared.state import StateScope, StateWriter, TaskScope
+from airflow_shared.state import BaseStateBackend, StateScope, StateWriter, TaskScope, VersionedValue
 from fastapi import Response, status
 from pydantic import BaseModel
 
@@ -19,7 +19,7 @@ from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.datamodels import StateIncrementResponse, StateValueResponse, StateWriteResponse
 from airflow_task_state.api.errors import refusal, refused_as
 from airflow_task_state.api.params import IncrementBody, WriteBody
-from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope
+from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope, recently_checked
 from airflow_task_state.configured_backend import get_state_backend
 from airflow_task_state.exceptions import TryNotRunning
 from airflow_task_state.protocol import Reason
@@ -73,15 +73,59 @@ def writer_of(claims: TaskInstanceClaims) -> StateWriter:
 def read_value(access: ScopeAccess, key: str) -> Response:
     # One backend call on this hot path: the versioned read where the backend keeps versions.
     scope, backend = access.for_reading(), get_state_backend()
-    version = None
     if backend.supports_versions:
-        versioned = backend.get_versioned(scope, key)
-        stored, version = (versioned.value, versioned.version) if versioned else (None, None)
-    else:
-        stored = backend.get(scope, key)
+        return _versioned_answer(key, backend.get_versioned(scope, key))
+    return _value_answer(key, backend.get(scope, key), None)
+
+
+def _versioned_answer(key: str, versioned: VersionedValue | None) -> Response:
+    if versioned is None:
+        return _value_answer(key, None, None)
+    return _value_answer(key, versioned.value, versioned.version)
+
+
+def _value_answer(key: str, stored: str | None, version: int | None) -> Response:
     if stored is None:
         raise refusal(status.HTTP_404_NOT_FOUND, Reason.KEY_NOT_FOUND, f"no state under key {key!r}")
     return answer(StateValueResponse.model_construct(key=key, value=codec.decode(stored), version=version))
+
+
+def on_event_loop(backend: BaseStateBackend) -> bool:
+    """Whether *backend* runs a plain get or set on the API server's event loop (airflow_db.event_loop)."""
+    serves = getattr(backend, "serves_on_event_loop", None)
+    return serves is not None and serves()
+
+
+async def read_on_event_loop(claims: TaskInstanceClaims, key: str) -> Response | None:
+    """
+    :func:`read_value` of the credential's task instance, on the event loop: ``None`` when the
+    backend cannot, or when the task instance's last check is more than a second old (checking it
+    is a statement in a thread), and the caller calls :func:`read_value` in a thread.
+    """
+    backend, scope = get_state_backend(), recently_checked(claims)
+    if scope is None or not on_event_loop(backend):
+        return None
+    return _versioned_answer(key, await backend.get_versioned_on_event_loop(scope, key))  # type: ignore[attr-defined]
+
+
+async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteBody) -> Response | None:
+    """
+    :func:`write_value` without ``if_version``, on the event loop, its try checked in its own
+    statement: ``None`` when the backend cannot, when no request of the try has checked its task
+    instance yet, or when the try seems not to run, and the caller calls :func:`write_value` in a
+    thread (which says why it refuses, or finds the try running again).
+    """
+    backend, scope = get_state_backend(), known_scope(claims, claims.ti_id)
+    if scope is None or not on_event_loop(backend):
+        return None
+    writer = writer_of(claims)
+    try:
+        written = await manage.put_on_event_loop(
+            scope, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
+        )
+    except TryNotRunning:
+        return None
+    return answer(StateWriteResponse.model_construct(key=key, version=written.version))
 
 
 def write_value(

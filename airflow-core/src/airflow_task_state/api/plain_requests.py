@@ -19,7 +19,13 @@ from fastapi.routing import APIRoute
 
 from airflow_task_state.api.authentication import verified_claims
 from airflow_task_state.api.credentials import TaskInstanceClaims
-from airflow_task_state.api.one_key import read_value, task_instance_access, write_value
+from airflow_task_state.api.one_key import (
+    read_on_event_loop,
+    read_value,
+    task_instance_access,
+    write_on_event_loop,
+    write_value,
+)
 from airflow_task_state.api.params import query_text, write_body
 from airflow_task_state.protocol import KEY_PARAMETER
 
@@ -48,11 +54,15 @@ def plain_request(request: Request) -> tuple[TaskInstanceClaims, str] | None:
 
 
 async def _read(request: Request, claims: TaskInstanceClaims, key: str) -> Response:
+    if (answered := await read_on_event_loop(claims, key)) is not None:
+        return answered
     return await run_in_threadpool(read_value, task_instance_access(claims, claims.ti_id), key)
 
 
 async def _write(request: Request, claims: TaskInstanceClaims, key: str) -> Response:
     body = await write_body(request)
+    if (answered := await write_on_event_loop(claims, key, body)) is not None:
+        return answered
     return await run_in_threadpool(write_value, task_instance_access(claims, claims.ti_id), claims, key, body)
 
 

@@ -39,10 +39,8 @@ def check_task_instance(
         raise forbidden(
             f"a credential for task instance {claims.ti_id} cannot access task instance {path_ti_id}"
         )
-    if not write and not succeeded:
-        recent = _recently_checked.get(claims)
-        if recent is not None and time.monotonic() < recent[0]:
-            return recent[1]
+    if not write and not succeeded and (recent := recently_checked(claims)) is not None:
+        return recent
     row = row_of(task_instance_row(), claims.ti_id)
     dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     if claims != TaskInstanceClaims(claims.ti_id, dag_id, run_id, task_id, map_index, try_number):
@@ -58,6 +56,12 @@ def check_task_instance(
     scope = scope_of(row)
     remember_check(claims, scope)
     return scope
+
+
+def recently_checked(claims: TaskInstanceClaims) -> TaskScope | None:
+    """The scope a check of *claims* found less than READ_CHECK_SECONDS ago, which a read may trust."""
+    recent = _recently_checked.get(claims)
+    return recent[1] if recent is not None and time.monotonic() < recent[0] else None
 
 
 def known_scope(claims: TaskInstanceClaims, path_ti_id: str) -> TaskScope | None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_shared.state import BaseStateBackend, StagedCommit
 
+from airflow_task_state.airflow_db import event_loop
 from airflow_task_state.airflow_db.engine import committing_session
 from airflow_task_state.metastore import cleanup as _cleanup
 from airflow_task_state.metastore import listing
@@ -39,6 +40,15 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
         self: MetastoreStateBackend, *args: Any, session: AsyncSession | None = None, **kwargs: Any
     ) -> T:
         return await adrive(build(*args, **kwargs), session, self.write_path)
+
+    return method
+
+
+def _on_event_loop(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """The method that runs what *build* makes of its arguments on the event loop (op.on_event_loop)."""
+
+    async def method(self: MetastoreStateBackend, *args: Any, **kwargs: Any) -> T:
+        return await op.on_event_loop(build(*args, **kwargs))
 
     return method
 
@@ -86,6 +96,10 @@ class MetastoreStateBackend(DatabaseBackend):
             )
         self.write_path = write_path
 
+    def serves_on_event_loop(self) -> bool:
+        """Whether the ``*_on_event_loop`` methods may run (PostgreSQL, see airflow_db.event_loop)."""
+        return self.write_path in (None, "returning") and event_loop.available()
+
     get, aget = _twins(op.get_value)
     get_versioned, aget_versioned = _twins(op.get_versioned)
     get_entry = _sync(op.get_entry)
@@ -94,6 +108,9 @@ class MetastoreStateBackend(DatabaseBackend):
     write, awrite = _twins(op.write)
     # Not of the contract: the state API's writes by a running try, their check in the statement.
     write_while_running = _sync(op.write_while_running)
+    # And its plain reads and writes on the API server's event loop, where serves_on_event_loop().
+    get_versioned_on_event_loop = _on_event_loop(op.get_versioned)
+    write_while_running_on_event_loop = _on_event_loop(op.write_while_running)
     increment_while_running = _sync(op.increment_while_running)
     increment, aincrement = _twins(op.increment)
     get_many, aget_many = _twins(op.get_many)

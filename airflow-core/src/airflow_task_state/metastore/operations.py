@@ -11,7 +11,7 @@ operation reads the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from functools import partial
@@ -40,6 +40,7 @@ from airflow_shared.state import (
     validate_writer,
 )
 
+from airflow_task_state.airflow_db import event_loop
 from airflow_task_state.airflow_db.engine import (
     Outcome,
     autocommit_engine,
@@ -617,11 +618,31 @@ def drive(work: Work[T], session: Session | None, path: WritePath | None = None)
 
 async def adrive(work: Work[T], session: AsyncSession | None, path: WritePath | None = None) -> T:
     """Run *work* (each operation of a flow in turn) with :func:`arun`; return its result."""
+    return await _adrive(work, lambda operation: arun(operation, session, path))
+
+
+async def on_event_loop(work: Work[T]) -> T:
+    """
+    Run *work* on the API server's event loop (:mod:`~airflow_task_state.airflow_db.event_loop`,
+    where it is available): each operation one statement that returns rows and may run twice,
+    a write by RETURNING.
+    """
+    return await _adrive(work, _run_on_event_loop)
+
+
+async def _run_on_event_loop(operation: Operation[T]) -> T:
+    statement = operation.statement
+    assert operation.idempotent, "only statements that may run twice run on the event loop"
+    returning = statement.returning if isinstance(statement, Write) else statement
+    return operation.read(await event_loop.execute(returning, operation.values))
+
+
+async def _adrive(work: Work[T], run_one: Callable[[Operation[Any]], Awaitable[Any]]) -> T:
     if isinstance(work, Operation):
-        return await arun(work, session, path)
+        return await run_one(work)
     try:
         operation = next(work)
         while True:
-            operation = work.send(await arun(operation, session, path))
+            operation = work.send(await run_one(operation))
     except StopIteration as done:
         return done.value

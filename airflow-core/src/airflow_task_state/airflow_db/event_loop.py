@@ -1,0 +1,134 @@
+"""
+Statements run on the API server's event loop: those of task code's plain gets and sets of one
+key, on PostgreSQL through asyncpg (``[state] event_loop_statements``).
+
+Through the sync driver each statement goes to a worker thread and back, about 100 µs on a 2-core
+machine and more under load, and PostgreSQL plans it again each time. On the event loop there is
+no hop, and asyncpg prepares each statement once per connection (its statement cache), so the
+server plans it once (``bench/bench_floor.py``). The statements are the same ones, compiled for
+asyncpg.
+
+The engine is built as Airflow builds its own async engine, by ``create_async_metadata_engine``
+(deployment hooks in ``airflow_local_settings`` apply), from ``[database] sql_alchemy_conn_async``
+(by default derived from ``sql_alchemy_conn``) and ``sql_alchemy_connect_args_async``: behind
+PgBouncer in transaction mode before 1.21, ``statement_cache_size: 0`` there serves both.
+
+As in :mod:`.engine`: one autocommitted statement, no ping. Only statements that give the same
+result run twice come here (a read, a plain write), so one whose connection is lost runs once more
+on a fresh connection; a second loss raises an error that says the database is unavailable (503).
+Every other statement, and every other database, stays on :mod:`.engine` in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from airflow import settings
+from airflow.configuration import conf
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from airflow_task_state import config
+from airflow_task_state.airflow_db.engine import Outcome, compiled_for
+
+if TYPE_CHECKING:
+    from sqlalchemy import Executable
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+# (pid, event loop) the engine serves: asyncpg's connections belong to the loop that opened them.
+_cached: tuple[tuple[int, asyncio.AbstractEventLoop], AsyncEngine] | None = None
+
+
+def available() -> bool:
+    """Whether this process's statements may run on the event loop: PostgreSQL through asyncpg, and on."""
+    url = settings.SQL_ALCHEMY_CONN_ASYNC
+    return url is not None and _through_asyncpg(url) and config.event_loop_statements()
+
+
+@cache  # asked on every plain request
+def _through_asyncpg(url: str) -> bool:
+    return make_url(url).drivername == "postgresql+asyncpg"
+
+
+def _engine() -> AsyncEngine:
+    global _cached
+    owner = (os.getpid(), asyncio.get_running_loop())
+    if _cached is not None and _cached[0] == owner:
+        return _cached[1]
+    if _cached is not None:
+        # Another loop's (a test client's, now closed): its connections cannot be closed from here.
+        _cached[1].sync_engine.dispose(close=False)
+    url = settings.SQL_ALCHEMY_CONN_ASYNC
+    assert url is not None, "only where available()"
+    connect_args = conf.getimport("database", "sql_alchemy_connect_args_async", fallback=None) or {}
+    engine = settings.create_async_metadata_engine(url, connect_args=connect_args)
+    _cached = (owner, engine)
+    return engine
+
+
+async def dispose() -> None:
+    """Close the pooled connections of the running loop's engine (as the state API's app shuts down)."""
+    global _cached
+    if _cached is not None and _cached[0] == (os.getpid(), asyncio.get_running_loop()):
+        engine, _cached = _cached[1], None
+        await engine.dispose()
+
+
+def _lost_errors() -> tuple[type[BaseException], ...]:
+    import asyncpg
+
+    # A connection that is gone, or a server that cannot serve it now (restarting, shutting down,
+    # in recovery): SQLSTATE class 08, 57P01-57P03.
+    return (
+        OSError,
+        asyncpg.InterfaceError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.AdminShutdownError,
+        asyncpg.CrashShutdownError,
+        asyncpg.CannotConnectNowError,
+    )
+
+
+async def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
+    """
+    *statement*, which returns rows and gives the same result run twice, with *values*, autocommitted
+    on the running loop's engine (see the module's docstring); only when :func:`available`.
+    """
+    import asyncpg
+
+    engine = _engine()
+    compiled = compiled_for(statement, engine.dialect)
+    parameters = compiled.parameters(values)
+    lost = _lost_errors()
+    for last in (False, True):
+        try:
+            connection = await engine.raw_connection()
+        except lost as error:  # the server cannot be reached: a retry would wait for nothing
+            raise _unavailable(compiled.sql, error) from error
+        driver_connection: Any = connection.driver_connection  # asyncpg's, as SQLAlchemy opened it
+        try:
+            rows = await driver_connection.fetch(compiled.sql, *parameters)
+        except lost as error:
+            connection.invalidate(error)
+            # After a restart every pooled connection is dead: the retry, and every later
+            # statement, gets a new one.
+            await engine.dispose()
+            if last:
+                raise _unavailable(compiled.sql, error) from error
+            continue
+        except asyncpg.PostgresError as error:
+            connection.close()
+            raise DBAPIError(compiled.sql, None, error, hide_parameters=True) from error
+        except BaseException:  # cancelled mid-statement: the connection's state is unknown
+            connection.invalidate()
+            raise
+        connection.close()
+        return compiled.outcome(rows, len(rows))
+    raise AssertionError("unreachable")
+
+
+def _unavailable(sql: str, error: BaseException) -> OperationalError:
+    return OperationalError(sql, None, error, hide_parameters=True, connection_invalidated=True)
