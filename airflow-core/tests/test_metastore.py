@@ -35,6 +35,13 @@ def statements_on(engine):
         event.remove(engine, "before_cursor_execute", record)
 
 
+def sql_on_the_event_loop(statement) -> str:
+    """The SQL of *statement* as the API server's event loop sends it (PostgreSQL's, through asyncpg)."""
+    from sqlalchemy.dialects.postgresql import asyncpg
+
+    return str(statement.compile(dialect=asyncpg.dialect()))
+
+
 @contextmanager
 def autocommit_statements():
     """
@@ -52,9 +59,7 @@ def autocommit_statements():
         return run(self, compiled, *arguments)
 
     async def recording_run_on_loop(statement, values):
-        from sqlalchemy.dialects.postgresql import asyncpg
-
-        seen.append(str(statement.compile(dialect=asyncpg.dialect())))  # only PostgreSQL's run there
+        seen.append(sql_on_the_event_loop(statement))
         return await run_on_loop(statement, values)
 
     _AutocommitEngine._run, event_loop.execute = recording_run, recording_run_on_loop

@@ -81,10 +81,12 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
     import asyncpg
 
     # A connection that is gone, or a server that cannot serve it now (restarting, shutting down,
-    # in recovery): SQLSTATE class 08, 57P01-57P03.
+    # in recovery): SQLSTATE class 08, 57P01-57P03. asyncpg refuses to use a connection whose
+    # server ended it while it was idle (InternalClientError: "another operation is in progress").
     return (
         OSError,
         asyncpg.InterfaceError,
+        asyncpg.InternalClientError,
         asyncpg.PostgresConnectionError,
         asyncpg.AdminShutdownError,
         asyncpg.CrashShutdownError,

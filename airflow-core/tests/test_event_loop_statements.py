@@ -1,0 +1,177 @@
+# ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
+"""
+[state] event_loop_statements: on PostgreSQL a task's plain get and set run their statement on the
+API server's event loop (asyncpg), with the same answers, refusals and guarantees as in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from test_metastore import autocommit_statements, sql_on_the_event_loop
+from test_state_api import (  # noqa: F401 (fixtures)
+    api,
+    at,
+    auth,
+    detail,
+    exercise_ti,
+    running,
+    session_key,
+    set_ti_state,
+)
+
+# asyncpg's statement cache turned off, as behind PgBouncer in transaction mode (before 1.21).
+WITHOUT_STATEMENT_CACHE = {"statement_cache_size": 0}
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only(db_kind):
+    if db_kind != "postgres":
+        pytest.skip("only PostgreSQL runs statements on the event loop: use --db postgres")
+
+
+@pytest.fixture
+def on_the_loop(monkeypatch):
+    """The SQL of the statements run on the event loop."""
+    from airflow_task_state.airflow_db import event_loop
+
+    sent: list[str] = []
+    run = event_loop.execute
+
+    async def recording(statement, values):
+        sent.append(sql_on_the_event_loop(statement))
+        return await run(statement, values)
+
+    monkeypatch.setattr(event_loop, "execute", recording)
+    return sent
+
+
+def prepared_statements(api) -> int:
+    """How many statements the state API's pooled connection holds prepared on the server."""
+    from airflow_task_state.airflow_db import event_loop
+
+    async def count() -> int:
+        connection = await event_loop._engine().raw_connection()
+        try:
+            return await connection.driver_connection.fetchval("SELECT count(*) FROM pg_prepared_statements")
+        finally:
+            connection.close()
+
+    return api.portal.call(count)
+
+
+def test_plain_gets_and_sets_run_on_the_event_loop_prepared_once(api, running, on_the_loop):
+    headers = auth(running)
+    # The try's first requests check its task instance in a thread; the rest need no check there.
+    assert api.get(**at(running, "first"), headers=headers).status_code == 404
+    assert api.put(**at(running, "first"), json={"value": 0}, headers=headers).status_code == 200
+    assert api.get(**at(running, "first"), headers=headers).json()["value"] == 0
+    on_the_loop.clear()
+    prepared = prepared_statements(api)  # ours, and what SQLAlchemy's set-up of the connection sent
+    versions = [
+        api.put(**at(running, "job"), json={"value": {"id": n}}, headers=headers).json()["version"]
+        for n in range(5)
+    ]
+    read = api.get(**at(running, "job"), headers=headers).json()
+    assert versions == list(range(versions[0], versions[0] + 5))
+    assert read == {"key": "job", "value": {"id": 4}, "version": versions[-1]}
+    assert len(on_the_loop) == 6, on_the_loop
+    assert all("task_instance" in sql for sql in on_the_loop[:5]), "a set checks its try in its statement"
+    # The read and the write were prepared on the connection once, not once per request.
+    assert prepared >= 2 and prepared_statements(api) == prepared
+
+
+def test_without_asyncpgs_statement_cache_nothing_stays_prepared(api, running, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC",
+        f"{__name__}.WITHOUT_STATEMENT_CACHE",
+    )
+    from airflow_task_state.airflow_db import event_loop
+
+    api.portal.call(event_loop.dispose)  # the next request builds the engine with these arguments
+    headers = auth(running)
+    for n in range(3):
+        assert api.put(**at(running, "job"), json={"value": n}, headers=headers).status_code == 200
+    assert api.get(**at(running, "job"), headers=headers).json()["value"] == 2
+    assert prepared_statements(api) == 0
+
+
+def test_turned_off_every_statement_runs_in_a_thread(api, running, on_the_loop, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE__EVENT_LOOP_STATEMENTS", "False")
+    headers = auth(running)
+    with autocommit_statements() as in_threads:
+        assert api.put(**at(running, "job"), json={"value": 7}, headers=headers).status_code == 200
+        assert api.get(**at(running, "job"), headers=headers).json()["value"] == 7
+    assert on_the_loop == [] and len(in_threads) >= 2
+
+
+def test_a_try_that_ended_is_refused_with_its_reason_and_nothing_written(api, running, on_the_loop):
+    headers = auth(running)
+    assert api.put(**at(running, "job"), json={"value": 1}, headers=headers).status_code == 200
+    set_ti_state(running, "success")
+    refused = api.put(**at(running, "job"), json={"value": 2}, headers=headers)
+    assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
+    assert any("task_instance" in sql for sql in on_the_loop), "the write on the loop found it ended"
+    assert api.get(**at(running, "job"), headers=headers).json()["value"] == 1
+
+
+def test_connections_the_server_dropped_are_replaced_and_nothing_is_lost(api, running):
+    """Every connection of the pool killed (a failover, an idle timeout): the next calls reconnect."""
+    from airflow.utils.session import create_session
+    from sqlalchemy import text
+
+    headers = auth(running)
+    for n in range(3):  # connections of the engine on the loop, pooled
+        assert api.put(**at(running, f"k{n}"), json={"value": n}, headers=headers).status_code == 200
+    with create_session() as session:
+        killed = session.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            )
+        )
+    assert killed >= 1
+    assert api.put(**at(running, "k0"), json={"value": 10}, headers=headers).status_code == 200
+    values = [api.get(**at(running, f"k{n}"), headers=headers).json()["value"] for n in range(3)]
+    assert values == [10, 1, 2]
+
+
+def test_writes_through_a_database_restart_are_503_or_stored_never_500(api, running):
+    """During a restart a set answers 200 or 503 (database_unavailable); what it acknowledged stays."""
+    from state_testing import dbservers
+
+    headers = auth(running)
+    assert api.put(**at(running, "through_restart"), json={"value": -1}, headers=headers).status_code == 200
+    answers: list[tuple[float, int, int, dict | None]] = []
+    stop = threading.Event()
+
+    def write_steadily() -> None:
+        number = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            response = api.put(**at(running, "through_restart"), json={"value": number}, headers=headers)
+            answers.append((started, number, response.status_code, response.json().get("detail")))
+            number += 1
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=write_steadily)
+    writer.start()
+    time.sleep(0.3)
+    dbservers.restart_postgres(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], mode="immediate")
+    back_at = time.monotonic()
+    time.sleep(1.0)
+    stop.set()
+    writer.join()
+
+    codes = {code for _, _, code, _ in answers}
+    assert codes <= {200, 503}, [a for a in answers if a[2] not in (200, 503)][:3]
+    assert 503 in codes, "no request met the restart: the test did not test anything"
+    assert all(d["reason"] == "database_unavailable" for _, _, code, d in answers if code == 503)
+    assert all(code == 200 for started, _, code, _ in answers if started > back_at)
+    last_acknowledged = max(number for _, number, code, _ in answers if code == 200)
+    stored = api.get(**at(running, "through_restart"), headers=headers).json()["value"]
+    assert stored == last_acknowledged
