@@ -54,7 +54,7 @@ def prepared_statements(api) -> int:
     from airflow_task_state.airflow_db import event_loop
 
     async def count() -> int:
-        connection = await event_loop._engine().raw_connection()
+        connection = await event_loop._engine().engine.raw_connection()
         try:
             return await connection.driver_connection.fetchval("SELECT count(*) FROM pg_prepared_statements")
         finally:

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import nullcontext
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow import settings
 from airflow.configuration import conf
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.pool import QueuePool
 
 from airflow_task_state import config
 from airflow_task_state.airflow_db.engine import Outcome, compiled_for
@@ -38,8 +40,20 @@ if TYPE_CHECKING:
     from sqlalchemy import Executable
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from airflow_task_state.airflow_db.engine import _Compiled
+
+
+class _Engine(NamedTuple):
+    engine: AsyncEngine
+    #: At most as many statements at once as the pool keeps connections: past that, SQLAlchemy's
+    #: pool opens connections it closes as soon as they are returned, and under load every request
+    #: would wait for a new connection (``bench_load.py`` at 20 clients: 650 requests/s, not 1,400+).
+    #: A statement takes a fraction of a millisecond: a few connections serve hundreds of requests.
+    statements: asyncio.Semaphore | nullcontext[None]
+
+
 # (pid, event loop) the engine serves: asyncpg's connections belong to the loop that opened them.
-_cached: tuple[tuple[int, asyncio.AbstractEventLoop], AsyncEngine] | None = None
+_cached: tuple[tuple[int, asyncio.AbstractEventLoop], _Engine] | None = None
 
 
 def available() -> bool:
@@ -53,27 +67,30 @@ def _through_asyncpg(url: str) -> bool:
     return make_url(url).drivername == "postgresql+asyncpg"
 
 
-def _engine() -> AsyncEngine:
+def _engine() -> _Engine:
     global _cached
     owner = (os.getpid(), asyncio.get_running_loop())
     if _cached is not None and _cached[0] == owner:
         return _cached[1]
     if _cached is not None:
         # Another loop's (a test client's, now closed): its connections cannot be closed from here.
-        _cached[1].sync_engine.dispose(close=False)
+        _cached[1].engine.sync_engine.dispose(close=False)
     url = settings.SQL_ALCHEMY_CONN_ASYNC
     assert url is not None, "only where available()"
     connect_args = conf.getimport("database", "sql_alchemy_connect_args_async", fallback=None) or {}
     engine = settings.create_async_metadata_engine(url, connect_args=connect_args)
-    _cached = (owner, engine)
-    return engine
+    pool = engine.sync_engine.pool
+    kept = pool.size() if isinstance(pool, QueuePool) else 0  # else a pool of a deployer's choice
+    built = _Engine(engine, asyncio.Semaphore(kept) if kept > 0 else nullcontext())
+    _cached = (owner, built)
+    return built
 
 
 async def dispose() -> None:
     """Close the pooled connections of the running loop's engine (as the state API's app shuts down)."""
     global _cached
     if _cached is not None and _cached[0] == (os.getpid(), asyncio.get_running_loop()):
-        engine, _cached = _cached[1], None
+        engine, _cached = _cached[1].engine, None
         await engine.dispose()
 
 
@@ -99,11 +116,16 @@ async def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
     *statement*, which returns rows and gives the same result run twice, with *values*, autocommitted
     on the running loop's engine (see the module's docstring); only when :func:`available`.
     """
-    import asyncpg
-
-    engine = _engine()
+    engine, statements = _engine()
     compiled = compiled_for(statement, engine.dialect)
     parameters = compiled.parameters(values)
+    async with statements:
+        return await _execute(engine, compiled, parameters)
+
+
+async def _execute(engine: AsyncEngine, compiled: _Compiled, parameters: Any) -> Outcome:
+    import asyncpg
+
     lost = _lost_errors()
     for last in (False, True):
         try:
