@@ -254,6 +254,50 @@ def test_the_wrapper_declares_the_capabilities_and_unwraps(memory_backend):
     assert (plain.supports_versions, plain.supports_expiry, plain.supports_increment) == (False,) * 3
 
 
+class WithStateApiCalls(MemoryStateBackend):
+    """The metastore's calls beyond the contract that the state API makes, on the in-memory backend."""
+
+    def write_while_running(self, scope, key, value, writer, expires_at, ti_id):
+        return self.write(scope, key, value, writer=writer, expires_at=expires_at)
+
+    def increment_while_running(self, scope, key, by, writer, expires_at, ti_id):
+        return self.increment(scope, key, by, writer=writer, expires_at=expires_at)
+
+    async def write_while_running_on_event_loop(self, scope, key, value, writer, expires_at, ti_id):
+        return self.write_while_running(scope, key, value, writer, expires_at, ti_id)
+
+    async def get_versioned_on_event_loop(self, scope, key):
+        return self.get_versioned(scope, key)
+
+
+@pytest.mark.any_database  # wraps the in-memory backend: nothing here depends on the database
+def test_the_state_apis_calls_beyond_the_contract_count_as_their_operation(statsd, monkeypatch):
+    """A running try's set reaches the backend by these calls: measured as the write and read they are."""
+    from airflow_shared.state import StateWriter
+    from airflow_task_state import get_state_backend
+
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", f"{__name__}.WithStateApiCalls")
+    backend, writer = get_state_backend(), StateWriter.task_try("dag", "run", "task", 0, 1)
+    assert backend.write_while_running(TASK, "k", "abc", writer, None, "ti") == 1
+    assert asyncio.run(backend.write_while_running_on_event_loop(TASK, "k", "de", writer, None, "ti")) == 2
+    assert asyncio.run(backend.get_versioned_on_event_loop(TASK, "k")).value == "de"
+    assert backend.increment_while_running(TASK, "n", 2, writer, None, "ti") == 2
+
+    counters = statsd.counters()
+    assert counters == {
+        "airflow.state.write": 2,
+        "airflow.state.get_versioned": 1,
+        "airflow.state.increment": 1,
+    }
+    assert sorted(statsd.timers["airflow.state.value_bytes"]) == [2, 3]
+    # A backend without them still has none: the state API then takes the contract's calls.
+    monkeypatch.setenv("AIRFLOW__STATE__BACKEND", MEMORY)
+    from airflow_task_state.configured_backend import reset_state_backend
+
+    reset_state_backend()
+    assert not hasattr(get_state_backend(), "write_while_running")
+
+
 def test_the_configured_metastore_is_measured(statsd, make_asset):
     """The default backend on the database of the run, measured as deployed."""
     from airflow_task_state import get_state_backend

@@ -12,6 +12,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 from airflow._shared.observability.metrics.stats import Stats
@@ -80,9 +81,20 @@ def _operation(method: str) -> str:
 OPERATIONS = tuple(dict.fromkeys(_operation(method) for method in contract_methods()))
 
 
-def _measured_method(method: str) -> Callable[..., Any]:
-    """*method* of the wrapped backend, counted and timed as its operation."""
-    operation = _operation(method)
+#: The metastore's methods beyond the contract that the state API calls (a running try's writes,
+#: their check in their own statement; its plain get and set on the event loop): the operation
+#: each is measured as, and whether it is async. Measured only where the wrapped backend has them.
+BEYOND_CONTRACT = {
+    "write_while_running": ("write", False),
+    "increment_while_running": ("increment", False),
+    "write_while_running_on_event_loop": ("write", True),
+    "get_versioned_on_event_loop": ("get_versioned", True),
+}
+
+
+def _measured_method(method: str, operation: str = "", is_async: bool | None = None) -> Callable[..., Any]:
+    """*method* of the wrapped backend, counted and timed as its operation (by default, the contract's)."""
+    operation = operation or _operation(method)
     # Only these report more than their count and time, once they returned.
     after = operation in ("set", "write", "set_many", "cleanup")
 
@@ -96,7 +108,8 @@ def _measured_method(method: str) -> Callable[..., Any]:
             result = await getattr(self.wrapped, method)(*args, **kwargs)
         return self._returned(operation, args, kwargs, result) if after else result
 
-    is_async = inspect.iscoroutinefunction(getattr(BaseStateBackend, method))
+    if is_async is None:
+        is_async = inspect.iscoroutinefunction(getattr(BaseStateBackend, method))
     call: Callable[..., Any] = measured_async if is_async else measured_sync
     call.__name__ = method
     call.__qualname__ = f"MeasuredStateBackend.{method}"
@@ -128,7 +141,9 @@ class MeasuredStateBackend(BaseStateBackend):
         # What a backend offers beyond the contract (its own helpers) stays reachable.
         if name == "wrapped":
             raise AttributeError(name)
-        return getattr(self.wrapped, name)
+        found = getattr(self.wrapped, name)
+        measured_method = _BEYOND_CONTRACT_MEASURED.get(name)
+        return found if measured_method is None else MethodType(measured_method, self)
 
     def __repr__(self) -> str:
         return f"MeasuredStateBackend({self.wrapped!r})"
@@ -152,6 +167,10 @@ class MeasuredStateBackend(BaseStateBackend):
 
 for _method in contract_methods():
     setattr(MeasuredStateBackend, _method, _measured_method(_method))
+_BEYOND_CONTRACT_MEASURED = {
+    method: _measured_method(method, operation, is_async)
+    for method, (operation, is_async) in BEYOND_CONTRACT.items()
+}
 # The four abstract methods are among those just set; mypy cannot see methods set by name.
 abc.update_abstractmethods(MeasuredStateBackend)  # type: ignore[type-abstract]
 
