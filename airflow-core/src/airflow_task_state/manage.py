@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_shared.state import (
     AssetScope,
+    BaseStateBackend,
     StateEntry,
     StateEntryPage,
     StateScope,
@@ -44,6 +45,8 @@ from airflow_task_state.expiry import Ttl, expires_at_for
 from airflow_task_state.protocol import Reason
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from sqlalchemy.orm import Session
 
 # Re-exported: the REST API and the CLI name Airflow's tables through this module.
@@ -271,17 +274,27 @@ def put_while_running(
     return None if version is None else Written(version, expires_at)
 
 
+def on_event_loop(backend: BaseStateBackend, method: str) -> Callable[..., Awaitable[Any]] | None:
+    """
+    *backend*'s ``<method>_on_event_loop`` where it runs on the API server's event loop now (the
+    metastore on PostgreSQL, see :mod:`~airflow_task_state.airflow_db.event_loop`), else ``None``.
+    """
+    serves = getattr(backend, "serves_on_event_loop", None)
+    return getattr(backend, f"{method}_on_event_loop", None) if serves is not None and serves() else None
+
+
 async def put_on_event_loop(
     scope: TaskScope, key: str, text: str, *, ttl: Ttl = None, writer: StateWriter, ti_id: str
-) -> Written:
+) -> Written | None:
     """
-    :func:`put_while_running` on the API server's event loop, by a backend that
-    ``serves_on_event_loop()`` (the metastore on PostgreSQL). Raises
-    :class:`~airflow_task_state.exceptions.TryNotRunning` when it wrote nothing.
+    :func:`put_while_running` on the API server's event loop (``write_while_running_on_event_loop``:
+    the metastore of Airflow 3.2 on PostgreSQL): ``None``, nothing written, when the backend cannot.
+    Raises :class:`~airflow_task_state.exceptions.TryNotRunning` when it wrote nothing.
     """
-    backend = get_state_backend()
+    write = on_event_loop(get_state_backend(), "write_while_running")
+    if write is None:
+        return None
     expires_at = _checked_write(scope, key, text, ttl, writer, None)
-    write = backend.write_while_running_on_event_loop  # type: ignore[attr-defined]
     return Written(await write(scope, key, text, writer, expires_at, ti_id), expires_at)
 
 

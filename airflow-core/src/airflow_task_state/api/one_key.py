@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TypeVar
 
-from airflow_shared.state import BaseStateBackend, StateScope, StateWriter, TaskScope, VersionedValue
+from airflow_shared.state import StateScope, StateWriter, TaskScope, VersionedValue
 from fastapi import Response, status
 from pydantic import BaseModel
 
@@ -90,22 +90,17 @@ def _value_answer(key: str, stored: str | None, version: int | None) -> Response
     return answer(StateValueResponse.model_construct(key=key, value=codec.decode(stored), version=version))
 
 
-def on_event_loop(backend: BaseStateBackend) -> bool:
-    """Whether *backend* runs a plain get or set on the API server's event loop (airflow_db.event_loop)."""
-    serves = getattr(backend, "serves_on_event_loop", None)
-    return serves is not None and serves()
-
-
 async def read_on_event_loop(claims: TaskInstanceClaims, key: str) -> Response | None:
     """
     :func:`read_value` of the credential's task instance, on the event loop: ``None`` when the
     backend cannot, or when the task instance's last check is more than a second old (checking it
     is a statement in a thread), and the caller calls :func:`read_value` in a thread.
     """
-    backend, scope = get_state_backend(), recently_checked(claims)
-    if scope is None or not on_event_loop(backend):
+    scope = recently_checked(claims)
+    read = None if scope is None else manage.on_event_loop(get_state_backend(), "get_versioned")
+    if read is None:
         return None
-    return _versioned_answer(key, await backend.get_versioned_on_event_loop(scope, key))  # type: ignore[attr-defined]
+    return _versioned_answer(key, await read(scope, key))
 
 
 async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteBody) -> Response | None:
@@ -115,8 +110,8 @@ async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteB
     instance yet, or when the try seems not to run, and the caller calls :func:`write_value` in a
     thread (which says why it refuses, or finds the try running again).
     """
-    backend, scope = get_state_backend(), known_scope(claims, claims.ti_id)
-    if scope is None or not on_event_loop(backend):
+    scope = known_scope(claims, claims.ti_id)
+    if scope is None:
         return None
     writer = writer_of(claims)
     try:
@@ -125,7 +120,11 @@ async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteB
         )
     except TryNotRunning:
         return None
-    return answer(StateWriteResponse.model_construct(key=key, version=written.version))
+    return (
+        None
+        if written is None
+        else answer(StateWriteResponse.model_construct(key=key, version=written.version))
+    )
 
 
 def write_value(

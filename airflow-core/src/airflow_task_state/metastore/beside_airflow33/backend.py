@@ -58,6 +58,7 @@ from airflow_shared.state.entries import page_of_keys
 from sqlalchemy import and_, delete, exists, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
+from airflow_task_state.airflow_db import event_loop
 from airflow_task_state.airflow_db.engine import (
     Outcome,
     Run,
@@ -141,6 +142,24 @@ def _writer_values(writer: StateWriter | None, expires_at: datetime | None) -> d
     }
 
 
+def _read(
+    scope: StateScope, keys: Iterable[str] | None, session: Session | None, one: _OneKey
+) -> tuple[Any, dict[str, Any]] | None:
+    """The statement, and its values, of Airflow33MetastoreBackend._rows; ``None``: no key can be stored."""
+    validate_scope(scope)
+    values = params(scope)
+    values["now"] = timezone.utcnow()
+    size = 0
+    if keys is not None:
+        storable = padded(_fits(session, keys))  # no other is stored
+        if not storable:
+            return None
+        values |= _keyed(storable)
+        size = len(storable)
+    tables = _tables(scope)
+    return sql.select_value(tables, one == "versioned") if one else sql.select_entries(tables, size), values
+
+
 class Airflow33MetastoreBackend(DatabaseBackend):
     """State in Airflow 3.3's state store, with versions, expiry and writers kept beside it."""
 
@@ -150,19 +169,19 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         self, scope: StateScope, keys: Iterable[str] | None, session: Session | None, *, one: _OneKey = ""
     ) -> list[Any]:
         """The entries' rows of the live *keys* (all without), or *one* key's "value" or "versioned" value."""
-        validate_scope(scope)
-        values = params(scope)
-        values["now"] = timezone.utcnow()
-        size = 0
-        if keys is not None:
-            storable = padded(_fits(session, keys))  # no other is stored
-            if not storable:
-                return []
-            values |= _keyed(storable)
-            size = len(storable)
-        tables = _tables(scope)
-        statement = sql.select_value(tables, one == "versioned") if one else sql.select_entries(tables, size)
-        return _run_one(statement, values, session).rows
+        read = _read(scope, keys, session, one)
+        return [] if read is None else _run_one(*read, session).rows
+
+    def serves_on_event_loop(self) -> bool:
+        """Whether its plain get runs on the API server's event loop (airflow_db.event_loop)."""
+        return event_loop.available()
+
+    async def get_versioned_on_event_loop(self, scope: StateScope, key: str) -> VersionedValue | None:
+        """:meth:`get_versioned` on the API server's event loop, where :meth:`serves_on_event_loop`."""
+        validate_key(key)
+        read = _read(scope, [key], None, "versioned")
+        rows = [] if read is None else (await event_loop.execute(*read)).rows
+        return VersionedValue(*rows[0]) if rows else None
 
     def get_entry(self, scope: StateScope, key: str, *, session: Any = None) -> StateEntry | None:
         validate_key(key)
