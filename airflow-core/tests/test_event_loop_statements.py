@@ -1,8 +1,8 @@
 # ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
 """
 [state] event_loop_statements: on PostgreSQL a task's plain get and set run their statement on the
-API server's event loop (asyncpg), with the same answers, refusals and guarantees as in a thread.
-On Airflow 3.3 the get does; a set there is a transaction over two tables, in a thread.
+API server's event loop (asyncpg), with the same answers, refusals and guarantees as in a thread,
+on both Airflow lines (on 3.3 a set is a transaction over two tables).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-from airflow_task_state.airflow_line import AIRFLOW_HAS_STATE_STORE
 from test_metastore import autocommit_statements, sql_on_the_event_loop
 from test_state_api import (  # noqa: F401 (fixtures)
     api,
@@ -25,7 +24,6 @@ from test_state_api import (  # noqa: F401 (fixtures)
     set_ti_state,
 )
 
-SETS_ON_THE_LOOP = not AIRFLOW_HAS_STATE_STORE
 # asyncpg's statement cache turned off, as behind PgBouncer in transaction mode (before 1.21).
 WITHOUT_STATEMENT_CACHE = {"statement_cache_size": 0}
 
@@ -81,11 +79,10 @@ def test_plain_gets_and_sets_run_on_the_event_loop_prepared_once(api, running, o
     read = api.get(**at(running, "job"), headers=headers).json()
     assert versions == list(range(versions[0], versions[0] + 5))
     assert read == {"key": "job", "value": {"id": 4}, "version": versions[-1]}
-    sets_on_the_loop = on_the_loop[:5] if SETS_ON_THE_LOOP else []
-    assert len(on_the_loop) == len(sets_on_the_loop) + 1, on_the_loop
-    assert all("task_instance" in sql for sql in sets_on_the_loop), "a set checks its try in its statement"
-    # The read (and the write) were prepared on the connection once, not once per request.
-    assert prepared >= 1 + SETS_ON_THE_LOOP and prepared_statements(api) == prepared
+    assert len(on_the_loop) == 6, on_the_loop
+    assert all("task_instance" in sql for sql in on_the_loop[:5]), "a set checks its try in its statement"
+    # The read and the write were prepared on the connection once, not once per request.
+    assert prepared >= 2 and prepared_statements(api) == prepared
 
 
 def test_without_asyncpgs_statement_cache_nothing_stays_prepared(api, running, monkeypatch):
@@ -118,8 +115,7 @@ def test_a_try_that_ended_is_refused_with_its_reason_and_nothing_written(api, ru
     set_ti_state(running, "success")
     refused = api.put(**at(running, "job"), json={"value": 2}, headers=headers)
     assert refused.status_code == 403 and detail(refused)["reason"] == "not_running"
-    if SETS_ON_THE_LOOP:
-        assert any("task_instance" in sql for sql in on_the_loop), "the write on the loop found it ended"
+    assert any("task_instance" in sql for sql in on_the_loop), "the write on the loop found it ended"
     assert api.get(**at(running, "job"), headers=headers).json()["value"] == 1
 
 

@@ -36,10 +36,14 @@ def statements_on(engine):
 
 
 def sql_on_the_event_loop(statement) -> str:
-    """The SQL of *statement* as the API server's event loop sends it (PostgreSQL's, through asyncpg)."""
+    """
+    The SQL of *statement* (or of a tuple of statements, one transaction) as the API server's event
+    loop sends it: PostgreSQL's, through asyncpg.
+    """
     from sqlalchemy.dialects.postgresql import asyncpg
 
-    return str(statement.compile(dialect=asyncpg.dialect()))
+    every = statement if isinstance(statement, tuple) else (statement,)
+    return "; ".join(str(each.compile(dialect=asyncpg.dialect())) for each in every)
 
 
 @contextmanager

@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Executable
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from airflow_task_state.airflow_db.engine import _Compiled
-
 
 class _Engine(NamedTuple):
     engine: AsyncEngine
@@ -111,19 +109,23 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-async def execute(statement: Executable, values: dict[str, Any]) -> Outcome:
+async def execute(statement: Executable | tuple[Executable, ...], values: dict[str, Any]) -> Outcome:
     """
     *statement*, which returns rows and gives the same result run twice, with *values*, autocommitted
-    on the running loop's engine (see the module's docstring); only when :func:`available`.
+    on the running loop's engine (see the module's docstring); only when :func:`available`. A tuple
+    of statements runs in one transaction (asyncpg sends each on its own), the last one's rows
+    returned: run twice, it too must give the same result.
     """
     engine, statements = _engine()
-    compiled = compiled_for(statement, engine.dialect)
-    parameters = compiled.parameters(values)
+    every = statement if isinstance(statement, tuple) else (statement,)
+    compiled = [compiled_for(each, engine.dialect) for each in every]
+    sent = [(each.sql, each.parameters(values)) for each in compiled]
     async with statements:
-        return await _execute(engine, compiled, parameters)
+        return compiled[-1].outcome(*await _fetched(engine, sent))
 
 
-async def _execute(engine: AsyncEngine, compiled: _Compiled, parameters: Any) -> Outcome:
+async def _fetched(engine: AsyncEngine, sent: list[tuple[str, Any]]) -> tuple[list[Any], int]:
+    """The rows of the last of the statements *sent* (SQL, parameters), and their number."""
     import asyncpg
 
     lost = _lost_errors()
@@ -131,26 +133,31 @@ async def _execute(engine: AsyncEngine, compiled: _Compiled, parameters: Any) ->
         try:
             connection = await engine.raw_connection()
         except lost as error:  # the server cannot be reached: a retry would wait for nothing
-            raise _unavailable(compiled.sql, error) from error
+            raise _unavailable(sent[-1][0], error) from error
         driver_connection: Any = connection.driver_connection  # asyncpg's, as SQLAlchemy opened it
         try:
-            rows = await driver_connection.fetch(compiled.sql, *parameters)
+            if len(sent) == 1:
+                rows = await driver_connection.fetch(sent[0][0], *sent[0][1])
+            else:
+                async with driver_connection.transaction():  # rolled back when a statement raises
+                    for sql, parameters in sent:
+                        rows = await driver_connection.fetch(sql, *parameters)
         except lost as error:
             connection.invalidate(error)
             # After a restart every pooled connection is dead: the retry, and every later
             # statement, gets a new one.
             await engine.dispose()
             if last:
-                raise _unavailable(compiled.sql, error) from error
+                raise _unavailable(sent[-1][0], error) from error
             continue
         except asyncpg.PostgresError as error:
             connection.close()
-            raise DBAPIError(compiled.sql, None, error, hide_parameters=True) from error
+            raise DBAPIError(sent[-1][0], None, error, hide_parameters=True) from error
         except BaseException:  # cancelled mid-statement: the connection's state is unknown
             connection.invalidate()
             raise
         connection.close()
-        return compiled.outcome(rows, len(rows))
+        return rows, len(rows)
     raise AssertionError("unreachable")
 
 

@@ -160,6 +160,37 @@ def _read(
     return sql.select_value(tables, one == "versioned") if one else sql.select_entries(tables, size), values
 
 
+def _at_once(
+    scope: StateScope,
+    values: dict[str, str],
+    writer: StateWriter | None,
+    expires_at: datetime | None,
+    running_try: tuple[str, int | None] | None,
+) -> tuple[tuple[Any, Any], dict[str, Any]]:
+    """
+    The statements of a write of *values* (key: value) that does not depend on what is stored
+    (:func:`.statements.write_at_once`), and their values; *running_try*: (task instance id, try),
+    written only while that try runs.
+    """
+    keys = list(values)
+    bound = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
+    bound |= {f"value_{n}": value for n, value in enumerate(values.values())}
+    bound["now"] = bound["updated_at"] = timezone.utcnow()
+    if running_try is not None:
+        bound["running_ti_id"], bound["running_try"] = UUID(running_try[0]), running_try[1]
+    return sql.write_at_once(_tables(scope), len(keys), while_running=running_try is not None), bound
+
+
+def _written_at_once(
+    scope: StateScope, values: dict[str, str], rows: list[Any], running_try: tuple[str, int | None] | None
+) -> dict[str, tuple[str, int]]:
+    """(value, version) of each key :func:`_at_once` wrote, from the *rows* it returned."""
+    if not rows:  # no parent, or the try does not run: nothing written
+        raise missing_parent(scope) if running_try is None else TryNotRunning(running_try[0])
+    versions = dict(rows)
+    return {key: (value, versions[key]) for key, value in values.items()}
+
+
 class Airflow33MetastoreBackend(DatabaseBackend):
     """State in Airflow 3.3's state store, with versions, expiry and writers kept beside it."""
 
@@ -173,7 +204,7 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         return [] if read is None else _run_one(*read, session).rows
 
     def serves_on_event_loop(self) -> bool:
-        """Whether its plain get runs on the API server's event loop (airflow_db.event_loop)."""
+        """Whether its plain get and set run on the API server's event loop (airflow_db.event_loop)."""
         return event_loop.available()
 
     async def get_versioned_on_event_loop(self, scope: StateScope, key: str) -> VersionedValue | None:
@@ -247,19 +278,13 @@ class Airflow33MetastoreBackend(DatabaseBackend):
                 "character outside the Basic Multilingual Plane (emoji, for one) and ignores trailing spaces",
                 "use another key; nothing was written",
             )
-        tables, size = _tables(scope), len(keys)
-        values = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
         if plain and session is None and autocommit_engine().dialect.driver == "psycopg2":
             # One round trip, not two: nothing to check between the lock and the writes.
-            values |= {f"value_{n}": value_of(key, None) for n, key in enumerate(keys)}
-            values["now"] = values["updated_at"] = timezone.utcnow()
-            if running_try is not None:
-                values["running_ti_id"], values["running_try"] = UUID(running_try[0]), running_try[1]
-            at_once = sql.write_at_once(tables, size, while_running=running_try is not None)
-            versions = dict(execute(at_once, values).rows)
-            if not versions:
-                raise missing_parent(scope) if running_try is None else TryNotRunning(running_try[0])
-            return {key: (values[f"value_{n}"], versions[key]) for n, key in enumerate(keys)}
+            new_values = {key: value_of(key, None) for key in keys}
+            rows = execute(*_at_once(scope, new_values, writer, expires_at, running_try)).rows
+            return _written_at_once(scope, new_values, rows, running_try)
+        tables, size = _tables(scope), len(keys)
+        values = params(scope) | _keyed(keys) | _writer_values(writer, expires_at)
 
         def work(run: Run) -> dict[str, tuple[str, int]]:
             values["now"] = values["updated_at"] = now = timezone.utcnow()
@@ -332,6 +357,29 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         running_try = (ti_id, writer.try_number)
         written = self._write(scope, [key], lambda *_: value, writer, expires_at, None, True, running_try)
         return written[key][1]
+
+    async def write_while_running_on_event_loop(
+        self,
+        scope: TaskScope,
+        key: str,
+        value: str,
+        writer: StateWriter,
+        expires_at: datetime | None,
+        ti_id: str,
+    ) -> int:
+        """
+        :meth:`write_while_running` on the API server's event loop, where :meth:`serves_on_event_loop`:
+        its lock and its write one transaction (four round trips with asyncpg, not one message).
+        """
+        validate_scope(scope)
+        validate_key(key)
+        validate_value(value)
+        validate_write(writer, expires_at, None)
+        running_try = (ti_id, writer.try_number)
+        rows = (
+            await event_loop.execute(*_at_once(scope, {key: value}, writer, expires_at, running_try))
+        ).rows
+        return _written_at_once(scope, {key: value}, rows, running_try)[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
         self.write(scope, key, value, session=session)
