@@ -140,14 +140,13 @@ STATE_OPTIONS: dict[str, dict[str, Any]] = {
         default="True",
     ),
     "event_loop_statements": _option(
-        "On an API server with PostgreSQL, run the statement of task code's plain get or set of\n"
-        "one key (on Airflow 3.3, its get) on the server's event loop through asyncpg, built as\n"
-        "Airflow builds its async engine (``[database] sql_alchemy_conn_async`` and\n"
-        "``sql_alchemy_connect_args_async``): no hop to a worker thread, and each statement\n"
-        "prepared once per connection. Behind PgBouncer in transaction mode before 1.21, set\n"
-        "``statement_cache_size`` to 0 in ``sql_alchemy_connect_args_async``, as Airflow's own\n"
-        "async engine needs. False: every statement runs in a worker thread through the sync\n"
-        "driver. Other databases always do.\n",
+        "On an API server with PostgreSQL, run the statements of task code's plain get or set of\n"
+        "one key on the server's event loop through asyncpg, built as Airflow builds its async\n"
+        "engine (``[database] sql_alchemy_conn_async`` and ``sql_alchemy_connect_args_async``):\n"
+        "no hop to a worker thread, and each statement prepared once per connection. Behind\n"
+        "PgBouncer in transaction mode before 1.21, set ``statement_cache_size`` to 0 in\n"
+        "``sql_alchemy_connect_args_async``, as Airflow's own async engine needs. False: every\n"
+        "statement runs in a worker thread through the sync driver. Other databases always do.\n",
         since="0.9.0",
         kind="boolean",
         default="True",
