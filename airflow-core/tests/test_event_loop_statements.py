@@ -7,14 +7,11 @@ on both Airflow lines (on 3.3 a set is a transaction over two tables).
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-
 import pytest
 from test_metastore import autocommit_statements, sql_on_the_event_loop
 from test_state_api import (  # noqa: F401 (fixtures)
     api,
+    assert_unavailable_only_while_down,
     at,
     auth,
     detail,
@@ -22,6 +19,7 @@ from test_state_api import (  # noqa: F401 (fixtures)
     running,
     session_key,
     set_ti_state,
+    steadily_through_a_restart,
 )
 
 # asyncpg's statement cache turned off, as behind PgBouncer in transaction mode (before 1.21).
@@ -144,36 +142,12 @@ def test_connections_the_server_dropped_are_replaced_and_nothing_is_lost(api, ru
 
 def test_writes_through_a_database_restart_are_503_or_stored_never_500(api, running):
     """During a restart a set answers 200 or 503 (database_unavailable); what it acknowledged stays."""
-    from state_testing import dbservers
-
     headers = auth(running)
     assert api.put(**at(running, "through_restart"), json={"value": -1}, headers=headers).status_code == 200
-    answers: list[tuple[float, int, int, dict | None]] = []
-    stop = threading.Event()
-
-    def write_steadily() -> None:
-        number = 0
-        while not stop.is_set():
-            started = time.monotonic()
-            response = api.put(**at(running, "through_restart"), json={"value": number}, headers=headers)
-            answers.append((started, number, response.status_code, response.json().get("detail")))
-            number += 1
-            time.sleep(0.01)
-
-    writer = threading.Thread(target=write_steadily)
-    writer.start()
-    time.sleep(0.3)
-    dbservers.restart_postgres(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], mode="immediate")
-    back_at = time.monotonic()
-    time.sleep(1.0)
-    stop.set()
-    writer.join()
-
-    codes = {code for _, _, code, _ in answers}
-    assert codes <= {200, 503}, [a for a in answers if a[2] not in (200, 503)][:3]
-    assert 503 in codes, "no request met the restart: the test did not test anything"
-    assert all(d["reason"] == "database_unavailable" for _, _, code, d in answers if code == 503)
-    assert all(code == 200 for started, _, code, _ in answers if started > back_at)
-    last_acknowledged = max(number for _, number, code, _ in answers if code == 200)
+    answers, back_at = steadily_through_a_restart(
+        lambda number: api.put(**at(running, "through_restart"), json={"value": number}, headers=headers)
+    )
+    assert_unavailable_only_while_down(answers, back_at)
+    last_acknowledged = max(number for _, number, response in answers if response.status_code == 200)
     stored = api.get(**at(running, "through_restart"), headers=headers).json()["value"]
     assert stored == last_acknowledged

@@ -6,8 +6,9 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -473,39 +474,55 @@ def test_bodies_are_read_only_for_a_valid_token_and_never_past_the_limit(api, ru
 
 def test_a_database_restart_is_a_503_the_client_retries_never_a_500(api, running, db_kind):
     """While PostgreSQL restarts, the API answers 503 `database_unavailable`; after, 200 again."""
-    import threading
-
-    from state_testing import dbservers
-
     if db_kind != "postgres":
         pytest.skip("restarts the PostgreSQL server of the run: use --db postgres")
     headers = auth(running)
     api.put(**at(running, "through_restart"), json={"value": 1}, headers=headers)
-    answers: list[tuple[float, int, dict | None]] = []
+    answers, back_at = steadily_through_a_restart(
+        lambda number: api.get(**at(running, "through_restart"), headers=headers)
+    )
+    assert_unavailable_only_while_down(answers, back_at)
+
+
+def steadily_through_a_restart(send: Callable[[int], Any]) -> tuple[list[tuple[float, int, Any]], float]:
+    """
+    *send*(n) for n = 0, 1, ... every 10 ms, from before the run's PostgreSQL restarts (immediate
+    mode) to a second after it is back: (when sent, n, response) of each, and when it was back.
+    """
+    import threading
+
+    from state_testing import dbservers
+
+    answers: list[tuple[float, int, Any]] = []
     stop = threading.Event()
 
-    def read_steadily() -> None:
+    def send_steadily() -> None:
+        number = 0
         while not stop.is_set():
             started = time.monotonic()
-            response = api.get(**at(running, "through_restart"), headers=headers)
-            answers.append((started, response.status_code, response.json().get("detail")))
+            answers.append((started, number, send(number)))
+            number += 1
             time.sleep(0.01)
 
-    reader = threading.Thread(target=read_steadily)
-    reader.start()
+    sender = threading.Thread(target=send_steadily)
+    sender.start()
     time.sleep(0.3)
     dbservers.restart_postgres(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], mode="immediate")
     back_at = time.monotonic()
     time.sleep(1.0)
     stop.set()
-    reader.join()
+    sender.join()
+    return answers, back_at
 
-    codes = {code for _, code, _ in answers}
-    assert codes <= {200, 503}, [a for a in answers if a[1] not in (200, 503)][:3]
+
+def assert_unavailable_only_while_down(answers: list[tuple[float, int, Any]], back_at: float) -> None:
+    """200 or 503 `database_unavailable` while the server was down, never a 500; 200 once it was back."""
+    codes = {response.status_code for _, _, response in answers}
+    assert codes <= {200, 503}, [r.text for _, _, r in answers if r.status_code not in (200, 503)][:3]
     assert 503 in codes, "no request met the restart: the test did not test anything"
-    refused = [detail for _, code, detail in answers if code == 503]
-    assert all(detail["reason"] == "database_unavailable" for detail in refused)
-    assert all(code == 200 for started, code, _ in answers if started > back_at)
+    refused = [response for _, _, response in answers if response.status_code == 503]
+    assert all(detail(response)["reason"] == "database_unavailable" for response in refused)
+    assert all(response.status_code == 200 for started, _, response in answers if started > back_at)
 
 
 def test_the_client_raises_one_class_per_refusal(api, running, monkeypatch):

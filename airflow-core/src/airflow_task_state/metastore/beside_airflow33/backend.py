@@ -181,6 +181,17 @@ def _at_once(
     return sql.write_at_once(_tables(scope), len(keys), while_running=running_try is not None), bound
 
 
+def _running_write(
+    scope: StateScope, key: str, value: str, writer: StateWriter, expires_at: datetime | None, ti_id: str
+) -> tuple[str, int | None]:
+    """A running try's write checked as :meth:`~Airflow33MetastoreBackend.write` checks; (ti_id, try)."""
+    validate_scope(scope)
+    validate_key(key)
+    validate_value(value)
+    validate_write(writer, expires_at, None)
+    return ti_id, writer.try_number
+
+
 def _written_at_once(
     scope: StateScope, values: dict[str, str], rows: list[Any], running_try: tuple[str, int | None] | None
 ) -> dict[str, tuple[str, int]]:
@@ -350,11 +361,7 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         """
         if autocommit_engine().dialect.driver != "psycopg2":
             return None
-        validate_scope(scope)
-        validate_key(key)
-        validate_value(value)
-        validate_write(writer, expires_at, None)
-        running_try = (ti_id, writer.try_number)
+        running_try = _running_write(scope, key, value, writer, expires_at, ti_id)
         written = self._write(scope, [key], lambda *_: value, writer, expires_at, None, True, running_try)
         return written[key][1]
 
@@ -371,14 +378,9 @@ class Airflow33MetastoreBackend(DatabaseBackend):
         :meth:`write_while_running` on the API server's event loop, where :meth:`serves_on_event_loop`:
         its lock and its write one transaction (four round trips with asyncpg, not one message).
         """
-        validate_scope(scope)
-        validate_key(key)
-        validate_value(value)
-        validate_write(writer, expires_at, None)
-        running_try = (ti_id, writer.try_number)
-        rows = (
-            await event_loop.execute(*_at_once(scope, {key: value}, writer, expires_at, running_try))
-        ).rows
+        running_try = _running_write(scope, key, value, writer, expires_at, ti_id)
+        statements = _at_once(scope, {key: value}, writer, expires_at, running_try)
+        rows = (await event_loop.execute(*statements)).rows
         return _written_at_once(scope, {key: value}, rows, running_try)[key][1]
 
     def set(self, scope: StateScope, key: str, value: str, *, session: Any = None) -> None:
