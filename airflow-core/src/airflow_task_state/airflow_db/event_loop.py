@@ -92,6 +92,7 @@ async def dispose() -> None:
         await engine.dispose()
 
 
+@cache  # imported on first use: a process that never serves a plain request never imports asyncpg
 def _lost_errors() -> tuple[type[BaseException], ...]:
     import asyncpg
 
@@ -107,6 +108,13 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
         asyncpg.CrashShutdownError,
         asyncpg.CannotConnectNowError,
     )
+
+
+@cache
+def _postgres_error() -> type[Exception]:
+    import asyncpg
+
+    return asyncpg.PostgresError
 
 
 async def execute(statement: Executable | tuple[Executable, ...], values: dict[str, Any]) -> Outcome:
@@ -126,8 +134,6 @@ async def execute(statement: Executable | tuple[Executable, ...], values: dict[s
 
 async def _fetched(engine: AsyncEngine, sent: list[tuple[str, Any]]) -> tuple[list[Any], int]:
     """The rows of the last of the statements *sent* (SQL, parameters), and their number."""
-    import asyncpg
-
     lost = _lost_errors()
     for last in (False, True):
         try:
@@ -150,7 +156,7 @@ async def _fetched(engine: AsyncEngine, sent: list[tuple[str, Any]]) -> tuple[li
             if last:
                 raise _unavailable(sent[-1][0], error) from error
             continue
-        except asyncpg.PostgresError as error:
+        except _postgres_error() as error:
             connection.close()
             raise DBAPIError(sent[-1][0], None, error, hide_parameters=True) from error
         except BaseException:  # cancelled mid-statement: the connection's state is unknown
