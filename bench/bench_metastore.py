@@ -11,6 +11,10 @@ versions and writers beside them), it measures instead Airflow 3.3.2's own ``Met
 against this package's backend, on the same tables: ``--airflow33`` runs it with the Python of the
 cached Airflow 3.3.2 environment (``dev/state_testing/airflow33.py``, this tree's distributions in it).
 
+On PostgreSQL, on Airflow 3.2, it also measures the state API's calls on the event loop (a
+running try's versioned read and its set that checks the try, ``[state] event_loop_statements``)
+against the same statements on one open asyncpg connection, in one coroutine per round.
+
 On MariaDB (``--db mysql``), on Airflow 3.2, it also measures the two write paths side by side:
 RETURNING, which MariaDB 10.5+ takes, and LAST_INSERT_ID, which MySQL 8 takes (forced here, as no
 MySQL server runs on this machine): set, increment, write(if_version=0) of a new key and a 10-key
@@ -22,9 +26,12 @@ set_many.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import statistics
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,6 +136,82 @@ def run(args) -> None:
         floor, ours = by_side["floor"], by_side["backend"]
         goal = f">= {TARGETS[op]}" if args.db == "postgres" else ""
         print(f"{op:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}{goal:>8}")
+    if args.db == "postgres":
+        asyncio.run(on_the_event_loop(args))
+
+
+async def on_the_event_loop(args) -> None:
+    """The state API's calls on the event loop against the same statements on one asyncpg connection."""
+    import asyncpg
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow_shared.state import StateWriter, TaskScope
+    from airflow_task_state.airflow_db import event_loop
+    from airflow_task_state.airflow_db.engine import compiled_for
+    from airflow_task_state.metastore import MetastoreStateBackend
+    from airflow_task_state.metastore import operations as op
+    from sqlalchemy import insert, select
+
+    with create_session() as session:
+        session.execute(
+            insert(TaskInstance).values(
+                dag_id="bench",
+                run_id="run",
+                task_id="running",
+                map_index=-1,
+                pool="default_pool",
+                state="running",
+                try_number=1,
+            )
+        )
+        ti_id = str(session.scalar(select(TaskInstance.id).where(TaskInstance.task_id == "running")))
+    scope, backend = TaskScope("bench", "run", "running"), MetastoreStateBackend()
+    writer = StateWriter.task_try("bench", "run", "running", -1, 1)
+    keys = [f"key_{i % 100}" for i in range(args.ops)]
+    # The floor's statements and parameters, compiled and converted before the clock starts.
+    engine = event_loop._engine().engine
+
+    def write_operation(i: int):  # the one statement of the backend's write
+        return next(op.write_while_running(scope, keys[i], f"value-{i}", writer, None, ti_id))
+
+    write, read = write_operation(0).statement.returning, op.get_versioned(scope, keys[0]).statement
+    compiled_write, compiled_read = compiled_for(write, engine.dialect), compiled_for(read, engine.dialect)
+    write_params = [compiled_write.parameters(write_operation(i).values) for i in range(args.ops)]
+    read_params = [compiled_read.parameters(op.get_versioned(scope, k).values) for k in keys]
+    connection = await asyncpg.connect(settings.SQL_ALCHEMY_CONN.replace("postgresql+psycopg2", "postgresql"))
+
+    async def floor_set(i: int) -> None:
+        await connection.fetch(compiled_write.sql, *write_params[i])
+
+    async def floor_get(i: int) -> None:
+        await connection.fetch(compiled_read.sql, *read_params[i])
+
+    sides = {
+        "set": {
+            "floor": floor_set,
+            "backend": lambda i: backend.write_while_running_on_event_loop(
+                scope, keys[i], f"value-{i}", writer, None, ti_id
+            ),
+        },
+        "get": {"floor": floor_get, "backend": lambda i: backend.get_versioned_on_event_loop(scope, keys[i])},
+    }
+    samples: dict[str, dict[str, list[float]]] = {name: {"floor": [], "backend": []} for name in sides}
+    for round_ in range(args.rounds + 1):  # the first round warms both sides up, unrecorded
+        for name, by_side in sides.items():
+            for side, call in by_side.items():
+                start = time.perf_counter()
+                for i in range(args.ops):
+                    await call(i)
+                if round_:
+                    samples[name][side].append(args.ops / (time.perf_counter() - start))
+    await connection.close()
+    await event_loop.dispose()
+    print(f"\nOn the event loop (asyncpg), {args.rounds} rounds x {args.ops} ops, medians")
+    print(f"{'op':<5}{'floor ops/s':>14}{'backend ops/s':>16}{'ratio':>8}")
+    for name, by_side in samples.items():
+        floor, ours = statistics.median(by_side["floor"]), statistics.median(by_side["backend"])
+        print(f"{name:<5}{floor:>14.0f}{ours:>16.0f}{ours / floor:>8.2f}")
 
 
 def beside_airflow33(args) -> None:

@@ -49,15 +49,16 @@ def on_the_loop(monkeypatch):
 
 
 def prepared_statements(api) -> int:
-    """How many statements the state API's pooled connection holds prepared on the server."""
+    """How many statements the state API's connection holds prepared on the server."""
     from airflow_task_state.airflow_db import event_loop
 
     async def count() -> int:
-        connection = await event_loop._engine().engine.raw_connection()
+        engine = event_loop._engine()
+        connection = await engine.connection()  # the one the requests used
         try:
             return await connection.driver_connection.fetchval("SELECT count(*) FROM pg_prepared_statements")
         finally:
-            connection.close()
+            engine.done(connection)
 
     return api.portal.call(count)
 
@@ -151,3 +152,32 @@ def test_writes_through_a_database_restart_are_503_or_stored_never_500(api, runn
     last_acknowledged = max(number for _, number, response in answers if response.status_code == 200)
     stored = api.get(**at(running, "through_restart"), headers=headers).json()["value"]
     assert stored == last_acknowledged
+
+
+def test_the_api_servers_lifespan_keeps_a_connection_while_it_lasts_and_closes_it_at_its_end(
+    running, session_key, monkeypatch
+):
+    """On Airflow's whole app, as `airflow api-server` serves it: no connection is left open at exit."""
+    from airflow.api_fastapi.app import create_app
+    from airflow_task_state import plugin
+    from airflow_task_state.airflow_db import event_loop
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "a-test-secret-of-airflows-own-tokens")
+    monkeypatch.setenv("AIRFLOW__STATE__FREEZE_GC_AFTER_STARTUP", "False")
+    monkeypatch.setattr(plugin.STATE_API, "_serving", False)
+    headers, url = auth(running), f"/state/task-instances/{running.ti_id}/value"
+    with TestClient(create_app()) as airflow:
+        for n in range(5):  # after the first, on the event loop: one connection, kept between statements
+            written = airflow.put(url, params={"key": "job"}, json={"value": n}, headers=headers)
+            assert written.status_code == 200
+        assert airflow.get(url, params={"key": "job"}, headers=headers).json()["value"] == 4
+        pool = airflow.portal.call(_pool_of_the_loop)
+        assert pool.checkedout() == 1
+    assert pool.checkedout() == 0 and event_loop._cached is None
+
+
+async def _pool_of_the_loop():
+    from airflow_task_state.airflow_db import event_loop
+
+    return event_loop._engine().engine.sync_engine.pool

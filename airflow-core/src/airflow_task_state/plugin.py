@@ -88,7 +88,9 @@ class StateApiAtStart:
     does not wait for it (0.5 to 1 s on a busy machine), and collects and freezes the heap there
     (``[state] freeze_gc_after_startup``); and at the lifespan, with
     ``[state] serve_task_requests_first``, it puts the task routes before Airflow's middleware
-    (see ``api/task_requests_first.py``). It passes every request on untouched.
+    (see ``api/task_requests_first.py``), and it follows the lifespan so that the connections of
+    the statements on the event loop are kept while it lasts and closed as it ends
+    (``airflow_db/event_loop.py``). It passes every request on untouched.
     """
 
     def __init__(self, app: Any) -> None:
@@ -96,14 +98,32 @@ class StateApiAtStart:
         threading.Thread(target=_build_state_api, name="state-api-build", daemon=True).start()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan" and config.serve_task_requests_first():
-            from airflow_task_state.api.task_requests_first import serve_task_requests_first
+        if scope["type"] == "lifespan":
+            if config.serve_task_requests_first():
+                from airflow_task_state.api.task_requests_first import serve_task_requests_first
 
-            if not serve_task_requests_first(scope.get("app"), STATE_API):
-                log.warning(
-                    "Task state requests go through Airflow's middleware: the state API's mount was not found"
-                )
+                if not serve_task_requests_first(scope.get("app"), STATE_API):
+                    log.warning(
+                        "Task state requests go through Airflow's middleware: the state API's mount "
+                        "was not found"
+                    )
+            receive = _following_the_lifespan(receive)
         await self.app(scope, receive, send)
+
+
+def _following_the_lifespan(receive: Any) -> Any:
+    """*receive* of a lifespan, which starts and ends what the statements on the event loop keep."""
+    from airflow_task_state.airflow_db import event_loop
+
+    async def received() -> Any:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            event_loop.serve_here()
+        elif message["type"] == "lifespan.shutdown":
+            await event_loop.dispose()
+        return message
+
+    return received
 
 
 def _build_state_api() -> None:

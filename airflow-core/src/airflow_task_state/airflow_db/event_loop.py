@@ -25,7 +25,7 @@ import asyncio
 import os
 from contextlib import nullcontext
 from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from airflow import settings
 from airflow.configuration import conf
@@ -41,17 +41,71 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 
-class _Engine(NamedTuple):
-    engine: AsyncEngine
-    #: At most as many statements at once as the pool keeps connections: past that, SQLAlchemy's
-    #: pool opens connections it closes as soon as they are returned, and under load every request
-    #: would wait for a new connection (``bench_load.py`` at 20 clients: 650 requests/s, not 1,400+).
-    #: A statement takes a fraction of a millisecond: a few connections serve hundreds of requests.
-    statements: asyncio.Semaphore | nullcontext[None]
+class _Engine:
+    """The engine of one event loop, and the connections it keeps between statements."""
+
+    def __init__(self, engine: AsyncEngine, keep: bool) -> None:
+        self.engine = engine
+        pool = engine.sync_engine.pool
+        kept = pool.size() if isinstance(pool, QueuePool) else 0  # else a pool of a deployer's choice
+        # At most as many statements at once as the pool keeps connections: past that,
+        # SQLAlchemy's pool opens connections it closes as soon as they come back, and under load
+        # every request would wait for a new one (bench_load.py at 20 clients: 650 requests/s,
+        # not 2,100). A statement takes a fraction of a millisecond: a few connections serve
+        # hundreds of requests.
+        self.statements: asyncio.Semaphore | nullcontext[None] = (
+            asyncio.Semaphore(kept) if kept else nullcontext()
+        )
+        # Connections taken from the pool once and kept for the next statement: a checkout and its
+        # return cost 35 µs, a sixth of a read. At most as many as the pool keeps (the semaphore),
+        # and only on a server's loop (*keep*), whose end closes them (see serve_here). With a pool
+        # of the deployer's choice (NullPool, for one) each goes back after its statement.
+        self._idle: list[Any] | None = [] if kept and keep else None
+
+    async def connection(self) -> Any:
+        """A connection of the pool (SQLAlchemy's proxy) for one statement, or one transaction."""
+        return self._idle.pop() if self._idle else await self.engine.raw_connection()
+
+    def done(self, connection: Any) -> None:
+        """*connection*, whose statement ended (run or refused by the server), kept or given back."""
+        if self._idle is not None:
+            self._idle.append(connection)
+        else:
+            connection.close()
+
+    async def replace(self) -> None:
+        """After a lost connection: every connection is a new one from now on (a restart kills them all)."""
+        for connection in self._take_idle():
+            connection.invalidate()
+        await self.engine.dispose()
+
+    async def close(self) -> None:
+        for connection in self._take_idle():
+            connection.close()
+        await self.engine.dispose()
+
+    def _take_idle(self) -> list[Any]:
+        idle = self._idle or []
+        if self._idle is not None:
+            self._idle = []
+        return idle
 
 
 # (pid, event loop) the engine serves: asyncpg's connections belong to the loop that opened them.
 _cached: tuple[tuple[int, asyncio.AbstractEventLoop], _Engine] | None = None
+# The loop of the server whose lifespan has started (serve_here), until it ends (dispose).
+_served: asyncio.AbstractEventLoop | None = None
+
+
+def serve_here() -> None:
+    """
+    As a server's lifespan starts, on its loop: the engine there keeps connections between
+    statements, and :func:`dispose` closes them as the lifespan ends. Elsewhere (``dag.test()``'s
+    in-process API, which has no lifespan) each goes back to the pool after its statement, so that
+    none is left open for the garbage collector at exit.
+    """
+    global _served
+    _served = asyncio.get_running_loop()
 
 
 def available() -> bool:
@@ -77,19 +131,20 @@ def _engine() -> _Engine:
     assert url is not None, "only where available()"
     connect_args = conf.getimport("database", "sql_alchemy_connect_args_async", fallback=None) or {}
     engine = settings.create_async_metadata_engine(url, connect_args=connect_args)
-    pool = engine.sync_engine.pool
-    kept = pool.size() if isinstance(pool, QueuePool) else 0  # else a pool of a deployer's choice
-    built = _Engine(engine, asyncio.Semaphore(kept) if kept > 0 else nullcontext())
+    built = _Engine(engine, keep=owner[1] is _served)
     _cached = (owner, built)
     return built
 
 
 async def dispose() -> None:
-    """Close the pooled connections of the running loop's engine (as the state API's app shuts down)."""
-    global _cached
-    if _cached is not None and _cached[0] == (os.getpid(), asyncio.get_running_loop()):
-        engine, _cached = _cached[1].engine, None
-        await engine.dispose()
+    """Close the connections of the running loop's engine (as a server's lifespan ends)."""
+    global _cached, _served
+    loop = asyncio.get_running_loop()
+    if _served is loop:
+        _served = None
+    if _cached is not None and _cached[0] == (os.getpid(), loop):
+        engine, _cached = _cached[1], None
+        await engine.close()
 
 
 @cache  # imported on first use: a process that never serves a plain request never imports asyncpg
@@ -124,20 +179,20 @@ async def execute(statement: Executable | tuple[Executable, ...], values: dict[s
     of statements runs in one transaction (asyncpg sends each on its own), the last one's rows
     returned: run twice, it too must give the same result.
     """
-    engine, statements = _engine()
+    engine = _engine()
     every = statement if isinstance(statement, tuple) else (statement,)
-    compiled = [compiled_for(each, engine.dialect) for each in every]
+    compiled = [compiled_for(each, engine.engine.dialect) for each in every]
     sent = [(each.sql, each.parameters(values)) for each in compiled]
-    async with statements:
+    async with engine.statements:
         return compiled[-1].outcome(*await _fetched(engine, sent))
 
 
-async def _fetched(engine: AsyncEngine, sent: list[tuple[str, Any]]) -> tuple[list[Any], int]:
+async def _fetched(engine: _Engine, sent: list[tuple[str, Any]]) -> tuple[list[Any], int]:
     """The rows of the last of the statements *sent* (SQL, parameters), and their number."""
     lost = _lost_errors()
     for last in (False, True):
         try:
-            connection = await engine.raw_connection()
+            connection = await engine.connection()
         except lost as error:  # the server cannot be reached: a retry would wait for nothing
             raise _unavailable(sent[-1][0], error) from error
         driver_connection: Any = connection.driver_connection  # asyncpg's, as SQLAlchemy opened it
@@ -150,19 +205,17 @@ async def _fetched(engine: AsyncEngine, sent: list[tuple[str, Any]]) -> tuple[li
                         rows = await driver_connection.fetch(sql, *parameters)
         except lost as error:
             connection.invalidate(error)
-            # After a restart every pooled connection is dead: the retry, and every later
-            # statement, gets a new one.
-            await engine.dispose()
+            await engine.replace()  # the retry, and every later statement, gets a new connection
             if last:
                 raise _unavailable(sent[-1][0], error) from error
             continue
         except _postgres_error() as error:
-            connection.close()
+            engine.done(connection)
             raise DBAPIError(sent[-1][0], None, error, hide_parameters=True) from error
         except BaseException:  # cancelled mid-statement: the connection's state is unknown
             connection.invalidate()
             raise
-        connection.close()
+        engine.done(connection)
         return rows, len(rows)
     raise AssertionError("unreachable")
 

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    # Runs where the state API is an app of its own (tests, dag.test()); mounted in Airflow's app, the
-    # engine lives as long as the API server's event loop.
+    # Runs where the state API is an app of its own (tests); mounted in Airflow's app, the plugin's
+    # root middleware follows Airflow's lifespan instead.
+    event_loop.serve_here()
     yield
     await event_loop.dispose()
 
