@@ -169,6 +169,7 @@ async def on_the_event_loop(args) -> None:
     scope, backend = TaskScope("bench", "run", "running"), MetastoreStateBackend()
     writer = StateWriter.task_try("bench", "run", "running", -1, 1)
     keys = [f"key_{i % 100}" for i in range(args.ops)]
+    event_loop.serve_here()  # as the API server does: connections kept between statements
     # The floor's statements and parameters, compiled and converted before the clock starts.
     engine = event_loop._engine().engine
 
