@@ -13,10 +13,12 @@ The engine is built as Airflow builds its own async engine, by ``create_async_me
 (by default derived from ``sql_alchemy_conn``) and ``sql_alchemy_connect_args_async``: behind
 PgBouncer in transaction mode before 1.21, ``statement_cache_size: 0`` there serves both.
 
-As in :mod:`.engine`: one autocommitted statement, no ping. Only statements that give the same
-result run twice come here (a read, a plain write), so one whose connection is lost runs once more
-on a fresh connection; a second loss raises an error that says the database is unavailable (503).
-Every other statement, and every other database, stays on :mod:`.engine` in a thread.
+As in :mod:`.engine`: one autocommitted statement (or, for a set on Airflow 3.3, a transaction of
+two), no ping. Only statements that give the same result run twice come here (a read, a plain
+write), so one whose connection is lost runs once more on a fresh connection; a second loss raises
+an error that says the database is unavailable (503). Every other statement, and every other
+database, stays on :mod:`.engine` in a thread. On a server's loop the connections are kept between
+statements and closed as the server's lifespan ends (:func:`serve_here`, :func:`dispose`).
 """
 
 from __future__ import annotations
