@@ -91,7 +91,8 @@ def test_without_asyncpgs_statement_cache_nothing_stays_prepared(api, running, m
     )
     from airflow_task_state.airflow_db import event_loop
 
-    api.portal.call(event_loop.dispose)  # the next request builds the engine with these arguments
+    api.portal.call(event_loop.dispose)  # the next request builds the engine with these arguments,
+    api.portal.call(event_loop.serve_here)  # still on the server's loop, as the app's lifespan said
     headers = auth(running)
     for n in range(3):
         assert api.put(**at(running, "job"), json={"value": n}, headers=headers).status_code == 200

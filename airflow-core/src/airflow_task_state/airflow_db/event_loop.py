@@ -150,13 +150,14 @@ async def dispose() -> None:
 
 
 @cache  # imported on first use: a process that never serves a plain request never imports asyncpg
-def _lost_errors() -> tuple[type[BaseException], ...]:
+def _asyncpg_errors() -> tuple[tuple[type[BaseException], ...], type[Exception]]:
+    """What asyncpg raises for a lost connection, and for a statement the server refused."""
     import asyncpg
 
     # A connection that is gone, or a server that cannot serve it now (restarting, shutting down,
     # in recovery): SQLSTATE class 08, 57P01-57P03. asyncpg refuses to use a connection whose
     # server ended it while it was idle (InternalClientError: "another operation is in progress").
-    return (
+    lost = (
         OSError,
         asyncpg.InterfaceError,
         asyncpg.InternalClientError,
@@ -165,13 +166,7 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
         asyncpg.CrashShutdownError,
         asyncpg.CannotConnectNowError,
     )
-
-
-@cache
-def _postgres_error() -> type[Exception]:
-    import asyncpg
-
-    return asyncpg.PostgresError
+    return lost, asyncpg.PostgresError
 
 
 async def execute(statement: Executable | tuple[Executable, ...], values: dict[str, Any]) -> Outcome:
@@ -191,7 +186,7 @@ async def execute(statement: Executable | tuple[Executable, ...], values: dict[s
 
 async def _fetched(engine: _Engine, sent: list[tuple[str, Any]]) -> tuple[list[Any], int]:
     """The rows of the last of the statements *sent* (SQL, parameters), and their number."""
-    lost = _lost_errors()
+    lost, refused = _asyncpg_errors()
     for last in (False, True):
         try:
             connection = await engine.connection()
@@ -211,7 +206,7 @@ async def _fetched(engine: _Engine, sent: list[tuple[str, Any]]) -> tuple[list[A
             if last:
                 raise _unavailable(sent[-1][0], error) from error
             continue
-        except _postgres_error() as error:
+        except refused as error:
             engine.done(connection)
             raise DBAPIError(sent[-1][0], None, error, hide_parameters=True) from error
         except BaseException:  # cancelled mid-statement: the connection's state is unknown

@@ -113,18 +113,15 @@ async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteB
     scope = known_scope(claims, claims.ti_id)
     if scope is None:
         return None
-    writer = writer_of(claims)
     try:
         written = await manage.put_on_event_loop(
-            scope, key, body.text, ttl=body.ttl, writer=writer, ti_id=claims.ti_id
+            scope, key, body.text, ttl=body.ttl, writer=writer_of(claims), ti_id=claims.ti_id
         )
     except TryNotRunning:
         return None
-    return (
-        None
-        if written is None
-        else answer(StateWriteResponse.model_construct(key=key, version=written.version))
-    )
+    if written is None:
+        return None
+    return answer(StateWriteResponse.model_construct(key=key, version=written.version))
 
 
 def write_value(

@@ -45,10 +45,10 @@ def _async(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T
 
 
 def _on_event_loop(build: Callable[..., Work[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
-    """The method that runs what *build* makes of its arguments on the event loop (op.on_event_loop)."""
+    """The method that runs what *build* makes of its arguments on the event loop (op.drive_on_event_loop)."""
 
     async def method(self: MetastoreStateBackend, *args: Any, **kwargs: Any) -> T:
-        return await op.on_event_loop(build(*args, **kwargs))
+        return await op.drive_on_event_loop(build(*args, **kwargs))
 
     return method
 

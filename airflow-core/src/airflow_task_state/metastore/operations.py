@@ -621,7 +621,7 @@ async def adrive(work: Work[T], session: AsyncSession | None, path: WritePath | 
     return await _adrive(work, lambda operation: arun(operation, session, path))
 
 
-async def on_event_loop(work: Work[T]) -> T:
+async def drive_on_event_loop(work: Work[T]) -> T:
     """
     Run *work* on the API server's event loop (:mod:`~airflow_task_state.airflow_db.event_loop`,
     where it is available): each operation one statement that returns rows and may run twice,
