@@ -1069,13 +1069,14 @@ def resolved_by_fastapi(monkeypatch) -> list[str]:
     return resolved
 
 
-def test_a_plain_get_or_set_is_read_by_its_route_and_answers_as_fastapi_would(
+def test_a_plain_get_or_set_is_served_before_routing_and_answers_as_fastapi_would(
     api, running, resolved_by_fastapi
 ):
     """
-    A task's get and set of one key, with its bearer credential and the key alone, skip FastAPI's
-    resolution of the route (half of such a request's cost); the same request with one more query
-    parameter (which the route ignores) is resolved by FastAPI, and answers alike, refusals included.
+    A task's get and set of one key, with its bearer credential and the key alone, skip the app's
+    routing and FastAPI's resolution of the route (more than half of such a request's cost); the
+    same request with one more query parameter (which the route ignores) is resolved by FastAPI, and
+    answers alike, refusals included.
     """
     headers, key = {"authorization": auth(running)["Authorization"].replace("Bearer", "bearer")}, "a b+c/ü%"
 

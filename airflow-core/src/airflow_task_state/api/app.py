@@ -15,6 +15,7 @@ from airflow_task_state.api.credential_headers import IssuedCredentialHeaders
 from airflow_task_state.api.errors import EXCEPTION_HANDLERS
 from airflow_task_state.api.handshake import router as handshake_router
 from airflow_task_state.api.operator.routes import router as operator_router
+from airflow_task_state.api.plain_requests import PlainTaskValues
 from airflow_task_state.api.request_checks import json_declared, plain_path_parameters
 from airflow_task_state.api.routes import router
 from airflow_task_state.api.staged_routes import router as staged_router
@@ -55,6 +56,8 @@ def create_app() -> FastAPI:
     for included in (handshake_router, router, staged_router, operator_router, ui_router):
         app.include_router(included)
     app.add_middleware(IssuedCredentialHeaders)
+    # Added last, so outermost: a plain request of task code skips the rest (see plain_requests.py).
+    app.add_middleware(PlainTaskValues, handlers=app.exception_handlers)
     return app
 
 

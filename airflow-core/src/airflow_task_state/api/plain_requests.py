@@ -1,21 +1,24 @@
 """
-A task's get or set of one key of its own state, the requests task code sends most, read by the
-route itself when they are plain: a bearer credential, the task instance it names in the path, the
-``key`` parameter alone. FastAPI's resolution of the route's dependencies (the credential, the key,
-the body, the query parameters) costs more than the rest of such a request; any other request, a
-refusal's included, goes through it as before and is answered exactly as the route documents.
+A task's get or set of one key of its own state, the requests task code sends most, served in front
+of the state app's routing when they are plain: a bearer credential, the task instance it names in
+the path, the ``key`` parameter alone. The app's routing (a scan of its routes, its middleware) and
+FastAPI's resolution of the route's dependencies (the credential, the key, the body, the query
+parameters) cost more than the rest of such a request. A plain request gets the answer its route
+would give, from the same functions, refusals through the app's own exception handlers; any other
+request goes to the app as before and is answered exactly as the route documents.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import jwt
 from airflow_shared.state import validate_key
 from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from airflow_task_state.api.authentication import verified_claims
 from airflow_task_state.api.credentials import TaskInstanceClaims
@@ -27,20 +30,39 @@ from airflow_task_state.api.one_key import (
     write_value,
 )
 from airflow_task_state.api.params import query_text, write_body
-from airflow_task_state.protocol import KEY_PARAMETER
+from airflow_task_state.protocol import KEY_PARAMETER, TASK_PREFIX, VALUE
 
 _KEY_FIELD = KEY_PARAMETER.encode()
+# The path of a task's value, below the state app: /task-instances/<its id>/value.
+_BEFORE_ID, _AFTER_ID = TASK_PREFIX.partition("{task_instance_id}")[::2]
+_AFTER_ID += VALUE
+
+# An exception handler of Starlette's: FastAPI's defaults and ours are coroutines.
+Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 
 
-def plain_request(request: Request) -> tuple[TaskInstanceClaims, str] | None:
+def plain_request(scope: Mapping[str, Any]) -> tuple[TaskInstanceClaims, str] | None:
     """
-    The claims of a valid bearer credential for the task instance in the path, and the valid key of
-    a query string that holds nothing else; ``None`` for any other request. Nothing is refused here:
-    FastAPI's resolution of the route answers what is not plain, with the route's own refusals.
+    The claims of a valid bearer credential for the task instance in the path of an HTTP get or set
+    of its value, and the valid key of a query string that holds nothing else; ``None`` for any other
+    request. Nothing is refused here: the app's routing answers what is not plain, with the route's
+    own refusals.
     """
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    field, _, value = request.scope["query_string"].partition(b"=")
-    if scheme.lower() != "bearer" or field != _KEY_FIELD or b"&" in value:
+    if scope["method"] not in _SERVE:
+        return None
+    path = scope["path"].removeprefix(scope.get("root_path", ""))
+    task_instance_id = path.removeprefix(_BEFORE_ID).removesuffix(_AFTER_ID)
+    if len(task_instance_id) + len(_BEFORE_ID) + len(_AFTER_ID) != len(path):
+        return None
+    field, _, value = scope["query_string"].partition(b"=")
+    if field != _KEY_FIELD or b"&" in value:
+        return None
+    # A scope's headers are lower-cased names; a plain request has one Authorization header.
+    authorization = [header for name, header in scope["headers"] if name == b"authorization"]
+    if len(authorization) != 1:
+        return None
+    scheme, _, token = authorization[0].decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer":
         return None
     try:
         key = query_text(value)
@@ -48,9 +70,7 @@ def plain_request(request: Request) -> tuple[TaskInstanceClaims, str] | None:
         claims = verified_claims(token)
     except (ValueError, TypeError, jwt.InvalidTokenError):  # UnicodeDecodeError is a ValueError
         return None
-    if claims.ti_id != request.path_params.get("task_instance_id"):
-        return None
-    return claims, key
+    return (claims, key) if claims.ti_id == task_instance_id else None
 
 
 async def _read(request: Request, claims: TaskInstanceClaims, key: str) -> Response:
@@ -66,15 +86,42 @@ async def _write(request: Request, claims: TaskInstanceClaims, key: str) -> Resp
     return await run_in_threadpool(write_value, task_instance_access(claims, claims.ti_id), claims, key, body)
 
 
-class PlainTaskValueRoute(APIRoute):
-    """The task's get or set of one key (by its method), which serves its plain requests itself."""
+_SERVE = {"GET": _read, "PUT": _write}
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        resolved = super().get_route_handler()
-        serve = _write if "PUT" in self.methods else _read
 
-        async def plain_first(request: Request) -> Response:
-            plain = plain_request(request)
-            return await resolved(request) if plain is None else await serve(request, *plain)
+def handler_of(handlers: Mapping[Any, Handler], error: Exception) -> Handler | None:
+    """The handler Starlette's exception middleware would give *error*: by status code, then by class."""
+    if isinstance(error, HTTPException) and error.status_code in handlers:
+        return handlers[error.status_code]
+    return next((handlers[kind] for kind in type(error).__mro__ if kind in handlers), None)
 
-        return plain_first
+
+class PlainTaskValues:
+    """
+    ASGI middleware of the state app, outermost but for Starlette's last resort against errors (a
+    500): it serves a task's plain get or set of one key itself and passes every other request on.
+    *handlers*: the app's exception handlers, FastAPI's defaults among them.
+    """
+
+    def __init__(self, app: Any, handlers: Mapping[Any, Handler]) -> None:
+        self.app = app
+        self.handlers = handlers
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:  # the credential's check too: a misconfigured API server answers so (503)
+            plain = plain_request(scope)
+            response = None if plain is None else await _SERVE[scope["method"]](request, *plain)
+        except Exception as error:
+            handler = handler_of(self.handlers, error)
+            if handler is None:
+                raise
+            handled = handler(request, error)
+            response = await handled if inspect.isawaitable(handled) else handled
+        if response is None:
+            await self.app(scope, receive, send)
+        else:
+            await response(scope, receive, send)

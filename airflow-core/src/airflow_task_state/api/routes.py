@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 from airflow_shared.state import AssetScope
 from fastapi import APIRouter, Depends, Query, Response
-from fastapi.routing import APIRoute
 
 from airflow_task_state import codec, expiry, manage
 from airflow_task_state.api.asset_declarations import declared_asset_id
@@ -40,7 +39,6 @@ from airflow_task_state.api.one_key import (
     writer_of,
 )
 from airflow_task_state.api.params import IfVersion, Key, KeysBody, NewIncrement, NewValues, NewWrite
-from airflow_task_state.api.plain_requests import PlainTaskValueRoute
 from airflow_task_state.api.task_instance_checks import check_task_instance
 from airflow_task_state.configured_backend import get_state_backend
 from airflow_task_state.protocol import (
@@ -87,8 +85,6 @@ class ScopeKind:
     reads: str
     writes: str
     default_ttl: str
-    # The route class of a get and a set of one key.
-    one_key_route: type[APIRoute] = APIRoute
 
 
 TASK = ScopeKind(
@@ -100,7 +96,6 @@ TASK = ScopeKind(
     reads="",
     writes="; only the running try the credential names may",
     default_ttl="Without `ttl` the key expires after `[state] default_task_retention`.",
-    one_key_route=PlainTaskValueRoute,
 )
 ASSET = ScopeKind(
     name="asset",
@@ -146,7 +141,6 @@ def _state_routes(kind: ScopeKind) -> None:
         kind.prefix + VALUE,
         get_state,
         methods=["GET"],
-        route_class_override=kind.one_key_route,
         responses={404: {"description": "No such key (`key_not_found`)"}, **errors},
         name=f"get_{the}_state",
         description=f"The value stored under `key` in {state}, with its version{kind.reads}.",
@@ -162,7 +156,6 @@ def _state_routes(kind: ScopeKind) -> None:
         kind.prefix + VALUE,
         set_state,
         methods=["PUT"],
-        route_class_override=kind.one_key_route,
         responses={**errors, **CONFLICT_DOCUMENTED, **UNSUPPORTED_DOCUMENTED},
         openapi_extra=WRITE_BODY,
         name=f"set_{the}_state",
