@@ -1,7 +1,7 @@
 """
 Reading and writing one key of a scope, the calls task code makes most: what the get, set and
-increment routes answer, whether FastAPI resolved the request (:mod:`.routes`) or a plain one was served before
-the app's routing (:mod:`.plain_requests`).
+increment routes answer, whether FastAPI resolved the request (:mod:`.routes`) or a plain one was
+served before the app's routing (:mod:`.plain_requests`).
 """
 
 from __future__ import annotations
