@@ -1139,3 +1139,43 @@ def test_any_other_get_or_set_is_resolved_by_fastapi_and_refused_as_the_route_sa
     assert (written.status_code, read.status_code) == statuses
     if reason is not None:
         assert detail(written)["reason"] == detail(read)["reason"] == reason
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        pytest.param("/task-instances/{ti}/x/value", 404, id="a-segment-more"),
+        pytest.param("/task-instances/{ti}/value/", 307, id="a-trailing-slash"),  # Starlette's redirect
+        pytest.param("/task-instances/value", 404, id="no-task-instance"),
+        pytest.param("/state/task-instances/{ti}/value", 404, id="under-another-prefix"),
+    ],
+)
+def test_a_path_beside_a_tasks_value_is_left_to_the_router(api, running, path, status):
+    """Only the value's own path is served before routing: a credential naming the task instance
+    in another path gets what the router answers, never the value."""
+    api.put(**at(running), json={"value": "kept"}, headers=auth(running))
+    url = path.format(ti=running.ti_id)
+    for method, body in (("GET", None), ("PUT", {"value": "other"})):
+        answered = api.request(
+            method, url, params={"key": "k"}, json=body, headers=auth(running), follow_redirects=False
+        )
+        assert answered.status_code == status, (method, answered.text)
+    assert api.get(**at(running), headers=auth(running)).json()["value"] == "kept"
+
+
+def test_an_unexpected_error_of_a_plain_request_is_a_500_as_the_routes(
+    session_key, running, plain_backend, monkeypatch
+):
+    """A plain request's error that no exception handler of the app knows (a backend's bug) is
+    Starlette's 500, as on the route: never a hang, never an answer that looks like a value."""
+    from airflow_task_state.api.app import create_app
+
+    def broken(scope, key, *, session=None):
+        raise RuntimeError("a bug in a backend")
+
+    monkeypatch.setattr(plain_backend, "get", broken)
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        plain = client.get(**at(running), headers=auth(running))
+        resolved = client.get(**at(running) | {"params": {"key": "k", "x": "1"}}, headers=auth(running))
+    assert plain.status_code == resolved.status_code == 500
+    assert plain.text == resolved.text == "Internal Server Error"
