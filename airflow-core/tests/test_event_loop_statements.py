@@ -65,7 +65,7 @@ def prepared_statements(api) -> int:
 
 def test_plain_gets_and_sets_run_on_the_event_loop_prepared_once(api, running, on_the_loop):
     headers = auth(running)
-    # The try's first requests check its task instance in a thread; the rest need no check there.
+    # The try's first set checks its task instance in a thread; the rest need no check there.
     assert api.get(**at(running, "first"), headers=headers).status_code == 404
     assert api.put(**at(running, "first"), json={"value": 0}, headers=headers).status_code == 200
     assert api.get(**at(running, "first"), headers=headers).json()["value"] == 0
@@ -82,6 +82,45 @@ def test_plain_gets_and_sets_run_on_the_event_loop_prepared_once(api, running, o
     assert all("task_instance" in sql for sql in on_the_loop[:5]), "a set checks its try in its statement"
     # The read and the write were prepared on the connection once, not once per request.
     assert prepared >= 2 and prepared_statements(api) == prepared
+
+
+def test_a_read_after_a_pause_checks_its_task_instance_on_the_loop(api, running, on_the_loop, monkeypatch):
+    """
+    A task that reads now and then (a job's status every few seconds) finds its last check of its
+    task instance too old to trust: the check runs on the loop as well, no statement in a thread,
+    and refuses a try that a new one superseded, as the thread's check does.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow_task_state.api import task_instance_checks
+    from sqlalchemy import update
+
+    headers = auth(running)
+    monkeypatch.setattr(task_instance_checks, "READ_CHECK_SECONDS", 0.0)  # every check is too old
+    monkeypatch.setattr(task_instance_checks, "_recently_checked", {})  # earlier tests' checks too
+    assert api.put(**at(running, "status"), json={"value": "RUNNING"}, headers=headers).status_code == 200
+    on_the_loop.clear()
+    with autocommit_statements() as anywhere:
+        for _ in range(3):
+            assert api.get(**at(running, "status"), headers=headers).json()["value"] == "RUNNING"
+    assert anywhere == on_the_loop and len(on_the_loop) == 6, anywhere
+    assert all("task_instance" in sql for sql in on_the_loop[::2]), "each read checked, on the loop"
+
+    def superseded(by: int) -> None:
+        with create_session() as session:
+            session.execute(
+                update(TaskInstance)
+                .where(TaskInstance.id == running.ti_id)
+                .values(try_number=running.try_number + by)
+            )
+
+    superseded(by=1)
+    try:
+        refused = api.get(**at(running, "status"), headers=headers)
+        assert refused.status_code == 403 and detail(refused)["reason"] == "forbidden"
+        assert "does not match task instance" in detail(refused)["message"]
+    finally:
+        superseded(by=0)  # the module's other tests share the running try
 
 
 def test_without_asyncpgs_statement_cache_nothing_stays_prepared(api, running, monkeypatch):

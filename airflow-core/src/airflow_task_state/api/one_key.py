@@ -19,7 +19,11 @@ from airflow_task_state.api.credentials import TaskInstanceClaims
 from airflow_task_state.api.datamodels import StateIncrementResponse, StateValueResponse, StateWriteResponse
 from airflow_task_state.api.errors import refusal, refused_as
 from airflow_task_state.api.params import IncrementBody, WriteBody
-from airflow_task_state.api.task_instance_checks import check_task_instance, known_scope, recently_checked
+from airflow_task_state.api.task_instance_checks import (
+    check_for_reading_on_event_loop,
+    check_task_instance,
+    known_scope,
+)
 from airflow_task_state.configured_backend import get_state_backend
 from airflow_task_state.exceptions import TryNotRunning
 from airflow_task_state.protocol import Reason
@@ -92,15 +96,14 @@ def _value_answer(key: str, stored: str | None, version: int | None) -> Response
 
 async def read_on_event_loop(claims: TaskInstanceClaims, key: str) -> Response | None:
     """
-    :func:`read_value` of the credential's task instance, on the event loop: ``None`` when the
-    backend cannot, or when the task instance's last check is more than a second old (checking it
-    is a statement in a thread), and the caller calls :func:`read_value` in a thread.
+    :func:`read_value` of the credential's task instance, on the event loop, its task instance
+    checked there too when its last check is more than a second old; ``None`` when the backend
+    cannot, and the caller calls :func:`read_value` in a thread.
     """
-    scope = recently_checked(claims)
-    read = None if scope is None else manage.on_event_loop(get_state_backend(), "get_versioned")
+    read = manage.on_event_loop(get_state_backend(), "get_versioned")
     if read is None:
         return None
-    return _versioned_answer(key, await read(scope, key))
+    return _versioned_answer(key, await read(await check_for_reading_on_event_loop(claims), key))
 
 
 async def write_on_event_loop(claims: TaskInstanceClaims, key: str, body: WriteBody) -> Response | None:

@@ -13,6 +13,7 @@ from airflow.utils.state import TaskInstanceState
 from airflow_shared.state import TaskScope
 from sqlalchemy import Select
 
+from airflow_task_state.airflow_db import event_loop
 from airflow_task_state.airflow_db.engine import execute
 from airflow_task_state.airflow_db.first_touch import scope_of, task_instance_row
 from airflow_task_state.api.credentials import TaskInstanceClaims
@@ -41,7 +42,23 @@ def check_task_instance(
         )
     if not write and not succeeded and (recent := recently_checked(claims)) is not None:
         return recent
-    row = row_of(task_instance_row(), claims.ti_id)
+    return _checked(claims, row_of(task_instance_row(), claims.ti_id), write=write, succeeded=succeeded)
+
+
+async def check_for_reading_on_event_loop(claims: TaskInstanceClaims) -> TaskScope:
+    """
+    :func:`check_task_instance` of a read, its statement on the event loop when the last check is
+    older than READ_CHECK_SECONDS; only where ``event_loop.available()``. A task that reads now and
+    then (a job's status every few seconds) would otherwise send every read to a thread.
+    """
+    if (recent := recently_checked(claims)) is not None:
+        return recent
+    outcome = await event_loop.execute(task_instance_row(), {"ti_id": UUID(claims.ti_id)})
+    return _checked(claims, _only_row(outcome.rows, claims.ti_id), write=False, succeeded=False)
+
+
+def _checked(claims: TaskInstanceClaims, row: Any, *, write: bool, succeeded: bool) -> TaskScope:
+    """The scope of the task instance *row*, refused as :func:`check_task_instance` says; remembered."""
     dag_id, run_id, task_id, map_index, state, try_number = row[:6]
     if claims != TaskInstanceClaims(claims.ti_id, dag_id, run_id, task_id, map_index, try_number):
         raise forbidden(f"credential does not match task instance {claims.ti_id} and its try {try_number}")
@@ -77,7 +94,10 @@ def known_scope(claims: TaskInstanceClaims, path_ti_id: str) -> TaskScope | None
 def row_of(query: Select[Any], ti_id: str) -> Any:
     """*query*'s row for task instance *ti_id* (a task_instance_row with more columns, or that one)."""
     # One statement on the state engine (autocommit, no pre-ping): this runs on every request.
-    rows = execute(query, {"ti_id": UUID(ti_id)}).rows
+    return _only_row(execute(query, {"ti_id": UUID(ti_id)}).rows, ti_id)
+
+
+def _only_row(rows: list[Any], ti_id: str) -> Any:
     if not rows:
         raise forbidden(
             f"task instance {ti_id} does not exist: its try has ended and a newer one started, "
