@@ -106,21 +106,19 @@ def test_a_read_after_a_pause_checks_its_task_instance_on_the_loop(api, running,
     assert anywhere == on_the_loop and len(on_the_loop) == 6, anywhere
     assert all("task_instance" in sql for sql in on_the_loop[::2]), "each read checked, on the loop"
 
-    def superseded(by: int) -> None:
+    def set_try_number(try_number: int) -> None:
         with create_session() as session:
             session.execute(
-                update(TaskInstance)
-                .where(TaskInstance.id == running.ti_id)
-                .values(try_number=running.try_number + by)
+                update(TaskInstance).where(TaskInstance.id == running.ti_id).values(try_number=try_number)
             )
 
-    superseded(by=1)
+    set_try_number(running.try_number + 1)  # a new try superseded the credential's
     try:
         refused = api.get(**at(running, "status"), headers=headers)
         assert refused.status_code == 403 and detail(refused)["reason"] == "forbidden"
         assert "does not match task instance" in detail(refused)["message"]
     finally:
-        superseded(by=0)  # the module's other tests share the running try
+        set_try_number(running.try_number)  # the module's other tests share the running try
 
 
 def test_without_asyncpgs_statement_cache_nothing_stays_prepared(api, running, monkeypatch):

@@ -1125,12 +1125,16 @@ def test_a_plain_get_or_set_is_served_before_routing_and_answers_as_fastapi_woul
             "invalid_token",
             id="forged",
         ),
+        # A forged second credential beside a valid one: the route reads the first, as ever.
+        pytest.param({"headers": "valid, then forged"}, (200, 200), None, id="authorization-twice"),
     ],
 )
 def test_any_other_get_or_set_is_resolved_by_fastapi_and_refused_as_the_route_says(
     api, running, resolved_by_fastapi, request_, statuses, reason
 ):
     headers = request_.get("headers", auth(running))
+    if headers == "valid, then forged":
+        headers = [("Authorization", auth(running)["Authorization"]), ("Authorization", "Bearer x.y.z")]
     url = f"/task-instances/{request_.get('ti_id', running.ti_id)}/value"
     params = request_.get("params", {"key": "k"})
     written = api.put(url, params=params, json={"value": 1}, headers=headers)

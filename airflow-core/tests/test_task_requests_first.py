@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from the suites they belong to)
 """
 [state] serve_task_requests_first: on Airflow's own app, as `airflow api-server` serves it, task
 code's state requests reach the state API before Airflow's middleware; every other request,
@@ -10,6 +11,13 @@ import uuid
 
 import pytest
 from airflow.api_fastapi.common import http_access_log
+from test_state_api import (  # noqa: F401 (fixtures)
+    auth,
+    exercise_ti,
+    resolved_by_fastapi,
+    running,
+    session_key,
+)
 
 # Runs in the SQLite pass (and on Airflow 3.3): how Airflow's app routes does not depend on the database.
 pytestmark = pytest.mark.any_database
@@ -122,3 +130,24 @@ def test_off_task_requests_go_through_airflows_middleware(
     with airflow_api() as client:
         assert refused_for_its_credential(client.get(TASK_VALUE))
         assert through_airflows_middleware == [root + TASK_VALUE.partition("?")[0]]
+
+
+@pytest.mark.parametrize("first", ["True", "False"], ids=["task requests first", "fork off"])
+def test_a_tasks_plain_requests_on_airflows_app_are_served_before_the_state_apps_routing(
+    monkeypatch, first, airflow_api, session_key, running, resolved_by_fastapi
+):
+    """
+    Mounted in Airflow's app, below its root path or not, through the fork or through Airflow's
+    middleware: a task's plain get and set are served before the state API's routing, and a request
+    naming another task instance still reaches the route, which refuses it.
+    """
+    monkeypatch.setenv("AIRFLOW__STATE__SERVE_TASK_REQUESTS_FIRST", first)
+    url, headers = f"/state/task-instances/{running.ti_id}/value", auth(running)
+    with airflow_api() as client:
+        written = client.put(url, params={"key": "mounted"}, json={"value": 1}, headers=headers)
+        assert written.status_code == 200 and written.json()["key"] == "mounted"
+        assert client.get(url, params={"key": "mounted"}, headers=headers).json()["value"] == 1
+        assert resolved_by_fastapi == []
+        another = f"/state/task-instances/{uuid.uuid4()}/value"
+        refused = client.get(another, params={"key": "mounted"}, headers=headers)
+        assert refused.status_code == 403 and len(resolved_by_fastapi) == 1

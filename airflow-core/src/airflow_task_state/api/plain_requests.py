@@ -51,9 +51,9 @@ def plain_request(scope: Mapping[str, Any]) -> tuple[TaskInstanceClaims, str] | 
     if scope["method"] not in _SERVE:
         return None
     path = scope["path"].removeprefix(scope.get("root_path", ""))
-    task_instance_id = path.removeprefix(_BEFORE_ID).removesuffix(_AFTER_ID)
-    if len(task_instance_id) + len(_BEFORE_ID) + len(_AFTER_ID) != len(path):
+    if not (path.startswith(_BEFORE_ID) and path.endswith(_AFTER_ID)):
         return None
+    task_instance_id = path[len(_BEFORE_ID) : -len(_AFTER_ID)]  # compared with the credential's below
     field, _, value = scope["query_string"].partition(b"=")
     if field != _KEY_FIELD or b"&" in value:
         return None
