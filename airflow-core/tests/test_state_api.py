@@ -8,6 +8,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
@@ -719,7 +720,6 @@ def test_an_increment_whose_reply_from_the_database_is_lost_is_a_503_and_never_a
     api, running, db_kind, monkeypatch
 ):
     """The server does not send it again, says the outcome is unknown, and the client does not retry."""
-    from types import SimpleNamespace
 
     import httpx
     from airflow_task_state import StateUnavailableError
@@ -1024,12 +1024,16 @@ def test_openapi_documents_the_batch_routes(api):
     assert {"put", "post"} <= set(paths["/assets/values"]) | set(paths["/assets/values/read"])
 
 
-def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never(api, running):
+def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never(api, running, monkeypatch):
     """A new try of the task instance (its try number moves on): writes refused at once, reads after 1 s."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
-    from airflow_task_state.api.task_instance_checks import READ_CHECK_SECONDS
+    from airflow_task_state.api import task_instance_checks
 
+    # The checks' clock moves only when the test says so: a busy machine's pauses between these
+    # requests must not age the check (CI once took over a second between the first set and the get).
+    now = [time.monotonic()]
+    monkeypatch.setattr(task_instance_checks, "time", SimpleNamespace(monotonic=lambda: now[0]))
     headers = auth(running)
     assert api.put(**at(running, "checked"), json={"value": 1}, headers=headers).status_code == 200
     with create_session() as session:
@@ -1042,7 +1046,9 @@ def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never
         written = api.put(**at(running, "checked"), json={"value": 2}, headers=headers)
         assert written.status_code == 403 and detail(written)["reason"] == "forbidden"
         assert api.get(**at(running, "checked"), headers=headers).json()["value"] == 1
-        time.sleep(READ_CHECK_SECONDS + 0.1)
+        now[0] += task_instance_checks.READ_CHECK_SECONDS - 0.01
+        assert api.get(**at(running, "checked"), headers=headers).json()["value"] == 1
+        now[0] += 0.02
         refused = api.get(**at(running, "checked"), headers=headers)
         assert refused.status_code == 403 and detail(refused)["reason"] == "forbidden"
     finally:
