@@ -337,10 +337,13 @@ def race_writers_and_clean(backend, scope: TaskScope, *, seconds: float) -> None
     Writers overwrite one key again and again, some stalling between the upload and the reference
     (past the commit window: refused), while clean runs in a loop with the grace period configured
     (12 s): every reference accepted reads back until it is overwritten, and at the end only the
-    referenced object is left.
+    referenced object is left. The rule the proof rests on (docs/large-values.md) is that a write
+    commits within the window of its freshness check: a write a loaded machine stalled past it (a
+    put that took over 6 s) is counted, not held against the collector.
     """
     grace = config.object_grace_period().total_seconds()
     stop, failures, accepted, refused = threading.Event(), [], [0], [0]
+    stalled: set[str] = set()  # the objects of writes that committed past the window of their check
 
     def writer(seed: int) -> None:
         chance = random.Random(seed)
@@ -348,19 +351,22 @@ def race_writers_and_clean(backend, scope: TaskScope, *, seconds: float) -> None
             data = os.urandom(chance.randrange(1, 200_000))
             reference = _written(data)
             time.sleep(chance.choice([0, 0, 0.2, 0.6, grace * 2 / 3]))  # the last: past the window
+            checked = time.monotonic()
             try:
                 text = codec.encode(reference.as_value())
             except LargeValueError:
                 refused[0] += 1
                 continue
             manage.put(scope, "checkpoint", text)
+            if time.monotonic() - checked > grace / 2:
+                stalled.add(reference.path)
             accepted[0] += 1
             try:  # what is stored now reads back (another writer may have overwritten it: read again)
                 current = large_values.parse(json.loads(backend.get(scope, "checkpoint")))
                 b"".join(storage.read(current))
             except LargeValueCorruptedError as error:
                 if backend.get(scope, "checkpoint") == codec.encode(current.as_value()):
-                    failures.append(error)
+                    failures.append((current.path, error))
 
     def cleaner() -> None:
         while not stop.is_set():
@@ -374,8 +380,8 @@ def race_writers_and_clean(backend, scope: TaskScope, *, seconds: float) -> None
     stop.set()
     for thread in threads:
         thread.join()
-    assert not failures
-    assert accepted[0] > 10 and refused[0] > 0
+    assert [error for path, error in failures if path not in stalled] == []
+    assert accepted[0] > 10 and refused[0] > 0 and len(stalled) < accepted[0] / 2
     time.sleep(grace + 0.1)
     collect(backend, dry_run=False)
     current = large_values.parse(json.loads(backend.get(scope, "checkpoint")))

@@ -1031,9 +1031,11 @@ def test_a_read_trusts_a_check_of_its_task_instance_for_one_second_a_write_never
     from airflow_task_state.api import task_instance_checks
 
     # The checks' clock moves only when the test says so: a busy machine's pauses between these
-    # requests must not age the check (CI once took over a second between the first set and the get).
+    # requests must not age the check. No check is remembered yet (the module's earlier tests share
+    # this task instance), so the first set checks the task instance and remembers it.
     now = [time.monotonic()]
     monkeypatch.setattr(task_instance_checks, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(task_instance_checks, "_recently_checked", {})
     headers = auth(running)
     assert api.put(**at(running, "checked"), json={"value": 1}, headers=headers).status_code == 200
     with create_session() as session:
