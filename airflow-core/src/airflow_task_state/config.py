@@ -79,8 +79,23 @@ def backend_path() -> str:
     return path
 
 
+# What each option's text was parsed to (a refusal is not kept: it is raised again each time).
+_parsed: dict[tuple[str, str], object] = {}
+
+
+def _parsed_option(option: str, parse: Callable[[str], _T]) -> _T:
+    """``[state] option`` as *parse* makes it of the text, once per text: a set reads several."""
+    text = _state_option(option)
+    if (option, text) not in _parsed:
+        _parsed[(option, text)] = parse(text)
+    return _parsed[(option, text)]  # type: ignore[return-value]
+
+
 def _positive_int(option: str) -> int:
-    text = _state_option(option).strip()
+    return _parsed_option(option, lambda text: _as_positive_int(option, text.strip()))
+
+
+def _as_positive_int(option: str, text: str) -> int:
     try:
         number = int(text)
     except ValueError:
@@ -104,7 +119,11 @@ def database_pool_size() -> int:
 
 def default_task_retention() -> timedelta | None:
     """``[state] default_task_retention``; ``None``: forever."""
-    text = _state_option("default_task_retention").strip()
+    return _parsed_option("default_task_retention", _as_retention)
+
+
+def _as_retention(text: str) -> timedelta | None:
+    text = text.strip()
     try:
         retention = parse_duration(text, bare_unit="d")
     except ValueError as error:
@@ -113,7 +132,10 @@ def default_task_retention() -> timedelta | None:
 
 
 def _boolean(option: str) -> bool:
-    text = _state_option(option).strip().lower()
+    return _parsed_option(option, lambda text: _as_boolean(option, text.strip().lower()))
+
+
+def _as_boolean(option: str, text: str) -> bool:
     if text in ("true", "t", "1", "yes", "on"):
         return True
     if text in ("false", "f", "0", "no", "off", ""):

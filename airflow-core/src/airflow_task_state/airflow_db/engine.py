@@ -87,13 +87,18 @@ class _Compiled:
         compiled: list[SQLCompiler] = [each.compile(dialect=dialect) for each in every]  # type: ignore[attr-defined]
         assert len(every) == 1 or not compiled[0].positional, "statements together need named parameters"
         self.sql = "; ".join(each.string for each in compiled)
-        self._positions = list(compiled[0].positiontup or ()) if compiled[0].positional else None
         self._to_driver = {
             name: convert
             for each in compiled
             for name, bind in each.binds.items()
             if (convert := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         }
+        # A positional driver's parameters in their order, each with its conversion (or None).
+        self._positions = (
+            [(name, self._to_driver.get(name)) for name in compiled[0].positiontup or ()]
+            if compiled[0].positional
+            else None
+        )
         columns = statement.selected_columns if isinstance(statement, Select) else ()
         #: Whether the statement changes anything (what a lost reply may leave applied).
         self.writes = not all(isinstance(each, Select) for each in every)
@@ -102,13 +107,10 @@ class _Compiled:
         ]
 
     def parameters(self, values: dict[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
-        converted = {
-            name: self._to_driver[name](value) if name in self._to_driver else value
-            for name, value in values.items()
-        }
-        if self._positions is None:
-            return converted
-        return tuple(converted[name] for name in self._positions)
+        if self._positions is not None:
+            return tuple([values[name] if to is None else to(values[name]) for name, to in self._positions])
+        to_driver = self._to_driver
+        return {name: to_driver[name](v) if name in to_driver else v for name, v in values.items()}
 
     def outcome(self, rows: Sequence[Any], rowcount: int, last_insert_id: int | None = None) -> Outcome:
         """The :class:`Outcome` of *rows* as the driver returned them (none for a statement without rows)."""

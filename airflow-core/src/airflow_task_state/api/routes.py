@@ -122,7 +122,7 @@ def _state_routes(kind: ScopeKind) -> None:
         response_model=StateKeysResponse,
     )
     def list_keys(access: Scope) -> Response:
-        return answer(StateKeysResponse.model_construct(keys=get_state_backend().keys(access.for_reading())))
+        return answer(StateKeysResponse, keys=get_state_backend().keys(access.for_reading()))
 
     @router.delete(
         kind.prefix + KEYS,
@@ -199,7 +199,7 @@ def _state_routes(kind: ScopeKind) -> None:
     def get_many(access: Scope, keys: KeysBody) -> Response:
         stored = get_state_backend().get_many(access.for_reading(), keys)
         values = {key: codec.decode(text) for key, text in stored.items()}
-        return answer(StateValuesResponse.model_construct(values=values))
+        return answer(StateValuesResponse, values=values)
 
     @router.put(
         kind.prefix + VALUES,
@@ -214,7 +214,7 @@ def _state_routes(kind: ScopeKind) -> None:
         scope, backend = access.for_writing(), get_state_backend()
         expires_at = expiry.expires_at_for(scope, body.ttl, backend)
         versions = backend.set_many(scope, body.texts, writer=writer_of(claims), expires_at=expires_at)
-        return answer(StateVersionsResponse.model_construct(versions=versions))
+        return answer(StateVersionsResponse, versions=versions)
 
     @router.post(
         kind.prefix + VALUES_DELETE,
