@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from airflow.configuration import conf
 from airflow_task_state import StateConfigurationError, config
@@ -67,6 +69,24 @@ def test_an_option_read_once_is_read_again_when_its_environment_changes(monkeypa
     assert config.RetryPolicy.from_config().retries == 2
     monkeypatch.delenv("AIRFLOW__STATE__MAX_VALUE_BYTES")
     assert config.max_value_bytes() == default
+
+
+def test_a_parsed_option_follows_its_text_and_a_wrong_text_is_refused_every_time(monkeypatch):
+    """What an option's text parses to is kept per text: never stale, and never a refusal forgotten."""
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "2d")
+    assert config.default_task_retention() == timedelta(days=2)
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "3h")
+    assert config.default_task_retention() == timedelta(hours=3)
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "soon")
+    for _ in range(2):
+        with pytest.raises(StateConfigurationError, match=r"\[state\] default_task_retention"):
+            config.default_task_retention()
+    monkeypatch.setenv("AIRFLOW__STATE__DEFAULT_TASK_RETENTION", "2d")
+    assert config.default_task_retention() == timedelta(days=2)
+    monkeypatch.setenv("AIRFLOW__STATE__CLEAR_ON_SUCCESS", "yes")
+    assert config.clear_on_success() is True
+    monkeypatch.setenv("AIRFLOW__STATE__CLEAR_ON_SUCCESS", "off")
+    assert config.clear_on_success() is False
 
 
 def test_a_backend_configured_by_the_import_path_of_0_7_names_the_same_class(monkeypatch):
