@@ -13,6 +13,7 @@ import os
 import random
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import cache
 from typing import Any, TypeVar
 
 from airflow.configuration import conf
@@ -79,23 +80,17 @@ def backend_path() -> str:
     return path
 
 
-# What each option's text was parsed to (a refusal is not kept: it is raised again each time).
-_parsed: dict[tuple[str, str], object] = {}
-
-
-def _parsed_option(option: str, parse: Callable[[str], _T]) -> _T:
-    """``[state] option`` as *parse* makes it of the text, once per text: a set reads several."""
-    text = _state_option(option)
-    if (option, text) not in _parsed:
-        _parsed[(option, text)] = parse(text)
-    return _parsed[(option, text)]  # type: ignore[return-value]
+# The _as_* parsers below are cached per text: a set reads several options, and an option's text
+# changes only with its environment. A refusal is not cached: it is raised again each time.
 
 
 def _positive_int(option: str) -> int:
-    return _parsed_option(option, lambda text: _as_positive_int(option, text.strip()))
+    return _as_positive_int(option, _state_option(option))
 
 
+@cache
 def _as_positive_int(option: str, text: str) -> int:
+    text = text.strip()
     try:
         number = int(text)
     except ValueError:
@@ -119,9 +114,10 @@ def database_pool_size() -> int:
 
 def default_task_retention() -> timedelta | None:
     """``[state] default_task_retention``; ``None``: forever."""
-    return _parsed_option("default_task_retention", _as_retention)
+    return _as_retention(_state_option("default_task_retention"))
 
 
+@cache
 def _as_retention(text: str) -> timedelta | None:
     text = text.strip()
     try:
@@ -132,10 +128,12 @@ def _as_retention(text: str) -> timedelta | None:
 
 
 def _boolean(option: str) -> bool:
-    return _parsed_option(option, lambda text: _as_boolean(option, text.strip().lower()))
+    return _as_boolean(option, _state_option(option))
 
 
+@cache
 def _as_boolean(option: str, text: str) -> bool:
+    text = text.strip().lower()
     if text in ("true", "t", "1", "yes", "on"):
         return True
     if text in ("false", "f", "0", "no", "off", ""):
