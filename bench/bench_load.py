@@ -36,11 +36,16 @@ With ``--gc-probe``, the api-server processes load a probe (a ``sitecustomize`` 
 ``--gc-freeze`` the probe also freezes or unfreezes the heap on request, and every point is also
 measured with the heap the server had after start-up frozen (``gc.collect(); gc.freeze()``).
 
+``--pause-others`` stops (SIGSTOP) the other sides' deployments during each point, so that the
+measured side shares the cores only with its own deployment (the floor, with this project's, whose
+database it uses): what the other deployment's scheduler, dag-processor and tasks add to a tail.
+
 ``--ours-env NAME=VALUE`` adds a variant of this project's side per value (one deployment each),
 e.g. ``--ours-env AIRFLOW__STATE__DATABASE_POOL_SIZE=5 AIRFLOW__STATE__DATABASE_POOL_SIZE=40``.
 
     PYTHONPATH=dev uv run --no-sync python bench/bench_load.py [--tis 20] [--clients 20 100] \\
-        [--seconds 20] [--rounds 2] [--gc-probe] [--gc-freeze] [--ours-env NAME=VALUE ...]
+        [--seconds 20] [--rounds 2] [--gc-probe] [--gc-freeze] [--pause-others] \\
+        [--ours-env NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -218,6 +223,12 @@ def main() -> None:
     )
     parser.add_argument("--ours-env", nargs="+", default=[], metavar="NAME=VALUE", help="variants of ours")
     parser.add_argument("--no-airflow33", action="store_true", help="this project's variants only")
+    parser.add_argument(
+        "--pause-others",
+        action="store_true",
+        help="stop (SIGSTOP) the other sides' deployments during each point, so that only the measured "
+        "side's deployment shares the cores with the clients",
+    )
     parser.set_defaults(rounds=2)
     args = parser.parse_args()
     args.gc_probe = args.gc_probe or args.gc_freeze
@@ -281,7 +292,12 @@ def main() -> None:
                 order = prepared if round_ % 2 == 0 else prepared[::-1]
                 for target in order:
                     for mode in gc_modes if round_ % 2 == 0 else gc_modes[::-1]:
-                        point = run_point(target, clients, mode, args)
+                        with contextlib.ExitStack() as others:
+                            if args.pause_others:
+                                for each, _ in targets:
+                                    if each is not target.side:
+                                        others.enter_context(each.deployment.paused())
+                            point = run_point(target, clients, mode, args)
                         target.results.setdefault((clients, mode), []).append(point)
                         print(
                             f"  {target.name:<36} {clients:>4} clients gc {mode:<8} {point.rps:7.0f} req/s "

@@ -244,6 +244,24 @@ class Deployment:
                 raise DeploymentError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
             time.sleep(interval)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """
+        Every Airflow process of the deployment stopped (SIGSTOP) in the block, resumed after: for a
+        benchmark that measures another deployment on the same cores. Its database server is left
+        running (idle, with no client running).
+        """
+        members = _processes_of(self)
+        for process in members:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+        try:
+            yield
+        finally:
+            for process in members:
+                with contextlib.suppress(psutil.Error):
+                    process.resume()
+
     def check_alive(self) -> None:
         """Fail at once, with the logs, when a component has died instead of waiting for a timeout."""
         for name, process in self.processes.items():
