@@ -29,7 +29,8 @@ than an HTTP library, so that on a small machine the load generator takes little
 server needs. Each point reports requests/s, latency p50/p99 and mean, errors (anything but a 2xx
 answer, and failed connections), the server's CPU time per request (its processes' user and system
 time over the point, divided by the requests answered), and what the database saw meanwhile: new
-connections per second (``pg_stat_database.sessions``) and transactions per second.
+connections per second (``pg_stat_database.sessions``) and transactions per second; and the
+latency p50/p99 and mean of GETs and PUTs apart.
 
 With ``--gc-probe``, the api-server processes load a probe (a ``sitecustomize`` on their
 ``PYTHONPATH``) that times every garbage collection, and the pauses are reported; with
@@ -188,6 +189,8 @@ class Target:
 class Point:
     seconds: float
     latencies: list[float]
+    # The same latencies, by method: "GET" and "PUT".
+    by_method: dict[str, list[float]]
     errors: int
     statuses: dict[int, int]
     sessions_per_s: float
@@ -203,8 +206,8 @@ class Point:
     def mean_ms(self) -> float:
         return statistics.mean(self.latencies) * 1000 if self.latencies else float("nan")
 
-    def percentile(self, fraction: float) -> float:
-        ordered = sorted(self.latencies)
+    def percentile(self, fraction: float, method: str | None = None) -> float:
+        ordered = sorted(self.latencies if method is None else self.by_method.get(method, []))
         return (
             ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000 if ordered else float("nan")
         )
@@ -421,6 +424,7 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
     start = time.monotonic()
     measure_from, measure_to = start + warmup, start + warmup + seconds
     latencies: list[float] = []
+    by_method: dict[str, list[float]] = {"GET": [], "PUT": []}
     statuses: dict[int, int] = {}
     errors = [0]
     counters: dict[str, tuple[float, int, int]] = {}
@@ -442,11 +446,10 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
                     connection = await asyncio.open_connection(target.host, target.port)
                 reader, writer = connection
                 began = time.monotonic()
-                writer.write(
-                    cycle[sent]
-                    if sent < len(cycle)
-                    else cycle[KEYS_PER_CLIENT + sent % (2 * KEYS_PER_CLIENT)]
-                )
+                # The keys' first writes, then a GET and a PUT of each key in turn.
+                at = sent if sent < len(cycle) else KEYS_PER_CLIENT + sent % (2 * KEYS_PER_CLIENT)
+                sending = cycle[at]
+                writer.write(sending)
                 status, keep_alive = await read_response(reader)
                 done = time.monotonic()
                 sent += 1
@@ -466,6 +469,7 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
                 statuses[status] = statuses.get(status, 0) + 1
                 if 200 <= status < 300:
                     latencies.append(done - began)
+                    by_method[sending[:3].decode()].append(done - began)
                 else:
                     errors[0] += 1
         if connection is not None:
@@ -488,6 +492,7 @@ async def load(target: Target, clients: int, warmup: float, seconds: float) -> d
     return {
         "seconds": seconds,
         "latencies": latencies,
+        "by_method": by_method,
         "errors": errors[0],
         "statuses": statuses,
         "sessions_per_s": (sessions1 - sessions0) / (t1 - t0),
@@ -546,6 +551,20 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                     f"{median(points, 'cpu_ms_per_request'):>8.2f}{median(points, 'sessions_per_s'):>8.1f}"
                     f"{median(points, 'xacts_per_s'):>8.0f}{gc_max}{long_pauses:>9.1f}{gc_share}"
                 )
+    print("\nBy method: p50 / p99 / mean ms (medians of the points)")
+    for clients in args.clients:
+        for mode in gc_modes:
+            for target in targets:
+                points = target.results[(clients, mode)]
+                cells = []
+                for method in ("GET", "PUT"):
+                    p50, p99 = (
+                        statistics.median(p.percentile(fraction, method) for p in points)
+                        for fraction in (0.5, 0.99)
+                    )
+                    mean = statistics.median(statistics.mean(p.by_method[method]) * 1000 for p in points)
+                    cells.append(f"{method} {p50:6.1f} / {p99:6.1f} / {mean:6.1f}")
+                print(f"{target.name:<36}{clients:>8}{mode:>8}   " + "   ".join(cells))
     if baseline is None:
         return
     floor = next(t for t in targets if t.name == FLOOR)
