@@ -206,8 +206,12 @@ class Point:
     def mean_ms(self) -> float:
         return statistics.mean(self.latencies) * 1000 if self.latencies else float("nan")
 
+    def mean_of(self, method: str) -> float:
+        found = self.by_method[method]
+        return statistics.mean(found) * 1000 if found else float("nan")
+
     def percentile(self, fraction: float, method: str | None = None) -> float:
-        ordered = sorted(self.latencies if method is None else self.by_method.get(method, []))
+        ordered = sorted(self.latencies if method is None else self.by_method[method])
         return (
             ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000 if ordered else float("nan")
         )
@@ -562,7 +566,7 @@ def report(targets: list[Target], args, gc_modes: list[str]) -> None:
                         statistics.median(p.percentile(fraction, method) for p in points)
                         for fraction in (0.5, 0.99)
                     )
-                    mean = statistics.median(statistics.mean(p.by_method[method]) * 1000 for p in points)
+                    mean = statistics.median(p.mean_of(method) for p in points)
                     cells.append(f"{method} {p50:6.1f} / {p99:6.1f} / {mean:6.1f}")
                 print(f"{target.name:<36}{clients:>8}{mode:>8}   " + "   ".join(cells))
     if baseline is None:
