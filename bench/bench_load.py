@@ -204,10 +204,11 @@ class Point:
 
     @property
     def mean_ms(self) -> float:
-        return statistics.mean(self.latencies) * 1000 if self.latencies else float("nan")
+        return self.mean_of(None)
 
-    def mean_of(self, method: str) -> float:
-        found = self.by_method[method]
+    def mean_of(self, method: str | None) -> float:
+        """The mean latency (ms) of *method*'s requests, or of all (None)."""
+        found = self.latencies if method is None else self.by_method[method]
         return statistics.mean(found) * 1000 if found else float("nan")
 
     def percentile(self, fraction: float, method: str | None = None) -> float:

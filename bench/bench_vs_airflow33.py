@@ -71,6 +71,7 @@ PLACEMENTS = {
     "after50": "the import inside the task after 50 ms of other work (a sleep); 3.3.2's too",
 }
 WORK_SECONDS = 0.05
+WARM_UP_DAG = "bench_warm_up"
 HELPER_MODULE = "bench_state_helper"
 HELPER = """
 from airflow_task_state import task_state
@@ -190,9 +191,12 @@ def dag_of(placement: str) -> str:
     return DAG_ID if placement == "inside" else f"bench_first_call_{placement}"
 
 
-def dag_source(placement: str, args) -> str:
-    """The DAG file of *placement*: only "inside" times steady calls and 100 keys too."""
-    full = placement == "inside"
+def dag_source(placement: str, args, *, warm_up: bool = False) -> str:
+    """
+    The DAG file of *placement*: only "inside" times steady calls and 100 keys too. With *warm_up*,
+    the untimed run each side starts with: one task process, its first call only.
+    """
+    full = placement == "inside" and not warm_up
     top_import = {
         "top": "from airflow_task_state import task_state\n",
         "mixin": "from airflow_task_state.resumable import ResumableJobMixin\n",
@@ -211,27 +215,8 @@ def dag_source(placement: str, args) -> str:
         work_seconds=WORK_SECONDS if placement == "after50" else 0,
         ops=args.ops if full else 0,
         hundred_repeats=5 if full else 0,
-        processes=args.processes,
-        dag_id=dag_of(placement),
-        results_variable=RESULTS_VARIABLE,
-    )
-
-
-WARM_UP_DAG = "bench_warm_up"
-
-
-def warm_up_source(args) -> str:
-    """One task process whose only state call is the first: the untimed run each side starts with."""
-    return BENCH_DAG.format(
-        top_import="",
-        ours=INSIDE,
-        mixin="",
-        task_call="measure.expand(index=list(range(PROCESSES)))",
-        work_seconds=0,
-        ops=0,
-        hundred_repeats=0,
-        processes=1,
-        dag_id=WARM_UP_DAG,
+        processes=1 if warm_up else args.processes,
+        dag_id=WARM_UP_DAG if warm_up else dag_of(placement),
         results_variable=RESULTS_VARIABLE,
     )
 
@@ -269,7 +254,7 @@ def main() -> None:
     planned = runs(args.placements)
     dags = {f"{dag_of(placement)}.py": dag_source(placement, args) for placement in {p for p, _ in planned}}
     dags[f"{HELPER_MODULE}.py"] = HELPER
-    dags[f"{WARM_UP_DAG}.py"] = warm_up_source(args)
+    dags[f"{WARM_UP_DAG}.py"] = dag_source("inside", args, warm_up=True)
     with dags_folder(dags) as folder, contextlib.ExitStack() as stack:
         airflow322 = airflow322_program(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         deployments = {
